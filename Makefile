@@ -1,0 +1,40 @@
+GO        ?= go
+BIN       := bin
+PLUGINS   := $(notdir $(wildcard plugins/*))
+PROTO_SRC := $(wildcard proto/*/*.proto)
+VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS   := -X main.version=$(VERSION)
+
+.PHONY: all build run test bench proto fmt vet clean
+
+all: build
+
+build:
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/plughost ./host
+	@for p in $(PLUGINS); do \
+		echo "$(GO) build -o $(BIN)/plugins/$$p ./plugins/$$p"; \
+		$(GO) build -o $(BIN)/plugins/$$p ./plugins/$$p || exit 1; \
+	done
+
+run: build
+	$(BIN)/plughost run -config config.hcl
+
+test:
+	@echo "gofmt -l ."; out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+		if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	$(GO) test -race -timeout 20m ./...
+
+bench: build
+	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 10m ./host/e2e
+
+# proto regenerates the committed gRPC code. Needs protoc (Debian's
+# protobuf-compiler); installs the Go generators at pinned versions.
+proto:
+	$(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.11
+	$(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.2
+	PATH="$$($(GO) env GOPATH)/bin:$$PATH" protoc --go_out=. --go_opt=paths=source_relative \
+		--go-grpc_out=. --go-grpc_opt=paths=source_relative $(PROTO_SRC)
+
+clean:
+	rm -rf $(BIN)

@@ -1,0 +1,324 @@
+// Package catalog finds, verifies and launches plugin binaries. It owns the
+// go-plugin client configuration: the handshake, AutoMTLS, the environment
+// allowlist, log capture and the start timeout. It does not decide when a
+// plugin runs; that is the supervisor's job.
+package catalog
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/go-plugin"
+	"google.golang.org/grpc"
+
+	pluginv1 "github.com/plughost/plughost/proto/pluginv1"
+	"github.com/plughost/plughost/sdk/wire"
+)
+
+// DefaultEnv lists the host environment variables a plugin inherits. All
+// others are withheld so that secrets in the host's environment do not leak
+// into third-party code.
+var DefaultEnv = []string{"PATH", "HOME", "TMPDIR", "TZ", "LANG", "LC_ALL", "GODEBUG", "GOMAXPROCS", "GOMEMLIMIT", "GOTRACEBACK"}
+
+// ErrChecksum is returned when a binary does not match its sha256 pin.
+var ErrChecksum = errors.New("checksum mismatch")
+
+// ConfigError is a plugin's refusal of its config in Configure.
+type ConfigError struct {
+	// Attribute names the attribute the plugin blamed, or is empty.
+	Attribute string
+	Message   string
+}
+
+// Error returns the plugin's message.
+func (e *ConfigError) Error() string {
+	if e.Attribute != "" {
+		return fmt.Sprintf("plugin rejected config: %s: %s", e.Attribute, e.Message)
+	}
+	return "plugin rejected config: " + e.Message
+}
+
+// Options configure Launch.
+type Options struct {
+	// Logger receives the plugin's log records, stdout and stderr.
+	Logger hclog.Logger
+	// StartTimeout bounds the handshake and Describe; default 10s.
+	StartTimeout time.Duration
+	// Env names the host environment variables passed on; default
+	// DefaultEnv.
+	Env []string
+	// Host is served to the plugin over the go-plugin broker; nil serves
+	// nothing (for Describe-only launches).
+	Host pluginv1.HostServer
+}
+
+// Instance is one running plugin process. Call Kill when done.
+type Instance struct {
+	client   *plugin.Client
+	rpc      *wire.Client
+	pid      int
+	manifest *pluginv1.DescribeResponse
+	hostID   uint32
+	stdio    []*lineLogger
+}
+
+// Verify checks that path is an executable regular file and, when want is
+// not empty, that its sha256 is want (lowercase hex).
+func Verify(path, want string) error {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return fmt.Errorf("plugin binary: %w", err)
+	}
+	if !fi.Mode().IsRegular() {
+		return fmt.Errorf("plugin binary %s is not a regular file", path)
+	}
+	if fi.Mode().Perm()&0o111 == 0 {
+		return fmt.Errorf("plugin binary %s is not executable", path)
+	}
+	if want == "" {
+		return nil
+	}
+	got, err := FileSHA256(path)
+	if err != nil {
+		return err
+	}
+	if got != strings.ToLower(want) {
+		return fmt.Errorf("%w: %s has sha256 %s, config pins %s", ErrChecksum, path, got, want)
+	}
+	return nil
+}
+
+// FileSHA256 returns the lowercase hex sha256 of the file at path.
+func FileSHA256(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", fmt.Errorf("hash plugin binary: %w", err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", fmt.Errorf("hash plugin binary: %w", err)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// Launch starts the plugin binary at path, completes the go-plugin
+// handshake and calls Describe. The checksum, when pinned, is checked by
+// go-plugin against the file it executes. On error nothing is left running.
+func Launch(ctx context.Context, path, sha string, opts Options) (*Instance, error) {
+	if opts.StartTimeout <= 0 {
+		opts.StartTimeout = 10 * time.Second
+	}
+	if opts.Env == nil {
+		opts.Env = DefaultEnv
+	}
+	if opts.Logger == nil {
+		opts.Logger = hclog.NewNullLogger()
+	}
+	if err := Verify(path, sha); err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(path)
+	cmd.Env = allowedEnv(opts.Env)
+	cmd.SysProcAttr = sysProcAttr()
+	stdout := newLineLogger(opts.Logger, "stdout")
+	stderr := newLineLogger(opts.Logger, "stderr")
+	cfg := &plugin.ClientConfig{
+		HandshakeConfig:  wire.Handshake,
+		VersionedPlugins: wire.PluginSets(nil),
+		Cmd:              cmd,
+		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
+		AutoMTLS:         true,
+		SkipHostEnv:      true,
+		StartTimeout:     opts.StartTimeout,
+		Logger:           opts.Logger,
+		SyncStdout:       stdout,
+		SyncStderr:       stderr,
+		Stderr:           io.Discard,
+	}
+	if sha != "" {
+		sum, err := hex.DecodeString(sha)
+		if err != nil {
+			return nil, fmt.Errorf("sha256 pin: %w", err)
+		}
+		cfg.SecureConfig = &plugin.SecureConfig{Checksum: sum, Hash: sha256.New()}
+	}
+	client := plugin.NewClient(cfg)
+	inst := &Instance{client: client, stdio: []*lineLogger{stdout, stderr}}
+	ok := false
+	defer func() {
+		if !ok {
+			inst.Kill()
+		}
+	}()
+
+	proto, err := client.Client()
+	if err != nil {
+		return nil, handshakeError(err)
+	}
+	raw, err := proto.Dispense(wire.PluginKey)
+	if err != nil {
+		return nil, fmt.Errorf("dispense plugin: %w", err)
+	}
+	inst.rpc = raw.(*wire.Client)
+	if rc := client.ReattachConfig(); rc != nil {
+		inst.pid = rc.Pid
+	}
+
+	dctx, cancel := context.WithTimeout(ctx, opts.StartTimeout)
+	defer cancel()
+	m, err := inst.rpc.Describe(dctx, &pluginv1.DescribeRequest{})
+	if err != nil {
+		return nil, fmt.Errorf("describe: %w", err)
+	}
+	inst.manifest = m
+
+	if opts.Host != nil {
+		inst.hostID = inst.rpc.Broker.NextId()
+		go inst.rpc.Broker.AcceptAndServe(inst.hostID, func(o []grpc.ServerOption) *grpc.Server {
+			s := grpc.NewServer(o...)
+			pluginv1.RegisterHostServer(s, opts.Host)
+			return s
+		})
+	}
+	ok = true
+	return inst, nil
+}
+
+// handshakeError makes go-plugin's handshake failures say what an operator
+// needs to know.
+func handshakeError(err error) error {
+	msg := err.Error()
+	switch {
+	case strings.Contains(msg, "incompatible API version"):
+		// go-plugin reports "Plugin version: N, Client versions: [M]".
+		return fmt.Errorf("plugin protocol mismatch (this host speaks plughost plugin protocol %d): %w", wire.ProtocolVersion, err)
+	case errors.Is(err, plugin.ErrChecksumsDoNotMatch):
+		return fmt.Errorf("%w: %w", ErrChecksum, err)
+	case strings.Contains(msg, "timeout while waiting for plugin to start"):
+		return fmt.Errorf("plugin did not complete the handshake in time (is it a plughost plugin?): %w", err)
+	case strings.Contains(msg, "plugin exited before we could connect"):
+		return fmt.Errorf("plugin exited during the handshake (is it a plughost plugin built with sdk.Serve?): %w", err)
+	}
+	return fmt.Errorf("plugin handshake: %w", err)
+}
+
+// Manifest returns what the plugin declared in Describe.
+func (i *Instance) Manifest() *pluginv1.DescribeResponse { return i.manifest }
+
+// RPC returns the plugin's gRPC client.
+func (i *Instance) RPC() pluginv1.PluginClient { return i.rpc }
+
+// Pid returns the plugin's process id.
+func (i *Instance) Pid() int { return i.pid }
+
+// Exited is closed when the plugin process exits.
+func (i *Instance) Exited() <-chan struct{} { return i.rpc.Exited.Done() }
+
+// Configure sends the decoded config. A plugin's refusal is a *ConfigError.
+func (i *Instance) Configure(ctx context.Context, instance string, configJSON []byte, dataDir string, limits *pluginv1.Limits) error {
+	resp, err := i.rpc.Configure(ctx, &pluginv1.ConfigureRequest{
+		ConfigJson:   configJSON,
+		DataDir:      dataDir,
+		Limits:       limits,
+		HostBrokerId: i.hostID,
+		Instance:     instance,
+	})
+	if err != nil {
+		return fmt.Errorf("configure: %w", err)
+	}
+	if resp.GetError() != "" {
+		return &ConfigError{Attribute: resp.GetAttribute(), Message: resp.GetError()}
+	}
+	return nil
+}
+
+// Kill ends the plugin: it asks go-plugin to close the connection, which
+// makes an SDK plugin exit, and force-kills it if it does not within
+// go-plugin's grace period. It blocks until the process is gone.
+func (i *Instance) Kill() {
+	i.client.Kill()
+	for _, l := range i.stdio {
+		l.Flush()
+	}
+}
+
+// ForceKill sends SIGKILL to the plugin process at once and then cleans up
+// as Kill does. The supervisor uses it when a drain deadline has passed.
+func (i *Instance) ForceKill() {
+	if i.pid > 0 {
+		_ = syscall.Kill(i.pid, syscall.SIGKILL)
+	}
+	i.Kill()
+}
+
+func allowedEnv(names []string) []string {
+	var env []string
+	for _, n := range names {
+		if v, ok := os.LookupEnv(n); ok {
+			env = append(env, n+"="+v)
+		}
+	}
+	return env
+}
+
+// lineLogger turns a plugin's stdout or stderr (after go-plugin took over
+// the streams) into log records, one per line, so nothing it prints is lost.
+type lineLogger struct {
+	logger hclog.Logger
+	stream string
+
+	mu  sync.Mutex
+	buf []byte
+}
+
+func newLineLogger(l hclog.Logger, stream string) *lineLogger {
+	return &lineLogger{logger: l, stream: stream}
+}
+
+// maxLine bounds a buffered partial line; longer lines are split.
+const maxLine = 64 << 10
+
+func (w *lineLogger) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf = append(w.buf, p...)
+	for {
+		i := strings.IndexByte(string(w.buf), '\n')
+		if i < 0 {
+			if len(w.buf) >= maxLine {
+				w.emit(w.buf)
+				w.buf = w.buf[:0]
+			}
+			return len(p), nil
+		}
+		w.emit(w.buf[:i])
+		w.buf = w.buf[i+1:]
+	}
+}
+
+// Flush logs a trailing partial line.
+func (w *lineLogger) Flush() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.buf) > 0 {
+		w.emit(w.buf)
+		w.buf = nil
+	}
+}
+
+func (w *lineLogger) emit(line []byte) {
+	w.logger.Info("plugin output", "stream", w.stream, "line", string(line))
+}
+

@@ -1,0 +1,10 @@
+package catalog
+
+import "syscall"
+
+// sysProcAttr asks the kernel to SIGKILL the plugin when the host dies, so
+// no plugin outlives a host killed with SIGKILL. The SDK's parent watch
+// covers the case where the forking thread, not the host, goes away.
+func sysProcAttr() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+}

@@ -1,0 +1,221 @@
+// Package metrics defines the host's own Prometheus metrics and merges every
+// plugin's metric families into the host's single exposition, each with a
+// plugin label. It does not serve HTTP; the admin package does.
+package metrics
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	dto "github.com/prometheus/client_model/go"
+	"google.golang.org/protobuf/proto"
+)
+
+// ReservedPrefix starts every host metric name; plugin families with it are
+// dropped so a plugin cannot impersonate the host.
+const ReservedPrefix = "plughost_"
+
+// Host holds the host's metrics.
+type Host struct {
+	Registry *prometheus.Registry
+
+	PluginUp         *prometheus.GaugeVec
+	PluginState      *prometheus.GaugeVec
+	PluginRestarts   *prometheus.CounterVec
+	Requests         *prometheus.CounterVec
+	RequestDuration  *prometheus.HistogramVec
+	Inflight         *prometheus.GaugeVec
+	BusyRejections   *prometheus.CounterVec
+	DrainAborted     *prometheus.CounterVec
+	PluginScrapeErrs *prometheus.CounterVec
+}
+
+// New registers the host's metrics, with Go runtime and process collectors,
+// on a new registry.
+func New() *Host {
+	r := prometheus.NewRegistry()
+	h := &Host{
+		Registry: r,
+		PluginUp: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "plughost_plugin_up",
+			Help: "1 when the plugin is ready to serve, else 0.",
+		}, []string{"plugin"}),
+		PluginState: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "plughost_plugin_state",
+			Help: "1 for the plugin's current supervisor state, 0 for the others.",
+		}, []string{"plugin", "state"}),
+		PluginRestarts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "plughost_plugin_restarts_total",
+			Help: "Restarts of a plugin after it exited, failed health checks or was restarted by an operator.",
+		}, []string{"plugin"}),
+		Requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "plughost_http_requests_total",
+			Help: "Ingress requests answered, by plugin and status code.",
+		}, []string{"plugin", "code"}),
+		RequestDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "plughost_http_request_duration_seconds",
+			Help:    "Time from ingress request to response head, by plugin.",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+		}, []string{"plugin"}),
+		Inflight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "plughost_inflight_requests",
+			Help: "Requests being served by a plugin.",
+		}, []string{"plugin"}),
+		BusyRejections: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "plughost_busy_rejections_total",
+			Help: "Requests refused with 429 because the plugin was at max_inflight.",
+		}, []string{"plugin"}),
+		DrainAborted: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "plughost_drain_aborted_total",
+			Help: "Requests still in flight when a drain deadline passed, answered with 503.",
+		}, []string{"plugin"}),
+		PluginScrapeErrs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "plughost_plugin_metrics_errors_total",
+			Help: "Failed or rejected collections of a plugin's own metrics.",
+		}, []string{"plugin"}),
+	}
+	r.MustRegister(h.PluginUp, h.PluginState, h.PluginRestarts, h.Requests, h.RequestDuration,
+		h.Inflight, h.BusyRejections, h.DrainAborted, h.PluginScrapeErrs,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return h
+}
+
+// Forget removes a plugin's labelled series, for plugins removed on reload.
+func (h *Host) Forget(plugin string) {
+	l := prometheus.Labels{"plugin": plugin}
+	for _, v := range []*prometheus.MetricVec{h.PluginUp.MetricVec, h.PluginState.MetricVec,
+		h.Requests.MetricVec, h.Inflight.MetricVec, h.BusyRejections.MetricVec,
+		h.DrainAborted.MetricVec, h.PluginScrapeErrs.MetricVec, h.PluginRestarts.MetricVec,
+		h.RequestDuration.MetricVec} {
+		v.DeletePartialMatch(l)
+	}
+}
+
+// Source yields one plugin's encoded metric families.
+type Source interface {
+	// Name is the plugin instance name used as the plugin label.
+	Name() string
+	// Families returns io.prometheus.client.MetricFamily messages encoded
+	// with protobuf, or an error when the plugin cannot answer.
+	Families(ctx context.Context) ([][]byte, error)
+}
+
+// Gatherer gathers the host's metrics and every source's, labelled.
+type Gatherer struct {
+	Host    *Host
+	Sources func() []Source
+	Timeout time.Duration
+	Logger  hclog.Logger
+}
+
+// Gather implements prometheus.Gatherer. A plugin that fails to answer
+// within Timeout is left out of this scrape and counted; it never fails the
+// whole exposition.
+func (g *Gatherer) Gather() ([]*dto.MetricFamily, error) {
+	own, err := g.Host.Registry.Gather()
+	if err != nil {
+		return own, err
+	}
+	byName := map[string]*dto.MetricFamily{}
+	for _, mf := range own {
+		byName[mf.GetName()] = mf
+	}
+	srcs := g.Sources()
+	results := make([][]*dto.MetricFamily, len(srcs))
+	var wg sync.WaitGroup
+	for i, s := range srcs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i] = g.collect(s)
+		}()
+	}
+	wg.Wait()
+	for _, fams := range results {
+		for _, mf := range fams {
+			have, ok := byName[mf.GetName()]
+			if !ok {
+				byName[mf.GetName()] = mf
+				continue
+			}
+			if have.GetType() != mf.GetType() {
+				// Two plugins disagree on a family's type; keep the first
+				// so the exposition stays valid.
+				continue
+			}
+			have.Metric = append(have.Metric, mf.Metric...)
+		}
+	}
+	out := make([]*dto.MetricFamily, 0, len(byName))
+	for _, mf := range byName {
+		out = append(out, mf)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].GetName() < out[j].GetName() })
+	return out, nil
+}
+
+func (g *Gatherer) collect(s Source) []*dto.MetricFamily {
+	ctx, cancel := context.WithTimeout(context.Background(), g.Timeout)
+	defer cancel()
+	raw, err := s.Families(ctx)
+	if err != nil {
+		g.Host.PluginScrapeErrs.WithLabelValues(s.Name()).Inc()
+		g.Logger.Debug("plugin metrics unavailable", "plugin", s.Name(), "error", err)
+		return nil
+	}
+	fams, err := Relabel(s.Name(), raw)
+	if err != nil {
+		g.Host.PluginScrapeErrs.WithLabelValues(s.Name()).Inc()
+		g.Logger.Warn("plugin metrics rejected", "plugin", s.Name(), "error", err)
+	}
+	return fams
+}
+
+// Relabel decodes a plugin's families and adds plugin="name" to every
+// metric. Families with reserved names, or whose metrics already carry a
+// plugin label, are dropped and reported in the returned error; the rest
+// are returned.
+func Relabel(plugin string, raw [][]byte) ([]*dto.MetricFamily, error) {
+	var problems []string
+	out := make([]*dto.MetricFamily, 0, len(raw))
+	for _, b := range raw {
+		mf := &dto.MetricFamily{}
+		if err := proto.Unmarshal(b, mf); err != nil {
+			problems = append(problems, fmt.Sprintf("undecodable family: %v", err))
+			continue
+		}
+		if strings.HasPrefix(mf.GetName(), ReservedPrefix) {
+			problems = append(problems, fmt.Sprintf("%s: names starting with %q are reserved for the host", mf.GetName(), ReservedPrefix))
+			continue
+		}
+		if err := addLabel(mf, plugin); err != nil {
+			problems = append(problems, err.Error())
+			continue
+		}
+		out = append(out, mf)
+	}
+	if len(problems) > 0 {
+		return out, fmt.Errorf("plugin %q metrics: %s", plugin, strings.Join(problems, "; "))
+	}
+	return out, nil
+}
+
+func addLabel(mf *dto.MetricFamily, plugin string) error {
+	for _, m := range mf.Metric {
+		for _, lp := range m.Label {
+			if lp.GetName() == "plugin" {
+				return fmt.Errorf("%s: label \"plugin\" is reserved for the host", mf.GetName())
+			}
+		}
+		m.Label = append(m.Label, &dto.LabelPair{Name: proto.String("plugin"), Value: proto.String(plugin)})
+		sort.Slice(m.Label, func(i, j int) bool { return m.Label[i].GetName() < m.Label[j].GetName() })
+	}
+	return nil
+}

@@ -1,0 +1,550 @@
+// Package supervisor runs plugins: one state machine and one goroutine per
+// plugin that starts it through the catalog, configures it, checks its
+// health, restarts it with jittered exponential backoff when it exits or
+// stops answering, gives up after too many restarts, and drains it with a
+// deadline. It does not route requests; the ingress asks it for a plugin's
+// current connection.
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/plughost/plughost/host/catalog"
+	"github.com/plughost/plughost/host/metrics"
+	pluginv1 "github.com/plughost/plughost/proto/pluginv1"
+	"github.com/plughost/plughost/sdk/backoff"
+)
+
+// Spec is what the supervisor needs to run one plugin.
+type Spec struct {
+	Name        string
+	Path        string
+	SHA256      string
+	Mount       string
+	MaxInflight int
+	Required    bool
+	DataDir     string
+	// Decode turns the plugin's declared schema into its config JSON. It
+	// is called after every Describe, since a restarted binary may declare
+	// a different schema. Its error is a config error.
+	Decode func(schema *pluginv1.Schema) ([]byte, error)
+	// Fingerprint identifies the spec's content; a reload restarts the
+	// plugin when it changes.
+	Fingerprint string
+}
+
+// Policy holds the restart and health settings.
+type Policy struct {
+	InitialBackoff time.Duration
+	MaxBackoff     time.Duration
+	MaxRestarts    int
+	Window         time.Duration
+	StableAfter    time.Duration
+	HealthInterval time.Duration
+	HealthTimeout  time.Duration
+	HealthFailures int
+	StartTimeout   time.Duration
+	Limits         *pluginv1.Limits
+}
+
+// Options configure New.
+type Options struct {
+	Logger  hclog.Logger
+	Metrics *metrics.Host
+	Policy  Policy
+	// Host is served to every plugin for callbacks.
+	Host pluginv1.HostServer
+	// OnChange is called, without locks held, when a plugin's state or
+	// manifest changes. It must not block.
+	OnChange func()
+}
+
+// Conn is a snapshot of a ready plugin that the ingress sends requests to.
+type Conn struct {
+	RPC pluginv1.PluginClient
+	// aborted is set when the supervisor killed this process at a drain
+	// deadline, so the ingress can count the requests that failed.
+	aborted *atomic.Bool
+}
+
+// Aborted reports whether the process was killed at a drain deadline.
+func (c *Conn) Aborted() bool { return c.aborted.Load() }
+
+// Status is a plugin's status for /readyz and /v1/plugins.
+type Status struct {
+	Name      string `json:"name"`
+	State     State  `json:"state"`
+	Health    string `json:"health,omitempty"`
+	Pid       int    `json:"pid"`
+	Restarts  int    `json:"restarts"`
+	Version   string `json:"version"`
+	LastError string `json:"last_error"`
+	Required  bool   `json:"required"`
+	Mount     string `json:"mount"`
+}
+
+// Plugin supervises one plugin.
+type Plugin struct {
+	spec   Spec
+	opts   Options
+	logger hclog.Logger
+
+	cmds chan command
+	done chan struct{}
+
+	mu       sync.Mutex
+	state    State
+	health   string
+	inst     *catalog.Instance
+	conn     *Conn
+	manifest *pluginv1.DescribeResponse
+	restarts int
+	recent   []time.Time
+	lastErr  string
+	// first is closed after the first start attempt, with firstErr set.
+	first    chan struct{}
+	firstErr error
+}
+
+type commandKind int
+
+const (
+	cmdRestart commandKind = iota
+	cmdStop
+)
+
+type command struct {
+	kind     commandKind
+	deadline time.Time
+	done     chan struct{}
+}
+
+// Start launches the plugin's goroutine. It returns after the first start
+// attempt: a config error (the plugin's schema or Configure refused the
+// config) is returned and the plugin is stopped; any other failure is left
+// to the restart loop and Start returns nil.
+func Start(ctx context.Context, spec Spec, opts Options) (*Plugin, error) {
+	p := &Plugin{
+		spec:   spec,
+		opts:   opts,
+		logger: opts.Logger.With("plugin", spec.Name),
+		cmds:   make(chan command),
+		done:   make(chan struct{}),
+		state:  StateStarting,
+		first:  make(chan struct{}),
+	}
+	p.publish()
+	go p.run(ctx)
+	<-p.first
+	if p.firstErr != nil {
+		p.Stop(time.Now())
+		return nil, p.firstErr
+	}
+	return p, nil
+}
+
+// Spec returns the plugin's spec.
+func (p *Plugin) Spec() Spec { return p.spec }
+
+// Name returns the plugin's instance name.
+func (p *Plugin) Name() string { return p.spec.Name }
+
+// Conn returns the ready plugin's connection, or nil when it is not ready
+// (or is ready but reports itself not ready).
+func (p *Plugin) Conn() *Conn {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.state != StateReady || p.health == "not_ready" {
+		return nil
+	}
+	return p.conn
+}
+
+// Manifest returns the last Describe answer, or nil before the first.
+func (p *Plugin) Manifest() *pluginv1.DescribeResponse {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.manifest
+}
+
+// Status returns a snapshot for the admin API and /readyz.
+func (p *Plugin) Status() Status {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := Status{
+		Name: p.spec.Name, State: p.state, Health: p.health, Restarts: p.restarts,
+		LastError: p.lastErr, Required: p.spec.Required, Mount: p.spec.Mount,
+	}
+	if p.inst != nil {
+		s.Pid = p.inst.Pid()
+	}
+	if p.manifest != nil {
+		s.Version = p.manifest.GetVersion()
+	}
+	return s
+}
+
+// Ready reports whether the plugin serves requests.
+func (p *Plugin) Ready() bool { return p.Conn() != nil }
+
+// Families returns the plugin's metric families; it implements
+// metrics.Source.
+func (p *Plugin) Families(ctx context.Context) ([][]byte, error) {
+	c := p.Conn()
+	if c == nil {
+		return nil, errors.New("plugin is not ready")
+	}
+	resp, err := c.RPC.Metrics(ctx, &pluginv1.MetricsRequest{})
+	if err != nil {
+		return nil, err
+	}
+	return resp.GetFamilies(), nil
+}
+
+// Restart drains the plugin (with the given deadline) and starts it again,
+// also from the failed state. It returns once the restart has begun.
+func (p *Plugin) Restart(deadline time.Time) {
+	select {
+	case p.cmds <- command{kind: cmdRestart, deadline: deadline}:
+	case <-p.done:
+	}
+}
+
+// Stop drains the plugin until deadline, kills what is left and waits for
+// the supervisor goroutine to end. It is safe to call more than once.
+func (p *Plugin) Stop(deadline time.Time) {
+	select {
+	case p.cmds <- command{kind: cmdStop, deadline: deadline}:
+	case <-p.done:
+	}
+	<-p.done
+}
+
+func (p *Plugin) setState(s State, lastErr error) {
+	p.mu.Lock()
+	p.state = s
+	if lastErr != nil {
+		p.lastErr = lastErr.Error()
+	}
+	if s != StateReady {
+		p.health = ""
+	}
+	p.mu.Unlock()
+	p.publish()
+}
+
+// publish updates metrics and tells the owner; never called with mu held.
+func (p *Plugin) publish() {
+	st := p.Status()
+	if m := p.opts.Metrics; m != nil {
+		for _, s := range States {
+			v := 0.0
+			if s == st.State {
+				v = 1
+			}
+			m.PluginState.WithLabelValues(p.spec.Name, string(s)).Set(v)
+		}
+		up := 0.0
+		if p.Ready() {
+			up = 1
+		}
+		m.PluginUp.WithLabelValues(p.spec.Name).Set(up)
+	}
+	if p.opts.OnChange != nil {
+		p.opts.OnChange()
+	}
+}
+
+func (p *Plugin) firstDone(err error) {
+	select {
+	case <-p.first:
+	default:
+		p.firstErr = err
+		close(p.first)
+	}
+}
+
+// run is the plugin's state machine. It owns inst; others read snapshots
+// under mu.
+func (p *Plugin) run(ctx context.Context) {
+	defer close(p.done)
+	pol := p.opts.Policy
+	bo := backoff.Backoff{Policy: backoff.Policy{Initial: pol.InitialBackoff, Max: pol.MaxBackoff}}
+	for {
+		p.setState(StateStarting, nil)
+		inst, err := p.launch(ctx)
+		var cfgErr *ConfigError
+		if errors.As(err, &cfgErr) {
+			p.logger.Error("plugin refused its config", "error", err)
+			p.firstDone(err)
+			if !p.waitFailed(ctx, err) {
+				return
+			}
+			bo.Reset()
+			continue
+		}
+		p.firstDone(nil)
+		var reason error
+		if err == nil {
+			p.logger.Info("plugin ready", "pid", inst.Pid(), "version", inst.Manifest().GetVersion())
+			var cmd *command
+			reason, cmd = p.serve(ctx, inst, &bo)
+			if cmd != nil {
+				switch cmd.kind {
+				case cmdStop:
+					p.drainAndKill(inst, cmd.deadline)
+					p.setState(StateStopped, nil)
+					return
+				case cmdRestart:
+					p.drainAndKill(inst, cmd.deadline)
+					p.countRestart()
+					bo.Reset()
+					continue
+				}
+			}
+			inst.Kill()
+			p.mu.Lock()
+			p.inst, p.conn = nil, nil
+			p.mu.Unlock()
+		} else {
+			reason = err
+		}
+		p.logger.Warn("plugin down", "error", reason)
+		if p.countRestart() {
+			p.logger.Error("plugin failed: too many restarts", "max_restarts", pol.MaxRestarts, "window", pol.Window, "error", reason)
+			if !p.waitFailed(ctx, reason) {
+				return
+			}
+			bo.Reset()
+			continue
+		}
+		d := bo.Next()
+		p.setState(StateBackoff, reason)
+		p.logger.Info("restarting plugin after backoff", "backoff", d)
+		if cmd := p.sleep(ctx, d); cmd != nil {
+			if cmd.kind == cmdStop {
+				p.setState(StateStopped, nil)
+				return
+			}
+			bo.Reset()
+		}
+	}
+}
+
+// countRestart records a restart and reports whether the plugin has now
+// restarted more than MaxRestarts times within Window.
+func (p *Plugin) countRestart() bool {
+	now := time.Now()
+	p.mu.Lock()
+	p.restarts++
+	keep := p.recent[:0]
+	for _, t := range p.recent {
+		if now.Sub(t) < p.opts.Policy.Window {
+			keep = append(keep, t)
+		}
+	}
+	p.recent = append(keep, now)
+	over := len(p.recent) > p.opts.Policy.MaxRestarts
+	p.mu.Unlock()
+	if m := p.opts.Metrics; m != nil {
+		m.PluginRestarts.WithLabelValues(p.spec.Name).Inc()
+	}
+	return over
+}
+
+// waitFailed parks the plugin in the failed state until an operator
+// restarts it. It returns false when the plugin should stop.
+func (p *Plugin) waitFailed(ctx context.Context, reason error) bool {
+	p.setState(StateFailed, reason)
+	select {
+	case cmd := <-p.cmds:
+		if cmd.kind == cmdStop {
+			p.setState(StateStopped, nil)
+			return false
+		}
+		p.mu.Lock()
+		p.recent = nil
+		p.mu.Unlock()
+		return true
+	case <-ctx.Done():
+		p.setState(StateStopped, nil)
+		return false
+	}
+}
+
+// sleep waits out a backoff; a command cuts it short.
+func (p *Plugin) sleep(ctx context.Context, d time.Duration) *command {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case cmd := <-p.cmds:
+		return &cmd
+	case <-ctx.Done():
+		return &command{kind: cmdStop, deadline: time.Now()}
+	}
+}
+
+// ConfigError is a config the plugin's schema or its Configure refused.
+type ConfigError struct {
+	Plugin string
+	// Attribute is the attribute the plugin blamed, if any.
+	Attribute string
+	Err       error
+}
+
+// Error names the plugin and the problem.
+func (e *ConfigError) Error() string {
+	return fmt.Sprintf("plugin %q config: %v", e.Plugin, e.Err)
+}
+
+// Unwrap returns the underlying error.
+func (e *ConfigError) Unwrap() error { return e.Err }
+
+func (p *Plugin) launch(ctx context.Context) (*catalog.Instance, error) {
+	inst, err := catalog.Launch(ctx, p.spec.Path, p.spec.SHA256, catalog.Options{
+		Logger:       p.opts.Logger.Named(p.spec.Name).With("plugin", p.spec.Name),
+		StartTimeout: p.opts.Policy.StartTimeout,
+		Host:         p.opts.Host,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("start: %w", err)
+	}
+	m := inst.Manifest()
+	p.mu.Lock()
+	p.manifest = m
+	p.inst = inst
+	p.mu.Unlock()
+	cfg, err := p.spec.Decode(m.GetConfigSchema())
+	if err != nil {
+		inst.Kill()
+		p.clearInst()
+		return nil, &ConfigError{Plugin: p.spec.Name, Err: err}
+	}
+	if err := os.MkdirAll(p.spec.DataDir, 0o750); err != nil {
+		inst.Kill()
+		p.clearInst()
+		return nil, fmt.Errorf("create data dir: %w", err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, p.opts.Policy.StartTimeout)
+	defer cancel()
+	if err := inst.Configure(cctx, p.spec.Name, cfg, p.spec.DataDir, p.opts.Policy.Limits); err != nil {
+		inst.Kill()
+		p.clearInst()
+		var ce *catalog.ConfigError
+		if errors.As(err, &ce) {
+			return nil, &ConfigError{Plugin: p.spec.Name, Attribute: ce.Attribute, Err: err}
+		}
+		return nil, err
+	}
+	return inst, nil
+}
+
+func (p *Plugin) clearInst() {
+	p.mu.Lock()
+	p.inst, p.conn = nil, nil
+	p.mu.Unlock()
+}
+
+// serve keeps a ready plugin: it health-checks it and waits for it to exit
+// or for a command. It returns why the plugin went down, or the command.
+func (p *Plugin) serve(ctx context.Context, inst *catalog.Instance, bo *backoff.Backoff) (error, *command) {
+	pol := p.opts.Policy
+	conn := &Conn{RPC: inst.RPC(), aborted: &atomic.Bool{}}
+	p.mu.Lock()
+	p.conn = conn
+	p.mu.Unlock()
+	p.setState(StateReady, nil)
+
+	stable := time.NewTimer(pol.StableAfter)
+	defer stable.Stop()
+	tick := time.NewTicker(pol.HealthInterval)
+	defer tick.Stop()
+	fails := 0
+	for {
+		select {
+		case <-inst.Exited():
+			return errors.New("plugin process exited"), nil
+		case cmd := <-p.cmds:
+			return nil, &cmd
+		case <-ctx.Done():
+			return nil, &command{kind: cmdStop, deadline: time.Now()}
+		case <-stable.C:
+			bo.Reset()
+		case <-tick.C:
+			h, err := p.check(ctx, inst)
+			if err != nil {
+				fails++
+				p.logger.Warn("health check failed", "consecutive", fails, "error", err)
+				if fails >= pol.HealthFailures {
+					return fmt.Errorf("unhealthy: %d consecutive failed health checks: %w", fails, err), nil
+				}
+				continue
+			}
+			fails = 0
+			p.mu.Lock()
+			changed := p.health != h
+			p.health = h
+			p.mu.Unlock()
+			if changed {
+				p.publish()
+			}
+		}
+	}
+}
+
+func (p *Plugin) check(ctx context.Context, inst *catalog.Instance) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, p.opts.Policy.HealthTimeout)
+	defer cancel()
+	resp, err := inst.RPC().Health(ctx, &pluginv1.HealthRequest{})
+	if err != nil {
+		return "", err
+	}
+	switch resp.GetStatus() {
+	case pluginv1.HealthResponse_STATUS_DEGRADED:
+		return "degraded", nil
+	case pluginv1.HealthResponse_STATUS_NOT_READY:
+		return "not_ready", nil
+	}
+	return "", nil
+}
+
+// drainAndKill asks the plugin to drain until deadline, then ends it: at
+// once when nothing was left in flight, by SIGKILL when the deadline
+// passed with requests still running.
+func (p *Plugin) drainAndKill(inst *catalog.Instance, deadline time.Time) {
+	p.setState(StateDraining, nil)
+	p.mu.Lock()
+	conn := p.conn
+	p.mu.Unlock()
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	resp, err := inst.RPC().Drain(ctx, &pluginv1.DrainRequest{DeadlineUnixNano: deadline.UnixNano()})
+	switch {
+	case err != nil:
+		p.logger.Warn("drain did not finish; killing plugin", "error", err)
+		if conn != nil {
+			conn.aborted.Store(true)
+		}
+		inst.ForceKill()
+	case resp.GetAbandoned() > 0:
+		p.logger.Warn("drain deadline passed; killing plugin", "completed", resp.GetCompleted(), "abandoned", resp.GetAbandoned())
+		if conn != nil {
+			conn.aborted.Store(true)
+		}
+		inst.ForceKill()
+	default:
+		p.logger.Info("plugin drained", "completed", resp.GetCompleted())
+		inst.Kill()
+	}
+	p.clearInst()
+}

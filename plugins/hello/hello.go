@@ -1,0 +1,102 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/plughost/plughost/sdk"
+)
+
+// maxSleep bounds /sleep so one request cannot hold a slot for ever.
+const maxSleep = 10 * time.Minute
+
+type config struct {
+	Greeting string `json:"greeting"`
+}
+
+// hello serves the plugin's routes. Its fields are set once in configure,
+// before the first request.
+type hello struct {
+	greeting atomic.Pointer[string]
+	sleeps   prometheus.Counter
+	mux      *http.ServeMux
+}
+
+func definition() sdk.Plugin {
+	h := &hello{mux: http.NewServeMux()}
+	g := "hello"
+	h.greeting.Store(&g)
+	h.mux.HandleFunc("GET /{$}", h.greet)
+	h.mux.HandleFunc("GET /sleep", h.sleep)
+	return sdk.Plugin{
+		Name:    "hello",
+		Version: "0.1.0",
+		Routes: []sdk.Route{
+			{Method: "GET", Pattern: "/{$}"},
+			{Method: "GET", Pattern: "/sleep", Timeout: maxSleep},
+		},
+		Config: sdk.Schema{Attrs: []sdk.Attr{
+			{Name: "greeting", Type: sdk.TypeString, Default: "hello", Description: "what GET / answers"},
+		}},
+		Handler:   h.mux,
+		Configure: h.configure,
+	}
+}
+
+func (h *hello) configure(_ context.Context, rt *sdk.Runtime) error {
+	var c config
+	if err := rt.DecodeConfig(&c); err != nil {
+		return err
+	}
+	if c.Greeting == "" {
+		return &sdk.AttrError{Attr: "greeting", Err: errors.New("must not be empty")}
+	}
+	h.greeting.Store(&c.Greeting)
+	h.sleeps = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "hello_sleeps_total",
+		Help: "Sleep requests served, whether they finished or were cancelled.",
+	})
+	return rt.Registerer.Register(h.sleeps)
+}
+
+func (h *hello) greet(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(map[string]string{"greeting": *h.greeting.Load()})
+}
+
+func (h *hello) sleep(w http.ResponseWriter, r *http.Request) {
+	ms, err := strconv.ParseInt(r.URL.Query().Get("ms"), 10, 64)
+	if err != nil || ms < 0 || time.Duration(ms)*time.Millisecond > maxSleep {
+		writeJSON(w, http.StatusBadRequest, map[string]any{"error": map[string]string{
+			"code": "bad_request", "message": "ms must be an integer from 0 to 600000",
+		}})
+		return
+	}
+	if h.sleeps != nil {
+		h.sleeps.Inc()
+	}
+	t := time.NewTimer(time.Duration(ms) * time.Millisecond)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		writeJSON(w, http.StatusOK, map[string]any{"slept_ms": ms})
+	case <-r.Context().Done():
+		// The caller is gone or its deadline passed; nobody reads this.
+		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"error": map[string]string{
+			"code": "cancelled", "message": r.Context().Err().Error(),
+		}})
+	}
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}

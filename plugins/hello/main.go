@@ -1,0 +1,18 @@
+// Command hello is the example plughost plugin: GET / answers the
+// configured greeting and GET /sleep?ms=N answers after N milliseconds or
+// when the request is cancelled. The plugin guide and the benchmarks use it.
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/plughost/plughost/sdk"
+)
+
+func main() {
+	if err := sdk.Serve(definition()); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+}

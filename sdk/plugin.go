@@ -1,0 +1,184 @@
+package sdk
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Version is the SDK version reported to the host in Describe.
+const Version = "0.1.0"
+
+// ErrDraining is returned by Host.Call, and answered as 503 to callers, once
+// the plugin has begun to drain.
+var ErrDraining = errors.New("sdk: plugin is draining")
+
+// Plugin defines a plugin. Name, Version, Routes and Handler are required;
+// the hooks are optional.
+type Plugin struct {
+	// Name is the plugin's kind, e.g. "hello". Operators may run it under
+	// another instance name.
+	Name string
+	// Version is the plugin's own version, shown by the host.
+	Version string
+	// Routes lists every route Handler serves, relative to the mount point.
+	// The host only forwards requests that match one of them.
+	Routes []Route
+	// Config declares the plugin's config block. The host checks the
+	// operator's block against it before Configure is called.
+	Config Schema
+	// Handler serves the routes.
+	Handler http.Handler
+
+	// Configure, if set, is called once before any request with the
+	// decoded config. Returning an error refuses the config; the host shows
+	// it to the operator as a diagnostic on the plugin's config block.
+	Configure func(ctx context.Context, rt *Runtime) error
+	// Drain, if set, is called when the host begins to drain the plugin;
+	// ctx expires at the host's drain deadline. In-flight requests are
+	// waited for by the SDK after Drain returns.
+	Drain func(ctx context.Context) error
+	// Health, if set, reports readiness; it must answer within the host's
+	// health timeout. Without it the plugin is ready once configured.
+	Health func(ctx context.Context) Health
+}
+
+// Route is one route a plugin serves.
+type Route struct {
+	// Method is an HTTP method such as "GET"; empty matches any method.
+	Method string
+	// Pattern is a net/http ServeMux path pattern relative to the mount
+	// point, starting with "/": "/{$}" is the mount itself, "/items/{id}"
+	// a wildcard segment and "/static/" a subtree.
+	Pattern string
+	// Streaming routes may write their response in chunks with
+	// http.Flusher (long polls, server-sent events). They get no default
+	// deadline; they end when the handler returns or the caller goes away.
+	Streaming bool
+	// Timeout overrides the host's request_timeout for this route; zero
+	// keeps the host's.
+	Timeout time.Duration
+}
+
+// HealthStatus is a plugin's readiness.
+type HealthStatus int
+
+// Health statuses. A degraded plugin still receives requests.
+const (
+	StatusReady HealthStatus = iota + 1
+	StatusDegraded
+	StatusNotReady
+)
+
+// String returns the status's lowercase name.
+func (s HealthStatus) String() string {
+	switch s {
+	case StatusReady:
+		return "ready"
+	case StatusDegraded:
+		return "degraded"
+	case StatusNotReady:
+		return "not_ready"
+	default:
+		return fmt.Sprintf("status(%d)", int(s))
+	}
+}
+
+// Health is a plugin's answer to a health check.
+type Health struct {
+	Status HealthStatus
+	// Reason says why the plugin is degraded or not ready.
+	Reason string
+}
+
+// Limits are the host's ingress limits, for plugins that size buffers.
+type Limits struct {
+	// MaxBodyBytes is the largest request body the host forwards.
+	MaxBodyBytes int64
+	// RequestTimeout is the default deadline of non-streaming routes.
+	RequestTimeout time.Duration
+}
+
+// Host is the host as seen by a plugin.
+type Host interface {
+	// Call sends req to the routes of the plugin instance named plugin,
+	// through the host's ingress path: its limits, in-flight cap and
+	// readiness rules apply. req.URL.Path is relative to the target's mount
+	// point. ctx bounds the call; its deadline travels to the target.
+	// A non-2xx answer is a response, not an error.
+	Call(ctx context.Context, plugin string, req *http.Request) (*http.Response, error)
+}
+
+// Runtime is what the SDK hands a plugin in Configure.
+type Runtime struct {
+	// Instance is the plugin's name in the operator's config.
+	Instance string
+	// Logger's records reach the host's log, tagged with the instance name.
+	Logger hclog.Logger
+	// Registerer registers the plugin's own metrics. The host exposes them
+	// with a plugin label; names starting with "plughost_" are reserved.
+	Registerer prometheus.Registerer
+	// DataDir is the plugin's own directory, created by the host.
+	DataDir string
+	// Limits are the host's ingress limits.
+	Limits Limits
+	// Host lets the plugin call other plugins through the host.
+	Host Host
+
+	config []byte
+	ctx    context.Context
+}
+
+// Context returns a context that lives as long as the plugin serves and is
+// cancelled when the host begins to drain it. Background work started in
+// Configure should stop when it is done.
+func (rt *Runtime) Context() context.Context { return rt.ctx }
+
+// DecodeConfig decodes the operator's config block into v, a pointer to a
+// struct whose json tags name the schema's attributes. The host has already
+// applied defaults and checked types; unknown fields are an error, which
+// means v and the declared Schema disagree.
+func (rt *Runtime) DecodeConfig(v any) error {
+	dec := json.NewDecoder(strings.NewReader(string(rt.config)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("decode config: %w", err)
+	}
+	return nil
+}
+
+// RawConfig returns the operator's config block as a JSON object.
+func (rt *Runtime) RawConfig() []byte { return rt.config }
+
+// Duration is a time.Duration that decodes from a JSON string such as "5s",
+// for config attributes of type TypeDuration.
+type Duration time.Duration
+
+// UnmarshalJSON decodes a Go duration string.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("duration must be a string: %w", err)
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return err
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// MarshalJSON encodes d as a Go duration string.
+func (d Duration) MarshalJSON() ([]byte, error) {
+	return json.Marshal(time.Duration(d).String())
+}
+
+// Std returns d as a time.Duration.
+func (d Duration) Std() time.Duration { return time.Duration(d) }

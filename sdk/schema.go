@@ -1,0 +1,171 @@
+package sdk
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"regexp"
+	"strings"
+
+	pluginv1 "github.com/plughost/plughost/proto/pluginv1"
+)
+
+// Type is a config attribute's type.
+type Type string
+
+// Scalar attribute types. Compose them with ListOf and MapOf.
+const (
+	TypeString Type = "string"
+	TypeNumber Type = "number"
+	TypeBool   Type = "bool"
+	// TypeDuration is a string that time.ParseDuration accepts, such as
+	// "250ms"; decode it into a Duration.
+	TypeDuration Type = "duration"
+)
+
+// ListOf returns the type of a list of t, a scalar type.
+func ListOf(t Type) Type { return "list(" + t + ")" }
+
+// MapOf returns the type of a map from string to t, a scalar type.
+func MapOf(t Type) Type { return "map(" + t + ")" }
+
+// Schema declares a plugin's config block.
+type Schema struct {
+	Attrs  []Attr
+	Blocks []Block
+}
+
+// Attr declares one config attribute.
+type Attr struct {
+	// Name is the attribute name, snake_case.
+	Name string
+	Type Type
+	// Required attributes have no default.
+	Required bool
+	// Default is used when the operator omits the attribute; it must be
+	// JSON-encodable and match Type. Nil means no default (null).
+	Default     any
+	Description string
+}
+
+// Block declares a nested config block.
+type Block struct {
+	Name string
+	// List allows the block any number of times; the plugin gets a JSON
+	// array. Otherwise it may appear at most once.
+	List        bool
+	Required    bool
+	Schema      Schema
+	Description string
+}
+
+var nameRE = regexp.MustCompile(`^[a-z][a-z0-9_]*$`)
+
+func (s Schema) toProto() (*pluginv1.Schema, error) {
+	out := &pluginv1.Schema{}
+	seen := map[string]bool{}
+	for _, a := range s.Attrs {
+		if !nameRE.MatchString(a.Name) {
+			return nil, fmt.Errorf("attribute name %q: want snake_case", a.Name)
+		}
+		if seen[a.Name] {
+			return nil, fmt.Errorf("attribute %q declared twice", a.Name)
+		}
+		seen[a.Name] = true
+		if !validType(a.Type) {
+			return nil, fmt.Errorf("attribute %q: unknown type %q", a.Name, a.Type)
+		}
+		pa := &pluginv1.Attribute{Name: a.Name, Type: string(a.Type), Required: a.Required, Description: a.Description}
+		if a.Default != nil {
+			if a.Required {
+				return nil, fmt.Errorf("attribute %q: required attributes take no default", a.Name)
+			}
+			b, err := json.Marshal(a.Default)
+			if err != nil {
+				return nil, fmt.Errorf("attribute %q: encode default: %w", a.Name, err)
+			}
+			pa.DefaultJson = string(b)
+		}
+		out.Attributes = append(out.Attributes, pa)
+	}
+	for _, b := range s.Blocks {
+		if !nameRE.MatchString(b.Name) {
+			return nil, fmt.Errorf("block name %q: want snake_case", b.Name)
+		}
+		if seen[b.Name] {
+			return nil, fmt.Errorf("name %q declared twice", b.Name)
+		}
+		seen[b.Name] = true
+		body, err := b.Schema.toProto()
+		if err != nil {
+			return nil, fmt.Errorf("block %q: %w", b.Name, err)
+		}
+		n := pluginv1.Block_NESTING_SINGLE
+		if b.List {
+			n = pluginv1.Block_NESTING_LIST
+		}
+		out.Blocks = append(out.Blocks, &pluginv1.Block{Name: b.Name, Nesting: n, Required: b.Required, Body: body, Description: b.Description})
+	}
+	return out, nil
+}
+
+func validType(t Type) bool {
+	switch t {
+	case TypeString, TypeNumber, TypeBool, TypeDuration:
+		return true
+	}
+	for _, pre := range []string{"list(", "map("} {
+		if inner, ok := strings.CutPrefix(string(t), pre); ok {
+			inner, ok = strings.CutSuffix(inner, ")")
+			return ok && validType(Type(inner)) && !strings.Contains(inner, "(")
+		}
+	}
+	return false
+}
+
+func (p *Plugin) validate() error {
+	if !regexp.MustCompile(`^[a-z][a-z0-9_-]*$`).MatchString(p.Name) {
+		return fmt.Errorf("plugin name %q: want lowercase letters, digits, '-' or '_'", p.Name)
+	}
+	if p.Version == "" {
+		return fmt.Errorf("plugin %q: version is empty", p.Name)
+	}
+	if p.Handler == nil {
+		return fmt.Errorf("plugin %q: handler is nil", p.Name)
+	}
+	if len(p.Routes) == 0 {
+		return fmt.Errorf("plugin %q: no routes", p.Name)
+	}
+	mux := http.NewServeMux()
+	for _, r := range p.Routes {
+		if err := registerRoute(mux, r); err != nil {
+			return fmt.Errorf("plugin %q: %w", p.Name, err)
+		}
+	}
+	if _, err := p.Config.toProto(); err != nil {
+		return fmt.Errorf("plugin %q config schema: %w", p.Name, err)
+	}
+	return nil
+}
+
+// registerRoute checks a route the way the host will: ServeMux panics on a
+// bad or conflicting pattern, and that panic becomes an error here.
+func registerRoute(mux *http.ServeMux, r Route) (err error) {
+	if !strings.HasPrefix(r.Pattern, "/") {
+		return fmt.Errorf("route %q: pattern must start with /", r.Pattern)
+	}
+	if r.Timeout < 0 {
+		return fmt.Errorf("route %q: negative timeout", r.Pattern)
+	}
+	pat := r.Pattern
+	if r.Method != "" {
+		pat = r.Method + " " + pat
+	}
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("route %q: %v", pat, v)
+		}
+	}()
+	mux.Handle(pat, http.NotFoundHandler())
+	return nil
+}

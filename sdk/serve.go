@@ -1,0 +1,68 @@
+package sdk
+
+import (
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/go-plugin"
+
+	pluginv1 "github.com/plughost/plughost/proto/pluginv1"
+	"github.com/plughost/plughost/sdk/wire"
+)
+
+// parentPollInterval is how often a plugin checks that its host is alive.
+const parentPollInterval = 250 * time.Millisecond
+
+// Serve runs p as a plugin of the host that started this process. It
+// returns an error at once if p is not a valid definition; otherwise it
+// serves until the host closes the connection or goes away, and then the
+// process exits. Call it from main:
+//
+//	if err := sdk.Serve(def); err != nil {
+//		fmt.Fprintln(os.Stderr, err)
+//		os.Exit(1)
+//	}
+func Serve(p Plugin) error {
+	if err := p.validate(); err != nil {
+		return err
+	}
+	// The host parses JSON records on stderr and re-logs them under the
+	// plugin's name, keeping their level and fields.
+	logger := hclog.New(&hclog.LoggerOptions{
+		Name:       p.Name,
+		Level:      hclog.Trace,
+		Output:     os.Stderr,
+		JSONFormat: true,
+	})
+	go watchParent(logger, os.Getppid())
+	plugin.Serve(&plugin.ServeConfig{
+		HandshakeConfig: wire.Handshake,
+		VersionedPlugins: wire.PluginSets(func(b *plugin.GRPCBroker) pluginv1.PluginServer {
+			return newServer(p, logger, b)
+		}),
+		GRPCServer: plugin.DefaultGRPCServer,
+		Logger:     logger,
+	})
+	return nil
+}
+
+// watchParent exits the process once its parent is gone, so that no plugin
+// outlives its host even when the host is killed with SIGKILL. The host
+// also asks the kernel for a death signal where it can; this covers the
+// rest (other platforms, and a host thread that exits before the host).
+func watchParent(logger hclog.Logger, ppid int) {
+	if ppid <= 1 {
+		return
+	}
+	t := time.NewTicker(parentPollInterval)
+	defer t.Stop()
+	for range t.C {
+		if os.Getppid() != ppid {
+			logger.Error("host process is gone; exiting", "host_pid", ppid)
+			fmt.Fprintln(os.Stderr, "plughost plugin: host process is gone; exiting")
+			os.Exit(3)
+		}
+	}
+}

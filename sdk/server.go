@@ -1,0 +1,387 @@
+package sdk
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/go-plugin"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	pluginv1 "github.com/plughost/plughost/proto/pluginv1"
+	"github.com/plughost/plughost/sdk/wire"
+)
+
+// server adapts a Plugin to the gRPC contract.
+type server struct {
+	pluginv1.UnimplementedPluginServer
+
+	p        Plugin
+	logger   hclog.Logger
+	registry *prometheus.Registry
+	broker   *plugin.GRPCBroker
+	inflight inflight
+
+	// ctx is the Runtime's lifetime context, cancelled on Drain.
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	mu         sync.Mutex
+	configured bool
+}
+
+func newServer(p Plugin, logger hclog.Logger, broker *plugin.GRPCBroker) *server {
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &server{
+		p:        p,
+		logger:   logger,
+		registry: prometheus.NewRegistry(),
+		broker:   broker,
+		ctx:      ctx,
+		cancel:   cancel,
+	}
+	s.inflight.init()
+	return s
+}
+
+func (s *server) Describe(context.Context, *pluginv1.DescribeRequest) (*pluginv1.DescribeResponse, error) {
+	schema, err := s.p.Config.toProto()
+	if err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	resp := &pluginv1.DescribeResponse{
+		Name:         s.p.Name,
+		Version:      s.p.Version,
+		ConfigSchema: schema,
+		SdkVersion:   Version,
+	}
+	for _, r := range s.p.Routes {
+		resp.Routes = append(resp.Routes, &pluginv1.Route{
+			Method:    r.Method,
+			Pattern:   r.Pattern,
+			Streaming: r.Streaming,
+			TimeoutMs: r.Timeout.Milliseconds(),
+		})
+	}
+	return resp, nil
+}
+
+func (s *server) Configure(ctx context.Context, req *pluginv1.ConfigureRequest) (*pluginv1.ConfigureResponse, error) {
+	s.mu.Lock()
+	if s.configured {
+		s.mu.Unlock()
+		return nil, status.Error(codes.FailedPrecondition, "plugin is already configured; the host restarts a plugin to change its config")
+	}
+	s.configured = true
+	s.mu.Unlock()
+
+	cfg := req.GetConfigJson()
+	if len(cfg) == 0 {
+		cfg = []byte("{}")
+	}
+	rt := &Runtime{
+		Instance:   req.GetInstance(),
+		Logger:     s.logger,
+		Registerer: s.registry,
+		DataDir:    req.GetDataDir(),
+		Limits: Limits{
+			MaxBodyBytes:   req.GetLimits().GetMaxBodyBytes(),
+			RequestTimeout: time.Duration(req.GetLimits().GetRequestTimeoutMs()) * time.Millisecond,
+		},
+		Host:   &hostClient{broker: s.broker, id: req.GetHostBrokerId()},
+		config: cfg,
+		ctx:    s.ctx,
+	}
+	if s.p.Configure != nil {
+		if err := s.p.Configure(ctx, rt); err != nil {
+			var ae *AttrError
+			if errors.As(err, &ae) {
+				return &pluginv1.ConfigureResponse{Error: ae.Err.Error(), Attribute: ae.Attr}, nil
+			}
+			return &pluginv1.ConfigureResponse{Error: err.Error()}, nil
+		}
+	}
+	return &pluginv1.ConfigureResponse{}, nil
+}
+
+// AttrError is an error from a Configure hook about one config attribute;
+// the host points its diagnostic at that attribute.
+type AttrError struct {
+	Attr string
+	Err  error
+}
+
+// Error returns the attribute and the message.
+func (e *AttrError) Error() string { return fmt.Sprintf("%s: %v", e.Attr, e.Err) }
+
+// Unwrap returns the underlying error.
+func (e *AttrError) Unwrap() error { return e.Err }
+
+func (s *server) Health(ctx context.Context, _ *pluginv1.HealthRequest) (*pluginv1.HealthResponse, error) {
+	h := Health{Status: StatusReady}
+	switch {
+	case s.inflight.isDraining():
+		h = Health{Status: StatusNotReady, Reason: "draining"}
+	case s.p.Health != nil:
+		h = s.p.Health(ctx)
+	}
+	st := pluginv1.HealthResponse_STATUS_READY
+	switch h.Status {
+	case StatusDegraded:
+		st = pluginv1.HealthResponse_STATUS_DEGRADED
+	case StatusNotReady:
+		st = pluginv1.HealthResponse_STATUS_NOT_READY
+	}
+	return &pluginv1.HealthResponse{Status: st, Reason: h.Reason}, nil
+}
+
+func (s *server) Metrics(context.Context, *pluginv1.MetricsRequest) (*pluginv1.MetricsResponse, error) {
+	mfs, err := s.registry.Gather()
+	if err != nil {
+		// Gather returns what it could alongside the error; the host
+		// reports the error, so send nothing rather than half a set.
+		return nil, status.Errorf(codes.Internal, "gather metrics: %v", err)
+	}
+	resp := &pluginv1.MetricsResponse{Families: make([][]byte, 0, len(mfs))}
+	for _, mf := range mfs {
+		b, err := proto.Marshal(mf)
+		if err != nil {
+			return nil, status.Errorf(codes.Internal, "encode metric family %q: %v", mf.GetName(), err)
+		}
+		resp.Families = append(resp.Families, b)
+	}
+	return resp, nil
+}
+
+func (s *server) Drain(ctx context.Context, req *pluginv1.DrainRequest) (*pluginv1.DrainResponse, error) {
+	if d := req.GetDeadlineUnixNano(); d > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, time.Unix(0, d))
+		defer cancel()
+	}
+	started := s.inflight.drain()
+	s.cancel()
+	s.logger.Info("draining", "in_flight", started)
+	if s.p.Drain != nil {
+		if err := s.p.Drain(ctx); err != nil {
+			s.logger.Warn("drain hook failed", "error", err)
+		}
+	}
+	left := s.inflight.wait(ctx)
+	return &pluginv1.DrainResponse{Completed: max(started-left, 0), Abandoned: left}, nil
+}
+
+func (s *server) Handle(ctx context.Context, req *pluginv1.HTTPRequest) (*pluginv1.HTTPResponse, error) {
+	w := newBufferedWriter()
+	s.serve(ctx, req, w)
+	return &pluginv1.HTTPResponse{
+		Status:  int32(w.status),
+		Headers: wire.HeadersToProto(w.header),
+		Body:    w.body.Bytes(),
+	}, nil
+}
+
+func (s *server) HandleStream(req *pluginv1.HTTPRequest, stream pluginv1.Plugin_HandleStreamServer) error {
+	w := newStreamWriter(stream)
+	s.serve(stream.Context(), req, w)
+	return w.finish()
+}
+
+// responseWriter is the part of both writers serve needs.
+type responseWriter interface {
+	http.ResponseWriter
+	wroteHeader() bool
+}
+
+func (s *server) serve(ctx context.Context, req *pluginv1.HTTPRequest, w responseWriter) {
+	if !s.inflight.acquire() {
+		writeError(w, http.StatusServiceUnavailable, "draining", "plugin is draining; retry on another instance or later")
+		return
+	}
+	defer s.inflight.release()
+
+	r, err := newRequest(ctx, req)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
+		return
+	}
+	defer func() {
+		v := recover()
+		if v == nil {
+			return
+		}
+		if v == http.ErrAbortHandler {
+			return
+		}
+		s.logger.Error("handler panicked", "method", req.GetMethod(), "path", req.GetPath(),
+			"request_id", req.GetRequestId(), "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+		if !w.wroteHeader() {
+			writeError(w, http.StatusInternalServerError, "internal", "the plugin failed while handling the request")
+		}
+	}()
+	s.p.Handler.ServeHTTP(w, r)
+}
+
+func newRequest(ctx context.Context, req *pluginv1.HTTPRequest) (*http.Request, error) {
+	u := &url.URL{Path: req.GetPath(), RawQuery: req.GetRawQuery()}
+	r, err := http.NewRequestWithContext(ctx, req.GetMethod(), u.String(), bytes.NewReader(req.GetBody()))
+	if err != nil {
+		return nil, fmt.Errorf("build request: %w", err)
+	}
+	r.URL = u
+	r.RequestURI = u.RequestURI()
+	wire.HeadersFromProto(r.Header, req.GetHeaders())
+	r.Host = req.GetHost()
+	r.RemoteAddr = req.GetRemoteAddr()
+	r.ContentLength = int64(len(req.GetBody()))
+	if len(req.GetBody()) == 0 {
+		r.Body = http.NoBody
+	}
+	return r, nil
+}
+
+// writeError writes the platform's JSON error shape.
+func writeError(w http.ResponseWriter, code int, errCode, msg string) {
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	if code == http.StatusServiceUnavailable || code == http.StatusTooManyRequests {
+		h.Set("Retry-After", "1")
+	}
+	w.WriteHeader(code)
+	fmt.Fprintf(w, `{"error":{"code":%q,"message":%q}}`+"\n", errCode, msg)
+}
+
+// inflight counts requests being served and refuses new ones once a drain
+// has begun.
+type inflight struct {
+	mu       sync.Mutex
+	n        int64
+	draining bool
+	idle     chan struct{} // closed when draining and n reaches 0
+}
+
+func (f *inflight) init() { f.idle = make(chan struct{}) }
+
+func (f *inflight) acquire() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.draining {
+		return false
+	}
+	f.n++
+	return true
+}
+
+func (f *inflight) release() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.n--
+	if f.draining && f.n == 0 {
+		close(f.idle)
+	}
+}
+
+func (f *inflight) isDraining() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.draining
+}
+
+// drain refuses new work and returns how many requests are in flight.
+func (f *inflight) drain() int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.draining {
+		f.draining = true
+		if f.n == 0 {
+			close(f.idle)
+		}
+	}
+	return f.n
+}
+
+// wait blocks until nothing is in flight or ctx is done, and returns how
+// many requests were still in flight.
+func (f *inflight) wait(ctx context.Context) int64 {
+	select {
+	case <-f.idle:
+	case <-ctx.Done():
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.n
+}
+
+// hostClient calls the Host service over the go-plugin broker. It dials on
+// first use, because most plugins never call the host.
+type hostClient struct {
+	broker *plugin.GRPCBroker
+	id     uint32
+
+	once   sync.Once
+	client pluginv1.HostClient
+	err    error
+}
+
+func (h *hostClient) Call(ctx context.Context, target string, req *http.Request) (*http.Response, error) {
+	h.once.Do(func() {
+		if h.broker == nil || h.id == 0 {
+			h.err = errors.New("host service is not available")
+			return
+		}
+		conn, err := h.broker.Dial(h.id)
+		if err != nil {
+			h.err = fmt.Errorf("dial host service: %w", err)
+			return
+		}
+		h.client = pluginv1.NewHostClient(conn)
+	})
+	if h.err != nil {
+		return nil, h.err
+	}
+	var body []byte
+	if req.Body != nil {
+		b, err := io.ReadAll(req.Body)
+		if err != nil {
+			return nil, fmt.Errorf("read request body: %w", err)
+		}
+		body = b
+	}
+	resp, err := h.client.Call(ctx, &pluginv1.CallRequest{
+		Plugin: target,
+		Request: &pluginv1.HTTPRequest{
+			Method:   req.Method,
+			Path:     req.URL.Path,
+			RawQuery: req.URL.RawQuery,
+			Headers:  wire.HeadersToProto(req.Header),
+			Body:     body,
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("call plugin %q: %w", target, err)
+	}
+	out := &http.Response{
+		Status:        fmt.Sprintf("%d %s", resp.GetStatus(), http.StatusText(int(resp.GetStatus()))),
+		StatusCode:    int(resp.GetStatus()),
+		Proto:         "HTTP/1.1",
+		ProtoMajor:    1,
+		ProtoMinor:    1,
+		Header:        http.Header{},
+		Body:          io.NopCloser(bytes.NewReader(resp.GetBody())),
+		ContentLength: int64(len(resp.GetBody())),
+		Request:       req,
+	}
+	wire.HeadersFromProto(out.Header, resp.GetHeaders())
+	return out, nil
+}

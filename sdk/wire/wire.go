@@ -1,0 +1,88 @@
+// Package wire is the go-plugin glue shared by the host and the SDK: the
+// handshake, the plugin set and the conversions between net/http values and
+// the plughost.plugin.v1 protobuf contract.
+//
+// Plugin authors never import it; the sdk package hides it behind standard
+// types. It must not depend on the host or on any plugin.
+package wire
+
+import (
+	"context"
+	"net/http"
+
+	"github.com/hashicorp/go-plugin"
+	"google.golang.org/grpc"
+
+	pluginv1 "github.com/plughost/plughost/proto/pluginv1"
+)
+
+// ProtocolVersion is the plugin protocol this build speaks. It is carried in
+// the go-plugin handshake; history is kept in proto/pluginv1/plugin.proto.
+const ProtocolVersion = 1
+
+// PluginKey names the single plugin kind in the go-plugin plugin set.
+const PluginKey = "service"
+
+// Handshake is the go-plugin handshake. The magic cookie only stops a plugin
+// binary from being run by hand by mistake; it is not a security measure.
+var Handshake = plugin.HandshakeConfig{
+	ProtocolVersion:  ProtocolVersion,
+	MagicCookieKey:   "PLUGHOST_PLUGIN",
+	MagicCookieValue: "6b1d4f0c-plughost-service-plugin",
+}
+
+// Client is what the host gets from go-plugin for a running plugin.
+type Client struct {
+	pluginv1.PluginClient
+	// Broker carries the Host service the host serves to the plugin.
+	Broker *plugin.GRPCBroker
+	// Exited is cancelled by go-plugin when the plugin process exits.
+	Exited context.Context
+}
+
+// Plugin implements plugin.GRPCPlugin for both sides of the connection.
+type Plugin struct {
+	plugin.NetRPCUnsupportedPlugin
+	// Impl builds the plugin-side server; it is nil in the host.
+	Impl func(broker *plugin.GRPCBroker) pluginv1.PluginServer
+}
+
+// GRPCServer registers the plugin service; go-plugin calls it in the plugin.
+func (p *Plugin) GRPCServer(broker *plugin.GRPCBroker, s *grpc.Server) error {
+	pluginv1.RegisterPluginServer(s, p.Impl(broker))
+	return nil
+}
+
+// GRPCClient returns a *Client; go-plugin calls it in the host.
+func (p *Plugin) GRPCClient(ctx context.Context, broker *plugin.GRPCBroker, c *grpc.ClientConn) (any, error) {
+	return &Client{PluginClient: pluginv1.NewPluginClient(c), Broker: broker, Exited: ctx}, nil
+}
+
+// PluginSets returns the versioned plugin sets for go-plugin's client and
+// server configs. impl is nil on the host side.
+func PluginSets(impl func(*plugin.GRPCBroker) pluginv1.PluginServer) map[int]plugin.PluginSet {
+	return map[int]plugin.PluginSet{
+		ProtocolVersion: {PluginKey: &Plugin{Impl: impl}},
+	}
+}
+
+// HeadersToProto converts an http.Header.
+func HeadersToProto(h http.Header) []*pluginv1.Header {
+	if len(h) == 0 {
+		return nil
+	}
+	out := make([]*pluginv1.Header, 0, len(h))
+	for k, v := range h {
+		out = append(out, &pluginv1.Header{Name: k, Values: v})
+	}
+	return out
+}
+
+// HeadersFromProto converts wire headers into dst, which must not be nil.
+// Names are canonicalised as net/http would.
+func HeadersFromProto(dst http.Header, hs []*pluginv1.Header) {
+	for _, h := range hs {
+		k := http.CanonicalHeaderKey(h.GetName())
+		dst[k] = append(dst[k], h.GetValues()...)
+	}
+}
