@@ -321,4 +321,3 @@ func (w *lineLogger) Flush() {
 func (w *lineLogger) emit(line []byte) {
 	w.logger.Info("plugin output", "stream", w.stream, "line", string(line))
 }
-

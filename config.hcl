@@ -1,0 +1,42 @@
+# plughost configuration: `make run` runs the host on this file.
+# Every key, its default and its meaning: docs/config.md.
+listen         = "127.0.0.1:8080"
+data_dir       = "./data"
+plugin_dir     = "./bin/plugins"
+drain_deadline = "5s"
+
+admin {
+  listen     = "127.0.0.1:9090"
+  token_file = ""
+}
+
+limits {
+  max_body_bytes  = 1048576
+  read_timeout    = "5s"
+  write_timeout   = "5s"
+  idle_timeout    = "60s"
+  request_timeout = "5s"
+}
+
+restart {
+  initial_backoff = "100ms"
+  max_backoff     = "5s"
+  max_restarts    = 5
+  window          = "1m"
+}
+
+health {
+  interval = "2s"
+  timeout  = "1s"
+  failures = 3
+}
+
+plugin "hello" {
+  path         = "hello"
+  mount        = "/hello"
+  max_inflight = 512
+  required     = true
+  config {
+    greeting = "hello"
+  }
+}

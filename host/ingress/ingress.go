@@ -1,0 +1,452 @@
+// Package ingress is the host's HTTP front door: it matches each request to
+// a plugin's declared routes under its mount, enforces the body cap, the
+// per-plugin in-flight cap and deadlines, forwards the request over gRPC and
+// writes the answer. It also serves /healthz and /readyz and the Host
+// service plugins call back through. It never starts or stops plugins.
+package ingress
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/plughost/plughost/host/metrics"
+	"github.com/plughost/plughost/host/supervisor"
+	pluginv1 "github.com/plughost/plughost/proto/pluginv1"
+	"github.com/plughost/plughost/sdk/wire"
+)
+
+// Limits are the ingress limits from the host config.
+type Limits struct {
+	MaxBodyBytes   int64
+	RequestTimeout time.Duration
+}
+
+// Target is a plugin the ingress routes to.
+type Target interface {
+	Name() string
+	Spec() supervisor.Spec
+	Conn() *supervisor.Conn
+	Manifest() *pluginv1.DescribeResponse
+	Status() supervisor.Status
+}
+
+// Ingress routes HTTP requests to plugins. Create it with New; it is safe
+// for concurrent use.
+type Ingress struct {
+	pluginv1.UnimplementedHostServer
+
+	logger  hclog.Logger
+	metrics *metrics.Host
+	limits  Limits
+
+	table    atomic.Pointer[table]
+	draining atomic.Bool
+
+	mu       sync.Mutex
+	inflight map[string]*atomic.Int64 // per plugin name; survives rebuilds
+	nextID   atomic.Uint64
+}
+
+// New returns an Ingress with no plugins.
+func New(logger hclog.Logger, m *metrics.Host, limits Limits) *Ingress {
+	g := &Ingress{logger: logger, metrics: m, limits: limits, inflight: map[string]*atomic.Int64{}}
+	g.table.Store(&table{byName: map[string]*entry{}})
+	return g
+}
+
+// table is an immutable routing table, swapped whole on changes.
+type table struct {
+	entries []*entry // sorted by mount, longest first
+	byName  map[string]*entry
+}
+
+type entry struct {
+	target   Target
+	mount    string
+	mux      *http.ServeMux // nil until the plugin has described itself
+	inflight *atomic.Int64
+	max      int64
+}
+
+// route is what a matched pattern resolves to.
+type route struct {
+	pattern   string
+	streaming bool
+	timeout   time.Duration
+}
+
+func (route) ServeHTTP(http.ResponseWriter, *http.Request) {}
+
+// Update rebuilds the routing table from the current plugins. Call it when
+// plugins are added or removed or a manifest changes.
+func (g *Ingress) Update(targets []Target) {
+	t := &table{byName: make(map[string]*entry, len(targets))}
+	for _, tg := range targets {
+		spec := tg.Spec()
+		e := &entry{target: tg, mount: spec.Mount, inflight: g.counter(spec.Name), max: int64(spec.MaxInflight)}
+		if m := tg.Manifest(); m != nil {
+			e.mux = g.buildMux(spec.Name, m)
+		}
+		t.entries = append(t.entries, e)
+		t.byName[spec.Name] = e
+	}
+	sort.Slice(t.entries, func(i, j int) bool { return len(t.entries[i].mount) > len(t.entries[j].mount) })
+	g.table.Store(t)
+}
+
+func (g *Ingress) counter(name string) *atomic.Int64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	c, ok := g.inflight[name]
+	if !ok {
+		c = &atomic.Int64{}
+		g.inflight[name] = c
+	}
+	return c
+}
+
+func (g *Ingress) buildMux(name string, m *pluginv1.DescribeResponse) *http.ServeMux {
+	mux := http.NewServeMux()
+	for _, r := range m.GetRoutes() {
+		pat := r.GetPattern()
+		if r.GetMethod() != "" {
+			pat = r.GetMethod() + " " + pat
+		}
+		rt := route{pattern: pat, streaming: r.GetStreaming(), timeout: time.Duration(r.GetTimeoutMs()) * time.Millisecond}
+		func() {
+			defer func() {
+				if v := recover(); v != nil {
+					g.logger.Error("plugin declared an unusable route; ignoring it", "plugin", name, "route", pat, "error", fmt.Sprint(v))
+				}
+			}()
+			mux.Handle(pat, rt)
+		}()
+	}
+	return mux
+}
+
+// SetDraining makes /readyz answer 503 from now on.
+func (g *Ingress) SetDraining() { g.draining.Store(true) }
+
+// ServeHTTP implements http.Handler.
+func (g *Ingress) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	switch r.URL.Path {
+	case "/healthz":
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+		return
+	case "/readyz":
+		g.readyz(w)
+		return
+	}
+	t := g.table.Load()
+	e, rest := t.match(r.URL.Path)
+	if e == nil {
+		writeError(w, http.StatusNotFound, "not_found", "no plugin is mounted at this path")
+		return
+	}
+	name := e.target.Name()
+	start := time.Now()
+	code := g.serve(w, r, e, rest)
+	g.metrics.Requests.WithLabelValues(name, strconv.Itoa(code)).Inc()
+	g.metrics.RequestDuration.WithLabelValues(name).Observe(time.Since(start).Seconds())
+}
+
+// match finds the plugin whose mount is a path prefix of p on a segment
+// boundary, and returns p relative to that mount.
+func (t *table) match(p string) (*entry, string) {
+	for _, e := range t.entries {
+		if rest, ok := strings.CutPrefix(p, e.mount); ok && (rest == "" || rest[0] == '/') {
+			if rest == "" {
+				rest = "/"
+			}
+			return e, rest
+		}
+	}
+	return nil, ""
+}
+
+// serve answers one request for plugin entry e and returns the status code.
+func (g *Ingress) serve(w http.ResponseWriter, r *http.Request, e *entry, rest string) int {
+	name := e.target.Name()
+	conn := e.target.Conn()
+	if conn == nil || e.mux == nil {
+		return writeError(w, http.StatusServiceUnavailable, "plugin_unavailable",
+			fmt.Sprintf("plugin %q is %s", name, e.target.Status().State))
+	}
+	rt, code := lookup(e.mux, r.Method, rest)
+	if code != 0 {
+		if code == http.StatusMethodNotAllowed {
+			return writeError(w, code, "method_not_allowed", fmt.Sprintf("%s is not allowed here", r.Method))
+		}
+		return writeError(w, http.StatusNotFound, "not_found", fmt.Sprintf("plugin %q has no route for %s %s", name, r.Method, rest))
+	}
+	if r.ContentLength > g.limits.MaxBodyBytes {
+		return writeError(w, http.StatusRequestEntityTooLarge, "body_too_large",
+			fmt.Sprintf("request body is %d bytes; the limit is %d", r.ContentLength, g.limits.MaxBodyBytes))
+	}
+	if n := e.inflight.Add(1); e.max > 0 && n > e.max {
+		e.inflight.Add(-1)
+		g.metrics.BusyRejections.WithLabelValues(name).Inc()
+		return writeError(w, http.StatusTooManyRequests, "busy",
+			fmt.Sprintf("plugin %q is at its limit of %d concurrent requests", name, e.max))
+	}
+	gauge := g.metrics.Inflight.WithLabelValues(name)
+	gauge.Inc()
+	defer func() {
+		e.inflight.Add(-1)
+		gauge.Dec()
+	}()
+
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.limits.MaxBodyBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return writeError(w, http.StatusRequestEntityTooLarge, "body_too_large",
+				fmt.Sprintf("request body exceeds the limit of %d bytes", g.limits.MaxBodyBytes))
+		}
+		return writeError(w, http.StatusBadRequest, "bad_body", "could not read the request body: "+err.Error())
+	}
+	req := &pluginv1.HTTPRequest{
+		Method:     r.Method,
+		Path:       rest,
+		RawQuery:   r.URL.RawQuery,
+		Headers:    wire.HeadersToProto(r.Header),
+		Body:       body,
+		RemoteAddr: r.RemoteAddr,
+		Host:       r.Host,
+		Pattern:    rt.pattern,
+		RequestId:  g.requestID(r),
+	}
+	ctx := r.Context()
+	if rt.streaming {
+		if rt.timeout > 0 {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, rt.timeout)
+			defer cancel()
+		}
+		return g.stream(ctx, w, name, conn, req)
+	}
+	timeout := g.limits.RequestTimeout
+	if rt.timeout > 0 {
+		timeout = rt.timeout
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	resp, err := conn.RPC.Handle(ctx, req)
+	if err != nil {
+		return g.rpcError(w, ctx, name, conn, err)
+	}
+	h := w.Header()
+	wire.HeadersFromProto(h, resp.GetHeaders())
+	h.Set("Content-Length", strconv.Itoa(len(resp.GetBody())))
+	st := int(resp.GetStatus())
+	if st < 100 || st > 999 {
+		st = http.StatusBadGateway
+	}
+	w.WriteHeader(st)
+	_, _ = w.Write(resp.GetBody())
+	return st
+}
+
+func (g *Ingress) stream(ctx context.Context, w http.ResponseWriter, name string, conn *supervisor.Conn, req *pluginv1.HTTPRequest) int {
+	s, err := conn.RPC.HandleStream(ctx, req)
+	if err != nil {
+		return g.rpcError(w, ctx, name, conn, err)
+	}
+	rc := http.NewResponseController(w)
+	code := 0
+	for {
+		c, err := s.Recv()
+		if err == io.EOF {
+			if code == 0 {
+				return writeError(w, http.StatusBadGateway, "bad_plugin_response", "plugin ended the stream without a response")
+			}
+			return code
+		}
+		if err != nil {
+			if code == 0 {
+				return g.rpcError(w, ctx, name, conn, err)
+			}
+			// The head is out; all we can do is cut the response short.
+			if conn.Aborted() {
+				g.metrics.DrainAborted.WithLabelValues(name).Inc()
+			}
+			panic(http.ErrAbortHandler)
+		}
+		if code == 0 {
+			code = int(c.GetStatus())
+			if code < 100 || code > 999 {
+				code = http.StatusBadGateway
+			}
+			wire.HeadersFromProto(w.Header(), c.GetHeaders())
+			w.WriteHeader(code)
+		}
+		if len(c.GetData()) > 0 {
+			if _, err := w.Write(c.GetData()); err != nil {
+				return code
+			}
+		}
+		_ = rc.Flush()
+	}
+}
+
+// rpcError maps a failed plugin call to an HTTP answer.
+func (g *Ingress) rpcError(w http.ResponseWriter, ctx context.Context, name string, conn *supervisor.Conn, err error) int {
+	switch {
+	case conn.Aborted():
+		g.metrics.DrainAborted.WithLabelValues(name).Inc()
+		return writeError(w, http.StatusServiceUnavailable, "drain_aborted",
+			fmt.Sprintf("plugin %q was stopped at its drain deadline before it answered", name))
+	case errors.Is(ctx.Err(), context.DeadlineExceeded) || status.Code(err) == codes.DeadlineExceeded:
+		return writeError(w, http.StatusGatewayTimeout, "timeout", fmt.Sprintf("plugin %q did not answer before the deadline", name))
+	case errors.Is(ctx.Err(), context.Canceled):
+		// The client went away; nobody reads this.
+		return writeError(w, 499, "client_closed", "client closed the request")
+	default:
+		g.logger.Warn("plugin call failed", "plugin", name, "error", err)
+		return writeError(w, http.StatusServiceUnavailable, "plugin_unavailable",
+			fmt.Sprintf("plugin %q could not be reached", name))
+	}
+}
+
+// lookup matches method and path against a plugin's routes. It returns a
+// non-zero status when nothing matches.
+func lookup(mux *http.ServeMux, method, path string) (route, int) {
+	r := &http.Request{Method: method, URL: urlOf(path), Host: ""}
+	h, pat := mux.Handler(r)
+	if rt, ok := h.(route); ok && pat != "" {
+		return rt, 0
+	}
+	// ServeMux answers 405 itself; detect it without writing.
+	rec := &statusRecorder{header: http.Header{}}
+	h.ServeHTTP(rec, r)
+	if rec.code == http.StatusMethodNotAllowed {
+		return route{}, http.StatusMethodNotAllowed
+	}
+	return route{}, http.StatusNotFound
+}
+
+type statusRecorder struct {
+	header http.Header
+	code   int
+}
+
+func (s *statusRecorder) Header() http.Header         { return s.header }
+func (s *statusRecorder) Write(b []byte) (int, error) { return len(b), nil }
+func (s *statusRecorder) WriteHeader(code int)        { s.code = code }
+
+func (g *Ingress) requestID(r *http.Request) string {
+	if id := r.Header.Get("X-Request-Id"); id != "" && len(id) <= 128 {
+		return id
+	}
+	return strconv.FormatUint(g.nextID.Add(1), 36)
+}
+
+type readyBody struct {
+	Ready    bool                `json:"ready"`
+	Draining bool                `json:"draining"`
+	Plugins  []supervisor.Status `json:"plugins"`
+}
+
+func (g *Ingress) readyz(w http.ResponseWriter) {
+	t := g.table.Load()
+	body := readyBody{Ready: true, Draining: g.draining.Load(), Plugins: []supervisor.Status{}}
+	if body.Draining {
+		body.Ready = false
+	}
+	for _, e := range t.byName {
+		st := e.target.Status()
+		body.Plugins = append(body.Plugins, st)
+		if st.Required && e.target.Conn() == nil {
+			body.Ready = false
+		}
+	}
+	sort.Slice(body.Plugins, func(i, j int) bool { return body.Plugins[i].Name < body.Plugins[j].Name })
+	code := http.StatusOK
+	if !body.Ready {
+		code = http.StatusServiceUnavailable
+	}
+	writeJSON(w, code, body)
+}
+
+// Call implements the Host service: one plugin calling another's routes.
+func (g *Ingress) Call(ctx context.Context, req *pluginv1.CallRequest) (*pluginv1.HTTPResponse, error) {
+	e, ok := g.table.Load().byName[req.GetPlugin()]
+	if !ok {
+		return nil, status.Errorf(codes.NotFound, "no plugin named %q", req.GetPlugin())
+	}
+	pr := req.GetRequest()
+	if pr == nil || !strings.HasPrefix(pr.GetPath(), "/") {
+		return nil, status.Error(codes.InvalidArgument, "request path must start with /")
+	}
+	hr, err := http.NewRequestWithContext(ctx, pr.GetMethod(), e.mount+pr.GetPath(), strings.NewReader(string(pr.GetBody())))
+	if err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "bad request: %v", err)
+	}
+	hr.URL.RawQuery = pr.GetRawQuery()
+	wire.HeadersFromProto(hr.Header, pr.GetHeaders())
+	hr.RemoteAddr = "plugin"
+	rec := newBufferWriter()
+	start := time.Now()
+	code := g.serve(rec, hr, e, pr.GetPath())
+	g.metrics.Requests.WithLabelValues(e.target.Name(), strconv.Itoa(code)).Inc()
+	g.metrics.RequestDuration.WithLabelValues(e.target.Name()).Observe(time.Since(start).Seconds())
+	return &pluginv1.HTTPResponse{Status: int32(rec.code), Headers: wire.HeadersToProto(rec.header), Body: rec.body}, nil
+}
+
+// bufferWriter collects a response for Call.
+type bufferWriter struct {
+	header http.Header
+	code   int
+	body   []byte
+}
+
+func newBufferWriter() *bufferWriter { return &bufferWriter{header: http.Header{}} }
+
+func (b *bufferWriter) Header() http.Header { return b.header }
+func (b *bufferWriter) WriteHeader(code int) {
+	if b.code == 0 {
+		b.code = code
+	}
+}
+func (b *bufferWriter) Write(p []byte) (int, error) {
+	b.WriteHeader(http.StatusOK)
+	b.body = append(b.body, p...)
+	return len(p), nil
+}
+func (b *bufferWriter) Flush() {}
+
+// writeError writes the platform's JSON error and returns code.
+func writeError(w http.ResponseWriter, code int, errCode, msg string) int {
+	if code == http.StatusServiceUnavailable || code == http.StatusTooManyRequests {
+		w.Header().Set("Retry-After", "1")
+	}
+	writeJSON(w, code, map[string]any{"error": map[string]string{"code": errCode, "message": msg}})
+	return code
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		code, b = http.StatusInternalServerError, []byte(`{"error":{"code":"internal","message":"encode response"}}`)
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", strconv.Itoa(len(b)+1))
+	w.WriteHeader(code)
+	_, _ = w.Write(append(b, '\n'))
+}

@@ -1,0 +1,90 @@
+// Command plughost is the host daemon: it loads plugins described in an HCL
+// config file, supervises them, routes HTTP ingress to them, exposes
+// metrics and an admin API, and drains them on shutdown.
+//
+//	plughost run -config FILE        run the host
+//	plughost validate -config FILE   check a config, launching plugins only as far as Describe
+//	plughost version                 print versions
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/plughost/plughost/sdk/wire"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+// errReported means the error was already printed (as diagnostics).
+var errReported = errors.New("reported")
+
+func main() {
+	if err := run(context.Background(), os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		if !errors.Is(err, errReported) {
+			fmt.Fprintln(os.Stderr, "plughost:", err)
+		}
+		os.Exit(1)
+	}
+}
+
+const usage = `usage:
+  plughost run -config FILE [-log-level LEVEL] [-log-json]
+  plughost validate -config FILE
+  plughost version
+`
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return errReported
+	}
+	cmd, args := args[0], args[1:]
+	fs := flag.NewFlagSet("plughost "+cmd, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cfgPath := fs.String("config", "config.hcl", "path of the HCL config file")
+	level := fs.String("log-level", "info", "log level: trace, debug, info, warn or error")
+	jsonLogs := fs.Bool("log-json", false, "write logs as JSON lines")
+	switch cmd {
+	case "version", "-version", "--version":
+		fmt.Fprintf(stdout, "plughost %s (plugin protocol %d, %s)\n", version, wire.ProtocolVersion, runtime.Version())
+		return nil
+	case "run", "validate":
+	case "help", "-h", "-help", "--help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	default:
+		fmt.Fprintf(stderr, "unknown command %q\n%s", cmd, usage)
+		return errReported
+	}
+	if err := fs.Parse(args); err != nil {
+		return errReported
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "unexpected arguments: %v\n%s", fs.Args(), usage)
+		return errReported
+	}
+	lvl := hclog.LevelFromString(*level)
+	if lvl == hclog.NoLevel {
+		fmt.Fprintf(stderr, "unknown -log-level %q\n", *level)
+		return errReported
+	}
+	logger := hclog.New(&hclog.LoggerOptions{
+		Name:       "plughost",
+		Level:      lvl,
+		Output:     stderr,
+		JSONFormat: *jsonLogs,
+	})
+	if cmd == "validate" {
+		return validate(ctx, logger, *cfgPath, stdout, stderr)
+	}
+	return serve(ctx, logger, *cfgPath, stderr)
+}

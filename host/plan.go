@@ -1,0 +1,158 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/hcl/v2"
+	"github.com/hashicorp/hcl/v2/hclsyntax"
+
+	"github.com/plughost/plughost/host/catalog"
+	"github.com/plughost/plughost/host/config"
+	"github.com/plughost/plughost/host/supervisor"
+	pluginv1 "github.com/plughost/plughost/proto/pluginv1"
+)
+
+// diagError carries config diagnostics up to where they are printed.
+type diagError struct{ diags hcl.Diagnostics }
+
+func (e *diagError) Error() string { return e.diags.Error() }
+
+func diagErr(subject hcl.Range, summary, detail string) *hcl.Diagnostic {
+	return &hcl.Diagnostic{Severity: hcl.DiagError, Summary: summary, Detail: detail, Subject: subject.Ptr()}
+}
+
+// printDiags writes diagnostics with file:line:col and source snippets.
+func printDiags(w io.Writer, cfg *config.Config, diags hcl.Diagnostics) {
+	files := map[string]*hcl.File{}
+	if cfg != nil {
+		files = cfg.Files
+	}
+	if err := config.WriteDiagnostics(w, files, diags); err != nil {
+		fmt.Fprintln(w, diags.Error())
+	}
+}
+
+// checkBinaries verifies that every plugin binary exists, is executable
+// and matches its sha256 pin.
+func checkBinaries(cfg *config.Config) hcl.Diagnostics {
+	var diags hcl.Diagnostics
+	for _, p := range cfg.Plugins {
+		if err := catalog.Verify(p.Path, p.SHA256); err != nil {
+			if errors.Is(err, catalog.ErrChecksum) {
+				diags = append(diags, diagErr(p.SHA256Range, "Plugin checksum mismatch", err.Error()+"; refusing to start it"))
+				continue
+			}
+			diags = append(diags, diagErr(p.PathRange, "Unusable plugin binary", fmt.Sprintf("plugin %q: %v", p.Name, err)))
+		}
+	}
+	return diags
+}
+
+// describeAll launches each plugin only as far as Describe, in parallel,
+// and checks its config block against its declared schema. Plugins that do
+// not describe themselves are diagnostics when strict, warnings otherwise.
+func describeAll(ctx context.Context, logger hclog.Logger, cfg *config.Config, plugins []config.Plugin, strict bool) hcl.Diagnostics {
+	diags := make([]hcl.Diagnostics, len(plugins))
+	var wg sync.WaitGroup
+	for i, p := range plugins {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			inst, err := catalog.Launch(ctx, p.Path, p.SHA256, catalog.Options{
+				Logger:       logger.Named(p.Name).With("plugin", p.Name),
+				StartTimeout: cfg.Limits.StartTimeout,
+			})
+			if err != nil {
+				sev := hcl.DiagWarning
+				if strict {
+					sev = hcl.DiagError
+				}
+				diags[i] = hcl.Diagnostics{{Severity: sev, Summary: "Plugin did not start",
+					Detail: fmt.Sprintf("plugin %q: %v", p.Name, err), Subject: p.PathRange.Ptr()}}
+				return
+			}
+			defer inst.Kill()
+			diags[i] = checkPluginConfig(p, inst.Manifest())
+		}()
+	}
+	wg.Wait()
+	var out hcl.Diagnostics
+	for _, d := range diags {
+		out = append(out, d...)
+	}
+	return out
+}
+
+func checkPluginConfig(p config.Plugin, m *pluginv1.DescribeResponse) hcl.Diagnostics {
+	if err := config.CheckSchema(m.GetConfigSchema()); err != nil {
+		return hcl.Diagnostics{diagErr(p.PathRange, "Plugin declares an unusable config schema",
+			fmt.Sprintf("plugin %q (%s %s): %v", p.Name, m.GetName(), m.GetVersion(), err))}
+	}
+	_, diags := config.DecodePluginConfig(p.Config, m.GetConfigSchema())
+	return diags
+}
+
+// specFor turns a config block into a supervisor spec.
+func specFor(cfg *config.Config, p config.Plugin) supervisor.Spec {
+	return supervisor.Spec{
+		Name:        p.Name,
+		Path:        p.Path,
+		SHA256:      p.SHA256,
+		Mount:       p.Mount,
+		MaxInflight: p.MaxInflight,
+		Required:    p.Required,
+		DataDir:     p.DataDir,
+		Decode: func(schema *pluginv1.Schema) ([]byte, error) {
+			if err := config.CheckSchema(schema); err != nil {
+				return nil, err
+			}
+			js, diags := config.DecodePluginConfig(p.Config, schema)
+			if diags.HasErrors() {
+				return nil, &diagError{diags: diags}
+			}
+			return js, nil
+		},
+		Fingerprint: fingerprint(cfg, p),
+	}
+}
+
+// fingerprint changes when anything that needs a restart changes: the
+// block's settings, the config block's source text, or the binary itself.
+func fingerprint(cfg *config.Config, p config.Plugin) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "%s\x00%s\x00%s\x00%d\x00%t\x00%s\x00", p.Path, p.SHA256, p.Mount, p.MaxInflight, p.Required, p.DataDir)
+	if b, ok := p.Config.(*hclsyntax.Body); ok {
+		if f := cfg.Files[b.SrcRange.Filename]; f != nil && b.SrcRange.End.Byte <= len(f.Bytes) {
+			h.Write(f.Bytes[b.SrcRange.Start.Byte:b.SrcRange.End.Byte])
+		}
+	}
+	if sum, err := catalog.FileSHA256(p.Path); err == nil {
+		h.Write([]byte(sum))
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// configErrDiag turns a plugin's refusal of its config into a diagnostic.
+func configErrDiag(p config.Plugin, err error) hcl.Diagnostics {
+	var de *diagError
+	if errors.As(err, &de) {
+		return de.diags
+	}
+	subject := p.ConfigRange
+	var ce *supervisor.ConfigError
+	if errors.As(err, &ce) && ce.Attribute != "" {
+		if b, ok := p.Config.(*hclsyntax.Body); ok {
+			if a, ok := b.Attributes[ce.Attribute]; ok {
+				subject = a.Expr.Range()
+			}
+		}
+	}
+	return hcl.Diagnostics{diagErr(subject, "Plugin rejected its config", err.Error())}
+}

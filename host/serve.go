@@ -1,0 +1,407 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/hcl/v2"
+
+	"github.com/plughost/plughost/host/admin"
+	"github.com/plughost/plughost/host/config"
+	"github.com/plughost/plughost/host/ingress"
+	"github.com/plughost/plughost/host/metrics"
+	"github.com/plughost/plughost/host/supervisor"
+	pluginv1 "github.com/plughost/plughost/proto/pluginv1"
+)
+
+// shutdownSlack is how long after the drain deadline the host allows for
+// killing plugins, answering abandoned requests and closing listeners; the
+// host exits within drain_deadline + 1s.
+const shutdownSlack = 600 * time.Millisecond
+
+func validate(ctx context.Context, logger hclog.Logger, path string, stdout, stderr io.Writer) error {
+	cfg, diags := config.Load(path)
+	if !diags.HasErrors() {
+		diags = append(diags, checkBinaries(cfg)...)
+	}
+	if !diags.HasErrors() {
+		diags = append(diags, describeAll(ctx, logger, cfg, cfg.Plugins, true)...)
+	}
+	if len(diags) > 0 {
+		printDiags(stderr, cfg, diags)
+	}
+	if diags.HasErrors() {
+		return errReported
+	}
+	fmt.Fprintf(stdout, "%s: valid (%d plugins)\n", path, len(cfg.Plugins))
+	return nil
+}
+
+// host is a running host: its plugins, ingress and metrics.
+type host struct {
+	logger  hclog.Logger
+	metrics *metrics.Host
+	ingress *ingress.Ingress
+	ctx     context.Context
+
+	// reloadMu serialises reloads and shutdown.
+	reloadMu sync.Mutex
+	cfg      *config.Config
+
+	mu      sync.Mutex
+	plugins map[string]*supervisor.Plugin
+}
+
+func serve(ctx context.Context, logger hclog.Logger, path string, stderr io.Writer) error {
+	cfg, diags := config.Load(path)
+	if !diags.HasErrors() {
+		diags = append(diags, checkBinaries(cfg)...)
+	}
+	if diags.HasErrors() {
+		printDiags(stderr, cfg, diags)
+		return errReported
+	}
+	token, err := readToken(cfg.Admin.TokenFile)
+	if err != nil {
+		printDiags(stderr, cfg, hcl.Diagnostics{{Severity: hcl.DiagError, Summary: "Unreadable admin token file", Detail: err.Error()}})
+		return errReported
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("ingress listener: %w", err)
+	}
+	defer ln.Close()
+	adminLn, err := net.Listen("tcp", cfg.Admin.Listen)
+	if err != nil {
+		return fmt.Errorf("admin listener: %w", err)
+	}
+	defer adminLn.Close()
+
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	h := &host{
+		logger:  logger,
+		metrics: metrics.New(),
+		ctx:     ctx,
+		plugins: map[string]*supervisor.Plugin{},
+	}
+	h.ingress = ingress.New(logger.Named("ingress"), h.metrics, ingress.Limits{
+		MaxBodyBytes:   cfg.Limits.MaxBodyBytes,
+		RequestTimeout: cfg.Limits.RequestTimeout,
+	})
+	if diags := h.apply(cfg); diags.HasErrors() {
+		printDiags(stderr, cfg, diags)
+		h.stopAll(time.Now().Add(cfg.DrainDeadline))
+		return errReported
+	}
+
+	srv := &http.Server{
+		Handler:           h.ingress,
+		ReadTimeout:       cfg.Limits.ReadTimeout,
+		ReadHeaderTimeout: cfg.Limits.ReadTimeout,
+		WriteTimeout:      cfg.Limits.WriteTimeout,
+		IdleTimeout:       cfg.Limits.IdleTimeout,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          logger.Named("http").StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),
+	}
+	gatherer := &metrics.Gatherer{Host: h.metrics, Sources: h.sources, Timeout: cfg.Health.Timeout, Logger: logger.Named("metrics")}
+	adminSrv := &http.Server{
+		Handler:           admin.New(gatherer, h, token),
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       10 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		ErrorLog:          logger.Named("admin").StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),
+	}
+	errc := make(chan error, 2)
+	go func() { errc <- srv.Serve(ln) }()
+	go func() { errc <- adminSrv.Serve(adminLn) }()
+	logger.Info("plughost running", "version", version, "listen", ln.Addr().String(),
+		"admin", adminLn.Addr().String(), "plugins", len(cfg.Plugins), "pid", os.Getpid())
+
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	defer signal.Stop(sigs)
+	for {
+		select {
+		case err := <-errc:
+			return fmt.Errorf("serve: %w", err)
+		case sig := <-sigs:
+			if sig == syscall.SIGHUP {
+				h.reload(path)
+				continue
+			}
+			logger.Info("shutting down", "signal", sig.String(), "drain_deadline", h.config().DrainDeadline)
+			h.shutdown(srv, adminSrv)
+			logger.Info("shutdown complete")
+			return nil
+		}
+	}
+}
+
+func (h *host) config() *config.Config {
+	h.reloadMu.Lock()
+	defer h.reloadMu.Unlock()
+	return h.cfg
+}
+
+// shutdown drains everything within the drain deadline: /readyz turns 503,
+// the listeners close, every plugin drains in parallel and is killed at the
+// deadline, and the requests it abandoned are answered with 503.
+func (h *host) shutdown(srv, adminSrv *http.Server) {
+	h.reloadMu.Lock()
+	defer h.reloadMu.Unlock()
+	deadline := time.Now().Add(h.cfg.DrainDeadline)
+	h.ingress.SetDraining()
+	ctx, cancel := context.WithDeadline(context.Background(), deadline.Add(shutdownSlack))
+	defer cancel()
+	srvDone := make(chan struct{})
+	go func() {
+		defer close(srvDone)
+		if err := srv.Shutdown(ctx); err != nil {
+			h.logger.Warn("ingress did not close in time", "error", err)
+			_ = srv.Close()
+		}
+	}()
+	h.stopAllLocked(deadline)
+	<-srvDone
+	actx, acancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer acancel()
+	if err := adminSrv.Shutdown(actx); err != nil {
+		_ = adminSrv.Close()
+	}
+}
+
+func (h *host) stopAll(deadline time.Time) {
+	h.reloadMu.Lock()
+	defer h.reloadMu.Unlock()
+	h.stopAllLocked(deadline)
+}
+
+func (h *host) stopAllLocked(deadline time.Time) {
+	h.mu.Lock()
+	ps := make([]*supervisor.Plugin, 0, len(h.plugins))
+	for _, p := range h.plugins {
+		ps = append(ps, p)
+	}
+	h.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, p := range ps {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p.Stop(deadline)
+		}()
+	}
+	wg.Wait()
+}
+
+// apply makes the running plugins match cfg: removed plugins drain and
+// stop, changed ones restart, new ones start. It returns config errors for
+// plugins that refused their config; those plugins are not running.
+func (h *host) apply(cfg *config.Config) hcl.Diagnostics {
+	h.reloadMu.Lock()
+	defer h.reloadMu.Unlock()
+	return h.applyLocked(cfg)
+}
+
+func (h *host) applyLocked(cfg *config.Config) hcl.Diagnostics {
+	want := map[string]config.Plugin{}
+	for _, p := range cfg.Plugins {
+		want[p.Name] = p
+	}
+	deadline := time.Now().Add(cfg.DrainDeadline)
+	h.mu.Lock()
+	var stop []*supervisor.Plugin
+	for name, p := range h.plugins {
+		w, ok := want[name]
+		if !ok || fingerprint(cfg, w) != p.Spec().Fingerprint {
+			stop = append(stop, p)
+			delete(h.plugins, name)
+		}
+	}
+	var start []config.Plugin
+	for _, p := range cfg.Plugins {
+		if _, ok := h.plugins[p.Name]; !ok {
+			start = append(start, p)
+		}
+	}
+	h.mu.Unlock()
+	h.update()
+
+	var wg sync.WaitGroup
+	for _, p := range stop {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			h.logger.Info("stopping plugin", "plugin", p.Name())
+			p.Stop(deadline)
+			if _, still := want[p.Name()]; !still {
+				h.metrics.Forget(p.Name())
+			}
+		}()
+	}
+	wg.Wait()
+
+	opts := supervisor.Options{
+		Logger:   h.logger.Named("supervisor"),
+		Metrics:  h.metrics,
+		Host:     h.ingress,
+		OnChange: h.update,
+		Policy: supervisor.Policy{
+			InitialBackoff: cfg.Restart.InitialBackoff,
+			MaxBackoff:     cfg.Restart.MaxBackoff,
+			MaxRestarts:    cfg.Restart.MaxRestarts,
+			Window:         cfg.Restart.Window,
+			StableAfter:    cfg.Restart.StableAfter,
+			HealthInterval: cfg.Health.Interval,
+			HealthTimeout:  cfg.Health.Timeout,
+			HealthFailures: cfg.Health.Failures,
+			StartTimeout:   cfg.Limits.StartTimeout,
+			Limits: &pluginv1.Limits{
+				MaxBodyBytes:     cfg.Limits.MaxBodyBytes,
+				RequestTimeoutMs: cfg.Limits.RequestTimeout.Milliseconds(),
+			},
+		},
+	}
+	diags := make([]hcl.Diagnostics, len(start))
+	for i, pc := range start {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p, err := supervisor.Start(h.ctx, specFor(cfg, pc), opts)
+			if err != nil {
+				diags[i] = configErrDiag(pc, err)
+				return
+			}
+			h.mu.Lock()
+			h.plugins[pc.Name] = p
+			h.mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	h.cfg = cfg
+	h.update()
+	var out hcl.Diagnostics
+	for _, d := range diags {
+		out = append(out, d...)
+	}
+	return out
+}
+
+// reload re-reads the config file. A config with errors is rejected with
+// its diagnostics in the log and the running plugins stay as they are.
+func (h *host) reload(path string) {
+	h.reloadMu.Lock()
+	defer h.reloadMu.Unlock()
+	h.logger.Info("reloading config", "file", path)
+	cfg, diags := config.Load(path)
+	if !diags.HasErrors() {
+		diags = append(diags, checkBinaries(cfg)...)
+	}
+	if !diags.HasErrors() {
+		// Check changed and new plugins against their schemas before
+		// anything running is touched.
+		var changed []config.Plugin
+		h.mu.Lock()
+		for _, p := range cfg.Plugins {
+			if cur, ok := h.plugins[p.Name]; !ok || cur.Spec().Fingerprint != fingerprint(cfg, p) {
+				changed = append(changed, p)
+			}
+		}
+		h.mu.Unlock()
+		diags = append(diags, describeAll(h.ctx, h.logger, cfg, changed, false)...)
+	}
+	if diags.HasErrors() {
+		var b strings.Builder
+		printDiags(&b, cfg, diags)
+		h.logger.Error("config reload rejected; keeping the running config", "diagnostics", b.String())
+		return
+	}
+	if h.cfg != nil && (cfg.Listen != h.cfg.Listen || cfg.Admin.Listen != h.cfg.Admin.Listen) {
+		h.logger.Warn("listen addresses do not change on reload; restart the host to apply them")
+	}
+	if diags := h.applyLocked(cfg); diags.HasErrors() {
+		var b strings.Builder
+		printDiags(&b, cfg, diags)
+		h.logger.Error("plugins refused their new config", "diagnostics", b.String())
+		return
+	}
+	h.logger.Info("config reloaded", "plugins", len(cfg.Plugins))
+}
+
+// update rebuilds the ingress routing table.
+func (h *host) update() {
+	h.mu.Lock()
+	ts := make([]ingress.Target, 0, len(h.plugins))
+	for _, p := range h.plugins {
+		ts = append(ts, p)
+	}
+	h.mu.Unlock()
+	h.ingress.Update(ts)
+}
+
+func (h *host) sources() []metrics.Source {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make([]metrics.Source, 0, len(h.plugins))
+	for _, p := range h.plugins {
+		out = append(out, p)
+	}
+	return out
+}
+
+// Statuses implements admin.Plugins.
+func (h *host) Statuses() []supervisor.Status {
+	h.mu.Lock()
+	out := make([]supervisor.Status, 0, len(h.plugins))
+	ps := make([]*supervisor.Plugin, 0, len(h.plugins))
+	for _, p := range h.plugins {
+		ps = append(ps, p)
+	}
+	h.mu.Unlock()
+	for _, p := range ps {
+		out = append(out, p.Status())
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// Restart implements admin.Plugins.
+func (h *host) Restart(name string) bool {
+	h.mu.Lock()
+	p, ok := h.plugins[name]
+	h.mu.Unlock()
+	if !ok {
+		return false
+	}
+	p.Restart(time.Now().Add(h.config().DrainDeadline))
+	return true
+}
+
+func readToken(path string) (string, error) {
+	if path == "" {
+		return "", nil
+	}
+	b, err := os.ReadFile(filepath.Clean(path))
+	if err != nil {
+		return "", fmt.Errorf("read admin token: %w", err)
+	}
+	t := strings.TrimSpace(string(b))
+	if t == "" {
+		return "", errors.New("admin token file is empty")
+	}
+	return t, nil
+}
