@@ -7,6 +7,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/go-plugin"
+	"google.golang.org/grpc"
 
 	pluginv1 "github.com/plughost/plughost/proto/pluginv1"
 	"github.com/plughost/plughost/sdk/wire"
@@ -42,8 +43,12 @@ func Serve(p Plugin) error {
 		VersionedPlugins: wire.PluginSets(func(b *plugin.GRPCBroker) pluginv1.PluginServer {
 			return newServer(p, logger, b)
 		}),
-		GRPCServer: plugin.DefaultGRPCServer,
-		Logger:     logger,
+		GRPCServer: func(opts []grpc.ServerOption) *grpc.Server {
+			return grpc.NewServer(append(opts,
+				grpc.MaxRecvMsgSize(wire.MaxMessageBytes),
+				grpc.MaxSendMsgSize(wire.MaxMessageBytes))...)
+		},
+		Logger: logger,
 	})
 	return nil
 }

@@ -146,6 +146,9 @@ func Launch(ctx context.Context, path, sha string, opts Options) (*Instance, err
 		SyncStdout:       stdout,
 		SyncStderr:       stderr,
 		Stderr:           io.Discard,
+		GRPCDialOptions: []grpc.DialOption{grpc.WithDefaultCallOptions(
+			grpc.MaxCallRecvMsgSize(wire.MaxMessageBytes),
+			grpc.MaxCallSendMsgSize(wire.MaxMessageBytes))},
 	}
 	if sha != "" {
 		sum, err := hex.DecodeString(sha)
@@ -163,7 +166,13 @@ func Launch(ctx context.Context, path, sha string, opts Options) (*Instance, err
 		}
 	}()
 
+	// go-plugin's handshake does not watch ctx; killing the process ends it.
+	stopKill := context.AfterFunc(ctx, client.Kill)
+	defer stopKill()
 	proto, err := client.Client()
+	if err != nil && ctx.Err() != nil {
+		return nil, fmt.Errorf("plugin start cancelled: %w", ctx.Err())
+	}
 	if err != nil {
 		return nil, handshakeError(err)
 	}

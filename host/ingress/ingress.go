@@ -103,6 +103,12 @@ func (g *Ingress) Update(targets []Target) {
 		}
 		t.entries = append(t.entries, e)
 		t.byName[spec.Name] = e
+		// Create every series at zero so dashboards and alerts see the
+		// plugin before its first request.
+		g.metrics.Inflight.WithLabelValues(spec.Name)
+		g.metrics.BusyRejections.WithLabelValues(spec.Name)
+		g.metrics.DrainAborted.WithLabelValues(spec.Name)
+		g.metrics.RequestDuration.WithLabelValues(spec.Name)
 	}
 	sort.Slice(t.entries, func(i, j int) bool { return len(t.entries[i].mount) > len(t.entries[j].mount) })
 	g.table.Store(t)
@@ -248,7 +254,7 @@ func (g *Ingress) serve(w http.ResponseWriter, r *http.Request, e *entry, rest s
 	defer cancel()
 	resp, err := conn.RPC.Handle(ctx, req)
 	if err != nil {
-		return g.rpcError(w, ctx, name, conn, err)
+		return g.rpcError(ctx, w, name, conn, err)
 	}
 	h := w.Header()
 	wire.HeadersFromProto(h, resp.GetHeaders())
@@ -265,7 +271,7 @@ func (g *Ingress) serve(w http.ResponseWriter, r *http.Request, e *entry, rest s
 func (g *Ingress) stream(ctx context.Context, w http.ResponseWriter, name string, conn *supervisor.Conn, req *pluginv1.HTTPRequest) int {
 	s, err := conn.RPC.HandleStream(ctx, req)
 	if err != nil {
-		return g.rpcError(w, ctx, name, conn, err)
+		return g.rpcError(ctx, w, name, conn, err)
 	}
 	rc := http.NewResponseController(w)
 	code := 0
@@ -279,7 +285,7 @@ func (g *Ingress) stream(ctx context.Context, w http.ResponseWriter, name string
 		}
 		if err != nil {
 			if code == 0 {
-				return g.rpcError(w, ctx, name, conn, err)
+				return g.rpcError(ctx, w, name, conn, err)
 			}
 			// The head is out; all we can do is cut the response short.
 			if conn.Aborted() {
@@ -305,7 +311,7 @@ func (g *Ingress) stream(ctx context.Context, w http.ResponseWriter, name string
 }
 
 // rpcError maps a failed plugin call to an HTTP answer.
-func (g *Ingress) rpcError(w http.ResponseWriter, ctx context.Context, name string, conn *supervisor.Conn, err error) int {
+func (g *Ingress) rpcError(ctx context.Context, w http.ResponseWriter, name string, conn *supervisor.Conn, err error) int {
 	switch {
 	case conn.Aborted():
 		g.metrics.DrainAborted.WithLabelValues(name).Inc()

@@ -97,8 +97,9 @@ type Plugin struct {
 	opts   Options
 	logger hclog.Logger
 
-	cmds chan command
-	done chan struct{}
+	cmds   chan command
+	done   chan struct{}
+	cancel context.CancelFunc // ends a start or backoff that outlives a Stop deadline
 
 	mu       sync.Mutex
 	state    State
@@ -132,7 +133,9 @@ type command struct {
 // config) is returned and the plugin is stopped; any other failure is left
 // to the restart loop and Start returns nil.
 func Start(ctx context.Context, spec Spec, opts Options) (*Plugin, error) {
+	ctx, cancel := context.WithCancel(ctx)
 	p := &Plugin{
+		cancel: cancel,
 		spec:   spec,
 		opts:   opts,
 		logger: opts.Logger.With("plugin", spec.Name),
@@ -140,6 +143,9 @@ func Start(ctx context.Context, spec Spec, opts Options) (*Plugin, error) {
 		done:   make(chan struct{}),
 		state:  StateStarting,
 		first:  make(chan struct{}),
+	}
+	if opts.Metrics != nil {
+		opts.Metrics.PluginRestarts.WithLabelValues(spec.Name)
 	}
 	p.publish()
 	go p.run(ctx)
@@ -221,6 +227,11 @@ func (p *Plugin) Restart(deadline time.Time) {
 // Stop drains the plugin until deadline, kills what is left and waits for
 // the supervisor goroutine to end. It is safe to call more than once.
 func (p *Plugin) Stop(deadline time.Time) {
+	// A plugin that is still starting cannot take the command; at the
+	// deadline its start is cancelled instead.
+	t := time.AfterFunc(time.Until(deadline), p.cancel)
+	defer t.Stop()
+	defer p.cancel()
 	select {
 	case p.cmds <- command{kind: cmdStop, deadline: deadline}:
 	case <-p.done:

@@ -20,6 +20,11 @@ import (
 // the go-plugin handshake; history is kept in proto/pluginv1/plugin.proto.
 const ProtocolVersion = 1
 
+// MaxMessageBytes bounds one gRPC message between host and plugin in both
+// directions: a request body (capped by the host's max_body_bytes) or a
+// whole unary response. gRPC's default of 4 MiB is too small for both.
+const MaxMessageBytes = 64 << 20
+
 // PluginKey names the single plugin kind in the go-plugin plugin set.
 const PluginKey = "service"
 
