@@ -1,0 +1,257 @@
+package breaker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// ErrOpen is returned by Do, without calling fn, while the breaker is open or
+// while it is half-open and already has HalfOpenMax probes in flight.
+var ErrOpen = errors.New("breaker: open")
+
+// State is the state of a Breaker.
+type State int
+
+// The states of a Breaker; see the package documentation for the moves.
+const (
+	// StateClosed lets every call through.
+	StateClosed State = iota
+	// StateOpen rejects every call with ErrOpen.
+	StateOpen
+	// StateHalfOpen lets a limited number of probe calls through.
+	StateHalfOpen
+)
+
+// String returns "closed", "open" or "half-open".
+func (s State) String() string {
+	switch s {
+	case StateClosed:
+		return "closed"
+	case StateOpen:
+		return "open"
+	case StateHalfOpen:
+		return "half-open"
+	default:
+		return fmt.Sprintf("State(%d)", int(s))
+	}
+}
+
+// Settings configures a Breaker. The zero Settings is usable.
+type Settings struct {
+	// Name identifies the breaker to OnStateChange.
+	Name string
+	// FailureThreshold is how many consecutive failures open a closed
+	// breaker; default 5 when <= 0.
+	FailureThreshold int
+	// Cooldown is how long the breaker stays open before it lets probes
+	// through; default 5s when <= 0.
+	Cooldown time.Duration
+	// HalfOpenMax is how many probes may be in flight at once while
+	// half-open; default 1 when <= 0.
+	HalfOpenMax int
+	// SuccessThreshold is how many successful probes close a half-open
+	// breaker; default 1 when <= 0.
+	SuccessThreshold int
+	// IsFailure reports whether an error returned by fn counts as a failure;
+	// any other outcome counts as a success. The default counts every
+	// non-nil error except context.Canceled, since a caller giving up says
+	// nothing about the dependency; context.DeadlineExceeded does count.
+	IsFailure func(error) bool
+	// Now returns the current time; tests set it to drive the cooldown.
+	// It is called with the breaker's lock held, so it must not call back
+	// into the breaker. Default time.Now.
+	Now func() time.Time
+	// OnStateChange, if not nil, is called after each change of state, on
+	// the goroutine that caused it and with no lock held. Calls from
+	// different goroutines may run concurrently, so it should be quick and
+	// safe for concurrent use.
+	OnStateChange func(name string, from, to State)
+}
+
+// Breaker is a circuit breaker. It is safe for concurrent use. Create one
+// with New.
+type Breaker struct {
+	name             string
+	failureThreshold int
+	cooldown         time.Duration
+	halfOpenMax      int
+	successThreshold int
+	isFailure        func(error) bool
+	now              func() time.Time
+	onStateChange    func(name string, from, to State)
+
+	mu       sync.Mutex
+	state    State
+	gen      uint64    // counts state changes, so late results of an older state are ignored
+	failures int       // consecutive failures while closed
+	openedAt time.Time // when the breaker last opened
+	probes   int       // probes in flight while half-open
+	passed   int       // successful probes while half-open
+}
+
+// New returns a closed Breaker configured by s.
+func New(s Settings) *Breaker {
+	b := &Breaker{
+		name:             s.Name,
+		failureThreshold: s.FailureThreshold,
+		cooldown:         s.Cooldown,
+		halfOpenMax:      s.HalfOpenMax,
+		successThreshold: s.SuccessThreshold,
+		isFailure:        s.IsFailure,
+		now:              s.Now,
+		onStateChange:    s.OnStateChange,
+	}
+	if b.failureThreshold <= 0 {
+		b.failureThreshold = 5
+	}
+	if b.cooldown <= 0 {
+		b.cooldown = 5 * time.Second
+	}
+	if b.halfOpenMax <= 0 {
+		b.halfOpenMax = 1
+	}
+	if b.successThreshold <= 0 {
+		b.successThreshold = 1
+	}
+	if b.isFailure == nil {
+		b.isFailure = defaultIsFailure
+	}
+	if b.now == nil {
+		b.now = time.Now
+	}
+	return b
+}
+
+func defaultIsFailure(err error) bool {
+	return err != nil && !errors.Is(err, context.Canceled)
+}
+
+// transition is a change of state to report once the lock is released.
+type transition struct {
+	from, to State
+}
+
+// Do calls fn(ctx) if the breaker admits the call and records the outcome.
+// It returns ErrOpen without calling fn while the breaker rejects calls, and
+// ctx.Err() without calling fn if ctx is already done; otherwise it returns
+// what fn returns. A panic in fn counts as a failure and is not recovered.
+func (b *Breaker) Do(ctx context.Context, fn func(ctx context.Context) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	gen, err := b.admit()
+	if err != nil {
+		return err
+	}
+	// Record a failure if fn panics or calls runtime.Goexit, so that a
+	// half-open probe slot is never lost; the panic itself carries on.
+	finished := false
+	defer func() {
+		if !finished {
+			b.record(gen, true)
+		}
+	}()
+	err = fn(ctx)
+	finished = true
+	b.record(gen, b.isFailure(err))
+	return err
+}
+
+// State returns the current state, moving an open breaker whose cooldown
+// has passed to half-open.
+func (b *Breaker) State() State {
+	b.mu.Lock()
+	var changes []transition
+	b.refresh(&changes)
+	s := b.state
+	b.mu.Unlock()
+	b.notify(changes)
+	return s
+}
+
+// admit decides whether a call may run and returns the generation it runs in.
+func (b *Breaker) admit() (uint64, error) {
+	b.mu.Lock()
+	var changes []transition
+	b.refresh(&changes)
+	var err error
+	switch b.state {
+	case StateOpen:
+		err = ErrOpen
+	case StateHalfOpen:
+		if b.probes >= b.halfOpenMax {
+			err = ErrOpen
+		} else {
+			b.probes++
+		}
+	}
+	gen := b.gen
+	b.mu.Unlock()
+	b.notify(changes)
+	return gen, err
+}
+
+// record counts the outcome of a call admitted in generation gen.
+func (b *Breaker) record(gen uint64, failed bool) {
+	b.mu.Lock()
+	var changes []transition
+	if gen == b.gen {
+		switch b.state {
+		case StateClosed:
+			if !failed {
+				b.failures = 0
+				break
+			}
+			b.failures++
+			if b.failures >= b.failureThreshold {
+				b.setState(StateOpen, &changes)
+			}
+		case StateHalfOpen:
+			b.probes--
+			if failed {
+				b.setState(StateOpen, &changes)
+				break
+			}
+			b.passed++
+			if b.passed >= b.successThreshold {
+				b.setState(StateClosed, &changes)
+			}
+		}
+	}
+	b.mu.Unlock()
+	b.notify(changes)
+}
+
+// refresh moves an open breaker to half-open once its cooldown has passed.
+// The caller holds b.mu.
+func (b *Breaker) refresh(changes *[]transition) {
+	if b.state == StateOpen && !b.now().Before(b.openedAt.Add(b.cooldown)) {
+		b.setState(StateHalfOpen, changes)
+	}
+}
+
+// setState enters state to, resetting the counters of the new state, and
+// notes the change for notify. The caller holds b.mu.
+func (b *Breaker) setState(to State, changes *[]transition) {
+	from := b.state
+	b.state = to
+	b.gen++
+	b.failures, b.probes, b.passed = 0, 0, 0
+	if to == StateOpen {
+		b.openedAt = b.now()
+	}
+	*changes = append(*changes, transition{from, to})
+}
+
+// notify reports changes to OnStateChange. The caller must not hold b.mu.
+func (b *Breaker) notify(changes []transition) {
+	if b.onStateChange == nil {
+		return
+	}
+	for _, c := range changes {
+		b.onStateChange(b.name, c.from, c.to)
+	}
+}
