@@ -1,0 +1,211 @@
+package config
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"time"
+
+	"github.com/hashicorp/hcl/v2"
+)
+
+// Config is a parsed, validated host configuration. Durations and sizes are
+// always set: omitted attributes hold their defaults.
+type Config struct {
+	// File is the config file's path as given to Load or Parse.
+	File string
+	// Listen is the ingress address, host:port. Default "127.0.0.1:8080".
+	// An empty host listens on every interface.
+	Listen string
+	// DataDir is the absolute directory under which each plugin gets
+	// DataDir/NAME. Default "./data", relative to the config file.
+	DataDir string
+	// PluginDir is the absolute directory that relative plugin paths resolve
+	// against. Default "./bin/plugins", relative to the config file.
+	PluginDir string
+	// DrainDeadline bounds how long plugins may drain at shutdown. Default 5s.
+	DrainDeadline time.Duration
+	// Admin configures the admin listener.
+	Admin Admin
+	// Limits bounds ingress requests and plugin start-up.
+	Limits Limits
+	// Restart is the policy for restarting crashed plugins.
+	Restart Restart
+	// Health configures the periodic plugin health checks.
+	Health Health
+	// Plugins are the plugin blocks, in file order.
+	Plugins []Plugin
+	// Files holds the parsed source, by file name, for WriteDiagnostics.
+	Files map[string]*hcl.File
+}
+
+// Admin configures the listener that serves /metrics and the admin API.
+type Admin struct {
+	// Listen is the admin address, host:port. Default "127.0.0.1:9090".
+	// Listening beyond loopback without a TokenFile exposes the admin API to
+	// anyone who can reach the port.
+	Listen string
+	// TokenFile is the absolute path of a file holding the bearer token the
+	// admin API requires, or "" (the default) for no token. The file should
+	// be readable only by the host's user. Config resolves the path; it does
+	// not read the file.
+	TokenFile string
+}
+
+// Limits bounds ingress requests and plugin start-up.
+type Limits struct {
+	// MaxBodyBytes caps a request body. Default 1048576 (1 MiB).
+	MaxBodyBytes int64
+	// ReadTimeout bounds reading a whole request. Default 5s.
+	ReadTimeout time.Duration
+	// WriteTimeout bounds writing a response. Default 5s.
+	WriteTimeout time.Duration
+	// IdleTimeout bounds an idle keep-alive connection. Default 60s.
+	IdleTimeout time.Duration
+	// RequestTimeout is the deadline of non-streaming routes that do not set
+	// their own. Default 5s.
+	RequestTimeout time.Duration
+	// StartTimeout bounds a plugin's handshake, Describe and Configure.
+	// Default 10s.
+	StartTimeout time.Duration
+}
+
+// Restart is the policy for restarting crashed plugins.
+type Restart struct {
+	// InitialBackoff is the first delay before a restart; the delay doubles,
+	// with jitter, up to MaxBackoff. Default 100ms.
+	InitialBackoff time.Duration
+	// MaxBackoff caps the restart delay; it is at least InitialBackoff.
+	// Default 5s.
+	MaxBackoff time.Duration
+	// MaxRestarts is how many restarts Window allows; one more marks the
+	// plugin failed. Zero fails a plugin on its first crash. Default 5.
+	MaxRestarts int
+	// Window is the sliding window MaxRestarts counts over. Default 1m.
+	Window time.Duration
+	// StableAfter is how long a plugin must stay ready for its backoff to
+	// reset. Default 10s.
+	StableAfter time.Duration
+}
+
+// Health configures the periodic plugin health checks.
+type Health struct {
+	// Interval is the time between checks. Default 2s.
+	Interval time.Duration
+	// Timeout bounds one check; it is at most Interval. Default 1s.
+	Timeout time.Duration
+	// Failures is how many consecutive failed checks restart the plugin.
+	// Default 3.
+	Failures int
+}
+
+// Plugin is one plugin block: an instance of a plugin binary.
+type Plugin struct {
+	// Name is the block label, unique in the file, matching [a-z][a-z0-9_-]*.
+	Name string
+	// Path is the absolute path of the plugin binary.
+	Path string
+	// SHA256 is the lowercase hex SHA-256 the binary must have, or "" for no
+	// pin.
+	SHA256 string
+	// Mount is the ingress path prefix the plugin's routes live under.
+	// Default "/NAME". Mounts are unique and never nest inside one another,
+	// nor inside /healthz or /readyz.
+	Mount string
+	// MaxInflight caps the plugin's concurrent requests. Default 512.
+	MaxInflight int
+	// Required marks a plugin the host cannot do without. Default true.
+	Required bool
+	// DataDir is the plugin's own directory, Config.DataDir/Name.
+	DataDir string
+	// Config is the body of the plugin's config block, for
+	// DecodePluginConfig. When the block is absent it is an empty body whose
+	// missing-item range is DeclRange, so that "missing required argument"
+	// diagnostics still point at the plugin block.
+	Config hcl.Body
+	// DeclRange is the range of the plugin block's header.
+	DeclRange hcl.Range
+	// PathRange is the range of the path attribute's value.
+	PathRange hcl.Range
+	// SHA256Range is the range of the sha256 attribute's value, or DeclRange
+	// when the attribute is absent.
+	SHA256Range hcl.Range
+	// ConfigRange is the range of the config block's header, or DeclRange
+	// when the block is absent.
+	ConfigRange hcl.Range
+}
+
+// Load reads and parses the config file at path. A file that cannot be read
+// is reported as a diagnostic, like any other problem.
+//
+// Load always returns a non-nil Config whose Files can print the
+// diagnostics; its other fields are meaningful only when the diagnostics hold
+// no errors.
+func Load(path string) (*Config, hcl.Diagnostics) {
+	src, err := os.ReadFile(path)
+	if err != nil {
+		start := hcl.Pos{Line: 1, Column: 1}
+		return &Config{File: path, Files: map[string]*hcl.File{}}, hcl.Diagnostics{{
+			Severity: hcl.DiagError,
+			Summary:  "Cannot read config file",
+			Detail:   err.Error() + ".",
+			Subject:  &hcl.Range{Filename: path, Start: start, End: start},
+		}}
+	}
+	return Parse(src, path)
+}
+
+// Parse parses src as the config file named filename. The name appears in
+// diagnostics, and relative paths in the file resolve against its directory
+// (against the working directory when filename is relative).
+//
+// Parse always returns a non-nil Config whose Files can print the
+// diagnostics; its other fields are meaningful only when the diagnostics hold
+// no errors. The diagnostics are sorted by position.
+func Parse(src []byte, filename string) (*Config, hcl.Diagnostics) {
+	c, diags := parse(src, filename)
+	slices.SortStableFunc(diags, compareDiagnostics)
+	return c, diags
+}
+
+// compareDiagnostics orders diagnostics by file and position, those without
+// a subject first.
+func compareDiagnostics(a, b *hcl.Diagnostic) int {
+	switch {
+	case a.Subject == nil && b.Subject == nil:
+		return 0
+	case a.Subject == nil:
+		return -1
+	case b.Subject == nil:
+		return 1
+	}
+	return cmp.Or(
+		cmp.Compare(a.Subject.Filename, b.Subject.Filename),
+		cmp.Compare(a.Subject.Start.Byte, b.Subject.Start.Byte),
+	)
+}
+
+// WriteDiagnostics prints diags in HCL's text format, with source snippets
+// taken from files (usually Config.Files). Each diagnostic that has a subject
+// is preceded by "file:line:col: " so that editors and grep can find it.
+func WriteDiagnostics(w io.Writer, files map[string]*hcl.File, diags hcl.Diagnostics) error {
+	tw := hcl.NewDiagnosticTextWriter(w, files, 0, false)
+	for _, d := range diags {
+		if d == nil {
+			return errors.New("write diagnostics: nil diagnostic")
+		}
+		if d.Subject != nil {
+			s := d.Subject.Start
+			if _, err := fmt.Fprintf(w, "%s:%d:%d: ", d.Subject.Filename, s.Line, s.Column); err != nil {
+				return fmt.Errorf("write diagnostics: %w", err)
+			}
+		}
+		if err := tw.WriteDiagnostic(d); err != nil {
+			return fmt.Errorf("write diagnostics: %w", err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,347 @@
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/hashicorp/hcl/v2"
+
+	"github.com/plughost/plughost/proto/pluginv1"
+)
+
+// greeterSchema exercises every type and nesting a plugin may declare.
+func greeterSchema() *pluginv1.Schema {
+	return &pluginv1.Schema{
+		Attributes: []*pluginv1.Attribute{
+			{Name: "greeting", Type: "string", Required: true},
+			{Name: "repeat", Type: "number", DefaultJson: "1"},
+			{Name: "loud", Type: "bool", DefaultJson: "false"},
+			{Name: "timeout", Type: "duration", DefaultJson: `"5s"`},
+			{Name: "tags", Type: "list(string)"},
+			{Name: "weights", Type: "map(number)"},
+			{Name: "backoffs", Type: "list(duration)", DefaultJson: `["1s"]`},
+		},
+		Blocks: []*pluginv1.Block{
+			{
+				Name:    "tls",
+				Nesting: pluginv1.Block_NESTING_SINGLE,
+				Body: &pluginv1.Schema{Attributes: []*pluginv1.Attribute{
+					{Name: "cert", Type: "string", Required: true},
+					{Name: "key", Type: "string", Required: true},
+				}},
+			},
+			{
+				Name:    "upstream",
+				Nesting: pluginv1.Block_NESTING_LIST,
+				Body: &pluginv1.Schema{Attributes: []*pluginv1.Attribute{
+					{Name: "url", Type: "string", Required: true},
+					{Name: "weight", Type: "number", DefaultJson: "1"},
+				}},
+			},
+		},
+	}
+}
+
+// hostFile wraps a plugin's config block in a host config file: the block
+// starts on line 3, its first attribute is on line 4.
+func hostFile(config string) string {
+	return "plugin \"greeter\" {\n  path = \"greeter\"\n  config {\n" + config + "  }\n}\n"
+}
+
+func TestDecodePluginConfig(t *testing.T) {
+	const filename = "file.hcl"
+	requiredBlock := &pluginv1.Schema{Blocks: []*pluginv1.Block{
+		{Name: "tls", Nesting: pluginv1.Block_NESTING_SINGLE, Required: true},
+	}}
+	requiredList := &pluginv1.Schema{Blocks: []*pluginv1.Block{
+		{Name: "upstream", Nesting: pluginv1.Block_NESTING_LIST, Required: true},
+	}}
+	badSchema := &pluginv1.Schema{Attributes: []*pluginv1.Attribute{{Name: "port", Type: "int"}}}
+
+	tests := []struct {
+		name   string
+		src    string // a host config file with one plugin
+		schema *pluginv1.Schema
+		want   string // JSON, when no error is expected
+		// When summary is set, the first error must contain it and sit on line.
+		summary string
+		line    int
+	}{
+		{
+			name:   "defaults",
+			src:    hostFile("    greeting = \"hi\"\n"),
+			schema: greeterSchema(),
+			want:   `{"backoffs":["1s"],"greeting":"hi","loud":false,"repeat":1,"tags":null,"timeout":"5s","tls":null,"upstream":[],"weights":null}`,
+		},
+		{
+			name: "every value set",
+			src: hostFile(`    greeting = "hi"
+    repeat   = 2.5
+    loud     = true
+    timeout  = "250ms"
+    tags     = ["a", "b"]
+    weights  = { east = 1, west = 2 }
+    backoffs = ["1s", "2m"]
+    tls {
+      cert = "c.pem"
+      key  = "k.pem"
+    }
+    upstream {
+      url = "http://a"
+    }
+    upstream {
+      url    = "http://b"
+      weight = 3
+    }
+`),
+			schema: greeterSchema(),
+			want:   `{"backoffs":["1s","2m"],"greeting":"hi","loud":true,"repeat":2.5,"tags":["a","b"],"timeout":"250ms","tls":{"cert":"c.pem","key":"k.pem"},"upstream":[{"url":"http://a","weight":1},{"url":"http://b","weight":3}],"weights":{"east":1,"west":2}}`,
+		},
+		{
+			name:   "nil schema, no config block",
+			src:    "plugin \"a\" {\n  path = \"a\"\n}\n",
+			schema: nil,
+			want:   `{}`,
+		},
+		{
+			name:    "wrong type",
+			src:     hostFile("    greeting = \"hi\"\n    repeat   = \"often\"\n"),
+			schema:  greeterSchema(),
+			summary: "Incorrect attribute value type",
+			line:    5,
+		},
+		{
+			name:    "wrong type for bool",
+			src:     hostFile("    greeting = \"hi\"\n\n    loud = \"very\"\n"),
+			schema:  greeterSchema(),
+			summary: "Incorrect attribute value type",
+			line:    6,
+		},
+		{
+			name:    "wrong element type",
+			src:     hostFile("    greeting = \"hi\"\n    weights  = { east = \"near\" }\n"),
+			schema:  greeterSchema(),
+			summary: "Incorrect attribute value type",
+			line:    5,
+		},
+		{
+			name:    "unknown attribute",
+			src:     hostFile("    greeting = \"hi\"\n    colour   = \"blue\"\n"),
+			schema:  greeterSchema(),
+			summary: "Unsupported argument",
+			line:    5,
+		},
+		{
+			name:    "unknown block",
+			src:     hostFile("    greeting = \"hi\"\n    cache {\n    }\n"),
+			schema:  greeterSchema(),
+			summary: "Unsupported block type",
+			line:    5,
+		},
+		{
+			name:    "attribute with nil schema",
+			src:     hostFile("    greeting = \"hi\"\n"),
+			schema:  nil,
+			summary: "Unsupported argument",
+			line:    4,
+		},
+		{
+			name:    "required attribute missing",
+			src:     hostFile("    repeat = 2\n"),
+			schema:  greeterSchema(),
+			summary: "Missing required argument",
+			line:    3,
+		},
+		{
+			name:    "required attribute missing without config block",
+			src:     "\nplugin \"greeter\" {\n  path = \"greeter\"\n}\n",
+			schema:  greeterSchema(),
+			summary: "Missing required argument",
+			line:    2,
+		},
+		{
+			name:    "invalid duration",
+			src:     hostFile("    greeting = \"hi\"\n    timeout  = \"soon\"\n"),
+			schema:  greeterSchema(),
+			summary: "Invalid duration",
+			line:    5,
+		},
+		{
+			name:    "invalid duration in list",
+			src:     hostFile("    greeting = \"hi\"\n    backoffs = [\"1s\",\n      \"2 minutes\"]\n"),
+			schema:  greeterSchema(),
+			summary: "Invalid duration",
+			line:    5,
+		},
+		{
+			name:    "required attribute missing in single block",
+			src:     hostFile("    greeting = \"hi\"\n    tls {\n      cert = \"c.pem\"\n    }\n"),
+			schema:  greeterSchema(),
+			summary: "Missing required argument",
+			line:    5,
+		},
+		{
+			name:    "wrong type in list block",
+			src:     hostFile("    greeting = \"hi\"\n    upstream {\n      url = \"u\"\n    }\n    upstream {\n      url    = \"v\"\n      weight = \"heavy\"\n    }\n"),
+			schema:  greeterSchema(),
+			summary: "Incorrect attribute value type",
+			line:    10,
+		},
+		{
+			name:    "duplicate single block",
+			src:     hostFile("    greeting = \"hi\"\n    tls {\n      cert = \"c\"\n      key  = \"k\"\n    }\n    tls {\n      cert = \"c\"\n      key  = \"k\"\n    }\n"),
+			schema:  greeterSchema(),
+			summary: "Duplicate tls block",
+			line:    9,
+		},
+		{
+			name:    "required block missing",
+			src:     hostFile(""),
+			schema:  requiredBlock,
+			summary: "Missing tls block",
+			line:    3,
+		},
+		{
+			name:    "required list block missing",
+			src:     hostFile(""),
+			schema:  requiredList,
+			summary: "Insufficient upstream blocks",
+			line:    3,
+		},
+		{
+			name:    "variable",
+			src:     hostFile("    greeting = var.name\n"),
+			schema:  greeterSchema(),
+			summary: "Variables not allowed",
+			line:    4,
+		},
+		{
+			name:    "unusable schema",
+			src:     hostFile("    port = 1\n"),
+			schema:  badSchema,
+			summary: "Invalid plugin config schema",
+			line:    3,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, diags := Parse([]byte(tt.src), filename)
+			if diags.HasErrors() {
+				t.Fatalf("Parse: %s", diags.Error())
+			}
+			got, diags := DecodePluginConfig(c.Plugins[0].Config, tt.schema)
+
+			if tt.summary == "" {
+				if diags.HasErrors() {
+					t.Fatalf("DecodePluginConfig() diagnostics: %s", diags.Error())
+				}
+				if string(got) != tt.want {
+					t.Errorf("DecodePluginConfig() = %s, want %s", got, tt.want)
+				}
+				return
+			}
+
+			if !diags.HasErrors() {
+				t.Fatalf("DecodePluginConfig() = %s, no errors, want %q", got, tt.summary)
+			}
+			if got != nil {
+				t.Errorf("DecodePluginConfig() = %s with errors, want nil", got)
+			}
+			d := diags.Errs()[0].(*hcl.Diagnostic)
+			if !strings.Contains(d.Summary, tt.summary) {
+				t.Errorf("DecodePluginConfig() summary = %q, want %q (all: %v)", d.Summary, tt.summary, diags)
+			}
+			if d.Subject == nil {
+				t.Fatalf("DecodePluginConfig() diagnostic %q has no subject", d.Summary)
+			}
+			if d.Subject.Filename != filename || d.Subject.Start.Line != tt.line {
+				t.Errorf("DecodePluginConfig() subject = %s:%d, want %s:%d",
+					d.Subject.Filename, d.Subject.Start.Line, filename, tt.line)
+			}
+			var buf bytes.Buffer
+			if err := WriteDiagnostics(&buf, c.Files, diags); err != nil {
+				t.Fatalf("WriteDiagnostics: %v", err)
+			}
+			if want := fmt.Sprintf("%s:%d:", filename, tt.line); !strings.Contains(buf.String(), want) {
+				t.Errorf("WriteDiagnostics text = %q, want it to contain %q", buf.String(), want)
+			}
+		})
+	}
+}
+
+func TestDecodePluginConfigNilBody(t *testing.T) {
+	got, diags := DecodePluginConfig(nil, nil)
+	if diags.HasErrors() || string(got) != "{}" {
+		t.Errorf("DecodePluginConfig(nil, nil) = %s, %v; want {}, no diagnostics", got, diags)
+	}
+}
+
+func TestCheckSchema(t *testing.T) {
+	attrs := func(as ...*pluginv1.Attribute) *pluginv1.Schema { return &pluginv1.Schema{Attributes: as} }
+	single := func(name string, body *pluginv1.Schema) *pluginv1.Block {
+		return &pluginv1.Block{Name: name, Nesting: pluginv1.Block_NESTING_SINGLE, Body: body}
+	}
+	deep := &pluginv1.Schema{}
+	for range maxSchemaDepth + 1 {
+		deep = &pluginv1.Schema{Blocks: []*pluginv1.Block{single("b", deep)}}
+	}
+
+	tests := []struct {
+		name    string
+		schema  *pluginv1.Schema
+		wantErr string // a fragment of the error, or "" for none
+	}{
+		{"nil", nil, ""},
+		{"empty", &pluginv1.Schema{}, ""},
+		{"every type", greeterSchema(), ""},
+		{"map of durations", attrs(&pluginv1.Attribute{Name: "d", Type: "map(duration)", DefaultJson: `{"a":"1s"}`}), ""},
+		{"null default", attrs(&pluginv1.Attribute{Name: "s", Type: "string", DefaultJson: "null"}), ""},
+		{"unknown type", attrs(&pluginv1.Attribute{Name: "port", Type: "int"}), `attribute "port": unknown type "int"`},
+		{"empty type", attrs(&pluginv1.Attribute{Name: "port"}), `attribute "port": unknown type ""`},
+		{"list of unknown", attrs(&pluginv1.Attribute{Name: "l", Type: "list(int)"}), `unknown type "list(int)"`},
+		{"list of list", attrs(&pluginv1.Attribute{Name: "l", Type: "list(list(string))"}), `unknown type "list(list(string))"`},
+		{"unclosed list", attrs(&pluginv1.Attribute{Name: "l", Type: "list(string"}), `unknown type "list(string"`},
+		{"object type", attrs(&pluginv1.Attribute{Name: "o", Type: "object({a=string})"}), "unknown type"},
+		{"default not JSON", attrs(&pluginv1.Attribute{Name: "n", Type: "number", DefaultJson: "one"}), `attribute "n": default_json "one"`},
+		{"default of wrong type", attrs(&pluginv1.Attribute{Name: "n", Type: "number", DefaultJson: `"x"`}), `attribute "n": default_json`},
+		{"default bool for string list", attrs(&pluginv1.Attribute{Name: "l", Type: "list(string)", DefaultJson: "true"}), `attribute "l": default_json`},
+		{"default not a duration", attrs(&pluginv1.Attribute{Name: "d", Type: "duration", DefaultJson: `"soon"`}), `attribute "d": default_json "\"soon\""`},
+		{"default list element not a duration", attrs(&pluginv1.Attribute{Name: "d", Type: "list(duration)", DefaultJson: `["1s","x"]`}), `attribute "d": default_json`},
+		{"required with default", attrs(&pluginv1.Attribute{Name: "r", Type: "string", Required: true, DefaultJson: `"x"`}), `attribute "r": required attribute has a default`},
+		{"empty attribute name", attrs(&pluginv1.Attribute{Type: "string"}), `attribute "": empty name`},
+		{"nil attribute", attrs(nil), `attribute "": empty name`},
+		{"invalid attribute name", attrs(&pluginv1.Attribute{Name: "a b", Type: "string"}), `attribute "a b": name is not a valid HCL identifier`},
+		{"duplicate attribute", attrs(&pluginv1.Attribute{Name: "a", Type: "string"}, &pluginv1.Attribute{Name: "a", Type: "number"}), `attribute "a": duplicate name`},
+		{"attribute and block share a name", &pluginv1.Schema{
+			Attributes: []*pluginv1.Attribute{{Name: "tls", Type: "bool"}},
+			Blocks:     []*pluginv1.Block{single("tls", nil)},
+		}, `block "tls": duplicate name`},
+		{"duplicate block", &pluginv1.Schema{Blocks: []*pluginv1.Block{single("b", nil), single("b", nil)}}, `block "b": duplicate name`},
+		{"empty block name", &pluginv1.Schema{Blocks: []*pluginv1.Block{single("", nil)}}, `block "": empty name`},
+		{"unspecified nesting", &pluginv1.Schema{Blocks: []*pluginv1.Block{{Name: "b"}}}, `block "b": unknown nesting NESTING_UNSPECIFIED`},
+		{"bad nested attribute", &pluginv1.Schema{Blocks: []*pluginv1.Block{
+			single("outer", attrs(&pluginv1.Attribute{Name: "x", Type: "float"})),
+		}}, `block "outer": attribute "x": unknown type "float"`},
+		{"too deep", deep, "nest more than"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := CheckSchema(tt.schema)
+			if tt.wantErr == "" {
+				if err != nil {
+					t.Fatalf("CheckSchema() = %v, want nil", err)
+				}
+				return
+			}
+			if !errors.Is(err, ErrInvalidSchema) {
+				t.Fatalf("CheckSchema() = %v, want an error wrapping ErrInvalidSchema", err)
+			}
+			if !strings.Contains(err.Error(), tt.wantErr) {
+				t.Errorf("CheckSchema() = %q, want it to contain %q", err, tt.wantErr)
+			}
+		})
+	}
+}

@@ -1,0 +1,1 @@
+# Everything omitted: every default applies.
