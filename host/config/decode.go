@@ -26,6 +26,7 @@ const (
 	defaultDrainDeadline  = 5 * time.Second
 	defaultAdminListen    = "127.0.0.1:9090"
 	defaultMaxBodyBytes   = 1 << 20
+	maxBodyBytesLimit     = 32 << 20
 	defaultReadTimeout    = 5 * time.Second
 	defaultWriteTimeout   = 5 * time.Second
 	defaultIdleTimeout    = 60 * time.Second
@@ -207,7 +208,11 @@ func (d *decoder) decode(c *Config, fb *fileBody, base string) {
 	}
 
 	l := fb.Limits
-	decodeInt(d, l.MaxBodyBytes, &c.Limits.MaxBodyBytes, 1)
+	if decodeInt(d, l.MaxBodyBytes, &c.Limits.MaxBodyBytes, 1) && c.Limits.MaxBodyBytes > maxBodyBytesLimit {
+		d.errorf(l.MaxBodyBytes.Expr.Range(), "Value out of range",
+			"max_body_bytes must be at most %d (32 MiB): bodies travel to plugins in one gRPC message, got %d.",
+			int64(maxBodyBytesLimit), c.Limits.MaxBodyBytes)
+	}
 	d.duration(l.ReadTimeout, &c.Limits.ReadTimeout)
 	d.duration(l.WriteTimeout, &c.Limits.WriteTimeout)
 	d.duration(l.IdleTimeout, &c.Limits.IdleTimeout)
