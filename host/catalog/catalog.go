@@ -217,6 +217,14 @@ func handshakeError(err error) error {
 		return fmt.Errorf("%w: %w", ErrChecksum, err)
 	case strings.Contains(msg, "timeout while waiting for plugin to start"):
 		return fmt.Errorf("plugin did not complete the handshake in time (is it a plughost plugin?): %w", err)
+	case strings.Contains(msg, "Unrecognized remote plugin message"):
+		// go-plugin appends multi-line diagnostics; the first line says
+		// what the binary printed instead of a handshake.
+		first, _, _ := strings.Cut(msg, "\n")
+		if strings.HasSuffix(first, ": ") {
+			first += "(nothing)"
+		}
+		return fmt.Errorf("not a plughost plugin: it exited or printed no go-plugin handshake (build it with sdk.Serve): %s", first)
 	case strings.Contains(msg, "plugin exited before we could connect"):
 		return fmt.Errorf("plugin exited during the handshake (is it a plughost plugin built with sdk.Serve?): %w", err)
 	}

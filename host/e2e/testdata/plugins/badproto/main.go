@@ -5,6 +5,7 @@ package main
 import (
 	"github.com/hashicorp/go-plugin"
 
+	pluginv1 "github.com/plughost/plughost/proto/pluginv1"
 	"github.com/plughost/plughost/sdk/wire"
 )
 
@@ -14,7 +15,11 @@ func main() {
 	plugin.Serve(&plugin.ServeConfig{
 		HandshakeConfig: hs,
 		VersionedPlugins: map[int]plugin.PluginSet{
-			99: {wire.PluginKey: &wire.Plugin{}},
+			// go-plugin registers the service before the handshake, so the
+			// plugin needs a server even though no host will call it.
+			99: {wire.PluginKey: &wire.Plugin{Impl: func(*plugin.GRPCBroker) pluginv1.PluginServer {
+				return pluginv1.UnimplementedPluginServer{}
+			}}},
 		},
 		GRPCServer: plugin.DefaultGRPCServer,
 	})

@@ -1,0 +1,120 @@
+package e2e
+
+import (
+	"fmt"
+	"net/http"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// reload rewrites the host's config file with cfg, sends SIGHUP and waits
+// until the host has logged one more line containing outcome ("config
+// reloaded" or "config reload rejected").
+func (h *hostProc) reload(cfg, outcome string) {
+	h.t.Helper()
+	before := strings.Count(h.log.String(), outcome)
+	if err := os.WriteFile(h.cfgPath, []byte(cfg), 0o644); err != nil {
+		h.t.Fatal(err)
+	}
+	h.signal(syscall.SIGHUP)
+	waitFor(h.t, 30*time.Second, "the host to log "+outcome, func() bool {
+		return strings.Count(h.log.String(), outcome) > before
+	})
+}
+
+// greeting returns what GET /hello/ answers.
+func (h *hostProc) greeting() (int, string) {
+	h.t.Helper()
+	return h.get(h.ingress + "/hello/")
+}
+
+func helloWith(greeting string) string {
+	return pluginBlock("hello", "hello", "  config {\n    greeting = \""+greeting+"\"\n  }")
+}
+
+func TestSIGHUPReload(t *testing.T) {
+	base := baseConfig("2s")
+	h := startHost(t, base+helloWith("one"))
+	if code, body := h.greeting(); code != http.StatusOK || !strings.Contains(body, `"greeting":"one"`) {
+		t.Fatalf("GET /hello/ = %d %s, want 200 with greeting one", code, body)
+	}
+	pid1 := h.plugins()["hello"].Pid
+
+	// A changed plugin config takes effect: hello restarts with it. While
+	// it restarts, requests get 200 (old or new) or 503, never anything else.
+	if err := os.WriteFile(h.cfgPath, []byte(base+helloWith("two")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	h.signal(syscall.SIGHUP)
+	var unexpected []string
+	waitFor(t, 10*time.Second, "GET /hello/ to answer two", func() bool {
+		code, body := h.greeting()
+		if code != http.StatusOK && code != http.StatusServiceUnavailable && len(unexpected) < 3 {
+			unexpected = append(unexpected, fmt.Sprintf("%d %s", code, strings.TrimSpace(body)))
+		}
+		return code == http.StatusOK && strings.Contains(body, `"greeting":"two"`)
+	})
+	if len(unexpected) > 0 {
+		t.Errorf("GET /hello/ during the reload = %q, want only 200 or 503", unexpected)
+	}
+	pid2 := h.plugins()["hello"].Pid
+	if pid2 == 0 || pid2 == pid1 {
+		t.Errorf("hello pid after the reload = %d, want a new process (was %d)", pid2, pid1)
+	}
+	if !waitGone(pid1, 5*time.Second) {
+		t.Errorf("old hello process %d still alive 5s after the reload", pid1)
+	}
+
+	// Broken configs are rejected and the running one stays.
+	broken := []struct{ name, cfg string }{
+		{"syntax error", base + pluginBlock("hello", "hello", "  mount \"/x\"")},
+		{"wrong type in plugin config block", base + pluginBlock("hello", "hello", "  config {\n    greeting = [\"a\"]\n  }")},
+		{"unknown plugin path", base + helloWith("two") + pluginBlock("faulty", "no-such-plugin", "")},
+	}
+	// Not subtests: the hostProc helpers fail h.t, which must happen on
+	// this goroutine.
+	for _, b := range broken {
+		h.reload(b.cfg, "config reload rejected")
+		if code, body := h.greeting(); code != http.StatusOK || !strings.Contains(body, `"greeting":"two"`) {
+			t.Errorf("%s: GET /hello/ after the rejected reload = %d %s, want 200 with greeting two", b.name, code, body)
+		}
+		if pid := h.plugins()["hello"].Pid; pid != pid2 {
+			t.Errorf("%s: hello pid after the rejected reload = %d, want %d unchanged", b.name, pid, pid2)
+		}
+	}
+
+	// A new plugin block starts the plugin; hello, unchanged, keeps running.
+	h.reload(base+helloWith("two")+pluginBlock("faulty", "faulty", ""), "config reloaded")
+	if code, body := h.get(h.ingress + "/faulty/ok"); code != http.StatusOK {
+		t.Fatalf("GET /faulty/ok after adding faulty = %d %s, want 200", code, body)
+	}
+	ps := h.plugins()
+	faultyPid := ps["faulty"].Pid
+	if faultyPid == 0 || ps["faulty"].State != "ready" {
+		t.Errorf("faulty after adding it = %+v, want ready with a pid", ps["faulty"])
+	}
+	if pid := ps["hello"].Pid; pid != pid2 {
+		t.Errorf("hello pid after adding faulty = %d, want %d unchanged", pid, pid2)
+	}
+
+	// Removing the block drains the plugin and forgets it.
+	h.reload(base+helloWith("two"), "config reloaded")
+	if _, ok := h.plugins()["faulty"]; ok {
+		t.Errorf("/v1/plugins still lists faulty after its block was removed")
+	}
+	if !waitGone(faultyPid, 5*time.Second) {
+		t.Errorf("faulty process %d still alive 5s after its block was removed", faultyPid)
+	}
+	if code, body := h.get(h.ingress + "/faulty/ok"); code != http.StatusNotFound {
+		t.Errorf("GET /faulty/ok after removing faulty = %d %s, want 404", code, body)
+	}
+	if _, ok := h.metric(`plughost_plugin_up{plugin="faulty"}`); ok {
+		t.Errorf(`plughost_plugin_up{plugin="faulty"} still exported after faulty was removed`)
+	}
+	if code, body := h.greeting(); code != http.StatusOK || !strings.Contains(body, `"greeting":"two"`) {
+		t.Errorf("GET /hello/ at the end = %d %s, want 200 with greeting two", code, body)
+	}
+}
