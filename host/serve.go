@@ -98,10 +98,7 @@ func serve(ctx context.Context, logger hclog.Logger, path string, stderr io.Writ
 		ctx:     ctx,
 		plugins: map[string]*supervisor.Plugin{},
 	}
-	h.ingress = ingress.New(logger.Named("ingress"), h.metrics, ingress.Limits{
-		MaxBodyBytes:   cfg.Limits.MaxBodyBytes,
-		RequestTimeout: cfg.Limits.RequestTimeout,
-	})
+	h.ingress = ingress.New(logger.Named("ingress"), h.metrics, ingressLimits(cfg))
 	if diags := h.apply(cfg); diags.HasErrors() {
 		printDiags(stderr, cfg, diags)
 		h.stopAll(time.Now().Add(cfg.DrainDeadline))
@@ -225,16 +222,24 @@ func (h *host) applyLocked(cfg *config.Config) hcl.Diagnostics {
 	deadline := time.Now().Add(cfg.DrainDeadline)
 	h.mu.Lock()
 	var stop []*supervisor.Plugin
+	replaced := map[string]supervisor.Spec{}
 	for name, p := range h.plugins {
 		w, ok := want[name]
 		if !ok || fingerprint(cfg, w) != p.Spec().Fingerprint {
 			stop = append(stop, p)
-			delete(h.plugins, name)
+			if ok {
+				// A changed plugin stays routed while it restarts, so that
+				// its requests get 503 (it is draining or stopped), not 404.
+				replaced[name] = p.Spec()
+			} else {
+				delete(h.plugins, name)
+			}
 		}
 	}
 	var start []config.Plugin
 	for _, p := range cfg.Plugins {
-		if _, ok := h.plugins[p.Name]; !ok {
+		_, changed := replaced[p.Name]
+		if _, ok := h.plugins[p.Name]; !ok || changed {
 			start = append(start, p)
 		}
 	}
@@ -255,7 +260,50 @@ func (h *host) applyLocked(cfg *config.Config) hcl.Diagnostics {
 	}
 	wg.Wait()
 
-	opts := supervisor.Options{
+	prev := h.cfg
+	opts := h.options(cfg)
+	diags := make([]hcl.Diagnostics, len(start))
+	for i, pc := range start {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p, err := supervisor.Start(h.ctx, specFor(cfg, pc), opts)
+			if err != nil {
+				diags[i] = configErrDiag(pc, err)
+				if old, ok := replaced[pc.Name]; ok && prev != nil {
+					// The plugin refused its new config: bring the old one
+					// back rather than leave the mount without a plugin.
+					h.logger.Warn("plugin refused its new config; restarting it with the previous one", "plugin", pc.Name)
+					if p, err := supervisor.Start(h.ctx, old, h.options(prev)); err == nil {
+						h.mu.Lock()
+						h.plugins[pc.Name] = p
+						h.mu.Unlock()
+						return
+					}
+				}
+				h.mu.Lock()
+				delete(h.plugins, pc.Name)
+				h.mu.Unlock()
+				return
+			}
+			h.mu.Lock()
+			h.plugins[pc.Name] = p
+			h.mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	h.cfg = cfg
+	h.update()
+	var out hcl.Diagnostics
+	for _, d := range diags {
+		out = append(out, d...)
+	}
+	return out
+}
+
+// options returns the supervisor options for plugins started under cfg.
+func (h *host) options(cfg *config.Config) supervisor.Options {
+	return supervisor.Options{
 		Logger:   h.logger.Named("supervisor"),
 		Metrics:  h.metrics,
 		Host:     h.ingress,
@@ -276,29 +324,6 @@ func (h *host) applyLocked(cfg *config.Config) hcl.Diagnostics {
 			},
 		},
 	}
-	diags := make([]hcl.Diagnostics, len(start))
-	for i, pc := range start {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			p, err := supervisor.Start(h.ctx, specFor(cfg, pc), opts)
-			if err != nil {
-				diags[i] = configErrDiag(pc, err)
-				return
-			}
-			h.mu.Lock()
-			h.plugins[pc.Name] = p
-			h.mu.Unlock()
-		}()
-	}
-	wg.Wait()
-	h.cfg = cfg
-	h.update()
-	var out hcl.Diagnostics
-	for _, d := range diags {
-		out = append(out, d...)
-	}
-	return out
 }
 
 // reload re-reads the config file. A config with errors is rejected with
@@ -330,9 +355,10 @@ func (h *host) reload(path string) {
 		h.logger.Error("config reload rejected; keeping the running config", "diagnostics", b.String())
 		return
 	}
-	if h.cfg != nil && (cfg.Listen != h.cfg.Listen || cfg.Admin.Listen != h.cfg.Admin.Listen) {
-		h.logger.Warn("listen addresses do not change on reload; restart the host to apply them")
+	if h.cfg != nil {
+		h.warnStatic(h.cfg, cfg)
 	}
+	h.ingress.SetLimits(ingressLimits(cfg))
 	if diags := h.applyLocked(cfg); diags.HasErrors() {
 		var b strings.Builder
 		printDiags(&b, cfg, diags)
@@ -340,6 +366,32 @@ func (h *host) reload(path string) {
 		return
 	}
 	h.logger.Info("config reloaded", "plugins", len(cfg.Plugins))
+}
+
+// warnStatic logs the settings a reload cannot change: they are bound to
+// listeners and servers that keep running.
+func (h *host) warnStatic(old, cfg *config.Config) {
+	var keys []string
+	if cfg.Listen != old.Listen {
+		keys = append(keys, "listen")
+	}
+	if cfg.Admin != old.Admin {
+		keys = append(keys, "admin")
+	}
+	if cfg.Limits.ReadTimeout != old.Limits.ReadTimeout || cfg.Limits.IdleTimeout != old.Limits.IdleTimeout {
+		keys = append(keys, "limits.read_timeout/idle_timeout")
+	}
+	if len(keys) > 0 {
+		h.logger.Warn("these settings do not change on reload; restart the host to apply them", "keys", strings.Join(keys, ", "))
+	}
+}
+
+func ingressLimits(cfg *config.Config) ingress.Limits {
+	return ingress.Limits{
+		MaxBodyBytes:   cfg.Limits.MaxBodyBytes,
+		RequestTimeout: cfg.Limits.RequestTimeout,
+		WriteTimeout:   cfg.Limits.WriteTimeout,
+	}
 }
 
 // update rebuilds the ingress routing table.

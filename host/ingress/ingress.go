@@ -33,6 +33,10 @@ import (
 type Limits struct {
 	MaxBodyBytes   int64
 	RequestTimeout time.Duration
+	// WriteTimeout is the server's write timeout. Routes whose deadline is
+	// longer, and streaming routes, get their connection's write deadline
+	// moved so the server does not cut their responses.
+	WriteTimeout time.Duration
 }
 
 // Target is a plugin the ingress routes to.
@@ -51,7 +55,7 @@ type Ingress struct {
 
 	logger  hclog.Logger
 	metrics *metrics.Host
-	limits  Limits
+	limits  atomic.Pointer[Limits]
 
 	table    atomic.Pointer[table]
 	draining atomic.Bool
@@ -63,10 +67,14 @@ type Ingress struct {
 
 // New returns an Ingress with no plugins.
 func New(logger hclog.Logger, m *metrics.Host, limits Limits) *Ingress {
-	g := &Ingress{logger: logger, metrics: m, limits: limits, inflight: map[string]*atomic.Int64{}}
+	g := &Ingress{logger: logger, metrics: m, inflight: map[string]*atomic.Int64{}}
+	g.limits.Store(&limits)
 	g.table.Store(&table{byName: map[string]*entry{}})
 	return g
 }
+
+// SetLimits replaces the limits for requests that arrive from now on.
+func (g *Ingress) SetLimits(l Limits) { g.limits.Store(&l) }
 
 // table is an immutable routing table, swapped whole on changes.
 type table struct {
@@ -200,9 +208,10 @@ func (g *Ingress) serve(w http.ResponseWriter, r *http.Request, e *entry, rest s
 		}
 		return writeError(w, http.StatusNotFound, "not_found", fmt.Sprintf("plugin %q has no route for %s %s", name, r.Method, rest))
 	}
-	if r.ContentLength > g.limits.MaxBodyBytes {
+	limits := g.limits.Load()
+	if r.ContentLength > limits.MaxBodyBytes {
 		return writeError(w, http.StatusRequestEntityTooLarge, "body_too_large",
-			fmt.Sprintf("request body is %d bytes; the limit is %d", r.ContentLength, g.limits.MaxBodyBytes))
+			fmt.Sprintf("request body is %d bytes; the limit is %d", r.ContentLength, limits.MaxBodyBytes))
 	}
 	if n := e.inflight.Add(1); e.max > 0 && n > e.max {
 		e.inflight.Add(-1)
@@ -217,12 +226,12 @@ func (g *Ingress) serve(w http.ResponseWriter, r *http.Request, e *entry, rest s
 		gauge.Dec()
 	}()
 
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, g.limits.MaxBodyBytes))
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limits.MaxBodyBytes))
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
 			return writeError(w, http.StatusRequestEntityTooLarge, "body_too_large",
-				fmt.Sprintf("request body exceeds the limit of %d bytes", g.limits.MaxBodyBytes))
+				fmt.Sprintf("request body exceeds the limit of %d bytes", limits.MaxBodyBytes))
 		}
 		return writeError(w, http.StatusBadRequest, "bad_body", "could not read the request body: "+err.Error())
 	}
@@ -238,17 +247,27 @@ func (g *Ingress) serve(w http.ResponseWriter, r *http.Request, e *entry, rest s
 		RequestId:  g.requestID(r),
 	}
 	ctx := r.Context()
+	rc := http.NewResponseController(w)
 	if rt.streaming {
 		if rt.timeout > 0 {
 			var cancel context.CancelFunc
 			ctx, cancel = context.WithTimeout(ctx, rt.timeout)
 			defer cancel()
 		}
+		// A stream lasts as long as its handler; the server's write
+		// timeout would cut it. Each write still fails if the client
+		// stops reading, since the chunk send then blocks and ctx ends.
+		_ = rc.SetWriteDeadline(time.Time{})
 		return g.stream(ctx, w, name, conn, req)
 	}
-	timeout := g.limits.RequestTimeout
+	timeout := limits.RequestTimeout
 	if rt.timeout > 0 {
 		timeout = rt.timeout
+	}
+	if limits.WriteTimeout > 0 && timeout >= limits.WriteTimeout {
+		// Leave the plugin its whole deadline and the host time to answer
+		// after it (a 504, or a 503 when a drain deadline cuts it short).
+		_ = rc.SetWriteDeadline(time.Now().Add(timeout + limits.WriteTimeout))
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()

@@ -61,7 +61,7 @@ func New() *Host {
 		}, []string{"plugin", "code"}),
 		RequestDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "plughost_http_request_duration_seconds",
-			Help:    "Time from ingress request to response head, by plugin.",
+			Help:    "Time from ingress request to the end of the response, by plugin.",
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
 		}, []string{"plugin"}),
 		Inflight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -138,7 +138,7 @@ func (g *Gatherer) Gather() ([]*dto.MetricFamily, error) {
 		}()
 	}
 	wg.Wait()
-	for _, fams := range results {
+	for i, fams := range results {
 		for _, mf := range fams {
 			have, ok := byName[mf.GetName()]
 			if !ok {
@@ -146,8 +146,11 @@ func (g *Gatherer) Gather() ([]*dto.MetricFamily, error) {
 				continue
 			}
 			if have.GetType() != mf.GetType() {
-				// Two plugins disagree on a family's type; keep the first
-				// so the exposition stays valid.
+				// Two sources disagree on a family's type; keep the first
+				// so the exposition stays valid, and say so.
+				g.Host.PluginScrapeErrs.WithLabelValues(srcs[i].Name()).Inc()
+				g.Logger.Warn("plugin metric family dropped: its type differs from another source's",
+					"plugin", srcs[i].Name(), "family", mf.GetName(), "type", mf.GetType().String(), "kept_type", have.GetType().String())
 				continue
 			}
 			have.Metric = append(have.Metric, mf.Metric...)

@@ -139,10 +139,12 @@ func Start(ctx context.Context, spec Spec, opts Options) (*Plugin, error) {
 		spec:   spec,
 		opts:   opts,
 		logger: opts.Logger.With("plugin", spec.Name),
-		cmds:   make(chan command),
-		done:   make(chan struct{}),
-		state:  StateStarting,
-		first:  make(chan struct{}),
+		// One slot: a Restart never waits for a plugin that is starting;
+		// the loop picks the command up when it can.
+		cmds:  make(chan command, 1),
+		done:  make(chan struct{}),
+		state: StateStarting,
+		first: make(chan struct{}),
 	}
 	if opts.Metrics != nil {
 		opts.Metrics.PluginRestarts.WithLabelValues(spec.Name)
@@ -221,6 +223,8 @@ func (p *Plugin) Restart(deadline time.Time) {
 	select {
 	case p.cmds <- command{kind: cmdRestart, deadline: deadline}:
 	case <-p.done:
+	default:
+		// A command is already pending; it restarts or stops the plugin.
 	}
 }
 
@@ -315,8 +319,10 @@ func (p *Plugin) run(ctx context.Context) {
 					p.setState(StateStopped, nil)
 					return
 				case cmdRestart:
+					// An operator's restart is counted, but not against
+					// max_restarts: that budget is for crashes.
 					p.drainAndKill(inst, cmd.deadline)
-					p.countRestart()
+					p.countRestart(false)
 					bo.Reset()
 					continue
 				}
@@ -329,7 +335,7 @@ func (p *Plugin) run(ctx context.Context) {
 			reason = err
 		}
 		p.logger.Warn("plugin down", "error", reason)
-		if p.countRestart() {
+		if p.countRestart(true) {
 			p.logger.Error("plugin failed: too many restarts", "max_restarts", pol.MaxRestarts, "window", pol.Window, "error", reason)
 			if !p.waitFailed(ctx, reason) {
 				return
@@ -350,25 +356,33 @@ func (p *Plugin) run(ctx context.Context) {
 	}
 }
 
-// countRestart records a restart and reports whether the plugin has now
-// restarted more than MaxRestarts times within Window.
-func (p *Plugin) countRestart() bool {
+// countRestart records a restart about to happen. For a crash it first
+// checks the budget: when the plugin has already restarted MaxRestarts
+// times within Window it reports true, and no restart is counted because
+// none will happen.
+func (p *Plugin) countRestart(crash bool) (failed bool) {
 	now := time.Now()
 	p.mu.Lock()
-	p.restarts++
-	keep := p.recent[:0]
-	for _, t := range p.recent {
-		if now.Sub(t) < p.opts.Policy.Window {
-			keep = append(keep, t)
+	if crash {
+		keep := p.recent[:0]
+		for _, t := range p.recent {
+			if now.Sub(t) < p.opts.Policy.Window {
+				keep = append(keep, t)
+			}
 		}
+		p.recent = keep
+		if len(p.recent) >= p.opts.Policy.MaxRestarts {
+			p.mu.Unlock()
+			return true
+		}
+		p.recent = append(p.recent, now)
 	}
-	p.recent = append(keep, now)
-	over := len(p.recent) > p.opts.Policy.MaxRestarts
+	p.restarts++
 	p.mu.Unlock()
 	if m := p.opts.Metrics; m != nil {
 		m.PluginRestarts.WithLabelValues(p.spec.Name).Inc()
 	}
-	return over
+	return false
 }
 
 // waitFailed parks the plugin in the failed state until an operator

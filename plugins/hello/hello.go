@@ -73,7 +73,7 @@ func (h *hello) greet(w http.ResponseWriter, _ *http.Request) {
 
 func (h *hello) sleep(w http.ResponseWriter, r *http.Request) {
 	ms, err := strconv.ParseInt(r.URL.Query().Get("ms"), 10, 64)
-	if err != nil || ms < 0 || time.Duration(ms)*time.Millisecond > maxSleep {
+	if err != nil || ms < 0 || ms > maxSleep.Milliseconds() {
 		writeJSON(w, http.StatusBadRequest, map[string]any{"error": map[string]string{
 			"code": "bad_request", "message": "ms must be an integer from 0 to 600000",
 		}})
