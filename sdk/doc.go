@@ -34,7 +34,8 @@
 //     mount point: a plugin mounted at /hello sees GET /hello/sleep as
 //     GET /sleep. Each request's context carries the caller's deadline and
 //     is cancelled when the caller goes away. A panic in Handler becomes a
-//     500 for that request and is logged with its stack; the plugin keeps
+//     500 for that request (or, once a streamed response has been flushed,
+//     cuts it short) and is logged with its stack; the plugin keeps
 //     serving.
 //  4. Drain: the host asks the plugin to stop. New requests get 503 with
 //     Retry-After, Runtime.Context is cancelled, the Drain hook runs and the

@@ -161,8 +161,13 @@ func (rt *Runtime) RawConfig() []byte { return rt.config }
 // for config attributes of type TypeDuration.
 type Duration time.Duration
 
-// UnmarshalJSON decodes a Go duration string.
+// UnmarshalJSON decodes a Go duration string. Like encoding/json itself it
+// leaves d unchanged on null, which is what the host sends for an optional
+// attribute that has no default.
 func (d *Duration) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		return nil
+	}
 	var s string
 	if err := json.Unmarshal(b, &s); err != nil {
 		return fmt.Errorf("duration must be a string: %w", err)

@@ -61,6 +61,9 @@ type Block struct {
 
 var nameRE = regexp.MustCompile(`^[a-z][a-z0-9_]*$`)
 
+// methodRE matches an RFC 9110 token, which is what an HTTP method is.
+var methodRE = regexp.MustCompile("^[!#$%&'*+\\-.^_`|~0-9A-Za-z]+$")
+
 func (s Schema) toProto() (*pluginv1.Schema, error) {
 	out := &pluginv1.Schema{}
 	seen := map[string]bool{}
@@ -156,6 +159,11 @@ func registerRoute(mux *http.ServeMux, r Route) (err error) {
 	}
 	if r.Timeout < 0 {
 		return fmt.Errorf("route %q: negative timeout", r.Pattern)
+	}
+	// ServeMux reads "GE T /x" as method GE and host "T ": a route that
+	// never matches rather than an error.
+	if r.Method != "" && !methodRE.MatchString(r.Method) {
+		return fmt.Errorf("route %q: method %q is not an HTTP token", r.Pattern, r.Method)
 	}
 	pat := r.Pattern
 	if r.Method != "" {

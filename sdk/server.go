@@ -184,7 +184,9 @@ func (s *server) Drain(ctx context.Context, req *pluginv1.DrainRequest) (*plugin
 
 func (s *server) Handle(ctx context.Context, req *pluginv1.HTTPRequest) (*pluginv1.HTTPResponse, error) {
 	w := newBufferedWriter()
-	s.serve(ctx, req, w)
+	if err := s.serve(ctx, req, w); err != nil {
+		return nil, err
+	}
 	return &pluginv1.HTTPResponse{
 		Status:  int32(w.status),
 		Headers: wire.HeadersToProto(w.header),
@@ -194,27 +196,34 @@ func (s *server) Handle(ctx context.Context, req *pluginv1.HTTPRequest) (*plugin
 
 func (s *server) HandleStream(req *pluginv1.HTTPRequest, stream pluginv1.Plugin_HandleStreamServer) error {
 	w := newStreamWriter(stream)
-	s.serve(stream.Context(), req, w)
+	if err := s.serve(stream.Context(), req, w); err != nil {
+		return err
+	}
 	return w.finish()
 }
 
 // responseWriter is the part of both writers serve needs.
 type responseWriter interface {
 	http.ResponseWriter
-	wroteHeader() bool
+	// reset drops the response written so far and reports whether it
+	// could: once part of it has been sent, it cannot.
+	reset() bool
 }
 
-func (s *server) serve(ctx context.Context, req *pluginv1.HTTPRequest, w responseWriter) {
+// serve runs the handler. It returns a gRPC error when the response must be
+// cut short rather than sent as if complete: the handler panicked with
+// http.ErrAbortHandler, or panicked after part of the response was sent.
+func (s *server) serve(ctx context.Context, req *pluginv1.HTTPRequest, w responseWriter) (err error) {
 	if !s.inflight.acquire() {
 		writeError(w, http.StatusServiceUnavailable, "draining", "plugin is draining; retry on another instance or later")
-		return
+		return nil
 	}
 	defer s.inflight.release()
 
 	r, err := newRequest(ctx, req)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
-		return
+		return nil
 	}
 	defer func() {
 		v := recover()
@@ -222,15 +231,19 @@ func (s *server) serve(ctx context.Context, req *pluginv1.HTTPRequest, w respons
 			return
 		}
 		if v == http.ErrAbortHandler {
+			err = status.Error(codes.Aborted, "handler aborted the response")
 			return
 		}
 		s.logger.Error("handler panicked", "method", req.GetMethod(), "path", req.GetPath(),
 			"request_id", req.GetRequestId(), "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
-		if !w.wroteHeader() {
-			writeError(w, http.StatusInternalServerError, "internal", "the plugin failed while handling the request")
+		if !w.reset() {
+			err = status.Error(codes.Aborted, "handler panicked after the response began")
+			return
 		}
+		writeError(w, http.StatusInternalServerError, "internal", "the plugin failed while handling the request")
 	}()
 	s.p.Handler.ServeHTTP(w, r)
+	return nil
 }
 
 func newRequest(ctx context.Context, req *pluginv1.HTTPRequest) (*http.Request, error) {

@@ -35,10 +35,17 @@ func (w *bufferedWriter) Write(b []byte) (int, error) {
 	return w.body.Write(b)
 }
 
-func (w *bufferedWriter) wroteHeader() bool { return w.wrote }
+// reset drops the response; nothing is sent before the handler returns.
+func (w *bufferedWriter) reset() bool {
+	w.header = http.Header{}
+	w.status = http.StatusOK
+	w.wrote = false
+	w.body.Reset()
+	return true
+}
 
-// streamChunkSize bounds how much a streaming response buffers between
-// flushes before it sends a chunk anyway.
+// streamChunkSize is the most a streaming response buffers between flushes
+// before it sends a chunk anyway, and so the largest chunk it sends.
 const streamChunkSize = 32 << 10
 
 // streamWriter sends a response as HTTPResponseChunk messages: the head
@@ -72,11 +79,22 @@ func (w *streamWriter) Write(b []byte) (int, error) {
 		return 0, w.err
 	}
 	w.WriteHeader(http.StatusOK)
-	n, _ := w.buf.Write(b)
-	if w.buf.Len() >= streamChunkSize {
-		w.send()
+	// Split big writes: a chunk must stay well under the host's gRPC
+	// message size limit.
+	n := 0
+	for len(b) > 0 {
+		k := min(len(b), streamChunkSize-w.buf.Len())
+		w.buf.Write(b[:k])
+		b = b[k:]
+		n += k
+		if w.buf.Len() >= streamChunkSize {
+			w.send()
+			if w.err != nil {
+				return n, w.err
+			}
+		}
 	}
-	return n, w.err
+	return n, nil
 }
 
 // Flush sends what is buffered, so the caller sees it now.
@@ -85,7 +103,17 @@ func (w *streamWriter) Flush() {
 	w.send()
 }
 
-func (w *streamWriter) wroteHeader() bool { return w.wrote }
+// reset drops the response unless its head has been sent.
+func (w *streamWriter) reset() bool {
+	if w.sentHead {
+		return false
+	}
+	w.header = http.Header{}
+	w.status = http.StatusOK
+	w.wrote = false
+	w.buf.Reset()
+	return true
+}
 
 func (w *streamWriter) send() {
 	if w.err != nil || (w.sentHead && w.buf.Len() == 0) {

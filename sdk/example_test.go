@@ -1,0 +1,183 @@
+package sdk_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/plughost/plughost/sdk"
+)
+
+// A plugin's main function describes the plugin and calls Serve. Serve
+// only works in a process the plughost host started, so this example is
+// not run.
+func ExampleServe() {
+	type config struct {
+		Greeting string       `json:"greeting"`
+		MaxSleep sdk.Duration `json:"max_sleep"`
+	}
+	var cfg config // set by Configure, before any request
+
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintln(w, cfg.Greeting)
+	})
+	mux.HandleFunc("GET /sleep", func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-time.After(cfg.MaxSleep.Std()):
+			fmt.Fprintln(w, "slept")
+		case <-r.Context().Done():
+			// The caller went away or its deadline passed.
+		}
+	})
+
+	err := sdk.Serve(sdk.Plugin{
+		Name:    "hello",
+		Version: "0.1.0",
+		Routes: []sdk.Route{
+			{Method: "GET", Pattern: "/{$}"},
+			{Method: "GET", Pattern: "/sleep", Timeout: 10 * time.Second},
+		},
+		Config: sdk.Schema{Attrs: []sdk.Attr{
+			{Name: "greeting", Type: sdk.TypeString, Default: "hello"},
+			{Name: "max_sleep", Type: sdk.TypeDuration, Default: "1s"},
+		}},
+		Handler: mux,
+		Configure: func(ctx context.Context, rt *sdk.Runtime) error {
+			if err := rt.DecodeConfig(&cfg); err != nil {
+				return err
+			}
+			if cfg.MaxSleep.Std() <= 0 {
+				return &sdk.AttrError{Attr: "max_sleep", Err: errors.New("must be positive")}
+			}
+			rt.Logger.Info("configured", "greeting", cfg.Greeting)
+			return nil
+		},
+		Health: func(ctx context.Context) sdk.Health {
+			return sdk.Health{Status: sdk.StatusReady}
+		},
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+}
+
+// DecodeConfig fills a struct whose json tags name the schema's
+// attributes. The host has applied defaults, so every attribute is present;
+// one without a default is null when the operator omits it.
+func ExampleRuntime_DecodeConfig() {
+	type upstream struct {
+		URL string `json:"url"`
+	}
+	type config struct {
+		Greeting  string       `json:"greeting"`
+		Timeout   sdk.Duration `json:"timeout"`
+		Languages []string     `json:"languages"`
+		Upstreams []upstream   `json:"upstream"`
+	}
+	p := sdk.Plugin{
+		Name:    "hello",
+		Version: "0.1.0",
+		Routes:  []sdk.Route{{Method: "GET", Pattern: "/{$}"}},
+		Config: sdk.Schema{
+			Attrs: []sdk.Attr{
+				{Name: "greeting", Type: sdk.TypeString, Default: "hello"},
+				{Name: "timeout", Type: sdk.TypeDuration, Default: "5s"},
+				{Name: "languages", Type: sdk.ListOf(sdk.TypeString)},
+			},
+			Blocks: []sdk.Block{{
+				Name:   "upstream",
+				List:   true,
+				Schema: sdk.Schema{Attrs: []sdk.Attr{{Name: "url", Type: sdk.TypeString, Required: true}}},
+			}},
+		},
+		Handler: http.NotFoundHandler(),
+		Configure: func(ctx context.Context, rt *sdk.Runtime) error {
+			var cfg config
+			if err := rt.DecodeConfig(&cfg); err != nil {
+				return err
+			}
+			fmt.Printf("%s after %v to %d upstream(s); languages %q\n",
+				cfg.Greeting, cfg.Timeout.Std(), len(cfg.Upstreams), cfg.Languages)
+			return nil
+		},
+	}
+
+	// What the host sends for
+	//
+	//	plugin "hello" "hello" {
+	//	  greeting = "hi"
+	//	  upstream { url = "http://10.0.0.1" }
+	//	}
+	block := `{"greeting":"hi","timeout":"5s","languages":null,"upstream":[{"url":"http://10.0.0.1"}]}`
+	if err := sdk.ConfigureForExample(p, block); err != nil {
+		fmt.Println(err)
+	}
+
+	// A field the struct does not declare means the struct and the schema
+	// disagree; Configure fails and the host shows the error.
+	err := sdk.ConfigureForExample(p, `{"greeting":"hi","colour":"red"}`)
+	fmt.Println(err)
+	// Output:
+	// hi after 5s to 1 upstream(s); languages []
+	// decode config: json: unknown field "colour"
+}
+
+// An AttrError points the host's diagnostic at one attribute of the
+// operator's config block.
+func ExampleAttrError() {
+	p := sdk.Plugin{
+		Name:    "hello",
+		Version: "0.1.0",
+		Routes:  []sdk.Route{{Pattern: "/"}},
+		Config:  sdk.Schema{Attrs: []sdk.Attr{{Name: "port", Type: sdk.TypeNumber, Required: true}}},
+		Handler: http.NotFoundHandler(),
+		Configure: func(ctx context.Context, rt *sdk.Runtime) error {
+			var cfg struct {
+				Port int `json:"port"`
+			}
+			if err := rt.DecodeConfig(&cfg); err != nil {
+				return err
+			}
+			if cfg.Port < 1 || cfg.Port > 65535 {
+				return &sdk.AttrError{Attr: "port", Err: fmt.Errorf("%d is not a TCP port", cfg.Port)}
+			}
+			return nil
+		},
+	}
+	err := sdk.ConfigureForExample(p, `{"port":70000}`)
+	var ae *sdk.AttrError
+	if errors.As(err, &ae) {
+		fmt.Printf("attribute %s: %v\n", ae.Attr, ae.Err)
+	}
+	// Output:
+	// attribute port: 70000 is not a TCP port
+}
+
+// Attribute types compose from the scalar types with ListOf and MapOf.
+func ExampleListOf() {
+	schema := sdk.Schema{Attrs: []sdk.Attr{
+		{Name: "hosts", Type: sdk.ListOf(sdk.TypeString), Default: []string{"localhost"}},
+		{Name: "retries", Type: sdk.ListOf(sdk.TypeDuration)},
+		{Name: "weights", Type: sdk.MapOf(sdk.TypeNumber)},
+	}}
+	var types []string
+	for _, a := range schema.Attrs {
+		types = append(types, a.Name+": "+string(a.Type))
+	}
+	fmt.Println(strings.Join(types, "\n"))
+	// Output:
+	// hosts: list(string)
+	// retries: list(duration)
+	// weights: map(number)
+}
+
+func ExampleHealthStatus_String() {
+	fmt.Println(sdk.StatusReady, sdk.StatusDegraded, sdk.StatusNotReady)
+	// Output: ready degraded not_ready
+}

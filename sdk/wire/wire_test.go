@@ -1,0 +1,128 @@
+package wire_test
+
+import (
+	"net/http"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"go.uber.org/goleak"
+
+	pluginv1 "github.com/plughost/plughost/proto/pluginv1"
+	"github.com/plughost/plughost/sdk/wire"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+func TestHeadersRoundTrip(t *testing.T) {
+	tests := []struct {
+		name string
+		in   http.Header
+	}{
+		{"nil", nil},
+		{"empty", http.Header{}},
+		{"one value", http.Header{"Content-Type": {"text/plain"}}},
+		{"multiple values keep order", http.Header{"Set-Cookie": {"a=1", "b=2", "c=3"}}},
+		{"several names", http.Header{"Accept": {"*/*"}, "X-Request-Id": {"r1"}, "Vary": {"Accept", "Origin"}}},
+		{"empty value", http.Header{"X-Empty": {""}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := http.Header{}
+			wire.HeadersFromProto(got, wire.HeadersToProto(tt.in))
+			want := tt.in
+			if want == nil {
+				want = http.Header{}
+			}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("HeadersFromProto(HeadersToProto(%v)) mismatch (-want +got):\n%s", tt.in, diff)
+			}
+		})
+	}
+}
+
+func TestHeadersToProtoEmpty(t *testing.T) {
+	for _, h := range []http.Header{nil, {}} {
+		if got := wire.HeadersToProto(h); got != nil {
+			t.Errorf("HeadersToProto(%v) = %v, want nil", h, got)
+		}
+	}
+}
+
+func TestHeadersFromProto(t *testing.T) {
+	tests := []struct {
+		name string
+		dst  http.Header
+		in   []*pluginv1.Header
+		want http.Header
+	}{
+		{
+			name: "canonicalises names",
+			in:   []*pluginv1.Header{{Name: "content-type", Values: []string{"text/plain"}}, {Name: "X-REQUEST-ID", Values: []string{"r1"}}},
+			want: http.Header{"Content-Type": {"text/plain"}, "X-Request-Id": {"r1"}},
+		},
+		{
+			name: "merges names that canonicalise alike",
+			in:   []*pluginv1.Header{{Name: "accept", Values: []string{"a"}}, {Name: "ACCEPT", Values: []string{"b", "c"}}},
+			want: http.Header{"Accept": {"a", "b", "c"}},
+		},
+		{
+			name: "appends to existing values",
+			dst:  http.Header{"Vary": {"Origin"}, "Server": {"plughost"}},
+			in:   []*pluginv1.Header{{Name: "vary", Values: []string{"Accept"}}},
+			want: http.Header{"Vary": {"Origin", "Accept"}, "Server": {"plughost"}},
+		},
+		{
+			name: "names net/http would not canonicalise stay as given",
+			in:   []*pluginv1.Header{{Name: "x header", Values: []string{"v"}}},
+			want: http.Header{"x header": {"v"}},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := tt.dst
+			if got == nil {
+				got = http.Header{}
+			}
+			wire.HeadersFromProto(got, tt.in)
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("HeadersFromProto(%v) mismatch (-want +got):\n%s", tt.in, diff)
+			}
+		})
+	}
+}
+
+// Entries without values come from senders that are not net/http; they must
+// not panic and must not produce values.
+func TestHeadersFromProtoNoValues(t *testing.T) {
+	in := []*pluginv1.Header{nil, {Name: "x-none"}, {Name: "x-empty", Values: []string{}}}
+	got := http.Header{}
+	wire.HeadersFromProto(got, in)
+	for k, v := range got {
+		if len(v) != 0 {
+			t.Errorf("HeadersFromProto(%v)[%q] = %q, want no values", in, k, v)
+		}
+	}
+}
+
+func TestHeadersFromProtoDoesNotAlias(t *testing.T) {
+	in := []*pluginv1.Header{{Name: "X-A", Values: []string{"1", "2"}}}
+	got := http.Header{}
+	wire.HeadersFromProto(got, in)
+	got["X-A"][0] = "changed"
+	if v := in[0].Values[0]; v != "1" {
+		t.Errorf("after changing the decoded header, wire value = %q, want %q", v, "1")
+	}
+}
+
+func TestPluginSets(t *testing.T) {
+	sets := wire.PluginSets(nil)
+	set, ok := sets[wire.ProtocolVersion]
+	if !ok {
+		t.Fatalf("PluginSets(nil) has no set for protocol %d", wire.ProtocolVersion)
+	}
+	if _, ok := set[wire.PluginKey].(*wire.Plugin); !ok {
+		t.Errorf("PluginSets(nil)[%d][%q] = %T, want *wire.Plugin", wire.ProtocolVersion, wire.PluginKey, set[wire.PluginKey])
+	}
+}
