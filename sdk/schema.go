@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"regexp"
 	"strings"
+	"time"
 
 	pluginv1 "github.com/plughost/plughost/proto/pluginv1"
 )
@@ -87,6 +88,9 @@ func (s Schema) toProto() (*pluginv1.Schema, error) {
 			if err != nil {
 				return nil, fmt.Errorf("attribute %q: encode default: %w", a.Name, err)
 			}
+			if err := checkDefault(a.Type, b); err != nil {
+				return nil, fmt.Errorf("attribute %q: default %s: %w", a.Name, b, err)
+			}
 			pa.DefaultJson = string(b)
 		}
 		out.Attributes = append(out.Attributes, pa)
@@ -110,6 +114,67 @@ func (s Schema) toProto() (*pluginv1.Schema, error) {
 		out.Blocks = append(out.Blocks, &pluginv1.Block{Name: b.Name, Nesting: n, Required: b.Required, Body: body, Description: b.Description})
 	}
 	return out, nil
+}
+
+// checkDefault reports whether the JSON encoding of a default fits t, so
+// that a mistyped default fails when the plugin starts, not when the host
+// decodes an operator's config.
+func checkDefault(t Type, b []byte) error {
+	var v any
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	return checkValue(t, v)
+}
+
+func checkValue(t Type, v any) error {
+	switch t {
+	case TypeString:
+		if _, ok := v.(string); ok {
+			return nil
+		}
+	case TypeNumber:
+		if _, ok := v.(float64); ok {
+			return nil
+		}
+	case TypeBool:
+		if _, ok := v.(bool); ok {
+			return nil
+		}
+	case TypeDuration:
+		if s, ok := v.(string); ok {
+			if _, err := time.ParseDuration(s); err != nil {
+				return err
+			}
+			return nil
+		}
+	default:
+		if inner, ok := strings.CutPrefix(string(t), "list("); ok {
+			list, ok := v.([]any)
+			if !ok {
+				break
+			}
+			for _, e := range list {
+				if err := checkValue(Type(strings.TrimSuffix(inner, ")")), e); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+		if inner, ok := strings.CutPrefix(string(t), "map("); ok {
+			m, ok := v.(map[string]any)
+			if !ok {
+				break
+			}
+			for _, e := range m {
+				if err := checkValue(Type(strings.TrimSuffix(inner, ")")), e); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+	}
+	return fmt.Errorf("does not match type %s", t)
 }
 
 func validType(t Type) bool {

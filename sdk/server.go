@@ -104,7 +104,7 @@ func (s *server) Configure(ctx context.Context, req *pluginv1.ConfigureRequest) 
 		ctx:    s.ctx,
 	}
 	if s.p.Configure != nil {
-		if err := s.p.Configure(ctx, rt); err != nil {
+		if err := s.hook("configure", func() error { return s.p.Configure(ctx, rt) }); err != nil {
 			var ae *AttrError
 			if errors.As(err, &ae) {
 				return &pluginv1.ConfigureResponse{Error: ae.Err.Error(), Attribute: ae.Attr}, nil
@@ -113,6 +113,18 @@ func (s *server) Configure(ctx context.Context, req *pluginv1.ConfigureRequest) 
 		}
 	}
 	return &pluginv1.ConfigureResponse{}, nil
+}
+
+// hook runs one of the plugin's hooks, turning a panic into an error that
+// is logged with its stack, so a bad hook does not take the process down.
+func (s *server) hook(name string, fn func() error) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			s.logger.Error("hook panicked", "hook", name, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+			err = fmt.Errorf("%s hook panicked: %v", name, v)
+		}
+	}()
+	return fn()
 }
 
 // AttrError is an error from a Configure hook about one config attribute;
@@ -134,7 +146,9 @@ func (s *server) Health(ctx context.Context, _ *pluginv1.HealthRequest) (*plugin
 	case s.inflight.isDraining():
 		h = Health{Status: StatusNotReady, Reason: "draining"}
 	case s.p.Health != nil:
-		h = s.p.Health(ctx)
+		if err := s.hook("health", func() error { h = s.p.Health(ctx); return nil }); err != nil {
+			h = Health{Status: StatusNotReady, Reason: err.Error()}
+		}
 	}
 	st := pluginv1.HealthResponse_STATUS_READY
 	switch h.Status {
@@ -174,7 +188,7 @@ func (s *server) Drain(ctx context.Context, req *pluginv1.DrainRequest) (*plugin
 	s.cancel()
 	s.logger.Info("draining", "in_flight", started)
 	if s.p.Drain != nil {
-		if err := s.p.Drain(ctx); err != nil {
+		if err := s.hook("drain", func() error { return s.p.Drain(ctx) }); err != nil {
 			s.logger.Warn("drain hook failed", "error", err)
 		}
 	}

@@ -1277,6 +1277,8 @@ func TestHealth(t *testing.T) {
 			pluginv1.HealthResponse_STATUS_DEGRADED, "cache cold"},
 		{"hook not ready", func(context.Context) Health { return Health{Status: StatusNotReady, Reason: "no upstream"} },
 			pluginv1.HealthResponse_STATUS_NOT_READY, "no upstream"},
+		{"hook panics", func(context.Context) Health { panic("health probe bug") },
+			pluginv1.HealthResponse_STATUS_NOT_READY, "health hook panicked: health probe bug"},
 		{"hook deadline visible", func(ctx context.Context) Health {
 			if _, ok := ctx.Deadline(); !ok {
 				return Health{Status: StatusNotReady, Reason: "no deadline"}

@@ -119,7 +119,9 @@ func (w *streamWriter) send() {
 	if w.err != nil || (w.sentHead && w.buf.Len() == 0) {
 		return
 	}
-	c := &pluginv1.HTTPResponseChunk{Data: w.buf.Bytes()}
+	// A copy: gRPC may hold a sent message (stats handlers, retries) after
+	// Send returns, and the buffer is reused.
+	c := &pluginv1.HTTPResponseChunk{Data: bytes.Clone(w.buf.Bytes())}
 	if !w.sentHead {
 		c.Status = int32(w.status)
 		c.Headers = wire.HeadersToProto(w.header)
