@@ -63,6 +63,10 @@ type host struct {
 
 	mu      sync.Mutex
 	plugins map[string]*supervisor.Plugin
+
+	// updateMu serialises routing-table rebuilds, so that a rebuild from
+	// an older snapshot of plugins cannot replace a newer one.
+	updateMu sync.Mutex
 }
 
 func serve(ctx context.Context, logger hclog.Logger, path string, stderr io.Writer) error {
@@ -396,6 +400,8 @@ func ingressLimits(cfg *config.Config) ingress.Limits {
 
 // update rebuilds the ingress routing table.
 func (h *host) update() {
+	h.updateMu.Lock()
+	defer h.updateMu.Unlock()
 	h.mu.Lock()
 	ts := make([]ingress.Target, 0, len(h.plugins))
 	for _, p := range h.plugins {
