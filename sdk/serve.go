@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc"
 
 	pluginv1 "github.com/plughost/plughost/proto/pluginv1"
+	"github.com/plughost/plughost/sdk/internal/kit"
 	"github.com/plughost/plughost/sdk/wire"
 )
 
@@ -38,7 +39,27 @@ func Serve(p Plugin) error {
 		JSONFormat: true,
 	})
 	go watchParent(logger, os.Getppid())
-	plugin.Serve(&plugin.ServeConfig{
+	plugin.Serve(serveConfig(p, logger))
+	return nil
+}
+
+func init() {
+	kit.ServeConfig = func(def any, logger hclog.Logger) (*plugin.ServeConfig, error) {
+		p, ok := def.(Plugin)
+		if !ok {
+			return nil, fmt.Errorf("kit: want sdk.Plugin, got %T", def)
+		}
+		if err := p.validate(); err != nil {
+			return nil, err
+		}
+		return serveConfig(p, logger), nil
+	}
+}
+
+// serveConfig is the go-plugin configuration for p, shared by Serve and
+// the in-process test kit.
+func serveConfig(p Plugin, logger hclog.Logger) *plugin.ServeConfig {
+	return &plugin.ServeConfig{
 		HandshakeConfig: wire.Handshake,
 		VersionedPlugins: wire.PluginSets(func(b *plugin.GRPCBroker) pluginv1.PluginServer {
 			return newServer(p, logger, b)
@@ -49,8 +70,7 @@ func Serve(p Plugin) error {
 				grpc.MaxSendMsgSize(wire.MaxMessageBytes))...)
 		},
 		Logger: logger,
-	})
-	return nil
+	}
 }
 
 // watchParent exits the process once its parent is gone, so that no plugin

@@ -1,0 +1,402 @@
+package plugintest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/go-plugin"
+	"github.com/hashicorp/hcl/v2"
+	"github.com/hashicorp/hcl/v2/hclsyntax"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/plughost/plughost/host/config"
+	pluginv1 "github.com/plughost/plughost/proto/pluginv1"
+	"github.com/plughost/plughost/sdk"
+	"github.com/plughost/plughost/sdk/internal/kit"
+	"github.com/plughost/plughost/sdk/wire"
+)
+
+// Options configure New.
+type Options struct {
+	// Config is the body of the plugin's config block in HCL, as an operator
+	// would write it inside `config { ... }`. It is checked against the
+	// plugin's declared schema and defaults are applied, as the host does.
+	Config string
+	// DataDir is the plugin's data directory; default t.TempDir().
+	DataDir string
+	// Instance is the plugin's instance name; default the plugin's Name.
+	Instance string
+	// Limits are handed to the plugin; defaults 1 MiB and 5s.
+	Limits sdk.Limits
+	// Plugins are other plugins, by instance name, that Runtime.Host.Call
+	// reaches; requests arrive with paths relative to their mount.
+	Plugins map[string]http.Handler
+}
+
+// Harness is a plugin served in-process. It is an http.Handler for the
+// plugin's routes; paths are relative to the plugin's mount point.
+type Harness struct {
+	t        testing.TB
+	rpc      *wire.Client
+	manifest *pluginv1.DescribeResponse
+	routes   *http.ServeMux
+	limits   sdk.Limits
+	logs     *buffer
+}
+
+// New serves def in-process and configures it with opts. It fails t when
+// the definition is invalid or the plugin refuses its config; use Start to
+// test refusals.
+func New(t testing.TB, def sdk.Plugin, opts Options) *Harness {
+	t.Helper()
+	h, err := Start(t, def, opts)
+	if err != nil {
+		t.Fatalf("plugintest: %v", err)
+	}
+	return h
+}
+
+// Start is New returning the plugin's refusal of its config (or a schema
+// violation, as config diagnostics) instead of failing t.
+func Start(t testing.TB, def sdk.Plugin, opts Options) (*Harness, error) {
+	t.Helper()
+	logs := &buffer{}
+	logger := hclog.New(&hclog.LoggerOptions{Name: def.Name, Level: hclog.Debug, Output: logs})
+	cfg, err := kit.ServeConfig(def, logger)
+	if err != nil {
+		return nil, fmt.Errorf("invalid plugin definition: %w", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	reattach := make(chan *plugin.ReattachConfig, 1)
+	closed := make(chan struct{})
+	cfg.Test = &plugin.ServeTestConfig{Context: ctx, ReattachConfigCh: reattach, CloseCh: closed}
+	go plugin.Serve(cfg)
+	var rc *plugin.ReattachConfig
+	select {
+	case rc = <-reattach:
+	case <-closed:
+		cancel()
+		return nil, errors.New("plugin server stopped before it was ready")
+	case <-time.After(10 * time.Second):
+		cancel()
+		return nil, errors.New("plugin server did not start within 10s")
+	}
+	client := plugin.NewClient(&plugin.ClientConfig{
+		HandshakeConfig: wire.Handshake,
+		// A reattached client does no version negotiation; it uses Plugins.
+		Plugins:          wire.PluginSets(nil)[wire.ProtocolVersion],
+		Reattach:         rc,
+		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
+		Logger:           logger.Named("client"),
+		GRPCDialOptions: []grpc.DialOption{grpc.WithDefaultCallOptions(
+			grpc.MaxCallRecvMsgSize(wire.MaxMessageBytes),
+			grpc.MaxCallSendMsgSize(wire.MaxMessageBytes))},
+	})
+	t.Cleanup(func() {
+		client.Kill()
+		cancel()
+		<-closed
+		if t.Failed() && logs.Len() > 0 {
+			t.Logf("plugin log:\n%s", logs.String())
+		}
+	})
+	proto, err := client.Client()
+	if err != nil {
+		return nil, fmt.Errorf("connect to plugin: %w", err)
+	}
+	raw, err := proto.Dispense(wire.PluginKey)
+	if err != nil {
+		return nil, fmt.Errorf("dispense plugin: %w", err)
+	}
+	h := &Harness{t: t, rpc: raw.(*wire.Client), logs: logs}
+	if h.manifest, err = h.rpc.Describe(ctx, &pluginv1.DescribeRequest{}); err != nil {
+		return nil, fmt.Errorf("describe: %w", err)
+	}
+	h.routes = routeMux(h.manifest)
+
+	js, err := decodeConfig(opts.Config, h.manifest.GetConfigSchema())
+	if err != nil {
+		return nil, err
+	}
+	var hostID uint32
+	if len(opts.Plugins) > 0 {
+		hostID = h.rpc.Broker.NextId()
+		go h.rpc.Broker.AcceptAndServe(hostID, func(o []grpc.ServerOption) *grpc.Server {
+			s := grpc.NewServer(o...)
+			pluginv1.RegisterHostServer(s, &fakeHost{plugins: opts.Plugins})
+			return s
+		})
+	}
+	h.limits = opts.Limits
+	if h.limits.MaxBodyBytes == 0 {
+		h.limits.MaxBodyBytes = 1 << 20
+	}
+	if h.limits.RequestTimeout == 0 {
+		h.limits.RequestTimeout = 5 * time.Second
+	}
+	if opts.DataDir == "" {
+		opts.DataDir = t.TempDir()
+	}
+	if opts.Instance == "" {
+		opts.Instance = def.Name
+	}
+	resp, err := h.rpc.Configure(ctx, &pluginv1.ConfigureRequest{
+		ConfigJson:   js,
+		DataDir:      opts.DataDir,
+		Limits:       &pluginv1.Limits{MaxBodyBytes: h.limits.MaxBodyBytes, RequestTimeoutMs: h.limits.RequestTimeout.Milliseconds()},
+		HostBrokerId: hostID,
+		Instance:     opts.Instance,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("configure: %w", err)
+	}
+	if msg := resp.GetError(); msg != "" {
+		return nil, &ConfigError{Attribute: resp.GetAttribute(), Message: msg}
+	}
+	return h, nil
+}
+
+// ConfigError is a plugin's refusal of its config in Configure.
+type ConfigError struct {
+	Attribute string
+	Message   string
+}
+
+// Error returns the plugin's message.
+func (e *ConfigError) Error() string {
+	if e.Attribute != "" {
+		return fmt.Sprintf("plugin refused its config: %s: %s", e.Attribute, e.Message)
+	}
+	return "plugin refused its config: " + e.Message
+}
+
+// decodeConfig parses an HCL config body and decodes it against schema as
+// the host does. Diagnostics become one error naming line and column.
+func decodeConfig(src string, schema *pluginv1.Schema) ([]byte, error) {
+	f, diags := hclsyntax.ParseConfig([]byte(src), "config", hcl.InitialPos)
+	if diags.HasErrors() {
+		return nil, fmt.Errorf("config: %w", diags)
+	}
+	if err := config.CheckSchema(schema); err != nil {
+		return nil, err
+	}
+	js, diags := config.DecodePluginConfig(f.Body, schema)
+	if diags.HasErrors() {
+		return nil, fmt.Errorf("config does not match the declared schema: %w", diags)
+	}
+	return js, nil
+}
+
+// route is a declared route, used as a ServeMux handler value.
+type route struct{ streaming bool }
+
+func (route) ServeHTTP(http.ResponseWriter, *http.Request) {}
+
+func routeMux(m *pluginv1.DescribeResponse) *http.ServeMux {
+	mux := http.NewServeMux()
+	for _, r := range m.GetRoutes() {
+		pat := r.GetPattern()
+		if r.GetMethod() != "" {
+			pat = r.GetMethod() + " " + pat
+		}
+		mux.Handle(pat, route{streaming: r.GetStreaming()})
+	}
+	return mux
+}
+
+// ServeHTTP sends r to the plugin as the host would: only declared routes
+// are forwarded (others get 404 or 405), the body is capped at
+// Limits.MaxBodyBytes (413), non-streaming routes get the request timeout,
+// and streaming routes are relayed chunk by chunk with Flush.
+func (h *Harness) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	rt, pat := h.routes.Handler(&http.Request{Method: r.Method, URL: r.URL})
+	declared, ok := rt.(route)
+	if !ok || pat == "" {
+		rt.ServeHTTP(w, r)
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.limits.MaxBodyBytes))
+	if err != nil {
+		http.Error(w, "request body too large", http.StatusRequestEntityTooLarge)
+		return
+	}
+	req := &pluginv1.HTTPRequest{
+		Method:     r.Method,
+		Path:       r.URL.Path,
+		RawQuery:   r.URL.RawQuery,
+		Headers:    wire.HeadersToProto(r.Header),
+		Body:       body,
+		RemoteAddr: r.RemoteAddr,
+		Host:       r.Host,
+		Pattern:    pat,
+	}
+	ctx := r.Context()
+	if declared.streaming {
+		h.stream(ctx, w, req)
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, h.limits.RequestTimeout)
+	defer cancel()
+	resp, err := h.rpc.Handle(ctx, req)
+	if err != nil {
+		http.Error(w, "plugin call failed: "+err.Error(), http.StatusBadGateway)
+		return
+	}
+	wire.HeadersFromProto(w.Header(), resp.GetHeaders())
+	w.Header().Set("Content-Length", strconv.Itoa(len(resp.GetBody())))
+	w.WriteHeader(int(resp.GetStatus()))
+	_, _ = w.Write(resp.GetBody())
+}
+
+func (h *Harness) stream(ctx context.Context, w http.ResponseWriter, req *pluginv1.HTTPRequest) {
+	s, err := h.rpc.HandleStream(ctx, req)
+	if err != nil {
+		http.Error(w, "plugin call failed: "+err.Error(), http.StatusBadGateway)
+		return
+	}
+	rc := http.NewResponseController(w)
+	head := false
+	for {
+		c, err := s.Recv()
+		if err != nil {
+			if !head && !errors.Is(err, io.EOF) {
+				http.Error(w, "plugin stream failed: "+err.Error(), http.StatusBadGateway)
+			}
+			return
+		}
+		if !head {
+			head = true
+			wire.HeadersFromProto(w.Header(), c.GetHeaders())
+			w.WriteHeader(int(c.GetStatus()))
+		}
+		_, _ = w.Write(c.GetData())
+		_ = rc.Flush()
+	}
+}
+
+// Drain asks the plugin to drain until deadline and reports how many
+// in-flight requests completed and how many were abandoned.
+func (h *Harness) Drain(ctx context.Context, deadline time.Time) (completed, abandoned int64, err error) {
+	ctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	resp, err := h.rpc.Drain(ctx, &pluginv1.DrainRequest{DeadlineUnixNano: deadline.UnixNano()})
+	if err != nil {
+		return 0, 0, fmt.Errorf("drain: %w", err)
+	}
+	return resp.GetCompleted(), resp.GetAbandoned(), nil
+}
+
+// Health returns the plugin's answer to a health check.
+func (h *Harness) Health(ctx context.Context) (sdk.Health, error) {
+	resp, err := h.rpc.Health(ctx, &pluginv1.HealthRequest{})
+	if err != nil {
+		return sdk.Health{}, fmt.Errorf("health: %w", err)
+	}
+	st := sdk.StatusReady
+	switch resp.GetStatus() {
+	case pluginv1.HealthResponse_STATUS_DEGRADED:
+		st = sdk.StatusDegraded
+	case pluginv1.HealthResponse_STATUS_NOT_READY:
+		st = sdk.StatusNotReady
+	}
+	return sdk.Health{Status: st, Reason: resp.GetReason()}, nil
+}
+
+// Metrics returns the plugin's metrics in the Prometheus text format, as
+// the plugin reports them (the host adds a plugin label).
+func (h *Harness) Metrics(ctx context.Context) (string, error) {
+	resp, err := h.rpc.Metrics(ctx, &pluginv1.MetricsRequest{})
+	if err != nil {
+		return "", fmt.Errorf("metrics: %w", err)
+	}
+	var b strings.Builder
+	for _, raw := range resp.GetFamilies() {
+		mf := &dto.MetricFamily{}
+		if err := proto.Unmarshal(raw, mf); err != nil {
+			return "", fmt.Errorf("decode metric family: %w", err)
+		}
+		if _, err := expfmt.MetricFamilyToText(&b, mf); err != nil {
+			return "", fmt.Errorf("encode metric family %q: %w", mf.GetName(), err)
+		}
+	}
+	return b.String(), nil
+}
+
+// Logs returns what the plugin has logged so far.
+func (h *Harness) Logs() string { return h.logs.String() }
+
+// fakeHost serves Host.Call from the handlers in Options.Plugins. It is a
+// stand-in for the host's ingress: no limits or readiness rules apply.
+type fakeHost struct {
+	pluginv1.UnimplementedHostServer
+	plugins map[string]http.Handler
+}
+
+func (f *fakeHost) Call(ctx context.Context, req *pluginv1.CallRequest) (*pluginv1.HTTPResponse, error) {
+	target, ok := f.plugins[req.GetPlugin()]
+	if !ok {
+		return &pluginv1.HTTPResponse{Status: http.StatusNotFound, Body: []byte(`{"error":{"code":"not_found","message":"no such plugin"}}`)}, nil
+	}
+	pr := req.GetRequest()
+	r, err := http.NewRequestWithContext(ctx, pr.GetMethod(), pr.GetPath(), bytes.NewReader(pr.GetBody()))
+	if err != nil {
+		return nil, err
+	}
+	r.URL.RawQuery = pr.GetRawQuery()
+	wire.HeadersFromProto(r.Header, pr.GetHeaders())
+	rec := &recorder{header: http.Header{}, code: http.StatusOK}
+	target.ServeHTTP(rec, r)
+	return &pluginv1.HTTPResponse{Status: int32(rec.code), Headers: wire.HeadersToProto(rec.header), Body: rec.body.Bytes()}, nil
+}
+
+type recorder struct {
+	header http.Header
+	code   int
+	wrote  bool
+	body   bytes.Buffer
+}
+
+func (r *recorder) Header() http.Header { return r.header }
+func (r *recorder) WriteHeader(code int) {
+	if !r.wrote {
+		r.code, r.wrote = code, true
+	}
+}
+func (r *recorder) Write(b []byte) (int, error) { r.WriteHeader(http.StatusOK); return r.body.Write(b) }
+
+// buffer is a goroutine-safe log sink.
+type buffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *buffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *buffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+func (b *buffer) Len() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Len()
+}
