@@ -148,6 +148,13 @@ func serve(ctx context.Context, logger hclog.Logger, path string, stderr io.Writ
 			h.shutdown(srv, adminSrv)
 			logger.Info("shutdown complete")
 			return nil
+		case <-ctx.Done():
+			// The caller of run gave up; the plugins, started with ctx,
+			// are already being stopped.
+			logger.Info("shutting down", "reason", "context done", "drain_deadline", h.config().DrainDeadline)
+			h.shutdown(srv, adminSrv)
+			logger.Info("shutdown complete")
+			return nil
 		}
 	}
 }

@@ -196,7 +196,9 @@ func TestMetricsExposition(t *testing.T) {
 		p := h.plugins()["hello"]
 		return p.State == "ready" && p.Pid != old
 	})
-	_, _ = h.get(h.ingress + "/hello/sleep?ms=1")
+	if code, body := h.get(h.ingress + "/hello/sleep?ms=1"); code != http.StatusOK {
+		t.Fatalf("GET /hello/sleep?ms=1 after the restart = %d %s, want 200", code, body)
+	}
 
 	resp, body = mustRequest(t, http.MethodGet, h.admin+"/metrics", nil, nil)
 	if resp.StatusCode != http.StatusOK {

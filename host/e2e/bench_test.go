@@ -140,7 +140,7 @@ func BenchmarkHelloIngress(b *testing.B) {
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "\nGET /hello/, %d connections; per side %v warm-up, then %v measured in %d alternating rounds\n",
 		conns, warmup, measure, rounds)
-	fmt.Fprintf(&sb, "load generator GOMAXPROCS=%d, %d CPUs, load average %s\n", runtime.GOMAXPROCS(0), runtime.NumCPU(), loadavg())
+	fmt.Fprintf(&sb, "benchmark process (load generator and in-process server) GOMAXPROCS=%d, %d CPUs; load average %s\n", runtime.GOMAXPROCS(0), runtime.NumCPU(), loadavg())
 	fmt.Fprintf(&sb, "%-12s %12s %10s %10s %12s %10s %8s\n", "side", "requests/s", "p50", "p99", "CPU/request", "requests", "errors")
 	for _, r := range []struct {
 		side string

@@ -50,8 +50,12 @@ func TestSIGHUPReload(t *testing.T) {
 	}
 	h.signal(syscall.SIGHUP)
 	var unexpected []string
+	unavailable := 0
 	waitFor(t, 10*time.Second, "GET /hello/ to answer two", func() bool {
 		code, body := h.greeting()
+		if code == http.StatusServiceUnavailable {
+			unavailable++
+		}
 		if code != http.StatusOK && code != http.StatusServiceUnavailable && len(unexpected) < 3 {
 			unexpected = append(unexpected, fmt.Sprintf("%d %s", code, strings.TrimSpace(body)))
 		}
@@ -60,6 +64,7 @@ func TestSIGHUPReload(t *testing.T) {
 	if len(unexpected) > 0 {
 		t.Errorf("GET /hello/ during the reload = %q, want only 200 or 503", unexpected)
 	}
+	t.Logf("GET /hello/ answered 503 %d times while hello restarted", unavailable)
 	pid2 := h.plugins()["hello"].Pid
 	if pid2 == 0 || pid2 == pid1 {
 		t.Errorf("hello pid after the reload = %d, want a new process (was %d)", pid2, pid1)
