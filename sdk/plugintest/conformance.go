@@ -297,7 +297,9 @@ func indent(s string) string {
 }
 
 // withAttr returns src with attribute name set to the expression v.
-func withAttr(src, name, v string) string { return withoutAttr(src, name) + "\n" + name + " = " + v + "\n" }
+func withAttr(src, name, v string) string {
+	return withoutAttr(src, name) + "\n" + name + " = " + v + "\n"
+}
 
 // withoutAttr returns src without the top-level attribute name.
 func withoutAttr(src, name string) string {
