@@ -4,6 +4,7 @@
 //
 //	plughost run -config FILE        run the host
 //	plughost validate -config FILE   check a config, launching plugins only as far as Describe
+//	plughost plugin info [-json] PATH  print a plugin binary's manifest
 //	plughost version                 print versions
 package main
 
@@ -39,6 +40,7 @@ func main() {
 const usage = `usage:
   plughost run -config FILE [-log-level LEVEL] [-log-json]
   plughost validate -config FILE
+  plughost plugin info [-json] PATH
   plughost version
 `
 
@@ -57,6 +59,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	case "version", "-version", "--version":
 		fmt.Fprintf(stdout, "plughost %s (plugin protocol %d, %s)\n", version, wire.ProtocolVersion, runtime.Version())
 		return nil
+	case "plugin":
+		return pluginCommand(ctx, args, stdout, stderr)
 	case "run", "validate":
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
