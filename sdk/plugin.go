@@ -134,6 +134,16 @@ type Runtime struct {
 
 	config []byte
 	ctx    context.Context
+	faults *Faults
+}
+
+// Faults returns the plugin's fault points, which operators set through
+// the host's admin API to rehearse failures. It is never nil.
+func (rt *Runtime) Faults() *Faults {
+	if rt.faults == nil {
+		return &Faults{}
+	}
+	return rt.faults
 }
 
 // Context returns a context that lives as long as the plugin serves and is
