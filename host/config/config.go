@@ -36,6 +36,8 @@ type Config struct {
 	Restart Restart
 	// Health configures the periodic plugin health checks.
 	Health Health
+	// Debug holds switches for rehearsing failures; all off by default.
+	Debug Debug
 	// Plugins are the plugin blocks, in file order.
 	Plugins []Plugin
 	// Files holds the parsed source, by file name, for WriteDiagnostics.
@@ -100,6 +102,15 @@ type Health struct {
 	// Failures is how many consecutive failed checks restart the plugin.
 	// Default 3.
 	Failures int
+}
+
+// Debug holds switches for rehearsing failures.
+type Debug struct {
+	// Faults lets the admin API set faults at plugins' named fault points
+	// (POST /v1/plugins/NAME/faults). Default false. Never enable it where
+	// untrusted parties can reach the admin listener: a fault can stall or
+	// fail a plugin at will.
+	Faults bool
 }
 
 // Plugin is one plugin block: an instance of a plugin binary.

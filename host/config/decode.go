@@ -59,7 +59,12 @@ type fileBody struct {
 	Limits        *limitsBody    `hcl:"limits,block"`
 	Restart       *restartBody   `hcl:"restart,block"`
 	Health        *healthBody    `hcl:"health,block"`
+	Debug         *debugBody     `hcl:"debug,block"`
 	Plugins       []*pluginBody  `hcl:"plugin,block"`
+}
+
+type debugBody struct {
+	Faults *hcl.Attribute `hcl:"faults,optional"`
 }
 
 type adminBody struct {
@@ -183,6 +188,9 @@ func (d *decoder) decode(c *Config, fb *fileBody, base string) {
 	}
 	if fb.Health == nil {
 		fb.Health = &healthBody{}
+	}
+	if fb.Debug != nil {
+		decodeAttr(d, fb.Debug.Faults, &c.Debug.Faults)
 	}
 
 	d.listen(fb.Listen, &c.Listen)

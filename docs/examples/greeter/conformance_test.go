@@ -1,0 +1,12 @@
+package main
+
+import (
+	"testing"
+
+	"github.com/plughost/plughost/sdk/plugintest"
+)
+
+func TestConformance(t *testing.T) {
+	plugintest.Conformance(t, plugintest.Build(t, "."), `greeting = "hi"`,
+		plugintest.InFlight("GET /slow?ms=300"))
+}
