@@ -1,6 +1,7 @@
 // Command hello is the example plughost plugin: GET / answers the
 // configured greeting and GET /sleep?ms=N answers after N milliseconds or
-// when the request is cancelled. The plugin guide and the benchmarks use it.
+// when the request is cancelled. The benchmarks and end-to-end tests use it;
+// the plugin guide walks through docs/examples/greeter.
 package main
 
 import (
