@@ -16,6 +16,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"runtime/debug"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -29,11 +30,28 @@ var version = "dev"
 var errReported = errors.New("reported")
 
 func main() {
+	setGCPercent()
 	if err := run(context.Background(), os.Args[1:], os.Stdout, os.Stderr); err != nil {
 		if !errors.Is(err, errReported) {
 			fmt.Fprintln(os.Stderr, "plughost:", err)
 		}
 		os.Exit(1)
+	}
+}
+
+// defaultGCPercent is the host's GOGC unless the environment sets one.
+// Every request allocates short-lived gRPC and HTTP state and little of it
+// survives, so the heap stays small and the default of 100 collects it
+// often: GC was several percent of the host's CPU under load. Doubling the
+// allowed growth halves how often it runs, for a few MB more heap under
+// load; idle RSS does not change.
+const defaultGCPercent = 200
+
+// setGCPercent applies defaultGCPercent when GOGC is not set, so that an
+// operator's GOGC (or GOGC=off) still wins.
+func setGCPercent() {
+	if _, ok := os.LookupEnv("GOGC"); !ok {
+		debug.SetGCPercent(defaultGCPercent)
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -129,7 +130,19 @@ func Launch(ctx context.Context, path, sha string, opts Options) (*Instance, err
 	if err := Verify(path, sha); err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(path)
+	// go-plugin's handshake does not watch ctx, and client.Kill waits for
+	// the handshake to finish; killing the process is what ends it. Once
+	// the plugin is up, ctx no longer governs the process.
+	var up atomic.Bool
+	startCtx, stopStart := context.WithCancel(ctx)
+	defer stopStart()
+	cmd := exec.CommandContext(startCtx, path)
+	cmd.Cancel = func() error {
+		if up.Load() {
+			return os.ErrProcessDone
+		}
+		return cmd.Process.Kill()
+	}
 	cmd.Env = allowedEnv(opts.Env)
 	cmd.SysProcAttr = sysProcAttr()
 	stdout := newLineLogger(opts.Logger, "stdout")
@@ -166,9 +179,6 @@ func Launch(ctx context.Context, path, sha string, opts Options) (*Instance, err
 		}
 	}()
 
-	// go-plugin's handshake does not watch ctx; killing the process ends it.
-	stopKill := context.AfterFunc(ctx, client.Kill)
-	defer stopKill()
 	proto, err := client.Client()
 	if err != nil && ctx.Err() != nil {
 		return nil, fmt.Errorf("plugin start cancelled: %w", ctx.Err())
@@ -201,6 +211,7 @@ func Launch(ctx context.Context, path, sha string, opts Options) (*Instance, err
 			return s
 		})
 	}
+	up.Store(true)
 	ok = true
 	return inst, nil
 }

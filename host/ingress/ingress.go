@@ -11,7 +11,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
+	"net/textproto"
+	"net/url"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -20,6 +24,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -88,6 +93,63 @@ type entry struct {
 	mux      *http.ServeMux // nil until the plugin has described itself
 	inflight *atomic.Int64
 	max      int64
+	metrics  *pluginMetrics
+}
+
+// pluginMetrics holds one plugin's metric series, looked up once per table
+// build: WithLabelValues hashes its labels and takes a lock, which on every
+// request was a measurable share of the ingress's own cost. A table is
+// rebuilt whenever a plugin is added or removed, so these never outlive the
+// series metrics.Host.Forget deletes.
+type pluginMetrics struct {
+	name     string
+	requests *prometheus.CounterVec
+	duration prometheus.Observer
+	inflight prometheus.Gauge
+	busy     prometheus.Counter
+	aborted  prometheus.Counter
+
+	mu    sync.Mutex                                 // serialises additions to codes
+	codes atomic.Pointer[map[int]prometheus.Counter] // copied on write; at most ~900 codes
+}
+
+func newPluginMetrics(m *metrics.Host, name string) *pluginMetrics {
+	pm := &pluginMetrics{
+		name:     name,
+		requests: m.Requests,
+		duration: m.RequestDuration.WithLabelValues(name),
+		inflight: m.Inflight.WithLabelValues(name),
+		busy:     m.BusyRejections.WithLabelValues(name),
+		aborted:  m.DrainAborted.WithLabelValues(name),
+	}
+	pm.codes.Store(&map[int]prometheus.Counter{})
+	return pm
+}
+
+// answered counts one request answered with code, and its duration.
+func (pm *pluginMetrics) answered(code int, d time.Duration) {
+	pm.requestsFor(code).Inc()
+	pm.duration.Observe(d.Seconds())
+}
+
+// requestsFor returns the requests counter for code. Codes are bounded
+// (the ingress answers 100 to 999 and its own 499), so the cache is too.
+func (pm *pluginMetrics) requestsFor(code int) prometheus.Counter {
+	if c, ok := (*pm.codes.Load())[code]; ok {
+		return c
+	}
+	pm.mu.Lock()
+	defer pm.mu.Unlock()
+	old := *pm.codes.Load()
+	if c, ok := old[code]; ok {
+		return c
+	}
+	c := pm.requests.WithLabelValues(pm.name, strconv.Itoa(code))
+	next := make(map[int]prometheus.Counter, len(old)+1)
+	maps.Copy(next, old)
+	next[code] = c
+	pm.codes.Store(&next)
+	return c
 }
 
 // route is what a matched pattern resolves to.
@@ -105,18 +167,15 @@ func (g *Ingress) Update(targets []Target) {
 	t := &table{byName: make(map[string]*entry, len(targets))}
 	for _, tg := range targets {
 		spec := tg.Spec()
-		e := &entry{target: tg, mount: spec.Mount, inflight: g.counter(spec.Name), max: int64(spec.MaxInflight)}
+		// Creating the series here also shows them at zero, so dashboards
+		// and alerts see the plugin before its first request.
+		e := &entry{target: tg, mount: spec.Mount, inflight: g.counter(spec.Name), max: int64(spec.MaxInflight),
+			metrics: newPluginMetrics(g.metrics, spec.Name)}
 		if m := tg.Manifest(); m != nil {
 			e.mux = g.buildMux(spec.Name, m)
 		}
 		t.entries = append(t.entries, e)
 		t.byName[spec.Name] = e
-		// Create every series at zero so dashboards and alerts see the
-		// plugin before its first request.
-		g.metrics.Inflight.WithLabelValues(spec.Name)
-		g.metrics.BusyRejections.WithLabelValues(spec.Name)
-		g.metrics.DrainAborted.WithLabelValues(spec.Name)
-		g.metrics.RequestDuration.WithLabelValues(spec.Name)
 	}
 	sort.Slice(t.entries, func(i, j int) bool { return len(t.entries[i].mount) > len(t.entries[j].mount) })
 	g.table.Store(t)
@@ -172,11 +231,9 @@ func (g *Ingress) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "not_found", "no plugin is mounted at this path")
 		return
 	}
-	name := e.target.Name()
 	start := time.Now()
 	code := g.serve(w, r, e, rest)
-	g.metrics.Requests.WithLabelValues(name, strconv.Itoa(code)).Inc()
-	g.metrics.RequestDuration.WithLabelValues(name).Observe(time.Since(start).Seconds())
+	e.metrics.answered(code, time.Since(start))
 }
 
 // match finds the plugin whose mount is a path prefix of p on a segment
@@ -215,18 +272,17 @@ func (g *Ingress) serve(w http.ResponseWriter, r *http.Request, e *entry, rest s
 	}
 	if n := e.inflight.Add(1); e.max > 0 && n > e.max {
 		e.inflight.Add(-1)
-		g.metrics.BusyRejections.WithLabelValues(name).Inc()
+		e.metrics.busy.Inc()
 		return writeError(w, http.StatusTooManyRequests, "busy",
 			fmt.Sprintf("plugin %q is at its limit of %d concurrent requests", name, e.max))
 	}
-	gauge := g.metrics.Inflight.WithLabelValues(name)
-	gauge.Inc()
+	e.metrics.inflight.Inc()
 	defer func() {
 		e.inflight.Add(-1)
-		gauge.Dec()
+		e.metrics.inflight.Dec()
 	}()
 
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limits.MaxBodyBytes))
+	body, err := readBody(w, r, limits.MaxBodyBytes)
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
@@ -239,7 +295,7 @@ func (g *Ingress) serve(w http.ResponseWriter, r *http.Request, e *entry, rest s
 		Method:     r.Method,
 		Path:       rest,
 		RawQuery:   r.URL.RawQuery,
-		Headers:    wire.HeadersToProto(r.Header),
+		Headers:    requestHeaders(r.Header),
 		Body:       body,
 		RemoteAddr: r.RemoteAddr,
 		Host:       r.Host,
@@ -247,7 +303,6 @@ func (g *Ingress) serve(w http.ResponseWriter, r *http.Request, e *entry, rest s
 		RequestId:  g.requestID(r),
 	}
 	ctx := r.Context()
-	rc := http.NewResponseController(w)
 	if rt.streaming {
 		if rt.timeout > 0 {
 			var cancel context.CancelFunc
@@ -257,8 +312,8 @@ func (g *Ingress) serve(w http.ResponseWriter, r *http.Request, e *entry, rest s
 		// A stream lasts as long as its handler; the server's write
 		// timeout would cut it. Each write still fails if the client
 		// stops reading, since the chunk send then blocks and ctx ends.
-		_ = rc.SetWriteDeadline(time.Time{})
-		return g.stream(ctx, w, name, conn, req)
+		_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
+		return g.stream(ctx, w, e, conn, req)
 	}
 	timeout := limits.RequestTimeout
 	if rt.timeout > 0 {
@@ -267,13 +322,18 @@ func (g *Ingress) serve(w http.ResponseWriter, r *http.Request, e *entry, rest s
 	if limits.WriteTimeout > 0 && timeout >= limits.WriteTimeout {
 		// Leave the plugin its whole deadline and the host time to answer
 		// after it (a 504, or a 503 when a drain deadline cuts it short).
-		_ = rc.SetWriteDeadline(time.Now().Add(timeout + limits.WriteTimeout))
+		_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(timeout + limits.WriteTimeout))
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	resp, err := conn.RPC.Handle(ctx, req)
+	if dl, ok := ctx.Deadline(); err == nil && ok && !time.Now().Before(dl) {
+		// The answer raced the deadline, and is most likely the handler
+		// reacting to it; the contract is 504 whether or not it answered.
+		err = status.Error(codes.DeadlineExceeded, "plugin answered after the deadline")
+	}
 	if err != nil {
-		return g.rpcError(ctx, w, name, conn, err)
+		return g.rpcError(ctx, w, e, conn, err)
 	}
 	h := w.Header()
 	wire.HeadersFromProto(h, resp.GetHeaders())
@@ -287,10 +347,10 @@ func (g *Ingress) serve(w http.ResponseWriter, r *http.Request, e *entry, rest s
 	return st
 }
 
-func (g *Ingress) stream(ctx context.Context, w http.ResponseWriter, name string, conn *supervisor.Conn, req *pluginv1.HTTPRequest) int {
+func (g *Ingress) stream(ctx context.Context, w http.ResponseWriter, e *entry, conn *supervisor.Conn, req *pluginv1.HTTPRequest) int {
 	s, err := conn.RPC.HandleStream(ctx, req)
 	if err != nil {
-		return g.rpcError(ctx, w, name, conn, err)
+		return g.rpcError(ctx, w, e, conn, err)
 	}
 	rc := http.NewResponseController(w)
 	code := 0
@@ -304,11 +364,11 @@ func (g *Ingress) stream(ctx context.Context, w http.ResponseWriter, name string
 		}
 		if err != nil {
 			if code == 0 {
-				return g.rpcError(ctx, w, name, conn, err)
+				return g.rpcError(ctx, w, e, conn, err)
 			}
 			// The head is out; all we can do is cut the response short.
 			if conn.Aborted() {
-				g.metrics.DrainAborted.WithLabelValues(name).Inc()
+				e.metrics.aborted.Inc()
 			}
 			panic(http.ErrAbortHandler)
 		}
@@ -330,10 +390,11 @@ func (g *Ingress) stream(ctx context.Context, w http.ResponseWriter, name string
 }
 
 // rpcError maps a failed plugin call to an HTTP answer.
-func (g *Ingress) rpcError(ctx context.Context, w http.ResponseWriter, name string, conn *supervisor.Conn, err error) int {
+func (g *Ingress) rpcError(ctx context.Context, w http.ResponseWriter, e *entry, conn *supervisor.Conn, err error) int {
+	name := e.target.Name()
 	switch {
 	case conn.Aborted():
-		g.metrics.DrainAborted.WithLabelValues(name).Inc()
+		e.metrics.aborted.Inc()
 		return writeError(w, http.StatusServiceUnavailable, "drain_aborted",
 			fmt.Sprintf("plugin %q was stopped at its drain deadline before it answered", name))
 	case errors.Is(ctx.Err(), context.DeadlineExceeded) || status.Code(err) == codes.DeadlineExceeded:
@@ -351,18 +412,40 @@ func (g *Ingress) rpcError(ctx context.Context, w http.ResponseWriter, name stri
 // lookup matches method and path against a plugin's routes. It returns a
 // non-zero status when nothing matches.
 func lookup(mux *http.ServeMux, method, path string) (route, int) {
-	r := &http.Request{Method: method, URL: urlOf(path), Host: ""}
-	h, pat := mux.Handler(r)
+	l := lookupPool.Get().(*lookupRequest)
+	defer l.release()
+	l.r.Method, l.u.Path = method, path
+	h, pat := mux.Handler(&l.r)
 	if rt, ok := h.(route); ok && pat != "" {
 		return rt, 0
 	}
 	// ServeMux answers 405 itself; detect it without writing.
 	rec := &statusRecorder{header: http.Header{}}
-	h.ServeHTTP(rec, r)
+	h.ServeHTTP(rec, &l.r)
 	if rec.code == http.StatusMethodNotAllowed {
 		return route{}, http.StatusMethodNotAllowed
 	}
 	return route{}, http.StatusNotFound
+}
+
+// lookupRequest is the request lookup matches: ServeMux matches only an
+// *http.Request, and allocating one with its URL on every request was a
+// measurable share of the ingress's allocations. ServeMux.Handler reads
+// the request and keeps nothing of it, so one can be reused.
+type lookupRequest struct {
+	r http.Request
+	u url.URL
+}
+
+var lookupPool = sync.Pool{New: func() any {
+	l := &lookupRequest{}
+	l.r.URL = &l.u
+	return l
+}}
+
+func (l *lookupRequest) release() {
+	l.r.Method, l.u.Path = "", ""
+	lookupPool.Put(l)
 }
 
 type statusRecorder struct {
@@ -379,6 +462,67 @@ func (g *Ingress) requestID(r *http.Request) string {
 		return id
 	}
 	return strconv.FormatUint(g.nextID.Add(1), 36)
+}
+
+// readBody reads r's body, at most limit bytes; a longer one fails with an
+// *http.MaxBytesError.
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+	if r.Body == nil || r.Body == http.NoBody {
+		// Most requests have no body: skip the reader and io.ReadAll's
+		// first buffer.
+		return nil, nil
+	}
+	return io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+}
+
+// hopHeaders are the hop-by-hop headers (RFC 9110 section 7.6.1, and the
+// ones net/http/httputil.ReverseProxy drops): they are about the client's
+// connection to the host, not the request, so the host does not forward
+// them to a plugin.
+var hopHeaders = map[string]bool{
+	"Connection":          true,
+	"Proxy-Connection":    true,
+	"Keep-Alive":          true,
+	"Proxy-Authenticate":  true,
+	"Proxy-Authorization": true,
+	"Te":                  true,
+	"Trailer":             true,
+	"Transfer-Encoding":   true,
+	"Upgrade":             true,
+}
+
+// requestHeaders converts the headers of a request for a plugin, leaving
+// out the hop-by-hop ones and any the Connection header names.
+func requestHeaders(h http.Header) []*pluginv1.Header {
+	var named []string
+	for _, v := range h["Connection"] {
+		for opt := range strings.SplitSeq(v, ",") {
+			if opt = textproto.TrimString(opt); opt != "" {
+				named = append(named, http.CanonicalHeaderKey(opt))
+			}
+		}
+	}
+	n := 0
+	for k := range h {
+		if !hopHeaders[k] && !slices.Contains(named, k) {
+			n++
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	// One allocation for the messages and one for the pointers, rather
+	// than one per header.
+	msgs := make([]pluginv1.Header, n)
+	out := make([]*pluginv1.Header, 0, n)
+	for k, v := range h {
+		if !hopHeaders[k] && !slices.Contains(named, k) {
+			m := &msgs[len(out)]
+			m.Name, m.Values = k, v
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 type readyBody struct {
@@ -428,8 +572,7 @@ func (g *Ingress) Call(ctx context.Context, req *pluginv1.CallRequest) (*pluginv
 	rec := newBufferWriter()
 	start := time.Now()
 	code := g.serve(rec, hr, e, pr.GetPath())
-	g.metrics.Requests.WithLabelValues(e.target.Name(), strconv.Itoa(code)).Inc()
-	g.metrics.RequestDuration.WithLabelValues(e.target.Name()).Observe(time.Since(start).Seconds())
+	e.metrics.answered(code, time.Since(start))
 	return &pluginv1.HTTPResponse{Status: int32(rec.code), Headers: wire.HeadersToProto(rec.header), Body: rec.body}, nil
 }
 

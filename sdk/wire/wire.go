@@ -71,23 +71,43 @@ func PluginSets(impl func(*plugin.GRPCBroker) pluginv1.PluginServer) map[int]plu
 	}
 }
 
-// HeadersToProto converts an http.Header.
+// HeadersToProto converts an http.Header. The messages share h's value
+// slices.
 func HeadersToProto(h http.Header) []*pluginv1.Header {
 	if len(h) == 0 {
 		return nil
 	}
+	// One allocation for the messages and one for the pointers, rather
+	// than one per header: this runs twice for every request.
+	msgs := make([]pluginv1.Header, len(h))
 	out := make([]*pluginv1.Header, 0, len(h))
 	for k, v := range h {
-		out = append(out, &pluginv1.Header{Name: k, Values: v})
+		m := &msgs[len(out)]
+		m.Name, m.Values = k, v
+		out = append(out, m)
 	}
 	return out
 }
 
 // HeadersFromProto converts wire headers into dst, which must not be nil.
-// Names are canonicalised as net/http would.
+// Names are canonicalised as net/http would. The values are copied.
 func HeadersFromProto(dst http.Header, hs []*pluginv1.Header) {
+	n := 0
+	for _, h := range hs {
+		n += len(h.GetValues())
+	}
+	// One backing array for the values of every name new to dst, each name
+	// capped to its own part so that appending to it copies.
+	vals := make([]string, 0, n)
 	for _, h := range hs {
 		k := http.CanonicalHeaderKey(h.GetName())
-		dst[k] = append(dst[k], h.GetValues()...)
+		v := h.GetValues()
+		if old, ok := dst[k]; ok || len(v) == 0 {
+			dst[k] = append(old, v...)
+			continue
+		}
+		i := len(vals)
+		vals = append(vals, v...)
+		dst[k] = vals[i:len(vals):len(vals)]
 	}
 }

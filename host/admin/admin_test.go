@@ -1,0 +1,227 @@
+package admin_test
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/goleak"
+
+	"github.com/plughost/plughost/host/admin"
+	"github.com/plughost/plughost/host/supervisor"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// fakePlugins is an admin.Plugins with fixed statuses that records
+// restarts; the real one, the host's plugin set, is covered end to end.
+type fakePlugins struct {
+	statuses []supervisor.Status
+
+	mu        sync.Mutex
+	restarted []string
+}
+
+func (f *fakePlugins) Statuses() []supervisor.Status { return f.statuses }
+
+func (f *fakePlugins) Restart(name string) bool {
+	if !slices.ContainsFunc(f.statuses, func(s supervisor.Status) bool { return s.Name == name }) {
+		return false
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.restarted = append(f.restarted, name)
+	return true
+}
+
+func (f *fakePlugins) restarts() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.restarted)
+}
+
+var statuses = []supervisor.Status{
+	{Name: "broken", State: supervisor.StateFailed, Restarts: 6, LastError: "start: plugin exited", Required: false, Mount: "/broken"},
+	{Name: "hello", State: supervisor.StateReady, Health: "degraded", Pid: 4242, Restarts: 1, Version: "0.1.0", Required: true, Mount: "/hello"},
+}
+
+// newServer serves the admin handler over real HTTP.
+func newServer(t *testing.T, token string) (*httptest.Server, *fakePlugins) {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	c := prometheus.NewCounter(prometheus.CounterOpts{Name: "plughost_test_total", Help: "A test counter."})
+	c.Add(7)
+	reg.MustRegister(c)
+	plugins := &fakePlugins{statuses: statuses}
+	srv := httptest.NewServer(admin.New(reg, plugins, token))
+	t.Cleanup(srv.Close)
+	return srv, plugins
+}
+
+type response struct {
+	code   int
+	header http.Header
+	body   string
+}
+
+func (r response) errorCode() string {
+	var e struct {
+		Error struct {
+			Code string `json:"code"`
+		} `json:"error"`
+	}
+	if json.Unmarshal([]byte(r.body), &e) != nil {
+		return ""
+	}
+	return e.Error.Code
+}
+
+func do(t *testing.T, srv *httptest.Server, method, path, auth string) response {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), method, srv.URL+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if auth != "" {
+		req.Header.Set("Authorization", auth)
+	}
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return response{code: resp.StatusCode, header: resp.Header, body: string(b)}
+}
+
+func TestListPlugins(t *testing.T) {
+	srv, _ := newServer(t, "")
+	r := do(t, srv, http.MethodGet, "/v1/plugins", "")
+	if r.code != http.StatusOK {
+		t.Fatalf("GET /v1/plugins = %d %s, want 200", r.code, r.body)
+	}
+	if ct := r.header.Get("Content-Type"); ct != "application/json" {
+		t.Errorf("GET /v1/plugins Content-Type = %q, want application/json", ct)
+	}
+	var got []supervisor.Status
+	if err := json.Unmarshal([]byte(r.body), &got); err != nil {
+		t.Fatalf("GET /v1/plugins body %q: %v", r.body, err)
+	}
+	if diff := cmp.Diff(statuses, got); diff != "" {
+		t.Errorf("GET /v1/plugins mismatch (-want +got):\n%s", diff)
+	}
+	// The field names are the API; pin a few.
+	for _, field := range []string{`"name":"hello"`, `"state":"ready"`, `"health":"degraded"`, `"pid":4242`, `"last_error":"start: plugin exited"`, `"required":true`, `"mount":"/hello"`} {
+		if !strings.Contains(r.body, field) {
+			t.Errorf("GET /v1/plugins = %s, want it to contain %s", r.body, field)
+		}
+	}
+}
+
+func TestRoutes(t *testing.T) {
+	tests := []struct {
+		method, path string
+		wantCode     int
+		wantErr      string // JSON error code, "" for a success body
+		wantBody     string
+		wantRestart  []string
+	}{
+		{method: "POST", path: "/v1/plugins/hello/restart", wantCode: 202, wantBody: `{"plugin":"hello","status":"restarting"}`, wantRestart: []string{"hello"}},
+		{method: "POST", path: "/v1/plugins/nope/restart", wantCode: 404, wantErr: "not_found", wantBody: `no plugin named \"nope\"`},
+		{method: "GET", path: "/v1/plugins/hello/restart", wantCode: 405, wantErr: "method_not_allowed"},
+		{method: "DELETE", path: "/v1/plugins", wantCode: 405, wantErr: "method_not_allowed"},
+		{method: "POST", path: "/v1/plugins", wantCode: 405, wantErr: "method_not_allowed"},
+		{method: "GET", path: "/v1/nothing", wantCode: 404, wantErr: "not_found"},
+		{method: "GET", path: "/v1/plugins/hello", wantCode: 404, wantErr: "not_found"},
+		{method: "GET", path: "/nothing", wantCode: 404, wantErr: "not_found", wantBody: "no admin endpoint at /nothing"},
+		{method: "GET", path: "/", wantCode: 404, wantErr: "not_found"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.method+" "+tt.path, func(t *testing.T) {
+			srv, plugins := newServer(t, "")
+			r := do(t, srv, tt.method, tt.path, "")
+			if r.code != tt.wantCode || r.errorCode() != tt.wantErr || !strings.Contains(r.body, tt.wantBody) {
+				t.Errorf("%s %s = %d %s, want %d with error code %q and body containing %q",
+					tt.method, tt.path, r.code, r.body, tt.wantCode, tt.wantErr, tt.wantBody)
+			}
+			if ct := r.header.Get("Content-Type"); ct != "application/json" {
+				t.Errorf("%s %s Content-Type = %q, want application/json", tt.method, tt.path, ct)
+			}
+			if diff := cmp.Diff(tt.wantRestart, plugins.restarts()); diff != "" {
+				t.Errorf("%s %s restarts mismatch (-want +got):\n%s", tt.method, tt.path, diff)
+			}
+		})
+	}
+}
+
+func TestToken(t *testing.T) {
+	const token = "s3cret-token"
+	tests := []struct {
+		name         string
+		method, path string
+		auth         string
+		wantCode     int
+	}{
+		{name: "no token", method: "GET", path: "/v1/plugins", wantCode: 401},
+		{name: "wrong token", method: "GET", path: "/v1/plugins", auth: "Bearer wrong", wantCode: 401},
+		{name: "token prefix", method: "GET", path: "/v1/plugins", auth: "Bearer s3cret", wantCode: 401},
+		{name: "not bearer", method: "GET", path: "/v1/plugins", auth: token, wantCode: 401},
+		{name: "basic scheme", method: "GET", path: "/v1/plugins", auth: "Basic " + token, wantCode: 401},
+		{name: "right token", method: "GET", path: "/v1/plugins", auth: "Bearer " + token, wantCode: 200},
+		{name: "restart without token", method: "POST", path: "/v1/plugins/hello/restart", wantCode: 401},
+		{name: "restart with token", method: "POST", path: "/v1/plugins/hello/restart", auth: "Bearer " + token, wantCode: 202},
+		{name: "unknown endpoint needs the token first", method: "GET", path: "/v1/nothing", wantCode: 401},
+		{name: "unknown endpoint with token", method: "GET", path: "/v1/nothing", auth: "Bearer " + token, wantCode: 404},
+		{name: "wrong method with token", method: "PUT", path: "/v1/plugins", auth: "Bearer " + token, wantCode: 405},
+		{name: "metrics stay open", method: "GET", path: "/metrics", wantCode: 200},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv, plugins := newServer(t, token)
+			r := do(t, srv, tt.method, tt.path, tt.auth)
+			if r.code != tt.wantCode {
+				t.Errorf("%s %s with Authorization %q = %d %s, want %d", tt.method, tt.path, tt.auth, r.code, r.body, tt.wantCode)
+			}
+			if tt.wantCode == http.StatusUnauthorized {
+				if r.errorCode() != "unauthorized" {
+					t.Errorf("401 body = %s, want error code unauthorized", r.body)
+				}
+				if got := r.header.Get("WWW-Authenticate"); !strings.HasPrefix(got, "Bearer") {
+					t.Errorf("401 WWW-Authenticate = %q, want a Bearer challenge", got)
+				}
+				if strings.Contains(r.body, token) {
+					t.Errorf("401 body %s reveals the token", r.body)
+				}
+				if len(plugins.restarts()) != 0 {
+					t.Errorf("unauthorised request restarted %v", plugins.restarts())
+				}
+			}
+		})
+	}
+}
+
+func TestMetrics(t *testing.T) {
+	srv, _ := newServer(t, "")
+	r := do(t, srv, http.MethodGet, "/metrics", "")
+	if r.code != http.StatusOK {
+		t.Fatalf("GET /metrics = %d %s, want 200", r.code, r.body)
+	}
+	if !strings.Contains(r.body, "plughost_test_total 7") {
+		t.Errorf("GET /metrics = %s, want plughost_test_total 7", r.body)
+	}
+	if ct := r.header.Get("Content-Type"); !strings.HasPrefix(ct, "text/plain") {
+		t.Errorf("GET /metrics Content-Type = %q, want the text exposition format", ct)
+	}
+}

@@ -1,0 +1,704 @@
+package supervisor_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
+	"go.uber.org/goleak"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/plughost/plughost/host/catalog"
+	"github.com/plughost/plughost/host/metrics"
+	"github.com/plughost/plughost/host/supervisor"
+	pluginv1 "github.com/plughost/plughost/proto/pluginv1"
+)
+
+// bin is the directory TestMain builds the plugin binaries into.
+var bin string
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(buildFirst{m})
+}
+
+// buildFirst builds the plugins before the tests run and removes them after.
+type buildFirst struct{ m *testing.M }
+
+func (b buildFirst) Run() int {
+	dir, err := os.MkdirTemp("", "plughost-supervisor-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "supervisor test:", err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	if err := buildPlugins(dir,
+		"./plugins/hello",
+		"./host/e2e/testdata/plugins/crasher",
+		"./host/e2e/testdata/plugins/faulty",
+	); err != nil {
+		fmt.Fprintln(os.Stderr, "supervisor test: build plugins:", err)
+		return 1
+	}
+	bin = dir
+	return b.m.Run()
+}
+
+// buildPlugins builds each package (a path relative to the module root)
+// into dir, named after its last path element.
+func buildPlugins(dir string, pkgs ...string) error {
+	gomod, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		return fmt.Errorf("go env GOMOD: %w", err)
+	}
+	cmd := exec.Command("go", append([]string{"build", "-o", dir + string(filepath.Separator)}, pkgs...)...)
+	cmd.Dir = filepath.Dir(strings.TrimSpace(string(gomod)))
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build: %w\n%s", err, out)
+	}
+	return nil
+}
+
+// syncBuffer is a log sink safe for concurrent writers.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// recorder remembers the states a plugin passed through, as OnChange saw
+// them.
+type recorder struct {
+	p atomic.Pointer[supervisor.Plugin]
+
+	mu     sync.Mutex
+	states []supervisor.State
+	calls  int
+}
+
+func (r *recorder) onChange() {
+	r.mu.Lock()
+	r.calls++
+	r.mu.Unlock()
+	p := r.p.Load()
+	if p == nil {
+		return // Start has not returned yet
+	}
+	st := p.Status().State
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if n := len(r.states); n == 0 || r.states[n-1] != st {
+		r.states = append(r.states, st)
+	}
+}
+
+// since returns the states recorded from index i on.
+func (r *recorder) since(i int) []supervisor.State {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.states[min(i, len(r.states)):])
+}
+
+func (r *recorder) len() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.states)
+}
+
+// fixture is one supervised plugin and what the test observes it with.
+type fixture struct {
+	p       *supervisor.Plugin
+	rec     *recorder
+	metrics *metrics.Host
+	log     *syncBuffer
+}
+
+// testPolicy restarts fast and health-checks gently, so that a loaded
+// machine does not fail health checks by accident.
+func testPolicy() supervisor.Policy {
+	return supervisor.Policy{
+		InitialBackoff: 10 * time.Millisecond,
+		MaxBackoff:     100 * time.Millisecond,
+		MaxRestarts:    5,
+		Window:         time.Minute,
+		StableAfter:    time.Minute,
+		HealthInterval: 500 * time.Millisecond,
+		HealthTimeout:  10 * time.Second,
+		HealthFailures: 3,
+		StartTimeout:   30 * time.Second,
+		Limits:         &pluginv1.Limits{MaxBodyBytes: 1 << 20, RequestTimeoutMs: 5000},
+	}
+}
+
+// staticConfig is a Decode that always returns js.
+func staticConfig(js string) func(*pluginv1.Schema) ([]byte, error) {
+	return func(*pluginv1.Schema) ([]byte, error) { return []byte(js), nil }
+}
+
+func spec(t *testing.T, name, binary, config string) supervisor.Spec {
+	t.Helper()
+	return supervisor.Spec{
+		Name:     name,
+		Path:     filepath.Join(bin, binary),
+		Mount:    "/" + name,
+		Required: true,
+		DataDir:  filepath.Join(t.TempDir(), name),
+		Decode:   staticConfig(config),
+	}
+}
+
+func helloSpec(t *testing.T) supervisor.Spec {
+	t.Helper()
+	return spec(t, "hello", "hello", `{"greeting":"hi"}`)
+}
+
+func options(t *testing.T, pol supervisor.Policy) (supervisor.Options, *recorder, *syncBuffer) {
+	t.Helper()
+	log := &syncBuffer{}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("supervisor log:\n%s", log.String())
+		}
+	})
+	rec := &recorder{}
+	return supervisor.Options{
+		Logger:   hclog.New(&hclog.LoggerOptions{Name: "test", Level: hclog.Debug, Output: log}),
+		Metrics:  metrics.New(),
+		Policy:   pol,
+		OnChange: rec.onChange,
+	}, rec, log
+}
+
+// start supervises s and stops it when the test ends.
+func start(t *testing.T, s supervisor.Spec, pol supervisor.Policy) *fixture {
+	t.Helper()
+	opts, rec, log := options(t, pol)
+	p, err := supervisor.Start(t.Context(), s, opts)
+	if err != nil {
+		t.Fatalf("Start(%s) = %v, want nil", s.Name, err)
+	}
+	t.Cleanup(func() { p.Stop(time.Now().Add(10 * time.Second)) })
+	rec.p.Store(p)
+	return &fixture{p: p, rec: rec, metrics: opts.Metrics, log: log}
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func waitState(t *testing.T, p *supervisor.Plugin, want supervisor.State) supervisor.Status {
+	t.Helper()
+	var st supervisor.Status
+	waitFor(t, 30*time.Second, fmt.Sprintf("%s to be %s", p.Name(), want), func() bool {
+		st = p.Status()
+		return st.State == want
+	})
+	return st
+}
+
+func waitReady(t *testing.T, p *supervisor.Plugin) supervisor.Status {
+	t.Helper()
+	waitFor(t, 30*time.Second, p.Name()+" to be ready", p.Ready)
+	return p.Status()
+}
+
+// alive reports whether a process with this pid exists (a zombie counts).
+func alive(pid int) bool { return syscall.Kill(pid, 0) == nil }
+
+func waitGone(t *testing.T, pid int) {
+	t.Helper()
+	waitFor(t, 10*time.Second, fmt.Sprintf("process %d to be gone", pid), func() bool { return !alive(pid) })
+}
+
+// children returns the pids of this process's children, zombies included.
+func children(t *testing.T) []int {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Skipf("no /proc to list child processes: %v", err)
+	}
+	self := strconv.Itoa(os.Getpid())
+	var out []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if len(fields) > 1 && fields[1] == self {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+func gauge(t *testing.T, m *metrics.Host, state supervisor.State, plugin string) float64 {
+	t.Helper()
+	return testutil.ToFloat64(m.PluginState.WithLabelValues(plugin, string(state)))
+}
+
+// sleepsServed reads hello's own hello_sleeps_total through Families.
+func sleepsServed(t *testing.T, p *supervisor.Plugin) float64 {
+	t.Helper()
+	raw, err := p.Families(t.Context())
+	if err != nil {
+		return -1
+	}
+	for _, b := range raw {
+		var mf dto.MetricFamily
+		if err := proto.Unmarshal(b, &mf); err != nil {
+			t.Fatalf("decode metric family: %v", err)
+		}
+		if mf.GetName() == "hello_sleeps_total" && len(mf.GetMetric()) == 1 {
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	return -1
+}
+
+func TestStartReady(t *testing.T) {
+	s := helloSpec(t)
+	f := start(t, s, testPolicy())
+	st := waitReady(t, f.p)
+
+	want := supervisor.Status{Name: "hello", State: supervisor.StateReady, Pid: st.Pid, Version: "0.1.0", Required: true, Mount: "/hello"}
+	if st != want {
+		t.Errorf("Status() = %+v, want %+v", st, want)
+	}
+	if st.Pid <= 0 || !alive(st.Pid) {
+		t.Errorf("Status().Pid = %d, want a running process", st.Pid)
+	}
+	if f.p.Name() != "hello" || f.p.Spec().Mount != "/hello" {
+		t.Errorf("Name(), Spec().Mount = %q, %q, want hello, /hello", f.p.Name(), f.p.Spec().Mount)
+	}
+	if m := f.p.Manifest(); m.GetName() != "hello" || len(m.GetRoutes()) != 2 {
+		t.Errorf("Manifest() = %v, want hello with 2 routes", m)
+	}
+	if fi, err := os.Stat(s.DataDir); err != nil || !fi.IsDir() {
+		t.Errorf("data dir %s: %v, want a directory created before Configure", s.DataDir, err)
+	}
+
+	c := f.p.Conn()
+	if c == nil {
+		t.Fatal("Conn() = nil for a ready plugin")
+	}
+	if c.Aborted() {
+		t.Error("Conn().Aborted() = true for a running plugin")
+	}
+	resp, err := c.RPC.Handle(t.Context(), &pluginv1.HTTPRequest{Method: "GET", Path: "/"})
+	if err != nil || resp.GetStatus() != 200 || !strings.Contains(string(resp.GetBody()), `"greeting":"hi"`) {
+		t.Errorf("Handle(GET /) = %v, %v, want 200 with the configured greeting", resp, err)
+	}
+	if got := sleepsServed(t, f.p); got != 0 {
+		t.Errorf("hello_sleeps_total from Families() = %v, want 0", got)
+	}
+
+	if got := testutil.ToFloat64(f.metrics.PluginUp.WithLabelValues("hello")); got != 1 {
+		t.Errorf("plughost_plugin_up{plugin=hello} = %v, want 1", got)
+	}
+	for _, s := range supervisor.States {
+		want := 0.0
+		if s == supervisor.StateReady {
+			want = 1
+		}
+		if got := gauge(t, f.metrics, s, "hello"); got != want {
+			t.Errorf("plughost_plugin_state{state=%q} = %v, want %v", s, got, want)
+		}
+	}
+	f.rec.mu.Lock()
+	calls := f.rec.calls
+	f.rec.mu.Unlock()
+	if calls == 0 {
+		t.Error("OnChange was never called")
+	}
+}
+
+func TestRestartAfterKill(t *testing.T) {
+	f := start(t, helloSpec(t), testPolicy())
+	old := waitReady(t, f.p)
+	mark := f.rec.len()
+
+	if err := syscall.Kill(old.Pid, syscall.SIGKILL); err != nil {
+		t.Fatalf("kill -9 %d: %v", old.Pid, err)
+	}
+	var st supervisor.Status
+	waitFor(t, 30*time.Second, "hello to come back with a new process", func() bool {
+		st = f.p.Status()
+		return st.State == supervisor.StateReady && st.Pid != old.Pid && f.p.Ready()
+	})
+	if st.Restarts != 1 {
+		t.Errorf("Status().Restarts = %d after one crash, want 1", st.Restarts)
+	}
+	if !strings.Contains(st.LastError, "exited") {
+		t.Errorf("Status().LastError = %q, want why it went down (exited)", st.LastError)
+	}
+	states := f.rec.since(mark)
+	i := slices.Index(states, supervisor.StateBackoff)
+	if i < 0 || !slices.Contains(states[i:], supervisor.StateStarting) || states[len(states)-1] != supervisor.StateReady {
+		t.Errorf("states after the crash = %v, want backoff, then starting, ending ready", states)
+	}
+	if got := testutil.ToFloat64(f.metrics.PluginRestarts.WithLabelValues("hello")); got != 1 {
+		t.Errorf("plughost_plugin_restarts_total{plugin=hello} = %v, want 1", got)
+	}
+	waitGone(t, old.Pid)
+	resp, err := f.p.Conn().RPC.Handle(t.Context(), &pluginv1.HTTPRequest{Method: "GET", Path: "/"})
+	if err != nil || resp.GetStatus() != 200 {
+		t.Errorf("Handle(GET /) on the new process = %v, %v, want 200", resp, err)
+	}
+}
+
+func TestOperatorRestart(t *testing.T) {
+	f := start(t, helloSpec(t), testPolicy())
+	old := waitReady(t, f.p)
+	oldConn := f.p.Conn()
+
+	f.p.Restart(time.Now().Add(10 * time.Second))
+	var st supervisor.Status
+	waitFor(t, 30*time.Second, "hello to restart", func() bool {
+		st = f.p.Status()
+		return st.State == supervisor.StateReady && st.Pid != old.Pid && f.p.Ready()
+	})
+	if st.Restarts != 1 || st.LastError != "" {
+		t.Errorf("Status() after Restart = %+v, want restarts 1 and no error", st)
+	}
+	if oldConn.Aborted() {
+		t.Error("old Conn().Aborted() = true after a drain with nothing in flight")
+	}
+	waitGone(t, old.Pid)
+}
+
+func TestCrasherFails(t *testing.T) {
+	pol := testPolicy()
+	pol.MaxRestarts = 2
+	f := start(t, spec(t, "crasher", "crasher", `{}`), pol)
+
+	st := waitState(t, f.p, supervisor.StateFailed)
+	if st.Restarts < pol.MaxRestarts || st.Restarts > pol.MaxRestarts+1 {
+		t.Errorf("Status().Restarts = %d when failed, want %d or %d", st.Restarts, pol.MaxRestarts, pol.MaxRestarts+1)
+	}
+	if !strings.Contains(st.LastError, "handshake") {
+		t.Errorf("Status().LastError = %q, want the handshake failure", st.LastError)
+	}
+	if st.Pid != 0 || f.p.Conn() != nil || f.p.Ready() {
+		t.Errorf("failed plugin: Pid %d, Conn %v, Ready %t; want 0, nil, false", st.Pid, f.p.Conn(), f.p.Ready())
+	}
+	if _, err := f.p.Families(t.Context()); err == nil {
+		t.Error("Families() on a failed plugin = nil error, want an error")
+	}
+	if got := gauge(t, f.metrics, supervisor.StateFailed, "crasher"); got != 1 {
+		t.Errorf("plughost_plugin_state{state=failed} = %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(f.metrics.PluginUp.WithLabelValues("crasher")); got != 0 {
+		t.Errorf("plughost_plugin_up{plugin=crasher} = %v, want 0", got)
+	}
+
+	// An operator restart starts it again from failed; crasher then fails
+	// again, after as many restarts.
+	mark := f.rec.len()
+	f.p.Restart(time.Now().Add(time.Second))
+	waitFor(t, 30*time.Second, "crasher to start again and fail again", func() bool {
+		states := f.rec.since(mark)
+		return slices.Contains(states, supervisor.StateStarting) && f.p.Status().State == supervisor.StateFailed
+	})
+	if states := f.rec.since(mark); states[0] != supervisor.StateStarting {
+		t.Errorf("states after Restart from failed = %v, want starting first", states)
+	}
+	if again := f.p.Status(); again.Restarts <= st.Restarts {
+		t.Errorf("Status().Restarts = %d after restarting from failed, want more than %d", again.Restarts, st.Restarts)
+	}
+}
+
+func TestStopDrains(t *testing.T) {
+	f := start(t, helloSpec(t), testPolicy())
+	st := waitReady(t, f.p)
+	c := f.p.Conn()
+
+	begin := time.Now()
+	f.p.Stop(time.Now().Add(10 * time.Second))
+	if d := time.Since(begin); d > 9*time.Second {
+		t.Errorf("Stop with nothing in flight took %v, want well before the deadline", d)
+	}
+	if got := f.p.Status(); got.State != supervisor.StateStopped || got.Pid != 0 {
+		t.Errorf("Status() after Stop = %+v, want stopped with no pid", got)
+	}
+	if f.p.Conn() != nil {
+		t.Error("Conn() after Stop is not nil")
+	}
+	if c.Aborted() {
+		t.Error("Conn().Aborted() = true after a clean drain")
+	}
+	waitGone(t, st.Pid)
+	f.p.Stop(time.Now()) // a second Stop returns at once
+	f.p.Restart(time.Now())
+}
+
+func TestStopKillsAtDeadline(t *testing.T) {
+	f := start(t, helloSpec(t), testPolicy())
+	st := waitReady(t, f.p)
+	c := f.p.Conn()
+
+	type result struct {
+		resp *pluginv1.HTTPResponse
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		resp, err := c.RPC.Handle(context.Background(), &pluginv1.HTTPRequest{Method: "GET", Path: "/sleep", RawQuery: "ms=5000"})
+		done <- result{resp, err}
+	}()
+	waitFor(t, 30*time.Second, "the /sleep request to reach the plugin", func() bool { return sleepsServed(t, f.p) == 1 })
+
+	const drain = 500 * time.Millisecond
+	begin := time.Now()
+	f.p.Stop(begin.Add(drain))
+	if d := time.Since(begin); d > drain+time.Second {
+		t.Errorf("Stop took %v with a request in flight, want at most the %v deadline + 1s", d, drain)
+	}
+	if !c.Aborted() {
+		t.Error("Conn().Aborted() = false after the drain deadline killed the plugin")
+	}
+	waitGone(t, st.Pid)
+	select {
+	case r := <-done:
+		if r.err == nil {
+			t.Errorf("in-flight Handle(/sleep) = %d %s, want an error after the kill", r.resp.GetStatus(), r.resp.GetBody())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("in-flight Handle(/sleep) did not return after the plugin was killed")
+	}
+	if got := f.p.Status().State; got != supervisor.StateStopped {
+		t.Errorf("Status().State = %s, want stopped", got)
+	}
+}
+
+func TestStopDuringBackoff(t *testing.T) {
+	pol := testPolicy()
+	pol.InitialBackoff, pol.MaxBackoff = time.Hour, time.Hour
+	f := start(t, spec(t, "crasher", "crasher", `{}`), pol)
+	waitState(t, f.p, supervisor.StateBackoff)
+
+	begin := time.Now()
+	f.p.Stop(time.Now().Add(10 * time.Second))
+	if d := time.Since(begin); d > 5*time.Second {
+		t.Errorf("Stop during an hour's backoff took %v, want it to cut the backoff short", d)
+	}
+	if got := f.p.Status().State; got != supervisor.StateStopped {
+		t.Errorf("Status().State = %s, want stopped", got)
+	}
+}
+
+func TestStartCancelled(t *testing.T) {
+	// hang never completes the handshake.
+	hang := filepath.Join(t.TempDir(), "hang")
+	if err := os.WriteFile(hang, []byte("#!/bin/sh\nexec sleep 60\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	pol := testPolicy()
+	pol.StartTimeout = time.Minute
+	opts, _, _ := options(t, pol)
+	before := children(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
+	defer cancel()
+	s := supervisor.Spec{Name: "hang", Path: hang, Mount: "/hang", DataDir: t.TempDir(), Decode: staticConfig(`{}`)}
+
+	begin := time.Now()
+	p, err := supervisor.Start(ctx, s, opts)
+	if err != nil {
+		t.Fatalf("Start(hang) = %v, want nil (not a config error)", err)
+	}
+	t.Cleanup(func() { p.Stop(time.Now()) })
+	if d := time.Since(begin); d > 20*time.Second {
+		t.Errorf("Start took %v with a context that ended after 500ms, want it cut short", d)
+	}
+	waitState(t, p, supervisor.StateStopped)
+	waitFor(t, 10*time.Second, "the hanging process to be gone", func() bool {
+		for _, pid := range children(t) {
+			if !slices.Contains(before, pid) {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+func TestStopWhileRestarting(t *testing.T) {
+	// flaky is hello the first time and hangs in the handshake after, so
+	// that the restart after a crash is stuck starting.
+	dir := t.TempDir()
+	flaky := filepath.Join(dir, "flaky")
+	script := fmt.Sprintf("#!/bin/sh\nif [ -e %[1]q ]; then exec sleep 60; fi\n: > %[1]q\nexec %[2]q\n",
+		filepath.Join(dir, "started"), filepath.Join(bin, "hello"))
+	if err := os.WriteFile(flaky, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	pol := testPolicy()
+	pol.StartTimeout = time.Minute
+	s := helloSpec(t)
+	s.Path = flaky
+	before := children(t)
+	f := start(t, s, pol)
+	old := waitReady(t, f.p)
+
+	mark := f.rec.len()
+	if err := syscall.Kill(old.Pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "the restart to be under way", func() bool {
+		states := f.rec.since(mark)
+		return slices.Contains(states, supervisor.StateBackoff) && f.p.Status().State == supervisor.StateStarting
+	})
+	waitFor(t, 30*time.Second, "the hanging process to start", func() bool { return len(children(t)) > len(before) })
+
+	const drain = 500 * time.Millisecond
+	begin := time.Now()
+	f.p.Stop(begin.Add(drain))
+	if d := time.Since(begin); d > drain+time.Second {
+		t.Errorf("Stop of a plugin stuck starting took %v, want at most the %v deadline + 1s (start_timeout is a minute)", d, drain)
+	}
+	if got := f.p.Status().State; got != supervisor.StateStopped {
+		t.Errorf("Status().State = %s, want stopped", got)
+	}
+	waitFor(t, 10*time.Second, "no plugin process to be left", func() bool {
+		for _, pid := range children(t) {
+			if !slices.Contains(before, pid) {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+func TestConfigError(t *testing.T) {
+	errBad := errors.New("bad config")
+	tests := []struct {
+		name     string
+		decode   func(*pluginv1.Schema) ([]byte, error)
+		wantAttr string
+		plugin   bool // the plugin's Configure refused, not Decode
+	}{
+		{
+			name:   "decode fails",
+			decode: func(*pluginv1.Schema) ([]byte, error) { return nil, errBad },
+		},
+		{
+			name: "decode sees the schema",
+			decode: func(s *pluginv1.Schema) ([]byte, error) {
+				if len(s.GetAttributes()) != 1 || s.GetAttributes()[0].GetName() != "greeting" {
+					return nil, fmt.Errorf("schema %v, want hello's greeting attribute", s)
+				}
+				return nil, errBad
+			},
+		},
+		{
+			name:     "plugin refuses",
+			decode:   staticConfig(`{"greeting":""}`),
+			wantAttr: "greeting",
+			plugin:   true,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := helloSpec(t)
+			s.Decode = tt.decode
+			opts, _, _ := options(t, testPolicy())
+			before := children(t)
+			p, err := supervisor.Start(t.Context(), s, opts)
+			if err == nil {
+				p.Stop(time.Now())
+				t.Fatal("Start() = nil error, want a *ConfigError")
+			}
+			var ce *supervisor.ConfigError
+			if !errors.As(err, &ce) {
+				t.Fatalf("Start() = %v (%T), want *supervisor.ConfigError", err, err)
+			}
+			if ce.Plugin != "hello" || ce.Attribute != tt.wantAttr {
+				t.Errorf("ConfigError Plugin, Attribute = %q, %q, want hello, %q", ce.Plugin, ce.Attribute, tt.wantAttr)
+			}
+			var pe *catalog.ConfigError
+			if got := errors.As(err, &pe); got != tt.plugin {
+				t.Errorf("errors.As(%v, *catalog.ConfigError) = %t, want %t", err, got, tt.plugin)
+			}
+			if !tt.plugin && !errors.Is(err, errBad) {
+				t.Errorf("Start() = %v, want it to wrap Decode's error", err)
+			}
+			if !strings.Contains(err.Error(), `plugin "hello" config`) {
+				t.Errorf("Start() = %q, want it to name the plugin", err)
+			}
+			if got := testutil.ToFloat64(opts.Metrics.PluginState.WithLabelValues("hello", string(supervisor.StateStopped))); got != 1 {
+				t.Errorf("plughost_plugin_state{state=stopped} = %v after a config error, want 1", got)
+			}
+			waitFor(t, 10*time.Second, "no plugin process to be left", func() bool {
+				for _, pid := range children(t) {
+					if !slices.Contains(before, pid) {
+						return false
+					}
+				}
+				return true
+			})
+		})
+	}
+}
+
+func TestUnhealthyRestarted(t *testing.T) {
+	pol := testPolicy()
+	pol.HealthInterval = 100 * time.Millisecond
+	pol.HealthTimeout = 300 * time.Millisecond
+	pol.HealthFailures = 2
+	f := start(t, spec(t, "faulty", "faulty", `{"label":"x","limit":3}`), pol)
+	old := waitReady(t, f.p)
+
+	resp, err := f.p.Conn().RPC.Handle(t.Context(), &pluginv1.HTTPRequest{Method: "POST", Path: "/sick"})
+	if err != nil || resp.GetStatus() != 200 {
+		t.Fatalf("Handle(POST /sick) = %v, %v, want 200", resp, err)
+	}
+	var st supervisor.Status
+	waitFor(t, 30*time.Second, "the wedged plugin to be replaced", func() bool {
+		st = f.p.Status()
+		return st.State == supervisor.StateReady && st.Pid != old.Pid && f.p.Ready()
+	})
+	if st.Restarts != 1 {
+		t.Errorf("Status().Restarts = %d, want 1", st.Restarts)
+	}
+	if !strings.Contains(st.LastError, "unhealthy") {
+		t.Errorf("Status().LastError = %q, want it to say the plugin was unhealthy", st.LastError)
+	}
+	waitGone(t, old.Pid)
+}
