@@ -120,7 +120,7 @@ func serve(ctx context.Context, logger hclog.Logger, path string, stderr io.Writ
 	}
 	gatherer := &metrics.Gatherer{Host: h.metrics, Sources: h.sources, Timeout: cfg.Health.Timeout, Logger: logger.Named("metrics")}
 	adminSrv := &http.Server{
-		Handler:           admin.New(gatherer, h, token),
+		Handler:           admin.New(gatherer, h, admin.Options{Token: token, Faults: cfg.Debug.Faults}),
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       10 * time.Second,
 		WriteTimeout:      30 * time.Second,
@@ -454,6 +454,33 @@ func (h *host) Restart(name string) bool {
 	}
 	p.Restart(time.Now().Add(h.config().DrainDeadline))
 	return true
+}
+
+// SetFaults implements admin.Plugins.
+func (h *host) SetFaults(ctx context.Context, name string, faults []admin.Fault) ([]admin.Fault, error) {
+	h.mu.Lock()
+	p, ok := h.plugins[name]
+	h.mu.Unlock()
+	if !ok {
+		return nil, admin.ErrNoPlugin
+	}
+	specs := make([]*pluginv1.FaultSpec, 0, len(faults))
+	for _, f := range faults {
+		specs = append(specs, &pluginv1.FaultSpec{Point: f.Point, DelayMs: f.Delay.Milliseconds(), Error: f.Error})
+	}
+	set, err := p.SetFaults(ctx, specs)
+	if errors.Is(err, supervisor.ErrNotReady) {
+		return nil, admin.ErrNotReady
+	}
+	if err != nil {
+		return nil, err
+	}
+	h.logger.Warn("faults set on plugin", "plugin", name, "faults", len(set))
+	out := make([]admin.Fault, 0, len(set))
+	for _, f := range set {
+		out = append(out, admin.Fault{Point: f.GetPoint(), Delay: time.Duration(f.GetDelayMs()) * time.Millisecond, Error: f.GetError()})
+	}
+	return out, nil
 }
 
 func readToken(path string) (string, error) {

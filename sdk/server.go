@@ -36,6 +36,7 @@ type server struct {
 	// ctx is the Runtime's lifetime context, cancelled on Drain.
 	ctx    context.Context
 	cancel context.CancelFunc
+	faults Faults
 
 	mu         sync.Mutex
 	configured bool
@@ -102,6 +103,7 @@ func (s *server) Configure(ctx context.Context, req *pluginv1.ConfigureRequest) 
 		Host:   &hostClient{broker: s.broker, id: req.GetHostBrokerId()},
 		config: cfg,
 		ctx:    s.ctx,
+		faults: &s.faults,
 	}
 	if s.p.Configure != nil {
 		if err := s.hook("configure", func() error { return s.p.Configure(ctx, rt) }); err != nil {
@@ -125,6 +127,23 @@ func (s *server) hook(name string, fn func() error) (err error) {
 		}
 	}()
 	return fn()
+}
+
+func (s *server) SetFaults(_ context.Context, req *pluginv1.SetFaultsRequest) (*pluginv1.SetFaultsResponse, error) {
+	list := make([]Fault, 0, len(req.GetFaults()))
+	for _, f := range req.GetFaults() {
+		if f.GetPoint() == "" || f.GetDelayMs() < 0 {
+			return nil, status.Error(codes.InvalidArgument, "a fault needs a point and a non-negative delay")
+		}
+		list = append(list, Fault{Point: f.GetPoint(), Delay: time.Duration(f.GetDelayMs()) * time.Millisecond, Error: f.GetError()})
+	}
+	s.faults.Set(list)
+	s.logger.Warn("faults set", "faults", fmt.Sprint(list))
+	resp := &pluginv1.SetFaultsResponse{}
+	for _, f := range s.faults.List() {
+		resp.Faults = append(resp.Faults, &pluginv1.FaultSpec{Point: f.Point, DelayMs: f.Delay.Milliseconds(), Error: f.Error})
+	}
+	return resp, nil
 }
 
 // AttrError is an error from a Configure hook about one config attribute;

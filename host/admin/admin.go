@@ -4,11 +4,15 @@
 package admin
 
 import (
+	"context"
 	"crypto/subtle"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -23,11 +27,45 @@ type Plugins interface {
 	// Restart drains and restarts the named plugin; false when there is no
 	// such plugin.
 	Restart(name string) bool
+	// SetFaults replaces the faults at the named plugin's fault points and
+	// returns those now set. It returns ErrNoPlugin or ErrNotReady.
+	SetFaults(ctx context.Context, name string, faults []Fault) ([]Fault, error)
 }
 
-// New returns the admin handler. When token is not empty, /v1/ requests
-// need "Authorization: Bearer <token>"; /metrics stays open for scrapers.
-func New(g prometheus.Gatherer, plugins Plugins, token string) http.Handler {
+// Fault is a fault at a plugin's named fault point.
+type Fault struct {
+	Point string        `json:"point"`
+	Delay time.Duration `json:"-"`
+	Error string        `json:"error,omitempty"`
+}
+
+// faultJSON is Fault as the API reads and writes it: delays are Go
+// duration strings.
+type faultJSON struct {
+	Point string `json:"point"`
+	Delay string `json:"delay,omitempty"`
+	Error string `json:"error,omitempty"`
+}
+
+// Errors Plugins.SetFaults returns.
+var (
+	ErrNoPlugin = errors.New("no such plugin")
+	ErrNotReady = errors.New("plugin is not ready")
+)
+
+// Options configure New.
+type Options struct {
+	// Token, when not empty, is required as "Authorization: Bearer
+	// <token>" on /v1/ requests; /metrics stays open for scrapers.
+	Token string
+	// Faults enables POST and DELETE /v1/plugins/NAME/faults (the host
+	// config's debug { faults = true }); otherwise they answer 403.
+	Faults bool
+}
+
+// New returns the admin handler.
+func New(g prometheus.Gatherer, plugins Plugins, opts Options) http.Handler {
+	token := opts.Token
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{
 		ErrorHandling: promhttp.ContinueOnError,
@@ -43,6 +81,71 @@ func New(g prometheus.Gatherer, plugins Plugins, token string) http.Handler {
 			return
 		}
 		writeJSON(w, http.StatusAccepted, map[string]string{"status": "restarting", "plugin": name})
+	})
+	faults := func(w http.ResponseWriter, r *http.Request, list []Fault) {
+		if !opts.Faults {
+			writeError(w, http.StatusForbidden, "faults_disabled", "fault injection is off; enable it with debug { faults = true } in the host config")
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+		defer cancel()
+		name := r.PathValue("name")
+		set, err := plugins.SetFaults(ctx, name, list)
+		switch {
+		case errors.Is(err, ErrNoPlugin):
+			writeError(w, http.StatusNotFound, "not_found", "no plugin named "+strconv.Quote(name))
+			return
+		case errors.Is(err, ErrNotReady):
+			writeError(w, http.StatusServiceUnavailable, "plugin_unavailable", fmt.Sprintf("plugin %q is not ready", name))
+			return
+		case err != nil:
+			writeError(w, http.StatusBadGateway, "plugin_error", err.Error())
+			return
+		}
+		out := make([]faultJSON, 0, len(set))
+		for _, f := range set {
+			fj := faultJSON{Point: f.Point, Error: f.Error}
+			if f.Delay > 0 {
+				fj.Delay = f.Delay.String()
+			}
+			out = append(out, fj)
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"plugin": name, "faults": out})
+	}
+	api.HandleFunc("POST /v1/plugins/{name}/faults", func(w http.ResponseWriter, r *http.Request) {
+		var body struct {
+			Faults []faultJSON `json:"faults"`
+		}
+		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&body); err != nil {
+			writeError(w, http.StatusBadRequest, "bad_request", "body must be {\"faults\":[{\"point\":...,\"delay\":\"2s\",\"error\":...}]}: "+err.Error())
+			return
+		}
+		list := make([]Fault, 0, len(body.Faults))
+		for _, f := range body.Faults {
+			if f.Point == "" {
+				writeError(w, http.StatusBadRequest, "bad_request", "every fault needs a point")
+				return
+			}
+			var d time.Duration
+			if f.Delay != "" {
+				var err error
+				if d, err = time.ParseDuration(f.Delay); err != nil || d < 0 {
+					writeError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("fault %q: delay must be a duration such as \"2s\"", f.Point))
+					return
+				}
+			}
+			if d == 0 && f.Error == "" {
+				writeError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("fault %q: set a delay, an error or both", f.Point))
+				return
+			}
+			list = append(list, Fault{Point: f.Point, Delay: d, Error: f.Error})
+		}
+		faults(w, r, list)
+	})
+	api.HandleFunc("DELETE /v1/plugins/{name}/faults", func(w http.ResponseWriter, r *http.Request) {
+		faults(w, r, nil)
 	})
 	mux.Handle("/v1/", auth(token, api))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -72,7 +175,7 @@ func notFoundJSON(mux http.Handler) http.Handler {
 	m := mux.(*http.ServeMux)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if _, pat := m.Handler(r); pat == "" {
-			if strings.HasSuffix(r.URL.Path, "/restart") || r.URL.Path == "/v1/plugins" {
+			if strings.HasSuffix(r.URL.Path, "/restart") || strings.HasSuffix(r.URL.Path, "/faults") || r.URL.Path == "/v1/plugins" {
 				writeError(w, http.StatusMethodNotAllowed, "method_not_allowed", r.Method+" is not allowed here")
 				return
 			}

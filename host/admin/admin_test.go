@@ -1,6 +1,7 @@
 package admin_test
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -9,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
@@ -29,6 +31,7 @@ type fakePlugins struct {
 
 	mu        sync.Mutex
 	restarted []string
+	faults    []admin.Fault
 }
 
 func (f *fakePlugins) Statuses() []supervisor.Status { return f.statuses }
@@ -41,6 +44,16 @@ func (f *fakePlugins) Restart(name string) bool {
 	defer f.mu.Unlock()
 	f.restarted = append(f.restarted, name)
 	return true
+}
+
+func (f *fakePlugins) SetFaults(_ context.Context, name string, faults []admin.Fault) ([]admin.Fault, error) {
+	if !slices.ContainsFunc(f.statuses, func(s supervisor.Status) bool { return s.Name == name }) {
+		return nil, admin.ErrNoPlugin
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.faults = faults
+	return faults, nil
 }
 
 func (f *fakePlugins) restarts() []string {
@@ -62,7 +75,7 @@ func newServer(t *testing.T, token string) (*httptest.Server, *fakePlugins) {
 	c.Add(7)
 	reg.MustRegister(c)
 	plugins := &fakePlugins{statuses: statuses}
-	srv := httptest.NewServer(admin.New(reg, plugins, token))
+	srv := httptest.NewServer(admin.New(reg, plugins, admin.Options{Token: token, Faults: token != ""}))
 	t.Cleanup(srv.Close)
 	return srv, plugins
 }
@@ -223,5 +236,79 @@ func TestMetrics(t *testing.T) {
 	}
 	if ct := r.header.Get("Content-Type"); !strings.HasPrefix(ct, "text/plain") {
 		t.Errorf("GET /metrics Content-Type = %q, want the text exposition format", ct)
+	}
+}
+
+func TestFaults(t *testing.T) {
+	const auth = "Bearer s3cret"
+	post := func(t *testing.T, srv *httptest.Server, path, body string) response {
+		t.Helper()
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, srv.URL+path, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", auth)
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return response{code: resp.StatusCode, header: resp.Header, body: string(b)}
+	}
+
+	t.Run("disabled", func(t *testing.T) {
+		reg := prometheus.NewRegistry()
+		srv := httptest.NewServer(admin.New(reg, &fakePlugins{statuses: statuses}, admin.Options{}))
+		t.Cleanup(srv.Close)
+		r := do(t, srv, http.MethodDelete, "/v1/plugins/hello/faults", "")
+		if r.code != http.StatusForbidden || r.errorCode() != "faults_disabled" {
+			t.Errorf("DELETE faults with faults off = %d %s, want 403 faults_disabled", r.code, r.body)
+		}
+	})
+
+	srv, plugins := newServer(t, "s3cret") // newServer enables faults when a token is set
+	tests := []struct {
+		name     string
+		path     string
+		body     string
+		wantCode int
+		wantErr  string
+		wantSet  []admin.Fault
+	}{
+		{"set delay and error", "/v1/plugins/hello/faults", `{"faults":[{"point":"ledger.commit","delay":"2s","error":"disk stalled"}]}`,
+			http.StatusOK, "", []admin.Fault{{Point: "ledger.commit", Delay: 2 * time.Second, Error: "disk stalled"}}},
+		{"unknown plugin", "/v1/plugins/nope/faults", `{"faults":[]}`, http.StatusNotFound, "not_found", nil},
+		{"unknown field", "/v1/plugins/hello/faults", `{"faults":[],"x":1}`, http.StatusBadRequest, "bad_request", nil},
+		{"missing point", "/v1/plugins/hello/faults", `{"faults":[{"delay":"1s"}]}`, http.StatusBadRequest, "bad_request", nil},
+		{"bad delay", "/v1/plugins/hello/faults", `{"faults":[{"point":"p","delay":"soon"}]}`, http.StatusBadRequest, "bad_request", nil},
+		{"neither delay nor error", "/v1/plugins/hello/faults", `{"faults":[{"point":"p"}]}`, http.StatusBadRequest, "bad_request", nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := post(t, srv, tt.path, tt.body)
+			if r.code != tt.wantCode || r.errorCode() != tt.wantErr {
+				t.Fatalf("POST %s %s = %d %s, want %d %q", tt.path, tt.body, r.code, r.body, tt.wantCode, tt.wantErr)
+			}
+			if tt.wantSet != nil {
+				plugins.mu.Lock()
+				got := plugins.faults
+				plugins.mu.Unlock()
+				if diff := cmp.Diff(tt.wantSet, got); diff != "" {
+					t.Errorf("faults passed to the plugin set (-want +got):\n%s", diff)
+				}
+				if !strings.Contains(r.body, `"delay":"2s"`) {
+					t.Errorf("response %s, want the delay echoed as \"2s\"", r.body)
+				}
+			}
+		})
+	}
+	if r := do(t, srv, http.MethodDelete, "/v1/plugins/hello/faults", auth); r.code != http.StatusOK {
+		t.Fatalf("DELETE faults = %d %s, want 200", r.code, r.body)
+	}
+	plugins.mu.Lock()
+	defer plugins.mu.Unlock()
+	if len(plugins.faults) != 0 {
+		t.Errorf("after DELETE the plugin set holds faults %v, want none", plugins.faults)
 	}
 }

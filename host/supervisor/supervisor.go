@@ -217,6 +217,24 @@ func (p *Plugin) Families(ctx context.Context) ([][]byte, error) {
 	return resp.GetFamilies(), nil
 }
 
+// SetFaults replaces the faults at the ready plugin's fault points and
+// returns those now set. Faults live in the plugin process: a restart
+// clears them.
+func (p *Plugin) SetFaults(ctx context.Context, faults []*pluginv1.FaultSpec) ([]*pluginv1.FaultSpec, error) {
+	c := p.Conn()
+	if c == nil {
+		return nil, ErrNotReady
+	}
+	resp, err := c.RPC.SetFaults(ctx, &pluginv1.SetFaultsRequest{Faults: faults})
+	if err != nil {
+		return nil, fmt.Errorf("set faults: %w", err)
+	}
+	return resp.GetFaults(), nil
+}
+
+// ErrNotReady is returned for calls that need a ready plugin.
+var ErrNotReady = errors.New("plugin is not ready")
+
 // Restart drains the plugin (with the given deadline) and starts it again,
 // also from the failed state. It returns once the restart has begun.
 func (p *Plugin) Restart(deadline time.Time) {
