@@ -46,7 +46,11 @@ func validate(ctx context.Context, logger hclog.Logger, path string, stdout, std
 	if diags.HasErrors() {
 		return errReported
 	}
-	fmt.Fprintf(stdout, "%s: valid (%d plugins)\n", path, len(cfg.Plugins))
+	noun := "plugins"
+	if len(cfg.Plugins) == 1 {
+		noun = "plugin"
+	}
+	fmt.Fprintf(stdout, "%s: valid (%d %s)\n", path, len(cfg.Plugins), noun)
 	return nil
 }
 

@@ -80,7 +80,7 @@ func TestGreeterThroughHost(t *testing.T) {
 	}
 
 	cfg := baseConfig("2s") + greeterBlock(t, bin, info.SHA256)
-	if res := runCLI(t, "validate", "-config", writeConfigFile(t, cfg)); res.code != 0 || !strings.Contains(res.stdout, "valid (1 plugins)") {
+	if res := runCLI(t, "validate", "-config", writeConfigFile(t, cfg)); res.code != 0 || !strings.Contains(res.stdout, "valid (1 plugin)") {
 		t.Fatalf("plughost validate = exit %d %s%s, want valid", res.code, res.stdout, res.stderr)
 	}
 
