@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -755,7 +754,9 @@ func TestCallCancelled(t *testing.T) {
 	if resp.GetStatus() != http.StatusGatewayTimeout {
 		t.Errorf("Call(/sleep past the caller's deadline) = %d %s, want 504", resp.GetStatus(), resp.GetBody())
 	}
-	if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		t.Errorf("Call returned before the caller's deadline: %v", ctx.Err())
+	// ctx.Err() may not be set yet when the answer arrives just after the
+	// deadline (the context's timer runs on its own), so compare clocks.
+	if deadline, _ := ctx.Deadline(); time.Now().Before(deadline) {
+		t.Errorf("Call returned %v before the caller's deadline", time.Until(deadline))
 	}
 }

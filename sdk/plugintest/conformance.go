@@ -406,9 +406,14 @@ func (c *conformance) malformed(t *testing.T, m *pluginv1.DescribeResponse) {
 	for _, pr := range probes {
 		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
 		code, err := call(ctx, conn.RPC, pr.req)
+		timedOut := ctx.Err() != nil
 		cancel()
 		switch {
-		case err != nil && ctx.Err() != nil:
+		case !alive(pid):
+			// Checked first: a crash also fails the call.
+			t.Fatalf("%s: the plugin process died (%v); a good plugin never crashes on bad input — "+
+				"validate input, and recover panics in goroutines you start", pr.what, err)
+		case err != nil && timedOut:
 			// A long poll may legitimately wait; not answering bad input
 			// quickly is not a crash.
 			t.Logf("%s: no answer within 2s", pr.what)
