@@ -1,0 +1,412 @@
+// Package api is the wallet's HTTP interface: it decodes and validates
+// requests, runs the Idempotency-Key protocol, submits ledger operations to
+// the committer, answers reads from the view, streams committed receipts
+// as server-sent events, and maps every error to an HTTP status in one
+// place (classify).
+//
+// The lifecycle is New → ServeHTTP from any goroutine → Close, which
+// refuses new requests and waits for those in flight so that the ledger
+// can be closed under nobody.
+//
+// Idempotency: every POST carries an Idempotency-Key. Its first request
+// claims the key in memory while it is in progress (a second request with
+// it gets 409, or 422 with a different body); the outcome is recorded by
+// the ledger in the committing transaction, so a replay, also after a
+// restart, is answered with the recorded bytes and Idempotent-Replayed:
+// true. Validation failures and nonce mismatches are not recorded.
+//
+// The package must not write the ledger itself, start goroutines that
+// outlive a request, or hold a lock across a wait.
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/plughost/plughost/plugins/wallet/internal/bus"
+	"github.com/plughost/plughost/plugins/wallet/internal/committer"
+	"github.com/plughost/plughost/plugins/wallet/internal/ledger"
+	"github.com/plughost/plughost/plugins/wallet/internal/view"
+	"github.com/plughost/plughost/sdk"
+)
+
+// Routes are the routes the API serves, relative to the mount point.
+func Routes() []sdk.Route {
+	return []sdk.Route{
+		{Method: http.MethodPost, Pattern: "/v1/issue"},
+		{Method: http.MethodPost, Pattern: "/v1/transfer"},
+		{Method: http.MethodPost, Pattern: "/v1/burn"},
+		{Method: http.MethodPost, Pattern: "/v1/batch"},
+		{Method: http.MethodGet, Pattern: "/v1/accounts/{id}"},
+		{Method: http.MethodGet, Pattern: "/v1/supply"},
+		{Method: http.MethodGet, Pattern: "/v1/receipts/{tx_id}"},
+		{Method: http.MethodGet, Pattern: "/v1/events", Streaming: true},
+	}
+}
+
+// Options configure New; all but Logger and Registerer are required.
+type Options struct {
+	Ledger     *ledger.Ledger
+	Committer  *committer.Committer
+	View       *view.View
+	Events     *bus.Bus[*ledger.Receipt]
+	Logger     hclog.Logger
+	Registerer prometheus.Registerer
+	// Drain is closed when the plugin begins to drain: event streams end
+	// and reads stop waiting for a seq.
+	Drain <-chan struct{}
+	// KeepAlive is the interval of comment lines on idle event streams;
+	// default 15s.
+	KeepAlive time.Duration
+	// Backfill is the most receipts an event stream resumed with
+	// Last-Event-ID replays from the ledger; default 1024.
+	Backfill int
+}
+
+// API serves the wallet's routes. Create one with New and call Close.
+type API struct {
+	ledger    *ledger.Ledger
+	committer *committer.Committer
+	view      *view.View
+	events    *bus.Bus[*ledger.Receipt]
+	logger    hclog.Logger
+	drain     <-chan struct{}
+	keepAlive time.Duration
+	backfill  int
+
+	mux    *http.ServeMux
+	claims claims
+	gate   gate
+	busy   *prometheus.CounterVec
+}
+
+// New returns the API.
+func New(opts Options) (*API, error) {
+	a := &API{
+		ledger:    opts.Ledger,
+		committer: opts.Committer,
+		view:      opts.View,
+		events:    opts.Events,
+		logger:    opts.Logger,
+		drain:     opts.Drain,
+		keepAlive: opts.KeepAlive,
+		backfill:  opts.Backfill,
+		mux:       http.NewServeMux(),
+		claims:    claims{m: map[string][32]byte{}},
+		gate:      gate{idle: make(chan struct{})},
+		busy: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "busy_rejections_total",
+			Help: "POSTs refused with 429 because the commit queue was full, by endpoint.",
+		}, []string{"endpoint"}),
+	}
+	if a.logger == nil {
+		a.logger = hclog.NewNullLogger()
+	}
+	if a.keepAlive <= 0 {
+		a.keepAlive = 15 * time.Second
+	}
+	if a.backfill <= 0 {
+		a.backfill = 1024
+	}
+	for _, k := range ledger.Kinds {
+		a.busy.WithLabelValues(k.String())
+	}
+	if opts.Registerer != nil {
+		if err := opts.Registerer.Register(a.busy); err != nil {
+			return nil, fmt.Errorf("register metrics: %w", err)
+		}
+	}
+	a.mux.HandleFunc("POST /v1/issue", a.post(ledger.KindIssue, decodeIssue))
+	a.mux.HandleFunc("POST /v1/transfer", a.post(ledger.KindTransfer, decodeTransfer))
+	a.mux.HandleFunc("POST /v1/burn", a.post(ledger.KindBurn, decodeBurn))
+	a.mux.HandleFunc("POST /v1/batch", a.post(ledger.KindBatch, decodeBatch))
+	a.mux.HandleFunc("GET /v1/accounts/{id}", a.account)
+	a.mux.HandleFunc("GET /v1/supply", a.supply)
+	a.mux.HandleFunc("GET /v1/receipts/{tx_id}", a.receipt)
+	a.mux.HandleFunc("GET /v1/events", a.stream)
+	return a, nil
+}
+
+// ServeHTTP serves one request, or refuses it with 503 once Close began.
+func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !a.gate.enter() {
+		a.writeError(w, errDraining)
+		return
+	}
+	defer a.gate.leave()
+	a.mux.ServeHTTP(w, r)
+}
+
+// Close refuses new requests and waits until those in flight have
+// returned or ctx ends. POSTs in flight end when the committer answers
+// them, so close the committer first; reads and event streams end when
+// Options.Drain is closed.
+func (a *API) Close(ctx context.Context) error {
+	if n := a.gate.close(ctx); n > 0 {
+		return fmt.Errorf("close api: %d requests still in flight: %w", n, ctx.Err())
+	}
+	return nil
+}
+
+// post serves one POST endpoint.
+func (a *API) post(kind ledger.Kind, decode decoder) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if err := checkContentType(r.Header); err != nil {
+			a.writeError(w, err)
+			return
+		}
+		key, err := idempotencyKey(r.Header)
+		if err != nil {
+			a.writeError(w, err)
+			return
+		}
+		body, err := readBody(r.Body)
+		if err != nil {
+			a.writeError(w, err)
+			return
+		}
+		req, err := decode(body)
+		if err != nil {
+			a.writeError(w, err)
+			return
+		}
+		a.submit(w, r, kind, key, fingerprint(kind, req), req.op())
+	}
+}
+
+// outcome is what the committer answered for one operation.
+type outcome struct {
+	res ledger.Result
+	err error
+}
+
+// submit runs the idempotency protocol around one operation.
+func (a *API) submit(w http.ResponseWriter, r *http.Request, kind ledger.Kind, key string, fp [32]byte, op ledger.Op) {
+	if err := a.claims.claim(key, fp); err != nil {
+		a.writeError(w, err)
+		return
+	}
+	// Claimed: no other request with this key runs until release. A
+	// record may exist from a finished request.
+	rec, ok, err := a.ledger.Idempotency(key)
+	if err != nil || ok {
+		a.claims.release(key)
+		if err != nil {
+			a.writeError(w, err)
+			return
+		}
+		a.replay(w, rec, fp)
+		return
+	}
+	op.Idem = &ledger.Idem{Key: key, Fingerprint: fp}
+	done := make(chan outcome, 1)
+	err = a.committer.Submit(op, func(res ledger.Result, err error) {
+		// The claim lasts until the outcome is known, even if this
+		// handler has given up: a retry must not apply the op twice.
+		a.claims.release(key)
+		done <- outcome{res, err}
+	})
+	if err != nil {
+		a.claims.release(key)
+		if errors.Is(err, committer.ErrBusy) {
+			a.busy.WithLabelValues(kind.String()).Inc()
+		}
+		a.writeError(w, err)
+		return
+	}
+	select {
+	case o := <-done:
+		a.answer(w, o, fp)
+	case <-r.Context().Done():
+		a.writeError(w, fmt.Errorf("%w: %w", errUnknown, r.Context().Err()))
+	}
+}
+
+// answer writes the committer's outcome of an operation.
+func (a *API) answer(w http.ResponseWriter, o outcome, fp [32]byte) {
+	switch {
+	case o.err != nil:
+		a.writeError(w, o.err)
+	case o.res.Replayed:
+		// Another request with the key committed between our lookup and
+		// our transaction; the ledger refused to apply ours.
+		a.replay(w, *o.res.Record, fp)
+	case o.res.Record != nil:
+		writeRaw(w, o.res.Record.Status, o.res.Record.Body)
+	case o.res.Err != nil:
+		a.writeError(w, o.res.Err) // not recorded: a nonce mismatch
+	default:
+		// Every op carries a key, so a commit always has a record.
+		status, body := Render(o.res)
+		writeRaw(w, status, body)
+	}
+}
+
+// replay answers a request whose key has a record.
+func (a *API) replay(w http.ResponseWriter, rec ledger.Record, fp [32]byte) {
+	if rec.Fingerprint != fp {
+		a.writeError(w, errKeyReused)
+		return
+	}
+	w.Header().Set("Idempotent-Replayed", "true")
+	writeRaw(w, rec.Status, rec.Body)
+}
+
+// accountJSON is the answer of GET /v1/accounts/{id}.
+type accountJSON struct {
+	Account string    `json:"account"`
+	Balance uint64    `json:"balance"`
+	Nonce   uint64    `json:"nonce"`
+	Seq     uint64    `json:"seq"`
+	AsOf    time.Time `json:"as_of"`
+}
+
+func (a *API) account(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if err := checkAccountID(id); err != nil {
+		a.writeError(w, invalidf("%v", err))
+		return
+	}
+	q, err := parseReadQuery(r.URL.RawQuery)
+	if err != nil {
+		a.writeError(w, err)
+		return
+	}
+	s, err := a.view.Account(r.Context(), id, q.minSeq, waitWithin(r.Context(), q.wait))
+	if err != nil {
+		a.writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, accountJSON{Account: s.ID, Balance: s.Balance, Nonce: s.Nonce, Seq: s.Seq, AsOf: s.AsOf.UTC()})
+}
+
+// supplyJSON is the answer of GET /v1/supply.
+type supplyJSON struct {
+	Issued uint64    `json:"issued"`
+	Burned uint64    `json:"burned"`
+	Supply uint64    `json:"supply"`
+	Seq    uint64    `json:"seq"`
+	AsOf   time.Time `json:"as_of"`
+}
+
+func (a *API) supply(w http.ResponseWriter, r *http.Request) {
+	q, err := parseReadQuery(r.URL.RawQuery)
+	if err != nil {
+		a.writeError(w, err)
+		return
+	}
+	s, err := a.view.Supply(r.Context(), q.minSeq, waitWithin(r.Context(), q.wait))
+	if err != nil {
+		a.writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, supplyJSON{Issued: s.Issued, Burned: s.Burned, Supply: s.Issued - s.Burned, Seq: s.Seq, AsOf: s.AsOf.UTC()})
+}
+
+func (a *API) receipt(w http.ResponseWriter, r *http.Request) {
+	if err := checkNoQuery(r.URL.RawQuery); err != nil {
+		a.writeError(w, err)
+		return
+	}
+	rc, err := a.ledger.Receipt(r.PathValue("tx_id"))
+	if err != nil {
+		a.writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, rc)
+}
+
+// deadlineMargin is kept between a read's wait and its request deadline,
+// so that the snapshot is answered before the host gives up with 504.
+const deadlineMargin = 100 * time.Millisecond
+
+// waitWithin shortens wait to end deadlineMargin before ctx's deadline.
+func waitWithin(ctx context.Context, wait time.Duration) time.Duration {
+	if dl, ok := ctx.Deadline(); ok {
+		wait = min(wait, time.Until(dl)-deadlineMargin)
+	}
+	return max(wait, 0)
+}
+
+// claims are the idempotency keys whose request is in progress, with the
+// fingerprint of that request. There is at most one claim per operation
+// queued or committing, so the queue bounds it.
+type claims struct {
+	mu sync.Mutex
+	m  map[string][32]byte
+}
+
+// claim takes key for a request with fingerprint fp, or returns
+// errKeyInUse (same request in progress) or errKeyReused (another).
+func (c *claims) claim(key string, fp [32]byte) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if held, ok := c.m[key]; ok {
+		if held != fp {
+			return errKeyReused
+		}
+		return errKeyInUse
+	}
+	c.m[key] = fp
+	return nil
+}
+
+func (c *claims) release(key string) {
+	c.mu.Lock()
+	delete(c.m, key)
+	c.mu.Unlock()
+}
+
+// gate counts requests in flight and refuses new ones once closed.
+type gate struct {
+	mu     sync.Mutex
+	n      int
+	closed bool
+	idle   chan struct{} // closed when closed and n reaches 0
+}
+
+func (g *gate) enter() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return false
+	}
+	g.n++
+	return true
+}
+
+func (g *gate) leave() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.n--
+	if g.closed && g.n == 0 {
+		close(g.idle)
+	}
+}
+
+// close refuses new requests, waits for the rest or ctx, and returns how
+// many are still in flight.
+func (g *gate) close(ctx context.Context) int {
+	g.mu.Lock()
+	if !g.closed {
+		g.closed = true
+		if g.n == 0 {
+			close(g.idle)
+		}
+	}
+	g.mu.Unlock()
+	select {
+	case <-g.idle:
+	case <-ctx.Done():
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.n
+}

@@ -1,0 +1,167 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/plughost/plughost/plugins/wallet/internal/committer"
+	"github.com/plughost/plughost/plugins/wallet/internal/ledger"
+)
+
+// Errors of the HTTP layer, besides *invalidError.
+var (
+	errMediaType  = errors.New("Content-Type must be application/json")
+	errTooLarge   = fmt.Errorf("body is larger than %d bytes", maxBodyBytes)
+	errMissingKey = &invalidError{code: "idempotency_key_missing", msg: "every POST needs an Idempotency-Key header"}
+	// errKeyReused: the key was used with a different request.
+	errKeyReused = errors.New("this Idempotency-Key was used with a different request")
+	// errKeyInUse: the key's first request is still in progress.
+	errKeyInUse = errors.New("a request with this Idempotency-Key is still in progress; retry when it has finished")
+	// errDraining: the API is closed for the drain.
+	errDraining = errors.New("the wallet is draining; retry on another instance or later")
+	// errUnknown: the caller gave up before the outcome was known.
+	errUnknown = errors.New("the request ended before its outcome was known; retry with the same Idempotency-Key to learn it")
+)
+
+// invalidError is input the caller must fix; its message says how.
+type invalidError struct {
+	code string // default "invalid_request"
+	msg  string
+}
+
+func (e *invalidError) Error() string { return e.msg }
+
+func invalidf(format string, args ...any) error {
+	return &invalidError{msg: fmt.Sprintf(format, args...)}
+}
+
+// errorBody is the JSON shape of every error response.
+type errorBody struct {
+	Error errorDetail `json:"error"`
+}
+
+type errorDetail struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	// ExpectedNonce is the nonce the account's next debit must carry.
+	ExpectedNonce *uint64 `json:"expected_nonce,omitempty"`
+}
+
+// classify maps an error to its HTTP status and JSON error. It is the one
+// place where the wallet's errors become statuses; writeError and Render
+// both use it.
+func classify(err error) (int, errorDetail) {
+	d := errorDetail{Message: err.Error()}
+	var invalid *invalidError
+	var nonce *ledger.NonceError
+	switch {
+	case errors.As(err, &invalid):
+		d.Code = invalid.code
+		if d.Code == "" {
+			d.Code = "invalid_request"
+		}
+		return http.StatusBadRequest, d
+	case errors.Is(err, errMediaType):
+		d.Code = "unsupported_media_type"
+		return http.StatusUnsupportedMediaType, d
+	case errors.Is(err, errTooLarge):
+		d.Code = "body_too_large"
+		return http.StatusRequestEntityTooLarge, d
+	case errors.Is(err, errKeyReused):
+		d.Code = "idempotency_key_reused"
+		return http.StatusUnprocessableEntity, d
+	case errors.Is(err, errKeyInUse):
+		d.Code = "idempotency_key_in_use"
+		return http.StatusConflict, d
+	case errors.As(err, &nonce):
+		d.Code = "nonce_mismatch"
+		d.ExpectedNonce = &nonce.Expected
+		return http.StatusConflict, d
+	case errors.Is(err, ledger.ErrInsufficientFunds):
+		d.Code = "insufficient_funds"
+		return http.StatusUnprocessableEntity, d
+	case errors.Is(err, ledger.ErrSupplyOverflow):
+		d.Code = "supply_overflow"
+		return http.StatusUnprocessableEntity, d
+	case errors.Is(err, ledger.ErrInvalid):
+		d.Code = "invalid_request"
+		return http.StatusBadRequest, d
+	case errors.Is(err, ledger.ErrNotFound):
+		d.Code = "not_found"
+		return http.StatusNotFound, d
+	case errors.Is(err, committer.ErrBusy):
+		d.Code = "busy"
+		return http.StatusTooManyRequests, d
+	case errors.Is(err, committer.ErrUnavailable):
+		d.Code = "ledger_unavailable"
+		return http.StatusServiceUnavailable, d
+	case errors.Is(err, committer.ErrDraining), errors.Is(err, errDraining), errors.Is(err, ledger.ErrClosed):
+		d.Code = "draining"
+		d.Message = errDraining.Error()
+		return http.StatusServiceUnavailable, d
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded), errors.Is(err, errUnknown):
+		// Usually nobody reads this: the caller left, or the host has
+		// answered 504.
+		d.Code = "cancelled"
+		return http.StatusServiceUnavailable, d
+	default:
+		d.Code = "internal"
+		d.Message = "the wallet failed while handling the request"
+		return http.StatusInternalServerError, d
+	}
+}
+
+// writeError answers err. 429 and 503 carry Retry-After: the rest of the
+// breaker's cool-down for ledger_unavailable, else one second.
+func (a *API) writeError(w http.ResponseWriter, err error) {
+	status, d := classify(err)
+	if status == http.StatusInternalServerError {
+		a.logger.Error("request failed", "error", err)
+	}
+	if status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable {
+		retry := time.Second
+		if d.Code == "ledger_unavailable" {
+			retry = a.committer.RetryAfter()
+		}
+		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(retry.Seconds()))))
+	}
+	writeJSON(w, status, errorBody{Error: d})
+}
+
+// Render is the response to a recorded ledger outcome: 200 with the
+// receipt, or the refusal's error. The ledger stores it with the
+// idempotency record inside the committing transaction, and the first
+// response and every replay send exactly these bytes.
+func Render(r ledger.Result) (int, []byte) {
+	if r.Err != nil {
+		status, d := classify(r.Err)
+		return status, encode(errorBody{Error: d})
+	}
+	return http.StatusOK, encode(r.Receipt)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	writeRaw(w, status, encode(v))
+}
+
+func writeRaw(w http.ResponseWriter, status int, body []byte) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}
+
+// encode is JSON with a trailing newline, like json.Encoder's.
+func encode(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		// Only plain structs come here; this would be a programming error.
+		b = []byte(`{"error":{"code":"internal","message":"encode response"}}`)
+	}
+	return append(b, '\n')
+}

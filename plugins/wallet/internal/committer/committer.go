@@ -1,0 +1,473 @@
+package committer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/plughost/plughost/plugins/wallet/internal/ledger"
+	"github.com/plughost/plughost/sdk/backoff"
+	"github.com/plughost/plughost/sdk/breaker"
+	"github.com/plughost/plughost/sdk/group"
+	"github.com/plughost/plughost/sdk/queue"
+)
+
+// FaultPoint is the fault point that runs right before each commit.
+const FaultPoint = "ledger.commit"
+
+// Errors Submit returns and results carry. Each is wrapped with detail.
+var (
+	// ErrBusy: the queue is full; nothing was queued. Retry later.
+	ErrBusy = errors.New("commit queue full")
+	// ErrUnavailable: the circuit breaker is open, or the operation's
+	// commit failed or timed out. Nothing of the operation was applied.
+	ErrUnavailable = errors.New("ledger unavailable")
+	// ErrDraining: the committer is closing. From Submit nothing was
+	// queued; as a result, the operation was accepted but aborted at the
+	// drain deadline, and nothing of it was applied.
+	ErrDraining = errors.New("committer draining")
+)
+
+// errSlow marks a commit that succeeded after its deadline: its results
+// stand, but the breaker counts it as a failure.
+var errSlow = errors.New("commit outlasted its timeout")
+
+// Injector is a set of fault points; *sdk.Faults is one.
+type Injector interface {
+	Inject(ctx context.Context, point string) error
+}
+
+// Defaults of Options.
+const (
+	// DefaultQueueCapacity is the queue's capacity when
+	// Options.QueueCapacity is zero.
+	DefaultQueueCapacity = 512
+	// DefaultMaxBatch is the largest group when Options.MaxBatch is zero.
+	DefaultMaxBatch = 256
+	// DefaultCommitTimeout bounds an attempt when Options.CommitTimeout
+	// is zero.
+	DefaultCommitTimeout = time.Second
+	// DefaultTries is the attempts per group when Options.Tries is zero.
+	DefaultTries = 3
+)
+
+// Options configure New. Ledger is required; zero values take defaults.
+type Options struct {
+	Ledger *ledger.Ledger
+	// Faults holds the fault point FaultPoint; nil means none.
+	Faults Injector
+	Logger hclog.Logger
+	// Registerer, if not nil, receives the committer's metrics.
+	Registerer prometheus.Registerer
+
+	// QueueCapacity bounds the operations waiting to commit; default
+	// DefaultQueueCapacity.
+	QueueCapacity int
+	// Committers is how many goroutines commit; default 1.
+	Committers int
+	// MaxBatch is the most operations in one commit; default
+	// DefaultMaxBatch.
+	MaxBatch int
+	// CommitTimeout bounds each commit attempt; default
+	// DefaultCommitTimeout.
+	CommitTimeout time.Duration
+	// Retry spaces out the attempts of a failed commit; the zero Policy
+	// means 50ms doubling to 1s with the default jitter.
+	Retry backoff.Policy
+	// Tries is the most attempts per group; default DefaultTries.
+	Tries int
+	// Breaker configures the circuit breaker (failure threshold, cool
+	// down, probes in flight and probes to close); Name, IsFailure and
+	// OnStateChange are set by New.
+	Breaker breaker.Settings
+	// Announce, if not nil, receives the receipts of each committed group,
+	// groups in seq order, before the operations' callbacks run. It is
+	// called while the next group waits, so it must not block.
+	Announce func([]*ledger.Receipt)
+}
+
+// Committer commits submitted operations in groups. Create one with New
+// and call Close.
+type Committer struct {
+	ledger   *ledger.Ledger
+	faults   Injector
+	logger   hclog.Logger
+	maxBatch int
+	timeout  time.Duration
+	retry    backoff.Policy
+	tries    int
+	cooldown time.Duration
+
+	q       *queue.Queue[*job]
+	turn    chan struct{} // holds the token of the right to dequeue
+	workers *group.Group
+	n       int
+	drained atomic.Int32  // workers that found the queue closed and empty
+	idle    chan struct{} // closed when every worker has drained
+	aborted atomic.Int64  // operations abandoned at the drain deadline
+
+	breaker  *breaker.Breaker
+	openedAt atomic.Int64 // unix nanos of the breaker's last opening
+
+	announce func([]*ledger.Receipt)
+	m        *metrics
+	once     sync.Once
+}
+
+// job is one submitted operation and the callback for its result.
+type job struct {
+	op   ledger.Op
+	done func(ledger.Result, error)
+}
+
+// New starts a committer. Its goroutines run until Close.
+func New(opts Options) (*Committer, error) {
+	if opts.Ledger == nil {
+		return nil, errors.New("new committer: no ledger")
+	}
+	c := &Committer{
+		ledger:   opts.Ledger,
+		faults:   opts.Faults,
+		logger:   opts.Logger,
+		maxBatch: opts.MaxBatch,
+		timeout:  opts.CommitTimeout,
+		retry:    opts.Retry,
+		tries:    opts.Tries,
+		n:        max(opts.Committers, 1),
+		turn:     make(chan struct{}, 1),
+		idle:     make(chan struct{}),
+	}
+	if c.faults == nil {
+		c.faults = noFaults{}
+	}
+	if c.logger == nil {
+		c.logger = hclog.NewNullLogger()
+	}
+	if c.maxBatch <= 0 {
+		c.maxBatch = DefaultMaxBatch
+	}
+	if c.timeout <= 0 {
+		c.timeout = DefaultCommitTimeout
+	}
+	if c.retry == (backoff.Policy{}) {
+		c.retry = backoff.Policy{Initial: 50 * time.Millisecond, Max: time.Second}
+	}
+	if c.tries <= 0 {
+		c.tries = DefaultTries
+	}
+	capacity := opts.QueueCapacity
+	if capacity <= 0 {
+		capacity = DefaultQueueCapacity
+	}
+	q, err := queue.New[*job](queue.Options{Name: "commit", Capacity: capacity})
+	if err != nil {
+		return nil, fmt.Errorf("new committer: %w", err)
+	}
+	c.q = q
+
+	bs := opts.Breaker
+	bs.Name = "ledger"
+	bs.IsFailure = func(err error) bool {
+		// Abandoning a commit at the drain deadline says nothing about
+		// the disk.
+		return err != nil && !errors.Is(err, context.Canceled)
+	}
+	bs.OnStateChange = c.breakerChanged
+	c.cooldown = bs.Cooldown
+	if c.cooldown <= 0 {
+		c.cooldown = 5 * time.Second // breaker's default
+	}
+	c.breaker = breaker.New(bs)
+
+	if c.m, err = newMetrics(opts.Registerer, c); err != nil {
+		return nil, fmt.Errorf("new committer: %w", err)
+	}
+	c.announce = opts.Announce
+
+	c.turn <- struct{}{}
+	// The group outlives no request: only Close ends it.
+	c.workers = group.New(context.Background(), group.Options{Logger: c.logger.Named("committer")})
+	for i := range c.n {
+		c.workers.Go(fmt.Sprintf("committer-%d", i), c.work)
+	}
+	return c, nil
+}
+
+// Submit queues op. On nil, done is called exactly once, from a committer
+// goroutine, with the op's result or with an error wrapping ErrUnavailable
+// or ErrDraining; it must not block. Otherwise done is never called, and
+// the error wraps ErrUnavailable (breaker open), ErrBusy or ErrDraining.
+func (c *Committer) Submit(op ledger.Op, done func(ledger.Result, error)) error {
+	if c.breaker.State() == breaker.StateOpen {
+		return fmt.Errorf("%w: circuit breaker open after repeated commit failures", ErrUnavailable)
+	}
+	err := c.q.TryEnqueue(&job{op: op, done: done})
+	switch {
+	case errors.Is(err, queue.ErrBusy):
+		return fmt.Errorf("%w: %d operations waiting: %w", ErrBusy, c.q.Cap(), err)
+	case errors.Is(err, queue.ErrClosed):
+		return fmt.Errorf("%w: %w", ErrDraining, err)
+	}
+	return err
+}
+
+// QueueLen returns how many operations wait to commit.
+func (c *Committer) QueueLen() int { return c.q.Len() }
+
+// BreakerState returns the circuit breaker's state.
+func (c *Committer) BreakerState() breaker.State { return c.breaker.State() }
+
+// RetryAfter says when a refused caller should try again: the rest of the
+// breaker's cool-down while it is open, else one second.
+func (c *Committer) RetryAfter() time.Duration {
+	if c.breaker.State() != breaker.StateOpen {
+		return time.Second
+	}
+	left := c.cooldown - time.Since(time.Unix(0, c.openedAt.Load()))
+	return max(left, time.Second)
+}
+
+// Close stops intake: Submit returns ErrDraining from now on. Operations
+// already queued keep committing until ctx ends; those still queued or
+// being retried then are aborted (their callbacks get ErrDraining). Close
+// returns when every committer goroutine has returned; a bbolt transaction
+// in progress cannot be interrupted and is waited for. The error, if any,
+// counts the aborted operations. Calling Close more than once is safe.
+func (c *Committer) Close(ctx context.Context) error {
+	c.once.Do(func() {
+		c.q.Close()
+		select {
+		case <-c.idle:
+		case <-ctx.Done():
+		}
+		c.workers.Stop()
+		c.abortQueued()
+	})
+	if n := c.aborted.Load(); n > 0 {
+		return fmt.Errorf("close committer: %d accepted operations aborted at the deadline: %w", n, context.DeadlineExceeded)
+	}
+	return nil
+}
+
+// abortQueued fails what is left in the closed queue.
+func (c *Committer) abortQueued() {
+	for {
+		// The queue is closed, so Dequeue returns at once: an item or
+		// ErrClosed.
+		j, err := c.q.Dequeue(context.Background())
+		if err != nil {
+			return
+		}
+		c.countAborted(1)
+		c.m.commit(j.op.Kind, resultAborted)
+		j.done(ledger.Result{}, fmt.Errorf("%w: aborted at the drain deadline before it was committed", ErrDraining))
+	}
+}
+
+func (c *Committer) countAborted(n int) {
+	c.aborted.Add(int64(n))
+	c.m.aborted.Add(float64(n))
+}
+
+// work is one committer goroutine. It waits for the turn, takes a group,
+// commits it, passes the turn on and only then answers the group's
+// callers, while the next holder of the turn commits the next group.
+//
+// The turn is held across the transaction on purpose: bbolt runs one
+// write transaction at a time and holds its own writer lock across the
+// fsync, so a second committer could only wait for that lock with a group
+// formed too early. Waiting for the turn instead, it forms its group
+// after the transaction ends, from everything that arrived during it:
+// that is what makes the groups large. Every wait for the turn selects on
+// ctx.
+func (c *Committer) work(ctx context.Context) error {
+	for {
+		select {
+		case <-c.turn:
+		case <-ctx.Done():
+			return nil // Close cancelled us; it aborts what is left
+		}
+		// The token goes back exactly once, never blocking: it was ours.
+		held := true
+		pass := func() {
+			if held {
+				held = false
+				c.turn <- struct{}{}
+			}
+		}
+		g, err := c.take(ctx)
+		if err != nil {
+			pass()
+			if errors.Is(err, queue.ErrClosed) && c.drained.Add(1) == int32(c.n) {
+				close(c.idle)
+			}
+			return nil
+		}
+		func() {
+			defer pass() // also on panic, before the group restarts us
+			c.commit(ctx, g, pass)
+		}()
+	}
+}
+
+// take waits for one operation, then takes up to maxBatch−1 more that are
+// already queued. The caller holds the turn, so no other goroutine
+// dequeues and Len() > 0 means Dequeue will not wait.
+func (c *Committer) take(ctx context.Context) ([]*job, error) {
+	first, err := c.q.Dequeue(ctx)
+	if err != nil {
+		return nil, err
+	}
+	g := make([]*job, 1, min(c.q.Len()+1, c.maxBatch))
+	g[0] = first
+	for len(g) < c.maxBatch && c.q.Len() > 0 {
+		j, err := c.q.Dequeue(ctx)
+		if err != nil {
+			break // commit what we hold; the next take sees the error
+		}
+		g = append(g, j)
+	}
+	return g, nil
+}
+
+// commit commits one group, calls pass once the transaction is over, and
+// answers each of the group's operations.
+func (c *Committer) commit(ctx context.Context, g []*job, pass func()) {
+	c.m.inflight.Inc()
+	defer c.m.inflight.Dec()
+	c.m.batchSize.Observe(float64(len(g)))
+	answered := false
+	defer func() {
+		// A panic below: answer every operation before the group logs
+		// it and restarts this goroutine, so that no caller waits for
+		// ever. The transaction, if any, was rolled back by bbolt.
+		if !answered {
+			for _, j := range g {
+				c.m.commit(j.op.Kind, resultFailed)
+				j.done(ledger.Result{}, fmt.Errorf("%w: internal error", ErrUnavailable))
+			}
+		}
+	}()
+
+	ops := make([]ledger.Op, len(g))
+	for i, j := range g {
+		ops[i] = j.op
+	}
+	results, err := c.apply(ctx, ops)
+	if rs := receiptsOf(results); len(rs) > 0 && c.announce != nil {
+		// Still holding the turn: groups commit and are announced one
+		// at a time, so announcements are in seq order.
+		c.announce(rs)
+	}
+	pass()
+	if err != nil {
+		label := resultFailed
+		if errors.Is(err, ErrDraining) {
+			label = resultAborted
+			c.countAborted(len(g))
+		}
+		answered = true
+		for _, j := range g {
+			c.m.commit(j.op.Kind, label)
+			j.done(ledger.Result{}, err)
+		}
+		return
+	}
+	answered = true
+	for i, j := range g {
+		c.m.commit(j.op.Kind, resultLabel(results[i]))
+		j.done(results[i], nil)
+	}
+}
+
+func receiptsOf(results []ledger.Result) []*ledger.Receipt {
+	var rs []*ledger.Receipt
+	for _, r := range results {
+		if r.Receipt != nil {
+			rs = append(rs, r.Receipt)
+		}
+	}
+	return rs
+}
+
+// apply commits ops, retrying transient failures.
+func (c *Committer) apply(ctx context.Context, ops []ledger.Op) ([]ledger.Result, error) {
+	b := backoff.Backoff{Policy: c.retry}
+	for attempt := 1; ; attempt++ {
+		var results []ledger.Result
+		err := c.breaker.Do(ctx, func(ctx context.Context) error {
+			var err error
+			results, err = c.attempt(ctx, ops)
+			return err
+		})
+		if results != nil {
+			return results, nil // committed, perhaps slowly
+		}
+		switch {
+		case ctx.Err() != nil:
+			return nil, fmt.Errorf("%w: commit abandoned: %w", ErrDraining, ctx.Err())
+		case errors.Is(err, breaker.ErrOpen):
+			return nil, fmt.Errorf("%w: circuit breaker open after repeated commit failures", ErrUnavailable)
+		case errors.Is(err, context.DeadlineExceeded):
+			// Retrying would keep every queued caller waiting another
+			// timeout; fail now and let the breaker count it.
+			return nil, fmt.Errorf("%w: commit timed out after %v", ErrUnavailable, c.timeout)
+		case errors.Is(err, ledger.ErrClosed), attempt >= c.tries:
+			return nil, fmt.Errorf("%w: commit failed after %d attempts: %w", ErrUnavailable, attempt, err)
+		}
+		c.m.retries.Inc()
+		d := b.Next()
+		c.logger.Warn("ledger commit failed; retrying", "attempt", attempt, "delay", d, "error", err)
+		if err := backoff.Sleep(ctx, d); err != nil {
+			return nil, fmt.Errorf("%w: commit abandoned: %w", ErrDraining, err)
+		}
+	}
+}
+
+// attempt runs the fault point and one ledger transaction under the
+// commit timeout. The transaction itself cannot be interrupted: one that
+// finishes late keeps its results, and counts as a timeout.
+func (c *Committer) attempt(ctx context.Context, ops []ledger.Op) ([]ledger.Result, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	start := time.Now()
+	defer func() { c.m.seconds.Observe(time.Since(start).Seconds()) }()
+	if err := c.faults.Inject(ctx, FaultPoint); err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			c.m.timeouts.Inc()
+		}
+		return nil, fmt.Errorf("fault point %s: %w", FaultPoint, err)
+	}
+	results, err := c.ledger.Apply(ctx, ops)
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			c.m.timeouts.Inc()
+		}
+		return nil, err
+	}
+	if d := time.Since(start); d > c.timeout {
+		c.m.timeouts.Inc()
+		return results, fmt.Errorf("%w: took %v", errSlow, d)
+	}
+	return results, nil
+}
+
+func (c *Committer) breakerChanged(_ string, from, to breaker.State) {
+	if to == breaker.StateOpen {
+		c.openedAt.Store(time.Now().UnixNano())
+		c.logger.Warn("ledger circuit breaker opened: POSTs answer 503 until it closes", "from", from.String(), "cool_down", c.cooldown)
+		return
+	}
+	c.logger.Info("ledger circuit breaker changed", "from", from.String(), "to", to.String())
+}
+
+// noFaults is the fault set of a committer given none.
+type noFaults struct{}
+
+func (noFaults) Inject(context.Context, string) error { return nil }

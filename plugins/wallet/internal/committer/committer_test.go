@@ -1,0 +1,456 @@
+package committer_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/goleak"
+
+	"github.com/plughost/plughost/plugins/wallet/internal/committer"
+	"github.com/plughost/plughost/plugins/wallet/internal/ledger"
+	"github.com/plughost/plughost/sdk"
+	"github.com/plughost/plughost/sdk/breaker"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// gateFaults is a fake fault set that holds every commit at the fault
+// point until the test opens it. sdk.Faults can only delay for a fixed
+// time; tests that must know a commit is held use this instead.
+type gateFaults struct {
+	entered chan struct{} // receives once per held commit
+	open    chan struct{}
+	once    sync.Once
+}
+
+func newGate() *gateFaults {
+	return &gateFaults{entered: make(chan struct{}, 1024), open: make(chan struct{})}
+}
+
+func (g *gateFaults) Inject(ctx context.Context, _ string) error {
+	select {
+	case g.entered <- struct{}{}:
+	default:
+	}
+	select {
+	case <-g.open:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (g *gateFaults) Open() { g.once.Do(func() { close(g.open) }) }
+
+// waitEntered waits until a commit is held at the gate.
+func (g *gateFaults) waitEntered(t *testing.T) {
+	t.Helper()
+	select {
+	case <-g.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no commit reached the fault point within 10s")
+	}
+}
+
+type fixture struct {
+	c   *committer.Committer
+	l   *ledger.Ledger
+	reg *prometheus.Registry
+
+	mu        sync.Mutex
+	announced []*ledger.Receipt
+}
+
+func newFixture(t *testing.T, opts committer.Options) *fixture {
+	t.Helper()
+	l, err := ledger.Open(filepath.Join(t.TempDir(), "wallet.db"), ledger.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{l: l, reg: prometheus.NewRegistry()}
+	opts.Ledger = l
+	opts.Registerer = f.reg
+	opts.Announce = func(rs []*ledger.Receipt) {
+		f.mu.Lock()
+		f.announced = append(f.announced, rs...)
+		f.mu.Unlock()
+	}
+	f.c, err = committer.New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = f.c.Close(ctx)
+		_ = l.Close()
+	})
+	return f
+}
+
+// outcome is what a Submit's callback received.
+type outcome struct {
+	res ledger.Result
+	err error
+}
+
+// submit queues op and returns the channel its outcome arrives on.
+func (f *fixture) submit(t *testing.T, op ledger.Op) (<-chan outcome, error) {
+	t.Helper()
+	ch := make(chan outcome, 1)
+	err := f.c.Submit(op, func(r ledger.Result, err error) { ch <- outcome{r, err} })
+	return ch, err
+}
+
+func (f *fixture) mustSubmit(t *testing.T, op ledger.Op) <-chan outcome {
+	t.Helper()
+	ch, err := f.submit(t, op)
+	if err != nil {
+		t.Fatalf("Submit(%+v) = %v", op, err)
+	}
+	return ch
+}
+
+func wait(t *testing.T, ch <-chan outcome) outcome {
+	t.Helper()
+	select {
+	case o := <-ch:
+		return o
+	case <-time.After(20 * time.Second):
+		t.Fatal("no result within 20s")
+		return outcome{}
+	}
+}
+
+// metric returns the value of a counter or gauge, or the sample count of
+// a histogram, with the given labels.
+func (f *fixture) metric(t *testing.T, name string, labels ...string) float64 {
+	t.Helper()
+	fams, err := f.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, fam := range fams {
+		if fam.GetName() != name {
+			continue
+		}
+	next:
+		for _, m := range fam.GetMetric() {
+			for i := 0; i+1 < len(labels); i += 2 {
+				found := false
+				for _, lp := range m.GetLabel() {
+					if lp.GetName() == labels[i] && lp.GetValue() == labels[i+1] {
+						found = true
+					}
+				}
+				if !found {
+					continue next
+				}
+			}
+			switch {
+			case m.GetCounter() != nil:
+				return m.GetCounter().GetValue()
+			case m.GetGauge() != nil:
+				return m.GetGauge().GetValue()
+			case m.GetHistogram() != nil:
+				return float64(m.GetHistogram().GetSampleCount())
+			}
+		}
+	}
+	t.Fatalf("metric %s%v not found", name, labels)
+	return 0
+}
+
+func issue(to string, amount uint64) ledger.Op {
+	return ledger.Op{Kind: ledger.KindIssue, To: to, Amount: amount}
+}
+
+func transfer(from, to string, amount, nonce uint64) ledger.Op {
+	return ledger.Op{Kind: ledger.KindTransfer, From: from, To: to, Amount: amount, Nonce: nonce}
+}
+
+func TestGroupCommit(t *testing.T) {
+	gate := newGate()
+	f := newFixture(t, committer.Options{Committers: 1, MaxBatch: 64, Faults: gate})
+	first := f.mustSubmit(t, issue("a", 1))
+	gate.waitEntered(t)
+	// While the first group is held, these queue up; they all fit in the
+	// next group, so they share one transaction.
+	var chans []<-chan outcome
+	for i := range 100 {
+		chans = append(chans, f.mustSubmit(t, issue(fmt.Sprintf("acct-%d", i), 1)))
+	}
+	gate.Open()
+	if o := wait(t, first); o.err != nil || o.res.Receipt == nil {
+		t.Fatalf("first op = %+v", o)
+	}
+	groups := map[time.Time]int{}
+	for _, ch := range chans {
+		o := wait(t, ch)
+		if o.err != nil || o.res.Receipt == nil {
+			t.Fatalf("queued op = %+v", o)
+		}
+		groups[o.res.Receipt.CommittedAt]++
+	}
+	// 100 queued ops in groups of at most 64: two groups.
+	if len(groups) != 2 {
+		t.Errorf("100 queued ops committed in %d groups %v, want 2 (max_batch 64)", len(groups), groups)
+	}
+	if got := f.metric(t, "wallet_commit_batch_size"); got != 3 {
+		t.Errorf("wallet_commit_batch_size count = %v, want 3 groups", got)
+	}
+	if got := f.metric(t, "wallet_commits_total", "kind", "issue", "result", "committed"); got != 101 {
+		t.Errorf("wallet_commits_total{issue,committed} = %v, want 101", got)
+	}
+}
+
+func TestNonceRaceOneWinner(t *testing.T) {
+	f := newFixture(t, committer.Options{Committers: 4, MaxBatch: 8})
+	if o := wait(t, f.mustSubmit(t, issue("a", 1000))); o.err != nil {
+		t.Fatal(o.err)
+	}
+	for nonce := uint64(1); nonce <= 5; nonce++ {
+		var chans []<-chan outcome
+		for i := range 20 {
+			chans = append(chans, f.mustSubmit(t, transfer("a", fmt.Sprintf("b%d", i), 1, nonce)))
+		}
+		wins := 0
+		for _, ch := range chans {
+			o := wait(t, ch)
+			switch {
+			case o.err != nil:
+				t.Fatalf("op failed: %v", o.err)
+			case o.res.Err == nil:
+				wins++
+			case !errors.Is(o.res.Err, ledger.ErrNonceMismatch):
+				t.Errorf("loser's Err = %v, want a nonce mismatch", o.res.Err)
+			}
+		}
+		if wins != 1 {
+			t.Errorf("nonce %d: %d of 20 racing transfers won, want exactly 1", nonce, wins)
+		}
+	}
+}
+
+func TestAnnounceInSeqOrder(t *testing.T) {
+	f := newFixture(t, committer.Options{Committers: 4, MaxBatch: 4})
+	const n = 400
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			ch, err := f.submit(t, issue(fmt.Sprintf("a%d", i%7), 1))
+			for errors.Is(err, committer.ErrBusy) {
+				time.Sleep(time.Millisecond) // back off like a client told 429
+				ch, err = f.submit(t, issue(fmt.Sprintf("a%d", i%7), 1))
+			}
+			if err != nil {
+				t.Errorf("Submit = %v", err)
+				return
+			}
+			if o := wait(t, ch); o.err != nil {
+				t.Errorf("op = %v", o.err)
+			}
+		})
+	}
+	wg.Wait()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.announced) != n {
+		t.Fatalf("announced %d receipts, want %d", len(f.announced), n)
+	}
+	for i, r := range f.announced {
+		if r.Seq != uint64(i+1) {
+			t.Fatalf("announced receipt %d has seq %d, want %d: announcements out of order", i, r.Seq, i+1)
+		}
+	}
+}
+
+func TestQueueFullIsBusy(t *testing.T) {
+	gate := newGate()
+	f := newFixture(t, committer.Options{Committers: 1, MaxBatch: 1, QueueCapacity: 2, Faults: gate})
+	held := f.mustSubmit(t, issue("a", 1))
+	gate.waitEntered(t) // dequeued and held: the queue is empty again
+	q1, q2 := f.mustSubmit(t, issue("a", 1)), f.mustSubmit(t, issue("a", 1))
+	if _, err := f.submit(t, issue("a", 1)); !errors.Is(err, committer.ErrBusy) {
+		t.Fatalf("Submit to a full queue = %v, want ErrBusy", err)
+	}
+	if got := f.c.QueueLen(); got != 2 {
+		t.Errorf("QueueLen() = %d, want 2", got)
+	}
+	gate.Open()
+	for _, ch := range []<-chan outcome{held, q1, q2} {
+		if o := wait(t, ch); o.err != nil {
+			t.Errorf("op = %v", o.err)
+		}
+	}
+}
+
+func TestCommitTimeout(t *testing.T) {
+	faults := &sdk.Faults{}
+	faults.Set([]sdk.Fault{{Point: committer.FaultPoint, Delay: time.Hour}})
+	f := newFixture(t, committer.Options{Committers: 1, CommitTimeout: 50 * time.Millisecond, Faults: faults})
+	start := time.Now()
+	o := wait(t, f.mustSubmit(t, issue("a", 1)))
+	if !errors.Is(o.err, committer.ErrUnavailable) {
+		t.Fatalf("stalled commit = %+v, want ErrUnavailable", o)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("stalled commit answered after %v, want about the 50ms timeout", d)
+	}
+	if got := f.metric(t, "io_timeouts_total", "op", "ledger_commit"); got != 1 {
+		t.Errorf("io_timeouts_total = %v, want 1", got)
+	}
+	if got := f.metric(t, "backoff_retries_total", "op", "ledger_commit"); got != 0 {
+		t.Errorf("backoff_retries_total = %v, want 0: a timed-out commit is not retried", got)
+	}
+	if got, _, _ := f.l.Supply(); got.Issued != 0 {
+		t.Errorf("Supply().Issued = %d after a failed commit, want 0", got.Issued)
+	}
+	faults.Set(nil)
+	if o := wait(t, f.mustSubmit(t, issue("a", 1))); o.err != nil {
+		t.Errorf("after clearing the fault: %v", o.err)
+	}
+}
+
+// flakyFaults is a fake fault set that fails the first n commits and then
+// lets them through; sdk.Faults cannot count.
+type flakyFaults struct{ left atomic.Int32 }
+
+func (f *flakyFaults) Inject(context.Context, string) error {
+	if f.left.Add(-1) >= 0 {
+		return errors.New("flaky disk")
+	}
+	return nil
+}
+
+func TestTransientErrorsRetried(t *testing.T) {
+	flaky := &flakyFaults{}
+	flaky.left.Store(2)
+	f := newFixture(t, committer.Options{Committers: 1, Faults: flaky})
+	if o := wait(t, f.mustSubmit(t, issue("a", 1))); o.err != nil || o.res.Receipt == nil {
+		t.Fatalf("op with two transient failures = %+v, want committed on the third try", o)
+	}
+	if got := f.metric(t, "backoff_retries_total", "op", "ledger_commit"); got != 2 {
+		t.Errorf("backoff_retries_total = %v, want 2", got)
+	}
+	flaky.left.Store(3)
+	if o := wait(t, f.mustSubmit(t, issue("a", 1))); !errors.Is(o.err, committer.ErrUnavailable) {
+		t.Errorf("op failing three times = %+v, want ErrUnavailable", o)
+	}
+}
+
+func TestBreaker(t *testing.T) {
+	faults := &sdk.Faults{}
+	faults.Set([]sdk.Fault{{Point: committer.FaultPoint, Error: "disk on fire"}})
+	f := newFixture(t, committer.Options{
+		Committers: 1,
+		Faults:     faults,
+		Breaker:    breaker.Settings{FailureThreshold: 2, Cooldown: 100 * time.Millisecond, HalfOpenMax: 1, SuccessThreshold: 1},
+	})
+	o := wait(t, f.mustSubmit(t, issue("a", 1)))
+	if !errors.Is(o.err, committer.ErrUnavailable) {
+		t.Fatalf("failing commit = %+v, want ErrUnavailable", o)
+	}
+	if s := f.c.BreakerState(); s != breaker.StateOpen {
+		t.Fatalf("BreakerState() = %v after 2 failures, want open", s)
+	}
+	if _, err := f.submit(t, issue("a", 1)); !errors.Is(err, committer.ErrUnavailable) {
+		t.Errorf("Submit while open = %v, want ErrUnavailable", err)
+	}
+	if ra := f.c.RetryAfter(); ra < time.Second {
+		t.Errorf("RetryAfter() = %v, want at least 1s", ra)
+	}
+	if got := f.metric(t, "wallet_breaker_state"); got != 1 {
+		t.Errorf("wallet_breaker_state = %v, want 1 (open)", got)
+	}
+	faults.Set(nil)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ch, err := f.submit(t, issue("a", 1))
+		if err == nil {
+			if o := wait(t, ch); o.err != nil {
+				t.Fatalf("probe after clearing the fault = %v", o.err)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Submit still refused 10s after clearing the fault: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond) // poll for the cool-down to pass
+	}
+	if s := f.c.BreakerState(); s != breaker.StateClosed {
+		t.Errorf("BreakerState() = %v after a successful probe, want closed", s)
+	}
+}
+
+func TestCloseFinishesQueued(t *testing.T) {
+	gate := newGate()
+	f := newFixture(t, committer.Options{Committers: 2, MaxBatch: 2, Faults: gate})
+	var chans []<-chan outcome
+	for range 10 {
+		chans = append(chans, f.mustSubmit(t, issue("a", 1)))
+	}
+	gate.waitEntered(t)
+	done := make(chan error, 1)
+	go func() { done <- f.c.Close(context.Background()) }()
+	// Intake is closed at once…
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, err := f.submit(t, issue("a", 1))
+		if errors.Is(err, committer.ErrDraining) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Submit during Close = %v, want ErrDraining", err)
+		}
+		time.Sleep(time.Millisecond) // poll: Close runs on another goroutine
+	}
+	// …and what was queued commits.
+	gate.Open()
+	for _, ch := range chans {
+		if o := wait(t, ch); o.err != nil {
+			t.Errorf("queued op = %v, want committed during Close", o.err)
+		}
+	}
+	if err := <-done; err != nil {
+		t.Errorf("Close() = %v", err)
+	}
+	if got := f.metric(t, "tasks_aborted_total", "kind", "commit"); got != 0 {
+		t.Errorf("tasks_aborted_total = %v, want 0", got)
+	}
+}
+
+func TestCloseAbortsAtDeadline(t *testing.T) {
+	gate := newGate() // never opened
+	f := newFixture(t, committer.Options{Committers: 1, MaxBatch: 2, Faults: gate})
+	var chans []<-chan outcome
+	for range 5 {
+		chans = append(chans, f.mustSubmit(t, issue("a", 1)))
+	}
+	gate.waitEntered(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+	defer cancel()
+	if err := f.c.Close(ctx); err == nil {
+		t.Errorf("Close() = nil with queued ops left at the deadline, want an error counting them")
+	}
+	for _, ch := range chans {
+		if o := wait(t, ch); !errors.Is(o.err, committer.ErrDraining) {
+			t.Errorf("op = %+v, want ErrDraining", o)
+		}
+	}
+	if got := f.metric(t, "tasks_aborted_total", "kind", "commit"); got != 5 {
+		t.Errorf("tasks_aborted_total = %v, want 5", got)
+	}
+	if got, _, _ := f.l.Supply(); got.Issued != 0 {
+		t.Errorf("Supply().Issued = %d, want 0: aborted ops must not apply", got.Issued)
+	}
+}

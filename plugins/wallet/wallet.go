@@ -1,0 +1,372 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"path/filepath"
+	"runtime"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/plughost/plughost/plugins/wallet/internal/api"
+	"github.com/plughost/plughost/plugins/wallet/internal/bus"
+	"github.com/plughost/plughost/plugins/wallet/internal/committer"
+	"github.com/plughost/plughost/plugins/wallet/internal/ledger"
+	"github.com/plughost/plughost/plugins/wallet/internal/view"
+	"github.com/plughost/plughost/sdk"
+	"github.com/plughost/plughost/sdk/breaker"
+	"github.com/plughost/plughost/sdk/group"
+)
+
+// version is the plugin's version, reported to the host.
+const version = "0.1.0"
+
+// Sweeping of expired idempotency records: every sweepInterval, delete
+// them in transactions of at most sweepBatch keys until none is left.
+const (
+	sweepInterval = 10 * time.Second
+	sweepBatch    = 4096
+)
+
+// drainMargin is the most of the drain deadline kept to answer the
+// requests whose commits are aborted at the end of a drain.
+const drainMargin = 250 * time.Millisecond
+
+// config is the plugin's config block; its json tags are the attributes
+// declared in schema, and the host has applied the defaults. Numbers are
+// float64 so that check can say what is wrong with 1.5.
+type config struct {
+	QueueCapacity   float64        `json:"queue_capacity"`
+	Committers      float64        `json:"committers"`
+	MaxBatch        float64        `json:"max_batch"`
+	CommitTimeout   sdk.Duration   `json:"commit_timeout"`
+	IdempotencyTTL  sdk.Duration   `json:"idempotency_ttl"`
+	StalenessWindow sdk.Duration   `json:"staleness_window"`
+	EventsBuffer    float64        `json:"events_buffer"`
+	Breaker         *breakerConfig `json:"breaker"` // null when the block is absent
+}
+
+type breakerConfig struct {
+	Failures float64      `json:"failures"`
+	CoolDown sdk.Duration `json:"cool_down"`
+	Probes   float64      `json:"probes"`
+}
+
+// defaultBreaker is the breaker block's defaults, for when it is absent.
+var defaultBreaker = breakerConfig{Failures: 20, CoolDown: sdk.Duration(5 * time.Second), Probes: 10}
+
+// settings are the checked config values.
+type settings struct {
+	queueCapacity, committers, maxBatch, eventsBuffer int
+	commitTimeout, idempotencyTTL, stalenessWindow    time.Duration
+	breaker                                           breaker.Settings
+}
+
+func schema() sdk.Schema {
+	return sdk.Schema{
+		Attrs: []sdk.Attr{
+			{Name: "queue_capacity", Type: sdk.TypeNumber, Default: 512, Description: "operations waiting to commit; beyond it POSTs get 429"},
+			{Name: "committers", Type: sdk.TypeNumber, Default: 0, Description: "committer goroutines; 0 means the number of CPUs"},
+			{Name: "max_batch", Type: sdk.TypeNumber, Default: 256, Description: "most operations per group commit (one transaction and fsync)"},
+			{Name: "commit_timeout", Type: sdk.TypeDuration, Default: "1s", Description: "deadline of one commit attempt"},
+			{Name: "idempotency_ttl", Type: sdk.TypeDuration, Default: "24h", Description: "how long an Idempotency-Key's outcome is kept for replay"},
+			{Name: "staleness_window", Type: sdk.TypeDuration, Default: "250ms", Description: "the most a read's snapshot may be behind; 0 reads the ledger every time"},
+			{Name: "events_buffer", Type: sdk.TypeNumber, Default: 1024, Description: "receipts buffered per event stream before the oldest are dropped"},
+		},
+		Blocks: []sdk.Block{{
+			Name:        "breaker",
+			Description: "the ledger circuit breaker",
+			Schema: sdk.Schema{Attrs: []sdk.Attr{
+				{Name: "failures", Type: sdk.TypeNumber, Default: 20, Description: "consecutive failed or timed-out commits that open it"},
+				{Name: "cool_down", Type: sdk.TypeDuration, Default: "5s", Description: "how long it stays open before probing"},
+				{Name: "probes", Type: sdk.TypeNumber, Default: 10, Description: "commits let through at once while half-open, and successes that close it"},
+			}},
+		}},
+	}
+}
+
+// check refuses what the schema cannot express, naming the attribute.
+func (c config) check() (settings, error) {
+	var s settings
+	var err error
+	whole := func(name string, v float64, lo, hi int) int {
+		if err != nil {
+			return 0
+		}
+		if v != math.Trunc(v) || v < float64(lo) || v > float64(hi) {
+			err = &sdk.AttrError{Attr: name, Err: fmt.Errorf("must be a whole number from %d to %d, got %v", lo, hi, v)}
+			return 0
+		}
+		return int(v)
+	}
+	dur := func(name string, d sdk.Duration, lo, hi time.Duration) time.Duration {
+		if err != nil {
+			return 0
+		}
+		if d.Std() < lo || d.Std() > hi {
+			err = &sdk.AttrError{Attr: name, Err: fmt.Errorf("must be from %v to %v, got %v", lo, hi, d.Std())}
+			return 0
+		}
+		return d.Std()
+	}
+	s.queueCapacity = whole("queue_capacity", c.QueueCapacity, 1, 1<<20)
+	s.committers = whole("committers", c.Committers, 0, 1024)
+	s.maxBatch = whole("max_batch", c.MaxBatch, 1, 4096)
+	s.eventsBuffer = whole("events_buffer", c.EventsBuffer, 1, 1<<20)
+	s.commitTimeout = dur("commit_timeout", c.CommitTimeout, time.Millisecond, time.Minute)
+	s.idempotencyTTL = dur("idempotency_ttl", c.IdempotencyTTL, time.Second, 365*24*time.Hour)
+	s.stalenessWindow = dur("staleness_window", c.StalenessWindow, 0, time.Minute)
+	b := defaultBreaker
+	if c.Breaker != nil {
+		b = *c.Breaker
+	}
+	// The host names attributes of nested blocks by their block.
+	failures := whole("breaker", b.Failures, 1, 1<<20)
+	coolDown := dur("breaker", b.CoolDown, time.Millisecond, time.Hour)
+	probes := whole("breaker", b.Probes, 1, 1024)
+	if err != nil {
+		return s, err
+	}
+	if s.committers == 0 {
+		s.committers = runtime.NumCPU()
+	}
+	s.breaker = breaker.Settings{FailureThreshold: failures, Cooldown: coolDown, HalfOpenMax: probes, SuccessThreshold: probes}
+	return s, nil
+}
+
+// wallet is the plugin. configure builds a running wallet; the handler,
+// health and drain hooks use it once it is there.
+type wallet struct {
+	// faults, if set, stands in for the Runtime's fault points; tests set
+	// it to hold or fail commits without the host's admin API.
+	faults committer.Injector
+
+	running atomic.Pointer[running]
+}
+
+// running is a configured wallet. Every field is set once in configure.
+type running struct {
+	logger    hclog.Logger
+	ledger    *ledger.Ledger
+	committer *committer.Committer
+	api       *api.API
+	sweeper   *group.Group
+}
+
+// definition describes the plugin; main serves it.
+func definition() sdk.Plugin { return newDefinition(&wallet{}) }
+
+// newDefinition describes the plugin around w, which tests keep to reach
+// its ledger.
+func newDefinition(w *wallet) sdk.Plugin {
+	return sdk.Plugin{
+		Name:      "wallet",
+		Version:   version,
+		Routes:    api.Routes(),
+		Config:    schema(),
+		Handler:   w,
+		Configure: w.configure,
+		Drain:     w.drain,
+		Health:    w.health,
+	}
+}
+
+// configure opens the ledger and starts the committers and the sweeper.
+// An error refuses the config; nothing is left running.
+func (w *wallet) configure(_ context.Context, rt *sdk.Runtime) (err error) {
+	var c config
+	if err := rt.DecodeConfig(&c); err != nil {
+		return err
+	}
+	s, err := c.check()
+	if err != nil {
+		return err
+	}
+	var cleanup []func()
+	defer func() {
+		if err != nil {
+			for i := len(cleanup) - 1; i >= 0; i-- {
+				cleanup[i]()
+			}
+		}
+	}()
+
+	path := filepath.Join(rt.DataDir, "wallet.db")
+	l, err := ledger.Open(path, ledger.Options{IdempotencyTTL: s.idempotencyTTL, Render: api.Render})
+	if err != nil {
+		return err
+	}
+	cleanup = append(cleanup, func() { _ = l.Close() })
+
+	lagged := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "bus_lagged_total",
+		Help: "Values dropped for slow subscribers of a bus, by bus.",
+	}, []string{"bus"})
+	events := bus.New[*ledger.Receipt](s.eventsBuffer, lagged.WithLabelValues("events"))
+	v := view.New(view.Options{Source: l, Window: s.stalenessWindow, Stop: rt.Context().Done()}, l.Seq())
+	faults := w.faults
+	if faults == nil {
+		faults = rt.Faults()
+	}
+	cm, err := committer.New(committer.Options{
+		Ledger:        l,
+		Faults:        faults,
+		Logger:        rt.Logger.Named("committer"),
+		Registerer:    rt.Registerer,
+		QueueCapacity: s.queueCapacity,
+		Committers:    s.committers,
+		MaxBatch:      s.maxBatch,
+		CommitTimeout: s.commitTimeout,
+		Breaker:       s.breaker,
+		Announce: func(rs []*ledger.Receipt) {
+			var touched []string
+			for _, r := range rs {
+				touched = append(touched, r.Accounts()...)
+			}
+			v.Advance(rs[len(rs)-1].Seq, touched)
+			events.Publish(rs...)
+		},
+	})
+	if err != nil {
+		return err
+	}
+	cleanup = append(cleanup, func() {
+		ctx, cancel := context.WithTimeout(context.Background(), s.commitTimeout)
+		defer cancel()
+		_ = cm.Close(ctx)
+	})
+
+	depth := func(queue string, f func() int) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name:        "queue_depth",
+			Help:        "Items waiting in a bounded queue, by queue.",
+			ConstLabels: prometheus.Labels{"queue": queue},
+		}, func() float64 { return float64(f()) })
+	}
+	for _, col := range []prometheus.Collector{lagged, depth("commit", cm.QueueLen), depth("events", events.Buffered)} {
+		if err := rt.Registerer.Register(col); err != nil {
+			return fmt.Errorf("register metrics: %w", err)
+		}
+	}
+
+	a, err := api.New(api.Options{
+		Ledger:     l,
+		Committer:  cm,
+		View:       v,
+		Events:     events,
+		Logger:     rt.Logger.Named("api"),
+		Registerer: rt.Registerer,
+		Drain:      rt.Context().Done(),
+		Backfill:   s.eventsBuffer,
+	})
+	if err != nil {
+		return err
+	}
+
+	sweeper := group.New(rt.Context(), group.Options{Logger: rt.Logger.Named("sweeper")})
+	sweeper.Go("idempotency-sweeper", func(ctx context.Context) error { return sweep(ctx, l, rt.Logger) })
+
+	w.running.Store(&running{logger: rt.Logger, ledger: l, committer: cm, api: a, sweeper: sweeper})
+	rt.Logger.Info("configured", "path", path, "seq", l.Seq(), "committers", s.committers,
+		"queue_capacity", s.queueCapacity, "max_batch", s.maxBatch)
+	return nil
+}
+
+// sweep deletes expired idempotency records every sweepInterval until ctx
+// ends. Each transaction deletes at most sweepBatch records, so a backlog
+// is worked off in short transactions between the commits.
+func sweep(ctx context.Context, l *ledger.Ledger, logger hclog.Logger) error {
+	t := time.NewTicker(sweepInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		for {
+			n, err := l.Sweep(ctx, sweepBatch)
+			if err != nil {
+				if ctx.Err() == nil {
+					logger.Warn("sweeping idempotency records failed", "error", err)
+				}
+				break
+			}
+			if n < sweepBatch {
+				break
+			}
+		}
+	}
+}
+
+// ServeHTTP serves the routes once configured.
+func (w *wallet) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
+	run := w.running.Load()
+	if run == nil {
+		rw.Header().Set("Content-Type", "application/json")
+		rw.Header().Set("Retry-After", "1")
+		rw.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = rw.Write([]byte(`{"error":{"code":"not_configured","message":"the wallet is not configured yet"}}` + "\n"))
+		return
+	}
+	run.api.ServeHTTP(rw, r)
+}
+
+// drain lets the queued commits finish within ctx, aborting the rest,
+// waits for the requests in flight, stops the sweeper and closes the
+// ledger. The SDK has already stopped taking new requests.
+func (w *wallet) drain(ctx context.Context) error {
+	run := w.running.Load()
+	if run == nil {
+		return nil // never configured
+	}
+	var errs []error
+	// Abort what is left a little before the deadline, so that the
+	// requests waiting for it are answered 503 in time rather than
+	// abandoned by the host.
+	cctx := ctx
+	if dl, ok := ctx.Deadline(); ok {
+		var cancel context.CancelFunc
+		cctx, cancel = context.WithDeadline(ctx, dl.Add(-min(time.Until(dl)/10, drainMargin)))
+		defer cancel()
+	}
+	if err := run.committer.Close(cctx); err != nil {
+		errs = append(errs, err)
+	}
+	if err := run.api.Close(ctx); err != nil {
+		errs = append(errs, err)
+	}
+	run.sweeper.Stop()
+	if err := run.ledger.Close(); err != nil {
+		errs = append(errs, err)
+	}
+	if len(errs) == 0 {
+		run.logger.Info("drained", "seq", run.ledger.Seq())
+	}
+	return errors.Join(errs...)
+}
+
+// health answers from memory: not ready once the ledger is closed,
+// degraded while the circuit breaker is not closed.
+func (w *wallet) health(context.Context) sdk.Health {
+	run := w.running.Load()
+	switch {
+	case run == nil:
+		return sdk.Health{Status: sdk.StatusNotReady, Reason: "not configured"}
+	case run.ledger.Closed():
+		return sdk.Health{Status: sdk.StatusNotReady, Reason: "ledger closed"}
+	}
+	switch run.committer.BreakerState() {
+	case breaker.StateOpen:
+		return sdk.Health{Status: sdk.StatusDegraded, Reason: "ledger commits are failing: circuit breaker open, POSTs answer 503, reads are served"}
+	case breaker.StateHalfOpen:
+		return sdk.Health{Status: sdk.StatusDegraded, Reason: "ledger circuit breaker half-open: probing commits after failures"}
+	}
+	return sdk.Health{Status: sdk.StatusReady}
+}
