@@ -96,11 +96,11 @@ type entry struct {
 	metrics  *pluginMetrics
 }
 
-// pluginMetrics holds one plugin's metric series, looked up once per table
-// build: WithLabelValues hashes its labels and takes a lock, which on every
-// request was a measurable share of the ingress's own cost. A table is
-// rebuilt whenever a plugin is added or removed, so these never outlive the
-// series metrics.Host.Forget deletes.
+// pluginMetrics holds one plugin's metric series, looked up when the table
+// is built rather than per request: WithLabelValues hashes its labels and
+// takes a lock, a measurable share of the ingress's own cost. A removed
+// plugin leaves the table before metrics.Host.Forget deletes its series,
+// and a plugin added again gets a new entry, so no cached series is stale.
 type pluginMetrics struct {
 	name     string
 	requests *prometheus.CounterVec

@@ -20,14 +20,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		// Left behind by each plugintest harness, not by the wallet: the
-		// reattached go-plugin client waits for the "plugin process",
-		// which in-process is the test binary itself, and its gRPC
-		// client keeps callback serializers.
-		goleak.IgnoreTopFunction("github.com/hashicorp/go-plugin/internal/cmdrunner.pidWait"),
-		goleak.IgnoreTopFunction("google.golang.org/grpc/internal/grpcsync.(*CallbackSerializer).run"),
-	)
+	goleak.VerifyTestMain(m)
 }
 
 // testWallet is the wallet served in-process over real gRPC by plugintest.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/go-plugin"
+	"github.com/hashicorp/go-plugin/runner"
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/hclsyntax"
 	dto "github.com/prometheus/client_model/go"
@@ -94,6 +95,11 @@ func Start(t testing.TB, def sdk.Plugin, opts Options) (*Harness, error) {
 		cancel()
 		return nil, errors.New("plugin server did not start within 10s")
 	}
+	// go-plugin would watch the reattached "process" (this test binary)
+	// for ever; this runner ends when the in-process server does.
+	rc.ReattachFunc = func() (runner.AttachedRunner, error) {
+		return &inProcess{closed: closed, stop: cancel}, nil
+	}
 	client := plugin.NewClient(&plugin.ClientConfig{
 		HandshakeConfig: wire.Handshake,
 		// A reattached client does no version negotiation; it uses Plugins.
@@ -105,19 +111,27 @@ func Start(t testing.TB, def sdk.Plugin, opts Options) (*Harness, error) {
 			grpc.MaxCallRecvMsgSize(wire.MaxMessageBytes),
 			grpc.MaxCallSendMsgSize(wire.MaxMessageBytes))},
 	})
+	var conn plugin.ClientProtocol
 	t.Cleanup(func() {
-		client.Kill()
+		// Stop the server first: closing the client would ask it to shut
+		// down too, and go-plugin's two stop paths race. A reattached test
+		// client has no process to kill, so Kill does not close the gRPC
+		// connection; close it here.
 		cancel()
 		<-closed
+		if conn != nil {
+			_ = conn.Close()
+		}
+		client.Kill()
 		if t.Failed() && logs.Len() > 0 {
 			t.Logf("plugin log:\n%s", logs.String())
 		}
 	})
-	proto, err := client.Client()
+	conn, err = client.Client()
 	if err != nil {
 		return nil, fmt.Errorf("connect to plugin: %w", err)
 	}
-	raw, err := proto.Dispense(wire.PluginKey)
+	raw, err := conn.Dispense(wire.PluginKey)
 	if err != nil {
 		return nil, fmt.Errorf("dispense plugin: %w", err)
 	}
@@ -167,6 +181,33 @@ func Start(t testing.TB, def sdk.Plugin, opts Options) (*Harness, error) {
 		return nil, &ConfigError{Attribute: resp.GetAttribute(), Message: msg}
 	}
 	return h, nil
+}
+
+// inProcess is the go-plugin runner of a plugin served in this process.
+type inProcess struct {
+	closed <-chan struct{}
+	stop   context.CancelFunc
+}
+
+func (p *inProcess) Wait(ctx context.Context) error {
+	select {
+	case <-p.closed:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (p *inProcess) Kill(context.Context) error { p.stop(); return nil }
+
+func (p *inProcess) ID() string { return "in-process" }
+
+func (p *inProcess) PluginToHost(network, addr string) (string, string, error) {
+	return network, addr, nil
+}
+
+func (p *inProcess) HostToPlugin(network, addr string) (string, string, error) {
+	return network, addr, nil
 }
 
 // ConfigError is a plugin's refusal of its config in Configure.
