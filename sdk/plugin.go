@@ -3,7 +3,6 @@ package sdk
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -16,9 +15,6 @@ import (
 // Version is the SDK version reported to the host in Describe.
 const Version = "0.1.0"
 
-// ErrDraining is returned by Host.Call, and answered as 503 to callers, once
-// the plugin has begun to drain.
-var ErrDraining = errors.New("sdk: plugin is draining")
 
 // Plugin defines a plugin. Name, Version, Routes and Handler are required;
 // the hooks are optional.
