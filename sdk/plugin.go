@@ -15,7 +15,6 @@ import (
 // Version is the SDK version reported to the host in Describe.
 const Version = "0.1.0"
 
-
 // Plugin defines a plugin. Name, Version, Routes and Handler are required;
 // the hooks are optional.
 type Plugin struct {
