@@ -27,11 +27,11 @@ test:
 	@echo "gofmt -l docs/examples/greeter"; out=$$(gofmt -l docs/examples/greeter); \
 		if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
-	$(GO) test -race -timeout 20m ./...
+	$(GO) test -race -count=1 -timeout 20m ./...
 	cd docs/examples/greeter && $(GO) vet ./... && $(GO) test -race -timeout 10m ./...
 
 bench: build
-	$(GO) test -run '^$$' -bench '^BenchmarkHelloIngress$$' -benchtime 1x -count 1 -timeout 5m ./host/e2e
+	$(GO) test -run '^$$' -bench '^Benchmark(HelloIngress|WalletTransfers)$$' -benchtime 1x -count 1 -timeout 5m ./host/e2e
 
 # proto regenerates the committed gRPC code. Needs protoc (Debian's
 # protobuf-compiler); installs the Go generators at pinned versions.

@@ -13,11 +13,14 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/hcl/v2"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/plughost/plughost/host/admin"
 	"github.com/plughost/plughost/host/config"
@@ -70,6 +73,12 @@ type host struct {
 
 	// updateMu serialises routing-table rebuilds, so that a rebuild from
 	// an older snapshot of plugins cannot replace a newer one.
+	// writeTimeout is the ingress server's write timeout, fixed at start.
+	writeTimeout time.Duration
+	// drainDeadline mirrors cfg.DrainDeadline for readers that must not
+	// wait for a reload (admin restarts).
+	drainDeadline atomic.Int64
+
 	updateMu sync.Mutex
 }
 
@@ -106,6 +115,7 @@ func serve(ctx context.Context, logger hclog.Logger, path string, stderr io.Writ
 		ctx:     ctx,
 		plugins: map[string]*supervisor.Plugin{},
 	}
+	h.writeTimeout = cfg.Limits.WriteTimeout
 	h.ingress = ingress.New(logger.Named("ingress"), h.metrics, ingressLimits(cfg))
 	if diags := h.apply(cfg); diags.HasErrors() {
 		printDiags(stderr, cfg, diags)
@@ -308,6 +318,7 @@ func (h *host) applyLocked(cfg *config.Config) hcl.Diagnostics {
 	}
 	wg.Wait()
 	h.cfg = cfg
+	h.drainDeadline.Store(int64(cfg.DrainDeadline))
 	h.update()
 	var out hcl.Diagnostics
 	for _, d := range diags {
@@ -370,10 +381,21 @@ func (h *host) reload(path string) {
 		h.logger.Error("config reload rejected; keeping the running config", "diagnostics", b.String())
 		return
 	}
+	if len(diags) > 0 {
+		// Warnings only, such as a changed plugin that did not start for
+		// the checks: the reload goes ahead and the supervisor retries it.
+		var b strings.Builder
+		printDiags(&b, cfg, diags)
+		h.logger.Warn("config reload has warnings", "diagnostics", b.String())
+	}
 	if h.cfg != nil {
 		h.warnStatic(h.cfg, cfg)
 	}
-	h.ingress.SetLimits(ingressLimits(cfg))
+	limits := ingressLimits(cfg)
+	// The HTTP server keeps the write timeout it started with, so the
+	// ingress must keep extending deadlines against that one.
+	limits.WriteTimeout = h.writeTimeout
+	h.ingress.SetLimits(limits)
 	if diags := h.applyLocked(cfg); diags.HasErrors() {
 		var b strings.Builder
 		printDiags(&b, cfg, diags)
@@ -393,8 +415,15 @@ func (h *host) warnStatic(old, cfg *config.Config) {
 	if cfg.Admin != old.Admin {
 		keys = append(keys, "admin")
 	}
-	if cfg.Limits.ReadTimeout != old.Limits.ReadTimeout || cfg.Limits.IdleTimeout != old.Limits.IdleTimeout {
-		keys = append(keys, "limits.read_timeout/idle_timeout")
+	if cfg.Limits.ReadTimeout != old.Limits.ReadTimeout || cfg.Limits.IdleTimeout != old.Limits.IdleTimeout ||
+		cfg.Limits.WriteTimeout != old.Limits.WriteTimeout {
+		keys = append(keys, "limits.read_timeout/write_timeout/idle_timeout")
+	}
+	if cfg.Debug != old.Debug {
+		keys = append(keys, "debug")
+	}
+	if cfg.Health.Timeout != old.Health.Timeout {
+		keys = append(keys, "health.timeout (as the metrics scrape timeout; plugins started from now on use the new one)")
 	}
 	if len(keys) > 0 {
 		h.logger.Warn("these settings do not change on reload; restart the host to apply them", "keys", strings.Join(keys, ", "))
@@ -456,7 +485,7 @@ func (h *host) Restart(name string) bool {
 	if !ok {
 		return false
 	}
-	p.Restart(time.Now().Add(h.config().DrainDeadline))
+	p.Restart(time.Now().Add(time.Duration(h.drainDeadline.Load())))
 	return true
 }
 
@@ -475,6 +504,9 @@ func (h *host) SetFaults(ctx context.Context, name string, faults []admin.Fault)
 	set, err := p.SetFaults(ctx, specs)
 	if errors.Is(err, supervisor.ErrNotReady) {
 		return nil, admin.ErrNotReady
+	}
+	if status.Code(errors.Unwrap(err)) == codes.Unimplemented {
+		return nil, admin.ErrNoFaultPoints
 	}
 	if err != nil {
 		return nil, err

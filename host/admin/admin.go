@@ -1,6 +1,8 @@
 // Package admin serves the host's admin listener: GET /metrics with the
-// host's and every plugin's metrics, GET /v1/plugins and
-// POST /v1/plugins/NAME/restart. It holds no state of its own.
+// host's and every plugin's metrics, GET /v1/plugins,
+// POST /v1/plugins/NAME/restart, and POST and DELETE
+// /v1/plugins/NAME/faults when the operator enabled fault injection. It
+// holds no state of its own.
 package admin
 
 import (
@@ -51,6 +53,8 @@ type faultJSON struct {
 var (
 	ErrNoPlugin = errors.New("no such plugin")
 	ErrNotReady = errors.New("plugin is not ready")
+	// ErrNoFaultPoints means the plugin does not implement SetFaults.
+	ErrNoFaultPoints = errors.New("plugin has no fault points")
 )
 
 // Options configure New.
@@ -95,6 +99,9 @@ func New(g prometheus.Gatherer, plugins Plugins, opts Options) http.Handler {
 		case errors.Is(err, ErrNoPlugin):
 			writeError(w, http.StatusNotFound, "not_found", "no plugin named "+strconv.Quote(name))
 			return
+		case errors.Is(err, ErrNoFaultPoints):
+			writeError(w, http.StatusNotImplemented, "no_fault_points", fmt.Sprintf("plugin %q was built without fault points (its SDK predates them)", name))
+			return
 		case errors.Is(err, ErrNotReady):
 			writeError(w, http.StatusServiceUnavailable, "plugin_unavailable", fmt.Sprintf("plugin %q is not ready", name))
 			return
@@ -113,6 +120,10 @@ func New(g prometheus.Gatherer, plugins Plugins, opts Options) http.Handler {
 		writeJSON(w, http.StatusOK, map[string]any{"plugin": name, "faults": out})
 	}
 	api.HandleFunc("POST /v1/plugins/{name}/faults", func(w http.ResponseWriter, r *http.Request) {
+		if !opts.Faults {
+			faults(w, r, nil) // answers 403 before looking at the body
+			return
+		}
 		var body struct {
 			Faults []faultJSON `json:"faults"`
 		}
@@ -131,8 +142,8 @@ func New(g prometheus.Gatherer, plugins Plugins, opts Options) http.Handler {
 			var d time.Duration
 			if f.Delay != "" {
 				var err error
-				if d, err = time.ParseDuration(f.Delay); err != nil || d < 0 {
-					writeError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("fault %q: delay must be a duration such as \"2s\"", f.Point))
+				if d, err = time.ParseDuration(f.Delay); err != nil || d < time.Millisecond {
+					writeError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("fault %q: delay must be a duration of at least 1ms, such as \"2s\"", f.Point))
 					return
 				}
 			}

@@ -265,6 +265,11 @@ func TestFaults(t *testing.T) {
 		if r.code != http.StatusForbidden || r.errorCode() != "faults_disabled" {
 			t.Errorf("DELETE faults with faults off = %d %s, want 403 faults_disabled", r.code, r.body)
 		}
+		// Off means off, whatever the body says.
+		r = post(t, srv, "/v1/plugins/hello/faults", `{not json`)
+		if r.code != http.StatusForbidden || r.errorCode() != "faults_disabled" {
+			t.Errorf("POST a malformed body with faults off = %d %s, want 403 faults_disabled", r.code, r.body)
+		}
 	})
 
 	srv, plugins := newServer(t, "s3cret") // newServer enables faults when a token is set
@@ -283,6 +288,7 @@ func TestFaults(t *testing.T) {
 		{"missing point", "/v1/plugins/hello/faults", `{"faults":[{"delay":"1s"}]}`, http.StatusBadRequest, "bad_request", nil},
 		{"bad delay", "/v1/plugins/hello/faults", `{"faults":[{"point":"p","delay":"soon"}]}`, http.StatusBadRequest, "bad_request", nil},
 		{"neither delay nor error", "/v1/plugins/hello/faults", `{"faults":[{"point":"p"}]}`, http.StatusBadRequest, "bad_request", nil},
+		{"sub-millisecond delay", "/v1/plugins/hello/faults", `{"faults":[{"point":"p","delay":"500us"}]}`, http.StatusBadRequest, "bad_request", nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

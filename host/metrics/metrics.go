@@ -53,7 +53,7 @@ func New() *Host {
 		}, []string{"plugin", "state"}),
 		PluginRestarts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "plughost_plugin_restarts_total",
-			Help: "Restarts of a plugin after it exited, failed health checks or was restarted by an operator.",
+			Help: "Restarts of a plugin after it exited, failed to start, failed health checks or was restarted by an operator.",
 		}, []string{"plugin"}),
 		Requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "plughost_http_requests_total",
