@@ -39,6 +39,9 @@
 //	  timeout  = "1s"
 //	  failures = 3
 //	}
+//	debug {
+//	  faults = false                    # POST /v1/plugins/NAME/faults allowed
+//	}
 //	plugin "hello" {                    # zero or more
 //	  path         = "hello"            # required
 //	  sha256       = ""
