@@ -40,3 +40,26 @@ plugin "hello" {
     greeting = "hello"
   }
 }
+
+# The wallet (docs/plugins/wallet.md): every value below is its documented
+# default. Its ledger is data_dir/wallet/wallet.db.
+plugin "wallet" {
+  path         = "wallet"
+  mount        = "/wallet"
+  max_inflight = 512
+  required     = true
+  config {
+    queue_capacity   = 512
+    committers       = 0 # 0 means the number of CPUs
+    max_batch        = 256
+    commit_timeout   = "1s"
+    idempotency_ttl  = "24h"
+    staleness_window = "250ms"
+    events_buffer    = 1024
+    breaker {
+      failures  = 20
+      cool_down = "5s"
+      probes    = 10
+    }
+  }
+}

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -21,6 +22,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 )
 
 // The benchmark's knobs. Absolute figures on the CI machine are noisy, so
@@ -642,4 +646,430 @@ func rssVerdict(mb float64, err error, target float64) string {
 		return "n/a: " + err.Error()
 	}
 	return verdict(mb <= target)
+}
+
+// The wallet benchmark's knobs: issue 4's performance target.
+const (
+	walletBenchClients    = 64
+	targetTransfersPerSec = 10_000
+	// walletBenchFunds is issued to every client's source account up
+	// front; each transfer moves 1, so no run can exhaust it.
+	walletBenchFunds = 1 << 40
+)
+
+// BenchmarkWalletTransfers measures durable transfers per second through
+// plughost and the wallet plugin: a closed loop of walletBenchClients
+// clients, each with its own connection, source account, destination
+// account and nonce sequence, POSTs /wallet/v1/transfer; only 200s count,
+// and a 200 means the transfer is fsynced. It prints transfers/s, p50 and
+// p99 latency, CPU per transfer, and the group-commit sizes the wallet
+// reports in wallet_commit_batch_size over the measured window, against
+// the target of issue 4. It fails when requests fail or the ledger does
+// not add up afterwards, never on a missed target.
+//
+// It warms up for PLUGHOST_BENCH_WARMUP (default 1s) and measures for
+// PLUGHOST_BENCH_DURATION (default 5s); PLUGHOST_BENCH_WALLET_CLIENTS
+// overrides the client count. Like BenchmarkHelloIngress it runs once
+// whatever b.N is, and loads only 127.0.0.1.
+func BenchmarkWalletTransfers(b *testing.B) {
+	warmup := envDuration(b, "PLUGHOST_BENCH_WARMUP", time.Second)
+	measure := envDuration(b, "PLUGHOST_BENCH_DURATION", 5*time.Second)
+	clients := envInt(b, "PLUGHOST_BENCH_WALLET_CLIENTS", walletBenchClients, 1024)
+
+	h := startBenchHost(b, walletBenchHostConfig(b.TempDir()))
+	hostPid := h.cmd.Process.Pid
+	walletPid := h.pluginPid(b, "wallet")
+	l := newTransferLoader(h.ingress, clients)
+	defer l.close()
+	l.fund(b)
+
+	// CPU time of each process involved, to see where a transfer's cost
+	// goes on a machine this small.
+	cpu := func() [3]time.Duration {
+		return [3]time.Duration{selfCPU(b), procCPU(b, hostPid), procCPU(b, walletPid)}
+	}
+	var res loadResult
+	b.ResetTimer()
+	l.run(b.Context(), warmup, nil)
+	before := walletBatchSizes(b, h.admin)
+	c0 := cpu()
+	l.run(b.Context(), measure, &res)
+	c1 := cpu()
+	after := walletBatchSizes(b, h.admin)
+	b.StopTimer()
+	res.sort()
+	batches := after.sub(before)
+	var perTransfer [3]time.Duration
+	for i := range c1 {
+		res.cpu += c1[i] - c0[i]
+		if res.n() > 0 {
+			perTransfer[i] = (c1[i] - c0[i]) / time.Duration(res.n())
+		}
+	}
+
+	if res.errors > 0 || res.n() == 0 {
+		b.Errorf("%d of %d transfers failed (first: %v)", res.errors, res.n()+res.errors, res.firstErr)
+	}
+	l.check(b)
+
+	b.ReportMetric(res.rps(), "transfers/s")
+	b.ReportMetric(micros(res.quantile(0.50)), "p50-µs")
+	b.ReportMetric(micros(res.quantile(0.99)), "p99-µs")
+	b.ReportMetric(micros(res.cpuPerRequest()), "CPU-µs/transfer")
+	b.ReportMetric(batches.mean(), "ops/commit")
+
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "\nPOST /wallet/v1/transfer through plughost, %d clients on distinct account pairs; %v warm-up, then %v measured\n",
+		clients, warmup, measure)
+	fmt.Fprintf(&sb, "benchmark process (load generator) GOMAXPROCS=%d, %d CPUs; load average %s\n", runtime.GOMAXPROCS(0), runtime.NumCPU(), loadavg())
+	tpsVerdict := verdict(res.rps() >= targetTransfersPerSec)
+	if clients != walletBenchClients {
+		tpsVerdict = fmt.Sprintf("n/a at %d clients", clients)
+	}
+	fmt.Fprintf(&sb, "%-22s %14s %12s %s\n", "", "measured", "target", "")
+	fmt.Fprintf(&sb, "%-22s %14.0f %12s %s\n", "durable transfers/s", res.rps(), fmt.Sprintf("≥ %d", targetTransfersPerSec), tpsVerdict)
+	fmt.Fprintf(&sb, "%-22s %14v\n", "p50", roundDur(res.quantile(0.50)))
+	fmt.Fprintf(&sb, "%-22s %14v\n", "p99", roundDur(res.quantile(0.99)))
+	fmt.Fprintf(&sb, "%-22s %12.1fµs   load generator %.1fµs + host %.1fµs + wallet %.1fµs\n", "CPU/transfer",
+		micros(res.cpuPerRequest()), micros(perTransfer[0]), micros(perTransfer[1]), micros(perTransfer[2]))
+	fmt.Fprintf(&sb, "%-22s %14d   errors %d\n", "transfers", res.n(), res.errors)
+	fmt.Fprintf(&sb, "%-22s %14d   mean %.1f ops/commit; p50 %s, p90 %s, p99 %s ops (histogram buckets)\n",
+		"group commits", batches.count, batches.mean(), batches.bucketOf(0.50), batches.bucketOf(0.90), batches.bucketOf(0.99))
+	fmt.Fprintf(&sb, "%-22s %s\n", "commits by ops", batches.distribution())
+	fmt.Print(sb.String())
+}
+
+// walletBenchHostConfig runs the wallet with its documented defaults
+// under the host's defaults, both listeners on ephemeral 127.0.0.1 ports.
+func walletBenchHostConfig(dir string) string {
+	return fmt.Sprintf(`
+listen     = "127.0.0.1:0"
+data_dir   = %q
+plugin_dir = %q
+admin {
+  listen = "127.0.0.1:0"
+}
+plugin "wallet" {
+  path     = "wallet"
+  required = true
+}
+`, filepath.Join(dir, "data"), bins.plugins)
+}
+
+// transferClient is one closed-loop client of BenchmarkWalletTransfers:
+// it owns its source account and the nonce sequence of it.
+type transferClient struct {
+	from, to string
+	nonce    uint64 // acknowledged transfers
+	last     []byte // the last receipt
+}
+
+// transferLoader drives the transfer clients over one connection each.
+type transferLoader struct {
+	url     string
+	ingress string
+	clients []transferClient
+	tr      *http.Transport
+	cl      *http.Client
+}
+
+func newTransferLoader(ingress string, clients int) *transferLoader {
+	tr := &http.Transport{
+		MaxIdleConns:        clients,
+		MaxIdleConnsPerHost: clients,
+		MaxConnsPerHost:     clients,
+		IdleConnTimeout:     30 * time.Second,
+		DisableCompression:  true,
+	}
+	l := &transferLoader{
+		url:     ingress + "/wallet/v1/transfer",
+		ingress: ingress,
+		clients: make([]transferClient, clients),
+		tr:      tr,
+		cl:      &http.Client{Transport: tr, Timeout: 10 * time.Second},
+	}
+	for i := range l.clients {
+		l.clients[i] = transferClient{from: fmt.Sprintf("bench-from-%04d", i), to: fmt.Sprintf("bench-to-%04d", i)}
+	}
+	return l
+}
+
+func (l *transferLoader) close() { l.tr.CloseIdleConnections() }
+
+// fund issues walletBenchFunds to every client's source account.
+func (l *transferLoader) fund(tb testing.TB) {
+	tb.Helper()
+	for _, c := range l.clients {
+		body := fmt.Sprintf(`{"to":%q,"amount":%d}`, c.from, uint64(walletBenchFunds))
+		code, resp, err := postJSON(tb.Context(), l.cl, l.ingress+"/wallet/v1/issue", "fund-"+c.from, body)
+		if err != nil || code != http.StatusOK {
+			tb.Fatalf("POST /wallet/v1/issue %s = %d %s (%v), want 200", body, code, resp, err)
+		}
+	}
+}
+
+// run is loader.run for transfers: every client sends its next transfer
+// as soon as the last one is answered 200, for d; only transfers started
+// within d are sent, and the measured time runs to the last answer.
+// Latency runs from a transfer's first attempt to its 200.
+func (l *transferLoader) run(ctx context.Context, d time.Duration, into *loadResult) {
+	start := time.Now()
+	end := start.Add(d)
+	ctx, cancel := context.WithDeadline(ctx, end.Add(15*time.Second))
+	defer cancel()
+
+	type worker struct {
+		lat      []time.Duration
+		last     time.Time
+		errors   int
+		firstErr error
+	}
+	workers := make([]worker, len(l.clients))
+	var wg sync.WaitGroup
+	for i := range workers {
+		w, c := &workers[i], &l.clients[i]
+		w.lat = make([]time.Duration, 0, 1<<10)
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				t0 := time.Now()
+				if !t0.Before(end) {
+					return
+				}
+				errs, err := l.transfer(ctx, c)
+				t1 := time.Now()
+				w.last = t1
+				w.errors += errs
+				if w.firstErr == nil && err != nil {
+					w.firstErr = err
+				}
+				if err != nil && !retriable(err) {
+					return // the client's nonce sequence is lost; stop it
+				}
+				if err == nil {
+					w.lat = append(w.lat, t1.Sub(t0))
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if into == nil {
+		return
+	}
+	last := start
+	for _, w := range workers {
+		into.lat = append(into.lat, w.lat...)
+		into.errors += w.errors
+		if into.firstErr == nil {
+			into.firstErr = w.firstErr
+		}
+		if w.last.After(last) {
+			last = w.last
+		}
+	}
+	into.elapsed += last.Sub(start)
+}
+
+// errTransfer is a transfer answer that is neither a 200 nor worth a
+// retry; the client's nonce sequence cannot go on after it.
+var errTransfer = errors.New("transfer refused")
+
+func retriable(err error) bool { return !errors.Is(err, errTransfer) }
+
+// transfer moves 1 from c.from to c.to with c's next nonce. It retries
+// 429s, 5xx answers and transport errors with the same key and body, so
+// that a transfer whose outcome was unknown is not applied twice, and
+// returns how many attempts failed and the last failure when it gave up
+// (ctx ended, or an answer no retry can fix).
+func (l *transferLoader) transfer(ctx context.Context, c *transferClient) (int, error) {
+	nonce := c.nonce + 1
+	key := fmt.Sprintf("%s-%d", c.from, nonce)
+	body := fmt.Sprintf(`{"from":%q,"to":%q,"amount":1,"nonce":%d}`, c.from, c.to, nonce)
+	errs := 0
+	for {
+		code, resp, err := postJSON(ctx, l.cl, l.url, key, body)
+		if err == nil && code == http.StatusOK {
+			c.nonce, c.last = nonce, resp
+			return errs, nil
+		}
+		errs++
+		if err == nil && code != http.StatusTooManyRequests && code < 500 {
+			return errs, fmt.Errorf("%w: POST %s %s = %d %s", errTransfer, l.url, body, code, bytes.TrimSpace(resp))
+		}
+		select {
+		case <-ctx.Done():
+			return errs, fmt.Errorf("POST %s %s: %d %s (%v), then %w", l.url, body, code, bytes.TrimSpace(resp), err, ctx.Err())
+		case <-time.After(10 * time.Millisecond): // pace the retries
+		}
+	}
+}
+
+// check reads every client's accounts and the supply after the run: the
+// nonce of each source account is its client's count of 200s, each 200
+// moved exactly 1, and the supply is what was issued.
+func (l *transferLoader) check(tb testing.TB) {
+	tb.Helper()
+	var maxSeq uint64
+	for _, c := range l.clients {
+		if c.last == nil {
+			continue
+		}
+		var rc struct {
+			Seq uint64 `json:"seq"`
+		}
+		if err := json.Unmarshal(c.last, &rc); err != nil {
+			tb.Fatalf("decode receipt %s: %v", c.last, err)
+		}
+		maxSeq = max(maxSeq, rc.Seq)
+	}
+	read := func(path string, v any) {
+		tb.Helper()
+		url := fmt.Sprintf("%s/wallet/v1/%s?min_seq=%d&wait=5s", l.ingress, path, maxSeq)
+		if err := json.Unmarshal([]byte(getBody(tb, url)), v); err != nil {
+			tb.Fatalf("GET %s: %v", url, err)
+		}
+	}
+	type account struct {
+		Balance uint64 `json:"balance"`
+		Nonce   uint64 `json:"nonce"`
+	}
+	for _, c := range l.clients {
+		var from, to account
+		read("accounts/"+c.from, &from)
+		read("accounts/"+c.to, &to)
+		if want := (account{Balance: walletBenchFunds - c.nonce, Nonce: c.nonce}); from != want {
+			tb.Errorf("account %s = %+v after %d acknowledged transfers, want %+v", c.from, from, c.nonce, want)
+		}
+		if want := (account{Balance: c.nonce}); to != want {
+			tb.Errorf("account %s = %+v after %d acknowledged transfers, want %+v", c.to, to, c.nonce, want)
+		}
+	}
+	var s struct {
+		Issued, Burned, Supply uint64
+	}
+	read("supply", &s)
+	if want := uint64(len(l.clients)) * walletBenchFunds; s.Issued != want || s.Supply != want || s.Burned != 0 {
+		tb.Errorf("supply = %+v, want issued = supply = %d and burned 0", s, want)
+	}
+}
+
+// postJSON sends one wallet POST and returns its status and body.
+func postJSON(ctx context.Context, cl *http.Client, url, key, body string) (int, []byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
+	if err != nil {
+		return 0, nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", key)
+	resp, err := cl.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, nil, err
+	}
+	return resp.StatusCode, b, nil
+}
+
+// batchHistogram is a snapshot of the wallet_commit_batch_size histogram:
+// buckets are cumulative, by upper bound; the +Inf bucket is count.
+type batchHistogram struct {
+	count uint64
+	sum   float64
+	le    []float64
+	cum   []uint64
+}
+
+// walletBatchSizes scrapes wallet_commit_batch_size{plugin="wallet"}
+// from the admin /metrics.
+func walletBatchSizes(tb testing.TB, admin string) batchHistogram {
+	tb.Helper()
+	parser := expfmt.NewTextParser(model.LegacyValidation)
+	fams, err := parser.TextToMetricFamilies(strings.NewReader(getBody(tb, admin+"/metrics")))
+	if err != nil {
+		tb.Fatalf("parse /metrics: %v", err)
+	}
+	fam, ok := fams["wallet_commit_batch_size"]
+	if !ok {
+		tb.Fatal("/metrics has no wallet_commit_batch_size")
+	}
+	for _, m := range fam.GetMetric() {
+		wallet := false
+		for _, lp := range m.GetLabel() {
+			wallet = wallet || (lp.GetName() == "plugin" && lp.GetValue() == "wallet")
+		}
+		if !wallet || m.GetHistogram() == nil {
+			continue
+		}
+		hist := m.GetHistogram()
+		h := batchHistogram{count: hist.GetSampleCount(), sum: hist.GetSampleSum()}
+		for _, bk := range hist.GetBucket() {
+			if math.IsInf(bk.GetUpperBound(), +1) {
+				continue
+			}
+			h.le = append(h.le, bk.GetUpperBound())
+			h.cum = append(h.cum, bk.GetCumulativeCount())
+		}
+		return h
+	}
+	tb.Fatal(`/metrics has no wallet_commit_batch_size histogram with plugin="wallet"`)
+	return batchHistogram{}
+}
+
+// sub returns what h counted since o, an earlier snapshot of it.
+func (h batchHistogram) sub(o batchHistogram) batchHistogram {
+	d := batchHistogram{count: h.count - o.count, sum: h.sum - o.sum, le: h.le, cum: make([]uint64, len(h.cum))}
+	for i := range h.cum {
+		d.cum[i] = h.cum[i]
+		if i < len(o.cum) {
+			d.cum[i] -= o.cum[i]
+		}
+	}
+	return d
+}
+
+// mean is the mean group size: sum / count.
+func (h batchHistogram) mean() float64 {
+	if h.count == 0 {
+		return 0
+	}
+	return h.sum / float64(h.count)
+}
+
+// bucketOf names the bucket that holds the q-quantile of the group sizes,
+// such as "(8,16]": the histogram knows no finer.
+func (h batchHistogram) bucketOf(q float64) string {
+	if h.count == 0 {
+		return "n/a"
+	}
+	rank := uint64(math.Ceil(q * float64(h.count)))
+	lo := 0.0
+	for i, c := range h.cum {
+		if c >= rank {
+			return fmt.Sprintf("(%g,%g]", lo, h.le[i])
+		}
+		lo = h.le[i]
+	}
+	return fmt.Sprintf("(%g,+Inf)", lo)
+}
+
+// distribution lists the commits per bucket, skipping empty ones.
+func (h batchHistogram) distribution() string {
+	var parts []string
+	var prev uint64
+	lo := 0.0
+	for i, c := range h.cum {
+		if n := c - prev; n > 0 {
+			parts = append(parts, fmt.Sprintf("(%g,%g]: %d", lo, h.le[i], n))
+		}
+		prev, lo = c, h.le[i]
+	}
+	if n := h.count - prev; n > 0 {
+		parts = append(parts, fmt.Sprintf("(%g,+Inf): %d", lo, n))
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, "  ")
 }
