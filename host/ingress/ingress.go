@@ -326,7 +326,7 @@ func (g *Ingress) serve(w http.ResponseWriter, r *http.Request, e *entry, rest s
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	resp, err := conn.RPC.Handle(ctx, req)
+	resp, err := conn.Handle(ctx, req)
 	if dl, ok := ctx.Deadline(); err == nil && ok && !time.Now().Before(dl) {
 		// The answer raced the deadline, and is most likely the handler
 		// reacting to it; the contract is 504 whether or not it answered.

@@ -52,6 +52,7 @@ func (b buildFirst) Run() int {
 		"./host/e2e/testdata/plugins/crasher",
 		"./host/e2e/testdata/plugins/faulty",
 		"./host/e2e/testdata/plugins/caller",
+		"./host/exchange/testdata/legacy",
 	); err != nil {
 		fmt.Fprintln(os.Stderr, "ingress test: build plugins:", err)
 		return 1

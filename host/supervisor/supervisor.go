@@ -18,6 +18,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/plughost/plughost/host/catalog"
+	"github.com/plughost/plughost/host/exchange"
 	"github.com/plughost/plughost/host/metrics"
 	pluginv1 "github.com/plughost/plughost/proto/pluginv1"
 	"github.com/plughost/plughost/sdk/backoff"
@@ -68,15 +69,31 @@ type Options struct {
 }
 
 // Conn is a snapshot of a ready plugin that the ingress sends requests to.
+// It belongs to one plugin process: a restarted plugin gets a new Conn.
 type Conn struct {
 	RPC pluginv1.PluginClient
 	// aborted is set when the supervisor killed this process at a drain
 	// deadline, so the ingress can count the requests that failed.
 	aborted *atomic.Bool
+	// exchange carries Handle's requests; closed once the process is gone.
+	exchange *exchange.Pool
+}
+
+func newConn(rpc pluginv1.PluginClient) *Conn {
+	return &Conn{RPC: rpc, aborted: &atomic.Bool{}, exchange: exchange.New(rpc)}
 }
 
 // Aborted reports whether the process was killed at a drain deadline.
 func (c *Conn) Aborted() bool { return c.aborted.Load() }
+
+// Handle serves one request on an ordinary (non-streaming) route. It
+// answers as RPC.Handle does, with the response or a gRPC status error,
+// but sends the request over the process's shared Exchange streams (see
+// package exchange), or as a Handle call to a plugin built before them.
+// Once the process is gone it fails with Unavailable.
+func (c *Conn) Handle(ctx context.Context, req *pluginv1.HTTPRequest) (*pluginv1.HTTPResponse, error) {
+	return c.exchange.Handle(ctx, req)
+}
 
 // Status is a plugin's status for /readyz and /v1/plugins.
 type Status struct {
@@ -329,23 +346,25 @@ func (p *Plugin) run(ctx context.Context) {
 		if err == nil {
 			p.logger.Info("plugin ready", "pid", inst.Pid(), "version", inst.Manifest().GetVersion())
 			var cmd *command
-			reason, cmd = p.serve(ctx, inst, &bo)
+			conn := newConn(inst.RPC())
+			reason, cmd = p.serve(ctx, inst, conn, &bo)
 			if cmd != nil {
 				switch cmd.kind {
 				case cmdStop:
-					p.drainAndKill(inst, cmd.deadline)
+					p.drainAndKill(inst, conn, cmd.deadline)
 					p.setState(StateStopped, nil)
 					return
 				case cmdRestart:
 					// An operator's restart is counted, but not against
 					// max_restarts: that budget is for crashes.
-					p.drainAndKill(inst, cmd.deadline)
+					p.drainAndKill(inst, conn, cmd.deadline)
 					p.countRestart(false)
 					bo.Reset()
 					continue
 				}
 			}
 			inst.Kill()
+			conn.exchange.Close()
 			p.mu.Lock()
 			p.inst, p.conn = nil, nil
 			p.mu.Unlock()
@@ -500,9 +519,8 @@ func (p *Plugin) clearInst() {
 
 // serve keeps a ready plugin: it health-checks it and waits for it to exit
 // or for a command. It returns why the plugin went down, or the command.
-func (p *Plugin) serve(ctx context.Context, inst *catalog.Instance, bo *backoff.Backoff) (error, *command) {
+func (p *Plugin) serve(ctx context.Context, inst *catalog.Instance, conn *Conn, bo *backoff.Backoff) (error, *command) {
 	pol := p.opts.Policy
-	conn := &Conn{RPC: inst.RPC(), aborted: &atomic.Bool{}}
 	p.mu.Lock()
 	p.conn = conn
 	p.mu.Unlock()
@@ -563,31 +581,25 @@ func (p *Plugin) check(ctx context.Context, inst *catalog.Instance) (string, err
 
 // drainAndKill asks the plugin to drain until deadline, then ends it: at
 // once when nothing was left in flight, by SIGKILL when the deadline
-// passed with requests still running.
-func (p *Plugin) drainAndKill(inst *catalog.Instance, deadline time.Time) {
+// passed with requests still running. Then it closes conn.
+func (p *Plugin) drainAndKill(inst *catalog.Instance, conn *Conn, deadline time.Time) {
 	p.setState(StateDraining, nil)
-	p.mu.Lock()
-	conn := p.conn
-	p.mu.Unlock()
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
 	resp, err := inst.RPC().Drain(ctx, &pluginv1.DrainRequest{DeadlineUnixNano: deadline.UnixNano()})
 	switch {
 	case err != nil:
 		p.logger.Warn("drain did not finish; killing plugin", "error", err)
-		if conn != nil {
-			conn.aborted.Store(true)
-		}
+		conn.aborted.Store(true)
 		inst.ForceKill()
 	case resp.GetAbandoned() > 0:
 		p.logger.Warn("drain deadline passed; killing plugin", "completed", resp.GetCompleted(), "abandoned", resp.GetAbandoned())
-		if conn != nil {
-			conn.aborted.Store(true)
-		}
+		conn.aborted.Store(true)
 		inst.ForceKill()
 	default:
 		p.logger.Info("plugin drained", "completed", resp.GetCompleted())
 		inst.Kill()
 	}
+	conn.exchange.Close()
 	p.clearInst()
 }
