@@ -405,7 +405,7 @@ func (c *conformance) malformed(t *testing.T, m *pluginv1.DescribeResponse) {
 	conn := p.Conn()
 	for _, pr := range probes {
 		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
-		code, err := call(ctx, conn.RPC, pr.req)
+		code, err := call(ctx, conn, pr.req)
 		timedOut := ctx.Err() != nil
 		cancel()
 		switch {
@@ -441,12 +441,13 @@ func concretePath(pattern string) string {
 	return strings.Join(segs, "/")
 }
 
-// call sends req with Handle, or HandleStream when its pattern is marked
-// as streaming, and returns the status.
-func call(ctx context.Context, rpc pluginv1.PluginClient, req *pluginv1.HTTPRequest) (int, error) {
+// call sends req the way the host's ingress does (conn.Handle, which
+// multiplexes over Exchange), or with HandleStream when its pattern is
+// marked as streaming, and returns the status.
+func call(ctx context.Context, conn *supervisor.Conn, req *pluginv1.HTTPRequest) (int, error) {
 	if pat, ok := strings.CutPrefix(req.GetPattern(), "stream:"); ok {
 		req.Pattern = pat
-		s, err := rpc.HandleStream(ctx, req)
+		s, err := conn.RPC.HandleStream(ctx, req)
 		if err != nil {
 			return 0, err
 		}
@@ -456,7 +457,7 @@ func call(ctx context.Context, rpc pluginv1.PluginClient, req *pluginv1.HTTPRequ
 		}
 		return int(first.GetStatus()), nil
 	}
-	resp, err := rpc.Handle(ctx, req)
+	resp, err := conn.Handle(ctx, req)
 	if err != nil {
 		return 0, err
 	}
@@ -482,7 +483,8 @@ func (c *conformance) drain(t *testing.T) {
 // not arrived when the drain began, so the check must be repeated.
 func (c *conformance) drainOnce(t *testing.T, headStart time.Duration) bool {
 	p := c.ready(t)
-	rpc := p.Conn().RPC
+	conn := p.Conn()
+	rpc := conn.RPC
 	type result struct {
 		code int
 		err  error
@@ -497,7 +499,7 @@ func (c *conformance) drainOnce(t *testing.T, headStart time.Duration) bool {
 		go func() {
 			ctx, cancel := context.WithTimeout(context.Background(), c.drainDeadline+5*time.Second)
 			defer cancel()
-			code, err := call(ctx, rpc, req)
+			code, err := call(ctx, conn, req)
 			inflight <- result{code, err}
 		}()
 		// Give the request a head start; whether it got there is read
@@ -547,7 +549,7 @@ func (c *conformance) drainOnce(t *testing.T, headStart time.Duration) bool {
 	}
 	hctx, hcancel := context.WithTimeout(t.Context(), 5*time.Second)
 	defer hcancel()
-	out, err := rpc.Handle(hctx, probe)
+	out, err := conn.Handle(hctx, probe)
 	switch {
 	case err != nil:
 		t.Errorf("a request after Drain failed: %v; a good plugin answers 503 with Retry-After", err)
