@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,17 +9,17 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"runtime"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/plughost/plughost/host/internal/testbin"
 )
 
 // bin is the directory TestMain builds the plugin binaries into.
@@ -29,68 +28,17 @@ var bin string
 func TestMain(m *testing.M) {
 	// os/signal starts one goroutine on the first signal.Notify, in serve,
 	// and keeps it for the life of the process.
-	goleak.VerifyTestMain(buildFirst{m}, goleak.IgnoreAnyFunction("os/signal.loop"))
-}
-
-// buildFirst builds the plugins before the tests run and removes them after.
-type buildFirst struct{ m *testing.M }
-
-func (b buildFirst) Run() int {
-	dir, err := os.MkdirTemp("", "plughost-main-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "main test:", err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	if err := buildPlugins(dir,
+	goleak.VerifyTestMain(testbin.BuildFirst(m, "main", &bin,
 		"./plugins/hello",
 		"./host/e2e/testdata/plugins/crasher",
 		"./host/e2e/testdata/plugins/badproto",
-	); err != nil {
-		fmt.Fprintln(os.Stderr, "main test: build plugins:", err)
-		return 1
-	}
-	bin = dir
-	return b.m.Run()
-}
-
-// buildPlugins builds each package (a path relative to the module root)
-// into dir, named after its last path element.
-func buildPlugins(dir string, pkgs ...string) error {
-	gomod, err := exec.Command("go", "env", "GOMOD").Output()
-	if err != nil {
-		return fmt.Errorf("go env GOMOD: %w", err)
-	}
-	cmd := exec.Command("go", append([]string{"build", "-o", dir + string(filepath.Separator)}, pkgs...)...)
-	cmd.Dir = filepath.Dir(strings.TrimSpace(string(gomod)))
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("go build: %w\n%s", err, out)
-	}
-	return nil
-}
-
-// syncBuffer is an output safe for the host's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	), goleak.IgnoreAnyFunction("os/signal.loop"))
 }
 
 // runCmd runs the command line in-process and returns its outputs.
 func runCmd(t *testing.T, args ...string) (stdout, stderr string, err error) {
 	t.Helper()
-	var out, errOut syncBuffer
+	var out, errOut testbin.SyncBuffer
 	err = run(t.Context(), args, &out, &errOut)
 	return out.String(), errOut.String(), err
 }
@@ -313,7 +261,7 @@ func TestValidateBad(t *testing.T) {
 type logRecord map[string]any
 
 // waitLog polls the JSON log for a record with this message.
-func waitLog(t *testing.T, log *syncBuffer, done <-chan struct{}, msg string) logRecord {
+func waitLog(t *testing.T, log *testbin.SyncBuffer, done <-chan struct{}, msg string) logRecord {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {
@@ -349,7 +297,7 @@ plugin "hello" {
   }
 }
 `)
-	var stdout, stderr syncBuffer
+	var stdout, stderr testbin.SyncBuffer
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("host log:\n%s", stderr.String())

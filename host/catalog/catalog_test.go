@@ -10,12 +10,10 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -26,6 +24,7 @@ import (
 	"google.golang.org/protobuf/testing/protocmp"
 
 	"github.com/plughost/plughost/host/catalog"
+	"github.com/plughost/plughost/host/internal/testbin"
 	pluginv1 "github.com/plughost/plughost/proto/pluginv1"
 )
 
@@ -33,70 +32,19 @@ import (
 var bin string
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(buildFirst{m})
-}
-
-// buildFirst builds the plugins before the tests run and removes them after.
-type buildFirst struct{ m *testing.M }
-
-func (b buildFirst) Run() int {
-	dir, err := os.MkdirTemp("", "plughost-catalog-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "catalog test:", err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	if err := buildPlugins(dir,
+	goleak.VerifyTestMain(testbin.BuildFirst(m, "catalog", &bin,
 		"./plugins/hello",
 		"./host/e2e/testdata/plugins/crasher",
 		"./host/e2e/testdata/plugins/badproto",
 		"./host/catalog/testdata/envdump",
-	); err != nil {
-		fmt.Fprintln(os.Stderr, "catalog test: build plugins:", err)
-		return 1
-	}
-	bin = dir
-	return b.m.Run()
-}
-
-// buildPlugins builds each package (a path relative to the module root)
-// into dir, named after its last path element.
-func buildPlugins(dir string, pkgs ...string) error {
-	gomod, err := exec.Command("go", "env", "GOMOD").Output()
-	if err != nil {
-		return fmt.Errorf("go env GOMOD: %w", err)
-	}
-	cmd := exec.Command("go", append([]string{"build", "-o", dir + string(filepath.Separator)}, pkgs...)...)
-	cmd.Dir = filepath.Dir(strings.TrimSpace(string(gomod)))
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("go build: %w\n%s", err, out)
-	}
-	return nil
-}
-
-// syncBuffer is a log sink safe for the plugin's stdio goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	))
 }
 
 // testLogger returns a logger writing to a buffer that is printed when the
 // test fails.
-func testLogger(t *testing.T) (hclog.Logger, *syncBuffer) {
+func testLogger(t *testing.T) (hclog.Logger, *testbin.SyncBuffer) {
 	t.Helper()
-	buf := &syncBuffer{}
+	buf := &testbin.SyncBuffer{}
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("plugin log:\n%s", buf.String())

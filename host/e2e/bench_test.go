@@ -25,6 +25,8 @@ import (
 
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+
+	"github.com/plughost/plughost/host/internal/testbin"
 )
 
 // The benchmark's knobs. Absolute figures on the CI machine are noisy, so
@@ -240,7 +242,7 @@ plugin "hello" {
 // logs at info, since per-request debug logging would be measured too.
 type benchHost struct {
 	cmd     *exec.Cmd
-	log     *syncBuffer
+	log     *testbin.SyncBuffer
 	ingress string // base URL
 	admin   string // base URL
 }
@@ -255,7 +257,7 @@ func startBenchHost(tb testing.TB, cfg string) *benchHost {
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		tb.Fatal(err)
 	}
-	h := &benchHost{log: &syncBuffer{}}
+	h := &benchHost{log: &testbin.SyncBuffer{}}
 	h.cmd = exec.Command(filepath.Join(bins.dir, "plughost"), "run", "-config", path, "-log-level", "info")
 	h.cmd.Stdout = h.log
 	h.cmd.Stderr = h.log

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -15,10 +14,11 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/plughost/plughost/host/internal/testbin"
 )
 
 // bins holds the binaries TestMain built.
@@ -83,31 +83,13 @@ func build(dir string) error {
 	return nil
 }
 
-// syncBuffer is a goroutine-safe log sink.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // hostProc is a running plughost process.
 type hostProc struct {
 	t       *testing.T
 	cmd     *exec.Cmd
 	cfgPath string
 	dir     string
-	log     *syncBuffer
+	log     *testbin.SyncBuffer
 	ingress string // base URL
 	admin   string // base URL
 	exited  chan struct{}
@@ -176,7 +158,7 @@ func launchHost(t *testing.T, cfg string, args ...string) *hostProc {
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	h := &hostProc{t: t, cfgPath: path, dir: dir, log: &syncBuffer{}, exited: make(chan struct{})}
+	h := &hostProc{t: t, cfgPath: path, dir: dir, log: &testbin.SyncBuffer{}, exited: make(chan struct{})}
 	h.cmd = exec.Command(filepath.Join(bins.dir, "plughost"), append([]string{"run", "-config", path, "-log-level", "debug"}, args...)...)
 	h.cmd.Stdout = h.log
 	h.cmd.Stderr = h.log

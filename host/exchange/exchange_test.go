@@ -5,10 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -25,6 +22,7 @@ import (
 
 	"github.com/plughost/plughost/host/catalog"
 	"github.com/plughost/plughost/host/exchange"
+	"github.com/plughost/plughost/host/internal/testbin"
 	pluginv1 "github.com/plughost/plughost/proto/pluginv1"
 )
 
@@ -32,37 +30,12 @@ import (
 var bin string
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(buildFirst{m})
-}
-
-// buildFirst builds the plugins before the tests run and removes them after.
-type buildFirst struct{ m *testing.M }
-
-func (b buildFirst) Run() int {
-	dir, err := os.MkdirTemp("", "plughost-exchange-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "exchange test:", err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	gomod, err := exec.Command("go", "env", "GOMOD").Output()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "exchange test: go env GOMOD:", err)
-		return 1
-	}
-	cmd := exec.Command("go", "build", "-o", dir+string(filepath.Separator),
+	goleak.VerifyTestMain(testbin.BuildFirst(m, "exchange", &bin,
 		"./plugins/hello",
 		"./host/e2e/testdata/plugins/caller",
 		"./host/e2e/testdata/plugins/faulty",
 		"./host/exchange/testdata/legacy",
-	)
-	cmd.Dir = filepath.Dir(strings.TrimSpace(string(gomod)))
-	if out, err := cmd.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "exchange test: build plugins: %v\n%s", err, out)
-		return 1
-	}
-	bin = dir
-	return b.m.Run()
+	))
 }
 
 // handleCounter is a plugin's real client that counts Handle calls, so a

@@ -1,15 +1,11 @@
 package ingress_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -25,6 +21,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/plughost/plughost/host/ingress"
+	"github.com/plughost/plughost/host/internal/testbin"
 	"github.com/plughost/plughost/host/metrics"
 	"github.com/plughost/plughost/host/supervisor"
 	pluginv1 "github.com/plughost/plughost/proto/pluginv1"
@@ -34,64 +31,13 @@ import (
 var bin string
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(buildFirst{m})
-}
-
-// buildFirst builds the plugins before the tests run and removes them after.
-type buildFirst struct{ m *testing.M }
-
-func (b buildFirst) Run() int {
-	dir, err := os.MkdirTemp("", "plughost-ingress-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "ingress test:", err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	if err := buildPlugins(dir,
+	goleak.VerifyTestMain(testbin.BuildFirst(m, "ingress", &bin,
 		"./plugins/hello",
 		"./host/e2e/testdata/plugins/crasher",
 		"./host/e2e/testdata/plugins/faulty",
 		"./host/e2e/testdata/plugins/caller",
 		"./host/exchange/testdata/legacy",
-	); err != nil {
-		fmt.Fprintln(os.Stderr, "ingress test: build plugins:", err)
-		return 1
-	}
-	bin = dir
-	return b.m.Run()
-}
-
-// buildPlugins builds each package (a path relative to the module root)
-// into dir, named after its last path element.
-func buildPlugins(dir string, pkgs ...string) error {
-	gomod, err := exec.Command("go", "env", "GOMOD").Output()
-	if err != nil {
-		return fmt.Errorf("go env GOMOD: %w", err)
-	}
-	cmd := exec.Command("go", append([]string{"build", "-o", dir + string(filepath.Separator)}, pkgs...)...)
-	cmd.Dir = filepath.Dir(strings.TrimSpace(string(gomod)))
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("go build: %w\n%s", err, out)
-	}
-	return nil
-}
-
-// syncBuffer is a log sink safe for concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	))
 }
 
 // fixture is an Ingress in front of real supervised plugins, served over
@@ -142,7 +88,7 @@ var defaultLimits = ingress.Limits{MaxBodyBytes: 1 << 20, RequestTimeout: 30 * t
 // the test ends. It waits until the plugins that can start are ready.
 func newFixture(t *testing.T, limits ingress.Limits, specs ...pluginSpec) *fixture {
 	t.Helper()
-	log := &syncBuffer{}
+	log := &testbin.SyncBuffer{}
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("host log:\n%s", log.String())

@@ -1,12 +1,10 @@
 package supervisor_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -24,6 +22,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/plughost/plughost/host/catalog"
+	"github.com/plughost/plughost/host/internal/testbin"
 	"github.com/plughost/plughost/host/metrics"
 	"github.com/plughost/plughost/host/supervisor"
 	pluginv1 "github.com/plughost/plughost/proto/pluginv1"
@@ -33,62 +32,11 @@ import (
 var bin string
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(buildFirst{m})
-}
-
-// buildFirst builds the plugins before the tests run and removes them after.
-type buildFirst struct{ m *testing.M }
-
-func (b buildFirst) Run() int {
-	dir, err := os.MkdirTemp("", "plughost-supervisor-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "supervisor test:", err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	if err := buildPlugins(dir,
+	goleak.VerifyTestMain(testbin.BuildFirst(m, "supervisor", &bin,
 		"./plugins/hello",
 		"./host/e2e/testdata/plugins/crasher",
 		"./host/e2e/testdata/plugins/faulty",
-	); err != nil {
-		fmt.Fprintln(os.Stderr, "supervisor test: build plugins:", err)
-		return 1
-	}
-	bin = dir
-	return b.m.Run()
-}
-
-// buildPlugins builds each package (a path relative to the module root)
-// into dir, named after its last path element.
-func buildPlugins(dir string, pkgs ...string) error {
-	gomod, err := exec.Command("go", "env", "GOMOD").Output()
-	if err != nil {
-		return fmt.Errorf("go env GOMOD: %w", err)
-	}
-	cmd := exec.Command("go", append([]string{"build", "-o", dir + string(filepath.Separator)}, pkgs...)...)
-	cmd.Dir = filepath.Dir(strings.TrimSpace(string(gomod)))
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("go build: %w\n%s", err, out)
-	}
-	return nil
-}
-
-// syncBuffer is a log sink safe for concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	))
 }
 
 // recorder remembers the states a plugin passed through, as OnChange saw
@@ -135,7 +83,7 @@ type fixture struct {
 	p       *supervisor.Plugin
 	rec     *recorder
 	metrics *metrics.Host
-	log     *syncBuffer
+	log     *testbin.SyncBuffer
 }
 
 // testPolicy restarts fast and health-checks gently, so that a loaded
@@ -177,9 +125,9 @@ func helloSpec(t *testing.T) supervisor.Spec {
 	return spec(t, "hello", "hello", `{"greeting":"hi"}`)
 }
 
-func options(t *testing.T, pol supervisor.Policy) (supervisor.Options, *recorder, *syncBuffer) {
+func options(t *testing.T, pol supervisor.Policy) (supervisor.Options, *recorder, *testbin.SyncBuffer) {
 	t.Helper()
-	log := &syncBuffer{}
+	log := &testbin.SyncBuffer{}
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("supervisor log:\n%s", log.String())
