@@ -412,6 +412,33 @@ func measureRound(ctx context.Context, l *loader, d time.Duration, cpu func() ti
 // loader drives closed-loop load at one URL: conns connections, each
 // sending its next request as soon as the last one is answered. It keeps
 // its connections between rounds; call close when done.
+// worker is one load-generating connection's record.
+type worker struct {
+	lat      []time.Duration
+	last     time.Time
+	errors   int
+	firstErr error
+}
+
+// add merges one round's workers into r; a nil r (warm-up) keeps nothing.
+func (r *loadResult) add(start time.Time, workers []worker) {
+	if r == nil {
+		return
+	}
+	last := start
+	for _, w := range workers {
+		r.lat = append(r.lat, w.lat...)
+		r.errors += w.errors
+		if r.firstErr == nil {
+			r.firstErr = w.firstErr
+		}
+		if w.last.After(last) {
+			last = w.last
+		}
+	}
+	r.elapsed += last.Sub(start)
+}
+
 type loader struct {
 	url   string
 	conns int
@@ -442,12 +469,6 @@ func (l *loader) run(ctx context.Context, d time.Duration, into *loadResult) {
 	ctx, cancel := context.WithDeadline(ctx, end.Add(15*time.Second))
 	defer cancel()
 
-	type worker struct {
-		lat      []time.Duration
-		last     time.Time
-		errors   int
-		firstErr error
-	}
 	workers := make([]worker, l.conns)
 	var wg sync.WaitGroup
 	for i := range workers {
@@ -474,21 +495,7 @@ func (l *loader) run(ctx context.Context, d time.Duration, into *loadResult) {
 		})
 	}
 	wg.Wait()
-	if into == nil {
-		return
-	}
-	last := start
-	for _, w := range workers {
-		into.lat = append(into.lat, w.lat...)
-		into.errors += w.errors
-		if into.firstErr == nil {
-			into.firstErr = w.firstErr
-		}
-		if w.last.After(last) {
-			last = w.last
-		}
-	}
-	into.elapsed += last.Sub(start)
+	into.add(start, workers)
 }
 
 // fetch sends one GET and reads the whole answer, which must be a 200.
@@ -820,12 +827,6 @@ func (l *transferLoader) run(ctx context.Context, d time.Duration, into *loadRes
 	ctx, cancel := context.WithDeadline(ctx, end.Add(15*time.Second))
 	defer cancel()
 
-	type worker struct {
-		lat      []time.Duration
-		last     time.Time
-		errors   int
-		firstErr error
-	}
 	workers := make([]worker, len(l.clients))
 	var wg sync.WaitGroup
 	for i := range workers {
@@ -854,21 +855,7 @@ func (l *transferLoader) run(ctx context.Context, d time.Duration, into *loadRes
 		})
 	}
 	wg.Wait()
-	if into == nil {
-		return
-	}
-	last := start
-	for _, w := range workers {
-		into.lat = append(into.lat, w.lat...)
-		into.errors += w.errors
-		if into.firstErr == nil {
-			into.firstErr = w.firstErr
-		}
-		if w.last.After(last) {
-			last = w.last
-		}
-	}
-	into.elapsed += last.Sub(start)
+	into.add(start, workers)
 }
 
 // errTransfer is a transfer answer that is neither a 200 nor worth a
