@@ -8,7 +8,6 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -207,43 +206,6 @@ func eventually(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("%s: not within 10s", what)
 		}
 		time.Sleep(5 * time.Millisecond) // polling interval, not a stand-in for the condition
-	}
-}
-
-// gateFaults is a fake fault set that holds every commit at the fault
-// point until the test opens it: sdk.Faults can delay a commit only for a
-// fixed time, and these tests must know that a commit is held.
-type gateFaults struct {
-	entered chan struct{}
-	open    chan struct{}
-	once    sync.Once
-}
-
-func newGate() *gateFaults {
-	return &gateFaults{entered: make(chan struct{}, 1024), open: make(chan struct{})}
-}
-
-func (g *gateFaults) Inject(ctx context.Context, _ string) error {
-	select {
-	case g.entered <- struct{}{}:
-	default:
-	}
-	select {
-	case <-g.open:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-func (g *gateFaults) Open() { g.once.Do(func() { close(g.open) }) }
-
-func (g *gateFaults) waitEntered(t *testing.T) {
-	t.Helper()
-	select {
-	case <-g.entered:
-	case <-time.After(10 * time.Second):
-		t.Fatal("no commit reached the fault point within 10s")
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/plughost/plughost/plugins/wallet/internal/committer"
+	"github.com/plughost/plughost/plugins/wallet/internal/wallettest"
 	"github.com/plughost/plughost/sdk"
 	"github.com/plughost/plughost/sdk/plugintest"
 )
@@ -233,11 +234,11 @@ func TestInsufficientFundsRecorded(t *testing.T) {
 }
 
 func TestConcurrentDuplicate(t *testing.T) {
-	gate := newGate()
+	gate := wallettest.NewGate()
 	tw := start(t, `commit_timeout = "1m"`, gate, "")
 	const body = `{"to":"alice","amount":7}`
 	first := async(func() response { return tw.post("/v1/issue", "dup", body) })
-	gate.waitEntered(t) // the first is being committed
+	gate.WaitEntered(t) // the first is being committed
 	const dups = 8
 	var chans []<-chan response
 	for range dups {
@@ -301,14 +302,14 @@ func TestReplayAfterRestart(t *testing.T) {
 }
 
 func TestQueueFull(t *testing.T) {
-	gate := newGate()
+	gate := wallettest.NewGate()
 	tw := start(t, `
 queue_capacity = 1
 committers = 1
 max_batch = 1
 commit_timeout = "1m"`, gate, "")
 	held := async(func() response { return tw.post("/v1/issue", "a", `{"to":"x","amount":1}`) })
-	gate.waitEntered(t)
+	gate.WaitEntered(t)
 	queued := async(func() response { return tw.post("/v1/issue", "b", `{"to":"x","amount":1}`) })
 	eventually(t, "the second POST is queued", func() bool { return tw.metric(`queue_depth{queue="commit"}`) == 1 })
 
@@ -400,7 +401,7 @@ breaker {
 }
 
 func TestDrainFinishesQueued(t *testing.T) {
-	gate := newGate()
+	gate := wallettest.NewGate()
 	tw := start(t, "committers = 1\ncommit_timeout = \"1m\"", gate, "")
 	var posts []<-chan response
 	for i := range 5 {
@@ -408,7 +409,7 @@ func TestDrainFinishesQueued(t *testing.T) {
 			return tw.post("/v1/issue", fmt.Sprintf("k%d", i), `{"to":"x","amount":1}`)
 		}))
 		if i == 0 {
-			gate.waitEntered(t)
+			gate.WaitEntered(t)
 		}
 	}
 	eventually(t, "four POSTs are queued", func() bool { return tw.metric(`queue_depth{queue="commit"}`) == 4 })
@@ -442,7 +443,7 @@ func TestDrainFinishesQueued(t *testing.T) {
 }
 
 func TestDrainAbortsAtDeadline(t *testing.T) {
-	gate := newGate() // never opened: the ledger is stuck
+	gate := wallettest.NewGate() // never opened: the ledger is stuck
 	tw := start(t, "committers = 1\ncommit_timeout = \"1m\"", gate, "")
 	var posts []<-chan response
 	for i := range 3 {
@@ -450,7 +451,7 @@ func TestDrainAbortsAtDeadline(t *testing.T) {
 			return tw.post("/v1/issue", fmt.Sprintf("k%d", i), `{"to":"x","amount":1}`)
 		}))
 		if i == 0 {
-			gate.waitEntered(t)
+			gate.WaitEntered(t)
 		}
 	}
 	eventually(t, "two POSTs are queued", func() bool { return tw.metric(`queue_depth{queue="commit"}`) == 2 })
@@ -561,11 +562,11 @@ func TestEvents(t *testing.T) {
 }
 
 func TestEventsLagged(t *testing.T) {
-	gate := newGate()
+	gate := wallettest.NewGate()
 	tw := start(t, "events_buffer = 1\ncommitters = 1\ncommit_timeout = \"1m\"", gate, "")
 	s, _ := subscribe(t, tw)
 	first := async(func() response { return tw.post("/v1/issue", "k0", `{"to":"x","amount":1}`) })
-	gate.waitEntered(t)
+	gate.WaitEntered(t)
 	var posts []<-chan response
 	for i := 1; i <= 5; i++ {
 		posts = append(posts, async(func() response {

@@ -15,50 +15,13 @@ import (
 
 	"github.com/plughost/plughost/plugins/wallet/internal/committer"
 	"github.com/plughost/plughost/plugins/wallet/internal/ledger"
+	"github.com/plughost/plughost/plugins/wallet/internal/wallettest"
 	"github.com/plughost/plughost/sdk"
 	"github.com/plughost/plughost/sdk/breaker"
 )
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
-}
-
-// gateFaults is a fake fault set that holds every commit at the fault
-// point until the test opens it. sdk.Faults can only delay for a fixed
-// time; tests that must know a commit is held use this instead.
-type gateFaults struct {
-	entered chan struct{} // receives once per held commit
-	open    chan struct{}
-	once    sync.Once
-}
-
-func newGate() *gateFaults {
-	return &gateFaults{entered: make(chan struct{}, 1024), open: make(chan struct{})}
-}
-
-func (g *gateFaults) Inject(ctx context.Context, _ string) error {
-	select {
-	case g.entered <- struct{}{}:
-	default:
-	}
-	select {
-	case <-g.open:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-func (g *gateFaults) Open() { g.once.Do(func() { close(g.open) }) }
-
-// waitEntered waits until a commit is held at the gate.
-func (g *gateFaults) waitEntered(t *testing.T) {
-	t.Helper()
-	select {
-	case <-g.entered:
-	case <-time.After(10 * time.Second):
-		t.Fatal("no commit reached the fault point within 10s")
-	}
 }
 
 type fixture struct {
@@ -179,10 +142,10 @@ func transfer(from, to string, amount, nonce uint64) ledger.Op {
 }
 
 func TestGroupCommit(t *testing.T) {
-	gate := newGate()
+	gate := wallettest.NewGate()
 	f := newFixture(t, committer.Options{Committers: 1, MaxBatch: 64, Faults: gate})
 	first := f.mustSubmit(t, issue("a", 1))
-	gate.waitEntered(t)
+	gate.WaitEntered(t)
 	// While the first group is held, these queue up; they all fit in the
 	// next group, so they share one transaction.
 	var chans []<-chan outcome
@@ -275,10 +238,10 @@ func TestAnnounceInSeqOrder(t *testing.T) {
 }
 
 func TestQueueFullIsBusy(t *testing.T) {
-	gate := newGate()
+	gate := wallettest.NewGate()
 	f := newFixture(t, committer.Options{Committers: 1, MaxBatch: 1, QueueCapacity: 2, Faults: gate})
 	held := f.mustSubmit(t, issue("a", 1))
-	gate.waitEntered(t) // dequeued and held: the queue is empty again
+	gate.WaitEntered(t) // dequeued and held: the queue is empty again
 	q1, q2 := f.mustSubmit(t, issue("a", 1)), f.mustSubmit(t, issue("a", 1))
 	if _, err := f.submit(t, issue("a", 1)); !errors.Is(err, committer.ErrBusy) {
 		t.Fatalf("Submit to a full queue = %v, want ErrBusy", err)
@@ -393,13 +356,13 @@ func TestBreaker(t *testing.T) {
 }
 
 func TestCloseFinishesQueued(t *testing.T) {
-	gate := newGate()
+	gate := wallettest.NewGate()
 	f := newFixture(t, committer.Options{Committers: 2, MaxBatch: 2, Faults: gate})
 	var chans []<-chan outcome
 	for range 10 {
 		chans = append(chans, f.mustSubmit(t, issue("a", 1)))
 	}
-	gate.waitEntered(t)
+	gate.WaitEntered(t)
 	done := make(chan error, 1)
 	go func() { done <- f.c.Close(context.Background()) }()
 	// Intake is closed at once…
@@ -430,13 +393,13 @@ func TestCloseFinishesQueued(t *testing.T) {
 }
 
 func TestCloseAbortsAtDeadline(t *testing.T) {
-	gate := newGate() // never opened
+	gate := wallettest.NewGate() // never opened
 	f := newFixture(t, committer.Options{Committers: 1, MaxBatch: 2, Faults: gate})
 	var chans []<-chan outcome
 	for range 5 {
 		chans = append(chans, f.mustSubmit(t, issue("a", 1)))
 	}
-	gate.waitEntered(t)
+	gate.WaitEntered(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
 	defer cancel()
 	if err := f.c.Close(ctx); err == nil {

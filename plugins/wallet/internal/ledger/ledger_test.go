@@ -12,28 +12,11 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/plughost/plughost/plugins/wallet/internal/ledger"
+	"github.com/plughost/plughost/plugins/wallet/internal/wallettest"
 )
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
-}
-
-// clock is a settable time source for expiry tests.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
 }
 
 func open(t *testing.T, path string, opts ledger.Options) *ledger.Ledger {
@@ -396,7 +379,7 @@ func TestTxIDRoundTrip(t *testing.T) {
 }
 
 func TestIdempotencyRecords(t *testing.T) {
-	clk := &clock{now: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)}
+	clk := wallettest.NewClock(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC))
 	l := open(t, filepath.Join(t.TempDir(), "wallet.db"), ledger.Options{IdempotencyTTL: time.Hour, Now: clk.Now})
 	fp := [32]byte{1}
 	withKey := func(op ledger.Op, key string) ledger.Op {
@@ -492,7 +475,7 @@ func TestRecordAtomicWithCommit(t *testing.T) {
 }
 
 func TestSweep(t *testing.T) {
-	clk := &clock{now: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)}
+	clk := wallettest.NewClock(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC))
 	l := open(t, filepath.Join(t.TempDir(), "wallet.db"), ledger.Options{IdempotencyTTL: time.Minute, Now: clk.Now})
 	for i := range 5 {
 		op := issue("a", 1)

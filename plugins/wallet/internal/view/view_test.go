@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
@@ -12,27 +11,11 @@ import (
 
 	"github.com/plughost/plughost/plugins/wallet/internal/ledger"
 	"github.com/plughost/plughost/plugins/wallet/internal/view"
+	"github.com/plughost/plughost/plugins/wallet/internal/wallettest"
 )
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
-}
-
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
 }
 
 func newLedger(t *testing.T) *ledger.Ledger {
@@ -67,7 +50,7 @@ func balance(t *testing.T, v *view.View, id string) view.Account {
 
 func TestStalenessWindow(t *testing.T) {
 	l := newLedger(t)
-	clk := &clock{now: time.Unix(1000, 0)}
+	clk := wallettest.NewClock(time.Unix(1000, 0))
 	v := view.New(view.Options{Source: l, Window: 250 * time.Millisecond, Now: clk.Now}, l.Seq())
 	issue(t, l, "a", 5)
 	first := balance(t, v, "a")
@@ -88,7 +71,7 @@ func TestStalenessWindow(t *testing.T) {
 
 func TestAdvanceDropsTouched(t *testing.T) {
 	l := newLedger(t)
-	clk := &clock{now: time.Unix(1000, 0)}
+	clk := wallettest.NewClock(time.Unix(1000, 0))
 	v := view.New(view.Options{Source: l, Window: time.Hour, Now: clk.Now}, l.Seq())
 	issue(t, l, "a", 1)
 	issue(t, l, "b", 1)
