@@ -168,6 +168,7 @@ func TestMetricsExposition(t *testing.T) {
 		body []byte
 		err  error
 	}
+	sleeps, _ := h.metric(`hello_sleeps_total{plugin="hello"}`)
 	long := make(chan result, 1)
 	go func() {
 		resp, body, err := request(t, http.MethodGet, h.ingress+"/hello/sleep?ms=20000", nil, nil)
@@ -175,7 +176,9 @@ func TestMetricsExposition(t *testing.T) {
 	}()
 	waitFor(t, 10*time.Second, "the long request in flight", func() bool {
 		v, ok := h.metric(`plughost_inflight_requests{plugin="hello"}`)
-		return ok && v == 1
+		// At the plugin too, so the restart's drain cannot overtake it.
+		started, _ := h.metric(`hello_sleeps_total{plugin="hello"}`)
+		return ok && v == 1 && started == sleeps+1
 	})
 	resp, body := mustRequest(t, http.MethodGet, h.ingress+"/hello/", nil, nil)
 	checkJSONError(t, "GET /hello/ while the slot is taken", resp, body, http.StatusTooManyRequests, "busy")

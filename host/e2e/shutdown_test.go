@@ -21,7 +21,10 @@ func TestSIGTERMDrain(t *testing.T) {
 	go func() { long <- getOnce(lc, h.ingress+"/hello/sleep?ms=5000") }()
 	waitFor(t, 10*time.Second, "both requests to be in flight", func() bool {
 		v, ok := h.metric(`plughost_inflight_requests{plugin="hello"}`)
-		return ok && v == 2
+		// In flight at the host is not yet at the plugin; hello counts a
+		// sleep when it starts one, and a drain must not overtake them.
+		started, _ := h.metric(`hello_sleeps_total{plugin="hello"}`)
+		return ok && v == 2 && started == 2
 	})
 
 	signalled := time.Now()

@@ -16,9 +16,11 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/plughost/plughost/host/ingress"
 	"github.com/plughost/plughost/host/internal/testbin"
@@ -559,7 +561,10 @@ func TestPluginUnavailable(t *testing.T) {
 func TestDrainAborted(t *testing.T) {
 	f := newFixture(t, defaultLimits, hello())
 	_, held := f.background(t, "/hello/sleep?ms=60000")
-	waitFor(t, 30*time.Second, "the sleep request to be in flight", func() bool { return f.inflight("hello") == 1 })
+	// In flight at the host is not yet in flight at the plugin (the
+	// request may still be on the wire, and a drain that overtakes it
+	// answers "draining"); hello counts a sleep when it starts one.
+	waitFor(t, 30*time.Second, "the sleep request to reach hello", func() bool { return sleepsStarted(t, f.plugin("hello")) == 1 })
 
 	f.plugin("hello").Stop(time.Now().Add(300 * time.Millisecond))
 	r := receive(t, held, "the request abandoned at the drain deadline")
@@ -569,6 +574,25 @@ func TestDrainAborted(t *testing.T) {
 	if got := testutil.ToFloat64(f.m.DrainAborted.WithLabelValues("hello")); got != 1 {
 		t.Errorf("plughost_drain_aborted_total{plugin=hello} = %v, want 1", got)
 	}
+}
+
+// sleepsStarted reads hello_sleeps_total from the plugin's own metrics.
+func sleepsStarted(t *testing.T, p *supervisor.Plugin) float64 {
+	t.Helper()
+	raw, err := p.Families(t.Context())
+	if err != nil {
+		return 0
+	}
+	for _, b := range raw {
+		mf := &dto.MetricFamily{}
+		if err := proto.Unmarshal(b, mf); err != nil {
+			t.Fatalf("decode hello's metrics: %v", err)
+		}
+		if mf.GetName() == "hello_sleeps_total" && len(mf.GetMetric()) == 1 {
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	return 0
 }
 
 func TestStreaming(t *testing.T) {
