@@ -555,10 +555,13 @@ func TestEvents(t *testing.T) {
 		}
 	}
 	// A drain ends the stream.
-	go tw.drain(5 * time.Second)
+	// The drain is joined before the test returns: a Drain still in flight
+	// when the harness closes its connection would fail with Canceled.
+	drained := async(func() int64 { completed, _ := tw.drain(5 * time.Second); return completed })
 	if e, err := s.next(); err == nil {
 		t.Errorf("after drain the stream sent %+v, want it to end", e)
 	}
+	recv(t, drained)
 }
 
 func TestEventsLagged(t *testing.T) {
