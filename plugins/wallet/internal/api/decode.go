@@ -36,6 +36,8 @@ const (
 
 // request is a decoded POST body.
 type request interface {
+	// fields are its members, parsed into it.
+	fields() fields
 	op() ledger.Op
 }
 
@@ -98,25 +100,22 @@ type decoder func([]byte) (request, error)
 
 func decodeIssue(b []byte) (request, error) {
 	var r issueRequest
-	err := decodeBody(b, fields{
-		"to":     {required: true, parse: accountField(&r.To)},
-		"amount": {required: true, parse: amountField(&r.Amount)},
-	})
-	if err != nil {
+	if err := decodeBody(b, r.fields()); err != nil {
 		return nil, err
 	}
 	return &r, nil
 }
 
+func (r *issueRequest) fields() fields {
+	return fields{
+		{name: "to", required: true, parse: accountField(&r.To)},
+		{name: "amount", required: true, parse: amountField(&r.Amount)},
+	}
+}
+
 func decodeTransfer(b []byte) (request, error) {
 	var r transferRequest
-	err := decodeBody(b, fields{
-		"from":   {required: true, parse: accountField(&r.From)},
-		"to":     {required: true, parse: accountField(&r.To)},
-		"amount": {required: true, parse: amountField(&r.Amount)},
-		"nonce":  {required: true, parse: nonceField(&r.Nonce)},
-	})
-	if err != nil {
+	if err := decodeBody(b, r.fields()); err != nil {
 		return nil, err
 	}
 	if r.From == r.To {
@@ -125,27 +124,34 @@ func decodeTransfer(b []byte) (request, error) {
 	return &r, nil
 }
 
+func (r *transferRequest) fields() fields {
+	return fields{
+		{name: "from", required: true, parse: accountField(&r.From)},
+		{name: "to", required: true, parse: accountField(&r.To)},
+		{name: "amount", required: true, parse: amountField(&r.Amount)},
+		{name: "nonce", required: true, parse: nonceField(&r.Nonce)},
+	}
+}
+
 func decodeBurn(b []byte) (request, error) {
 	var r burnRequest
-	err := decodeBody(b, fields{
-		"from":   {required: true, parse: accountField(&r.From)},
-		"amount": {required: true, parse: amountField(&r.Amount)},
-		"nonce":  {required: true, parse: nonceField(&r.Nonce)},
-	})
-	if err != nil {
+	if err := decodeBody(b, r.fields()); err != nil {
 		return nil, err
 	}
 	return &r, nil
 }
 
+func (r *burnRequest) fields() fields {
+	return fields{
+		{name: "from", required: true, parse: accountField(&r.From)},
+		{name: "amount", required: true, parse: amountField(&r.Amount)},
+		{name: "nonce", required: true, parse: nonceField(&r.Nonce)},
+	}
+}
+
 func decodeBatch(b []byte) (request, error) {
 	var r batchRequest
-	err := decodeBody(b, fields{
-		"from":      {required: true, parse: accountField(&r.From)},
-		"nonce":     {required: true, parse: nonceField(&r.Nonce)},
-		"transfers": {required: true, parse: legsField(&r.Transfers)},
-	})
-	if err != nil {
+	if err := decodeBody(b, r.fields()); err != nil {
 		return nil, err
 	}
 	var sum, carry uint64
@@ -160,19 +166,53 @@ func decodeBatch(b []byte) (request, error) {
 	return &r, nil
 }
 
-// field is one member of a JSON object: whether it must be there and how
-// to parse its raw value.
+func (r *batchRequest) fields() fields {
+	return fields{
+		{name: "from", required: true, parse: accountField(&r.From)},
+		{name: "nonce", required: true, parse: nonceField(&r.Nonce)},
+		{name: "transfers", required: true, parse: legsField(&r.Transfers)},
+	}
+}
+
+// field is one member of a JSON object: its name, whether it must be
+// there and how to parse its raw value.
 type field struct {
+	name     string
 	required bool
 	parse    func(json.RawMessage) error
 }
 
-type fields map[string]field
+// fields are the members of one object; decodeFlat takes at most 64.
+type fields []field
+
+// lookup returns the index of the member called name, or -1.
+func (fs fields) lookup(name []byte) int {
+	for i := range fs {
+		if fs[i].name == string(name) {
+			return i
+		}
+	}
+	return -1
+}
 
 // decodeBody decodes a whole body as one JSON object with the given
 // members: it refuses invalid UTF-8, unknown and duplicate members,
 // missing required ones, and anything after the object.
+//
+// Almost every body is a flat object of plain strings and integers, which
+// decodeFlat takes in one pass; it gives up on anything else, refusals
+// included, and decodeStrict, the general decoder, then decides.
+// FuzzDecodeFlat checks that the two agree.
 func decodeBody(b []byte, fs fields) error {
+	if decodeFlat(b, fs) {
+		return nil
+	}
+	return decodeStrict(b, fs)
+}
+
+// decodeStrict is decodeBody for any input: it decides every body and
+// words every refusal.
+func decodeStrict(b []byte, fs fields) error {
 	if !utf8.Valid(b) {
 		// encoding/json would quietly turn bad bytes into U+FFFD.
 		return invalidf("body is not valid UTF-8")
@@ -187,6 +227,117 @@ func decodeBody(b []byte, fs fields) error {
 	return nil
 }
 
+// decodeFlat decodes b and reports true if it is one JSON object whose
+// members are all in fs, each at most once, with every required one
+// there, and whose values are strings of printable ASCII without escapes
+// or integers without sign, fraction, exponent or leading zero, each
+// accepted by its parse. It reports false for anything else, leaving the
+// decision and the wording of the error to decodeStrict, which parses
+// every field again.
+func decodeFlat(b []byte, fs fields) bool {
+	if len(fs) > 64 {
+		return false
+	}
+	var seen uint64
+	i := skipSpace(b, 0)
+	if i == len(b) || b[i] != '{' {
+		return false
+	}
+	i = skipSpace(b, i+1)
+	if i < len(b) && b[i] == '}' {
+		i++
+	} else {
+		for {
+			name, next, ok := plainString(b, i)
+			if !ok {
+				return false
+			}
+			f := fs.lookup(name[1 : len(name)-1])
+			if f < 0 || seen&(1<<f) != 0 {
+				return false
+			}
+			seen |= 1 << f
+			i = skipSpace(b, next)
+			if i == len(b) || b[i] != ':' {
+				return false
+			}
+			var raw []byte
+			if raw, i, ok = plainValue(b, skipSpace(b, i+1)); !ok || fs[f].parse(raw) != nil {
+				return false
+			}
+			i = skipSpace(b, i)
+			if i < len(b) && b[i] == '}' {
+				i++
+				break
+			}
+			if i == len(b) || b[i] != ',' {
+				return false
+			}
+			i = skipSpace(b, i+1)
+		}
+	}
+	if skipSpace(b, i) != len(b) {
+		return false
+	}
+	for f := range fs {
+		if fs[f].required && seen&(1<<f) == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// skipSpace returns the index of the first byte at or after i that is not
+// JSON whitespace.
+func skipSpace(b []byte, i int) int {
+	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// plainString returns the JSON string that starts at b[i], quotes
+// included, and the index after it, if it holds only printable ASCII and
+// no backslash.
+func plainString(b []byte, i int) (s []byte, next int, ok bool) {
+	if i == len(b) || b[i] != '"' {
+		return nil, i, false
+	}
+	for j := i + 1; j < len(b); j++ {
+		switch c := b[j]; {
+		case c == '"':
+			return b[i : j+1], j + 1, true
+		case c < 0x20 || c >= 0x7f || c == '\\':
+			return nil, i, false
+		}
+	}
+	return nil, i, false
+}
+
+// plainValue returns the value that starts at b[i] and the index after
+// it, if it is a plain string or an integer 0 or [1-9][0-9]*.
+func plainValue(b []byte, i int) (raw []byte, next int, ok bool) {
+	if i < len(b) && b[i] == '"' {
+		return plainString(b, i)
+	}
+	j := i
+	for j < len(b) && b[j] >= '0' && b[j] <= '9' {
+		j++
+	}
+	if j == i || (b[i] == '0' && j > i+1) {
+		return nil, i, false
+	}
+	// What follows must end the number: 1.5, 1e3 and 1x are not plain.
+	if j < len(b) {
+		switch b[j] {
+		case ' ', '\t', '\n', '\r', ',', '}':
+		default:
+			return nil, i, false
+		}
+	}
+	return b[i:j], j, true
+}
+
 // decodeObject decodes the next JSON value from dec as an object with
 // members fs; path prefixes error messages.
 func decodeObject(dec *json.Decoder, fs fields, path string) error {
@@ -197,35 +348,35 @@ func decodeObject(dec *json.Decoder, fs fields, path string) error {
 	if d, ok := tok.(json.Delim); !ok || d != '{' {
 		return invalidf("%smust be a JSON object", orBody(path))
 	}
-	seen := make(map[string]bool, len(fs))
+	seen := make([]bool, len(fs))
 	for dec.More() {
 		tok, err := dec.Token()
 		if err != nil {
 			return invalidf("%sinvalid JSON: %v", path, err)
 		}
 		name, _ := tok.(string) // object keys are always strings
-		f, ok := fs[name]
-		if !ok {
+		f := fs.lookup([]byte(name))
+		if f < 0 {
 			return invalidf("%sunknown field %q", path, name)
 		}
-		if seen[name] {
+		if seen[f] {
 			return invalidf("%sfield %q appears twice", path, name)
 		}
-		seen[name] = true
+		seen[f] = true
 		var raw json.RawMessage
 		if err := dec.Decode(&raw); err != nil {
 			return invalidf("%s%s: invalid JSON: %v", path, name, err)
 		}
-		if err := f.parse(raw); err != nil {
+		if err := fs[f].parse(raw); err != nil {
 			return invalidf("%s%s: %v", path, name, err)
 		}
 	}
 	if _, err := dec.Token(); err != nil { // the closing brace
 		return invalidf("%sinvalid JSON: %v", path, err)
 	}
-	for name, f := range fs {
-		if f.required && !seen[name] {
-			return invalidf("%smissing field %q", path, name)
+	for f := range fs {
+		if fs[f].required && !seen[f] {
+			return invalidf("%smissing field %q", path, fs[f].name)
 		}
 	}
 	return nil
@@ -241,7 +392,9 @@ func orBody(path string) string {
 func accountField(dst *string) func(json.RawMessage) error {
 	return func(raw json.RawMessage) error {
 		var s string
-		if len(raw) == 0 || raw[0] != '"' || json.Unmarshal(raw, &s) != nil {
+		if p, _, ok := plainString(raw, 0); ok && len(p) == len(raw) {
+			s = string(raw[1 : len(raw)-1]) // what json.Unmarshal would give
+		} else if len(raw) == 0 || raw[0] != '"' || json.Unmarshal(raw, &s) != nil {
 			return errors.New("must be a string")
 		}
 		if err := checkAccountID(s); err != nil {
@@ -291,8 +444,8 @@ func legsField(dst *[]ledger.Leg) func(json.RawMessage) error {
 			}
 			var l ledger.Leg
 			err := decodeObject(dec, fields{
-				"to":     {required: true, parse: accountField(&l.To)},
-				"amount": {required: true, parse: amountField(&l.Amount)},
+				{name: "to", required: true, parse: accountField(&l.To)},
+				{name: "amount", required: true, parse: amountField(&l.Amount)},
 			}, fmt.Sprintf("[%d].", len(legs)))
 			if err != nil {
 				return err

@@ -39,6 +39,18 @@ var bodySeeds = []string{
 	`  {"to" : "a" , "amount" : 00}`,
 	``,
 	`null`,
+	`{"to":"a","amount":0}`,
+	`{"to":"a","amount":01}`,
+	"{\"to\":\"a\x7f\",\"amount\":1}",
+	`{"to":"\u0061","amount":1}`,
+	` {"to":"a" ,"amount":1 } `,
+	`{"to":"a","amount":1,}`,
+	`{"to":"a","amount":1} x`,
+	`{"to":"a","amount":1`,
+	`{"to":"a","amount":1 2}`,
+	`{"to":"a","amount":"1"}`,
+	`{"amount":1}`,
+	`{}`,
 }
 
 func fuzzDecoder(f *testing.F, decode decoder, check func(t *testing.T, r request)) {
@@ -172,6 +184,50 @@ func FuzzIdempotencyKey(f *testing.F) {
 		for i := range len(k) {
 			if k[i] < 0x21 || k[i] > 0x7e {
 				t.Fatalf("idempotencyKey accepted byte %#x", k[i])
+			}
+		}
+	})
+}
+
+// FuzzDecodeFlat checks the fast path of decodeBody against the general
+// decoder: whatever decodeFlat accepts, decodeStrict accepts with the same
+// result, for every endpoint's members; and the canonical JSON of an
+// accepted flat request takes the fast path, so that it stays in use.
+func FuzzDecodeFlat(f *testing.F) {
+	for _, s := range bodySeeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		for _, kind := range []struct {
+			name  string
+			fresh func() request
+			flat  bool // every accepted body of this kind can be flat
+		}{
+			{"issue", func() request { return &issueRequest{} }, true},
+			{"transfer", func() request { return &transferRequest{} }, true},
+			{"burn", func() request { return &burnRequest{} }, true},
+			{"batch", func() request { return &batchRequest{} }, false},
+		} {
+			fast, strict := kind.fresh(), kind.fresh()
+			ok := decodeFlat(body, fast.fields())
+			err := decodeStrict(body, strict.fields())
+			if ok {
+				if err != nil {
+					t.Fatalf("%s: decodeFlat accepted %q, decodeStrict refused it: %v", kind.name, body, err)
+				}
+				if diff := cmp.Diff(strict, fast, cmp.AllowUnexported()); diff != "" {
+					t.Fatalf("%s: %q decodes differently (-strict +flat):\n%s", kind.name, body, diff)
+				}
+			}
+			if err != nil || !kind.flat {
+				continue
+			}
+			canon, err := json.Marshal(strict)
+			if err != nil {
+				t.Fatalf("encode %+v: %v", strict, err)
+			}
+			if again := kind.fresh(); !decodeFlat(canon, again.fields()) {
+				t.Fatalf("%s: the canonical %s of an accepted body does not take the fast path", kind.name, canon)
 			}
 		}
 	})
