@@ -143,7 +143,7 @@ func Render(r ledger.Result) (int, []byte) {
 		status, d := classify(r.Err)
 		return status, encode(errorBody{Error: d})
 	}
-	return http.StatusOK, encode(r.Receipt)
+	return http.StatusOK, append(r.Receipt.AppendJSON(make([]byte, 0, 256)), '\n')
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -1,6 +1,7 @@
 package ledger_test
 
 import (
+	"encoding/json"
 	"errors"
 	"math"
 	"path/filepath"
@@ -608,4 +609,28 @@ func TestApplyConcurrent(t *testing.T) {
 		t.Errorf("Account(a).Nonce = %d, want 4", got.Nonce)
 	}
 	checkAudit(t, l)
+}
+
+// FuzzReceiptJSON checks that AppendJSON writes what json.Marshal writes,
+// for plain and for escaped strings, legs or none, and any instant of the
+// years MarshalJSON accepts.
+func FuzzReceiptJSON(f *testing.F) {
+	f.Add("tx_0000000000000001", "transfer", "alice", "bob", "", uint64(5), uint64(1), uint64(1), int64(1_700_000_000_123_456_789), 0)
+	f.Add("tx_0000000000000002", "issue", "", "bob", "", uint64(1<<64-1), uint64(0), uint64(2), int64(0), 0)
+	f.Add("tx_0000000000000003", "batch", "a<b>&\"c\\", "", "\u2028\xff\x01", uint64(3), uint64(9), uint64(3), int64(-1), 3)
+	f.Add("tx_0000000000000004", "burn", "ü", "", "", uint64(1), uint64(2), uint64(4), int64(1<<63-1), 0)
+	f.Fuzz(func(t *testing.T, txID, kind, from, to, leg string, amount, nonce, seq uint64, nanos int64, legs int) {
+		r := ledger.Receipt{TxID: txID, Kind: kind, From: from, To: to, Amount: amount, Nonce: nonce, Seq: seq,
+			CommittedAt: time.Unix(0, nanos).UTC()}
+		for i := range legs % 4 {
+			r.Legs = append(r.Legs, ledger.Leg{To: leg, Amount: amount + uint64(i)})
+		}
+		want, err := json.Marshal(&r)
+		if err != nil {
+			t.Skip("json.Marshal refuses it too:", err)
+		}
+		if got := r.AppendJSON(nil); string(got) != string(want) {
+			t.Fatalf("AppendJSON = %s\njson.Marshal = %s", got, want)
+		}
+	})
 }

@@ -1,8 +1,10 @@
 package ledger
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 )
 
@@ -241,4 +243,70 @@ type Audit struct {
 	Accounts int
 	Receipts int
 	Seq      uint64
+}
+
+// AppendJSON appends the receipt's JSON to b: the same bytes as
+// json.Marshal(r), built without reflection because every commit encodes
+// one receipt per operation inside its transaction.
+func (r *Receipt) AppendJSON(b []byte) []byte {
+	b = append(b, `{"tx_id":`...)
+	b = appendJSONString(b, r.TxID)
+	b = append(b, `,"kind":`...)
+	b = appendJSONString(b, r.Kind)
+	if r.From != "" {
+		b = append(b, `,"from":`...)
+		b = appendJSONString(b, r.From)
+	}
+	if r.To != "" {
+		b = append(b, `,"to":`...)
+		b = appendJSONString(b, r.To)
+	}
+	if len(r.Legs) > 0 {
+		b = append(b, `,"legs":[`...)
+		for i, l := range r.Legs {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, `{"to":`...)
+			b = appendJSONString(b, l.To)
+			b = append(b, `,"amount":`...)
+			b = strconv.AppendUint(b, l.Amount, 10)
+			b = append(b, '}')
+		}
+		b = append(b, ']')
+	}
+	b = append(b, `,"amount":`...)
+	b = strconv.AppendUint(b, r.Amount, 10)
+	if r.Nonce != 0 {
+		b = append(b, `,"nonce":`...)
+		b = strconv.AppendUint(b, r.Nonce, 10)
+	}
+	b = append(b, `,"seq":`...)
+	b = strconv.AppendUint(b, r.Seq, 10)
+	b = append(b, `,"committed_at":`...)
+	b = appendJSONTime(b, r.CommittedAt)
+	return append(b, '}')
+}
+
+// appendJSONString appends s as json.Marshal writes it. Account ids, kinds
+// and transaction ids are plain ASCII, which is copied; anything else is
+// left to encoding/json, escaping and all.
+func appendJSONString(b []byte, s string) []byte {
+	for i := range len(s) {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			q, _ := json.Marshal(s) // a string always encodes
+			return append(b, q...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
+}
+
+// appendJSONTime appends t as time.Time's MarshalJSON writes it, for
+// years 0 to 9999 (which MarshalJSON alone accepts).
+func appendJSONTime(b []byte, t time.Time) []byte {
+	b = append(b, '"')
+	b = t.AppendFormat(b, time.RFC3339Nano)
+	return append(b, '"')
 }
