@@ -706,6 +706,8 @@ func BenchmarkWalletTransfers(b *testing.B) {
 	c0 := cpu()
 	l.run(b.Context(), measure, &res)
 	c1 := cpu()
+	hostRSS, hostRSSErr := rssMB(hostPid)
+	walletRSS, walletRSSErr := rssMB(walletPid)
 	after := walletBatchSizes(b, h.admin)
 	b.StopTimer()
 	res.sort()
@@ -745,6 +747,7 @@ func BenchmarkWalletTransfers(b *testing.B) {
 	fmt.Fprintf(&sb, "%-22s %12.1fµs   load generator %.1fµs + host %.1fµs + wallet %.1fµs\n", "CPU/transfer",
 		micros(res.cpuPerRequest()), micros(perTransfer[0]), micros(perTransfer[1]), micros(perTransfer[2]))
 	fmt.Fprintf(&sb, "%-22s %14d   errors %d\n", "transfers", res.n(), res.errors)
+	fmt.Fprintf(&sb, "%-22s %14s   host %s\n", "RSS after the load", "wallet "+fmtMB(walletRSS, walletRSSErr), fmtMB(hostRSS, hostRSSErr))
 	fmt.Fprintf(&sb, "%-22s %14d   mean %.1f ops/commit; p50 %s, p90 %s, p99 %s ops (histogram buckets)\n",
 		"group commits", batches.count, batches.mean(), batches.bucketOf(0.50), batches.bucketOf(0.90), batches.bucketOf(0.99))
 	fmt.Fprintf(&sb, "%-22s %s\n", "commits by ops", batches.distribution())
