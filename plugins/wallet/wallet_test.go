@@ -361,10 +361,14 @@ breaker {
 
 func TestBreaker(t *testing.T) {
 	faults := faultSet(sdk.Fault{Point: committer.FaultPoint, Error: "disk on fire"})
+	// The cool-down must outlast everything checked while the breaker is
+	// open: the first POST's own retry after the breaker opens, two metric
+	// reads, a POST and a health check. At 300ms a busy machine could let
+	// it pass, and the breaker report half-open (2) instead of open.
 	tw := start(t, `
 breaker {
   failures = 2
-  cool_down = "300ms"
+  cool_down = "2s"
   probes = 1
 }`, faults, "")
 	tw.mustPost("/v1/issue", "a", `{"to":"x","amount":1}`, 503)

@@ -314,10 +314,14 @@ func TestTransientErrorsRetried(t *testing.T) {
 func TestBreaker(t *testing.T) {
 	faults := &sdk.Faults{}
 	faults.Set([]sdk.Fault{{Point: committer.FaultPoint, Error: "disk on fire"}})
+	// The cool-down must outlast the checks made while the breaker is
+	// open. At 100ms the failing op's own retry delay after the breaker
+	// opened (80-100ms) used most of it, and the checks below sometimes
+	// found the breaker half-open.
 	f := newFixture(t, committer.Options{
 		Committers: 1,
 		Faults:     faults,
-		Breaker:    breaker.Settings{FailureThreshold: 2, Cooldown: 100 * time.Millisecond, HalfOpenMax: 1, SuccessThreshold: 1},
+		Breaker:    breaker.Settings{FailureThreshold: 2, Cooldown: 2 * time.Second, HalfOpenMax: 1, SuccessThreshold: 1},
 	})
 	o := wait(t, f.mustSubmit(t, issue("a", 1)))
 	if !errors.Is(o.err, committer.ErrUnavailable) {
