@@ -161,18 +161,29 @@ type accountJSON struct {
 	AsOf    time.Time `json:"as_of"`
 }
 
-// account reads an account with a snapshot that includes minSeq.
+// account reads an account with a snapshot that includes minSeq, failing
+// the test if it cannot. Call it on the test goroutine only.
 func (tw *testWallet) account(id string, minSeq uint64) accountJSON {
 	tw.t.Helper()
+	a, err := tw.tryAccount(id, minSeq)
+	if err != nil {
+		tw.t.Fatal(err)
+	}
+	return a
+}
+
+// tryAccount is account for any goroutine: it returns the error instead of
+// failing the test.
+func (tw *testWallet) tryAccount(id string, minSeq uint64) (accountJSON, error) {
 	r := tw.get("/v1/accounts/" + id + "?min_seq=" + strconv.FormatUint(minSeq, 10))
 	var a accountJSON
 	if r.code != http.StatusOK || json.Unmarshal([]byte(r.body), &a) != nil {
-		tw.t.Fatalf("GET account %s = %s", id, r)
+		return a, fmt.Errorf("GET account %s = %s", id, r)
 	}
 	if a.Seq < minSeq {
-		tw.t.Fatalf("GET account %s?min_seq=%d answered seq %d", id, minSeq, a.Seq)
+		return a, fmt.Errorf("GET account %s?min_seq=%d answered seq %d", id, minSeq, a.Seq)
 	}
-	return a
+	return a, nil
 }
 
 type supplyJSON struct {

@@ -100,7 +100,7 @@ staleness_window = "50ms"`, nil, "")
 				case p < 17:
 					duplicate(t, tw, h, key, r)
 				default:
-					path, body := randomOp(tw, r, 0)
+					path, body := randomOp(t, tw, r, 0)
 					send(t, tw, h, path, key, body)
 				}
 			}
@@ -115,8 +115,9 @@ staleness_window = "50ms"`, nil, "")
 
 // randomOp returns a random POST. Debits guess the nonce from a snapshot
 // read, which races with the other workers; nonce, if not 0, is used
-// instead.
-func randomOp(tw *testWallet, r *rand.Rand, nonce uint64) (path, body string) {
+// instead. It runs on the workers' goroutines, where t.Fatal must not be
+// called: a failed read is reported with t.Errorf and guesses nonce 1.
+func randomOp(t *testing.T, tw *testWallet, r *rand.Rand, nonce uint64) (path, body string) {
 	acct := func() string { return propertyAccounts[r.IntN(len(propertyAccounts))] }
 	other := func(not string) string {
 		for {
@@ -127,7 +128,10 @@ func randomOp(tw *testWallet, r *rand.Rand, nonce uint64) (path, body string) {
 	}
 	from := acct()
 	if nonce == 0 {
-		a := tw.account(from, 0)
+		a, err := tw.tryAccount(from, 0)
+		if err != nil {
+			t.Errorf("guess the nonce: %v", err)
+		}
 		nonce = a.Nonce + 1
 	}
 	switch p := r.IntN(100); {
@@ -224,7 +228,7 @@ func replay(t *testing.T, tw *testWallet, h *history, r *rand.Rand) {
 // duplicate sends one new request twice at once. At most one of the two
 // applies; the other is told it is in progress, or replays the first.
 func duplicate(t *testing.T, tw *testWallet, h *history, key string, r *rand.Rand) {
-	path, body := randomOp(tw, r, 0)
+	path, body := randomOp(t, tw, r, 0)
 	var wg sync.WaitGroup
 	var rs [2]response
 	for i := range rs {
