@@ -197,7 +197,9 @@ func TestIngressErrors(t *testing.T) {
 }
 
 func TestRequestTimeout(t *testing.T) {
-	cfg := strings.Replace(baseConfig("2s"), `request_timeout = "5s"`, `request_timeout = "300ms"`, 1)
+	// Not tight: the requests meant to finish inside it, through the host
+	// and the plugin process, must on a busy machine too.
+	cfg := strings.Replace(baseConfig("2s"), `request_timeout = "5s"`, `request_timeout = "2s"`, 1)
 	if cfg == baseConfig("2s") {
 		t.Fatal("baseConfig no longer sets request_timeout = \"5s\"; update this test")
 	}
@@ -212,7 +214,7 @@ func TestRequestTimeout(t *testing.T) {
 	elapsed := time.Since(start)
 	checkJSONError(t, "GET /caller/slow?ms=20000", resp, body, http.StatusGatewayTimeout, "timeout")
 	if elapsed > 10*time.Second {
-		t.Errorf("GET /caller/slow?ms=20000 took %v, want about the 300ms request_timeout", elapsed)
+		t.Errorf("GET /caller/slow?ms=20000 took %v, want about the 2s request_timeout", elapsed)
 	}
 	// The deadline crossed the process boundary: the plugin's handler saw
 	// its context end, long before its own 20s timer.
