@@ -98,6 +98,10 @@ type hostProc struct {
 
 // baseConfig returns the config top used by most tests; plugin blocks are
 // appended by the caller.
+//
+// Its health checks are not tight: tests count restarts exactly, and a
+// plugin that missed three checks in a row (as it could with a 150ms
+// timeout on a loaded machine) would be restarted behind their backs.
 func baseConfig(drain string) string {
 	return fmt.Sprintf(`
 listen         = "127.0.0.1:0"
@@ -118,8 +122,8 @@ restart {
   window          = "1m"
 }
 health {
-  interval = "200ms"
-  timeout  = "150ms"
+  interval = "1s"
+  timeout  = "1s"
   failures = 3
 }
 `, bins.plugins, drain)
