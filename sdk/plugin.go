@@ -43,6 +43,13 @@ type Plugin struct {
 	// Health, if set, reports readiness; it must answer within the host's
 	// health timeout. Without it the plugin is ready once configured.
 	Health func(ctx context.Context) Health
+
+	// GCPercent is the plugin process's GC target (GOGC) unless its
+	// environment sets one, which it does not when the host starts it;
+	// zero means 200. Serve applies it; the plugintest harness leaves the
+	// test process's own alone. Raise it for a plugin that allocates much
+	// per request over a small live heap, at the cost of a larger heap.
+	GCPercent int
 }
 
 // Route is one route a plugin serves.

@@ -201,6 +201,9 @@ func (p *Plugin) validate() error {
 	if p.Handler == nil {
 		return fmt.Errorf("plugin %q: handler is nil", p.Name)
 	}
+	if p.GCPercent < 0 {
+		return fmt.Errorf("plugin %q: GCPercent %d is negative; zero means the default", p.Name, p.GCPercent)
+	}
 	if len(p.Routes) == 0 {
 		return fmt.Errorf("plugin %q: no routes", p.Name)
 	}

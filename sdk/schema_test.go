@@ -39,6 +39,8 @@ func TestPluginValidate(t *testing.T) {
 		{"name with slash", func(p *Plugin) { p.Name = "a/b" }, `plugin name "a/b"`},
 		{"no version", func(p *Plugin) { p.Version = "" }, "version is empty"},
 		{"nil handler", func(p *Plugin) { p.Handler = nil }, "handler is nil"},
+		{"GC percent", func(p *Plugin) { p.GCPercent = 800 }, ""},
+		{"negative GC percent", func(p *Plugin) { p.GCPercent = -1 }, "GCPercent -1 is negative"},
 		{"no routes", func(p *Plugin) { p.Routes = nil }, "no routes"},
 		{"pattern without slash", func(p *Plugin) { p.Routes = []Route{{Pattern: "items"}} }, `route "items": pattern must start with /`},
 		{"negative timeout", func(p *Plugin) { p.Routes = []Route{{Pattern: "/x", Timeout: -time.Second}} }, "negative timeout"},
@@ -133,6 +135,16 @@ func TestListOfMapOf(t *testing.T) {
 		}
 		if !validType(tt.got) {
 			t.Errorf("validType(%q) = false, want true", tt.got)
+		}
+	}
+}
+
+func TestPluginGCPercent(t *testing.T) {
+	for _, tt := range []struct{ set, want int }{{0, defaultGCPercent}, {800, 800}, {50, 50}} {
+		p := validPlugin()
+		p.GCPercent = tt.set
+		if got := p.gcPercent(); got != tt.want {
+			t.Errorf("Plugin{GCPercent: %d}.gcPercent() = %d, want %d", tt.set, got, tt.want)
 		}
 	}
 }

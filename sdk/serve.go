@@ -32,7 +32,7 @@ func Serve(p Plugin) error {
 	if err := p.validate(); err != nil {
 		return err
 	}
-	setGCPercent()
+	setGCPercent(p.gcPercent())
 	// The host parses JSON records on stderr and re-logs them under the
 	// plugin's name, keeping their level and fields.
 	logger := hclog.New(&hclog.LoggerOptions{
@@ -77,23 +77,30 @@ func serveConfig(p Plugin, logger hclog.Logger) *plugin.ServeConfig {
 	}
 }
 
-// defaultGCPercent is a plugin's GOGC unless its environment sets one.
-// The host does not pass GOGC on (it is not in its environment allowlist),
-// so this is what plugins run with; a plugin that wants another value can
-// call debug.SetGCPercent in its Configure hook. Each request allocates
-// short-lived gRPC and net/http state, little of which survives, so the
-// heap stays small and the default of 100 collects it often: GC was
-// several percent of a plugin's CPU under load, and each cycle also shrinks
-// the stacks of idle stream workers, which the next requests grow again.
-// Doubling the allowed growth halves how often it runs, for a few MB more
-// heap under load.
+// defaultGCPercent is a plugin's GOGC unless its environment sets one or
+// its definition sets Plugin.GCPercent. The host does not pass GOGC on (it
+// is not in its environment allowlist), so this is what plugins run with.
+// Each request allocates short-lived gRPC and net/http state, little of
+// which survives, so the heap stays small and the default of 100 collects
+// it often: GC was several percent of a plugin's CPU under load, and each
+// cycle also shrinks the stacks of idle stream workers, which the next
+// requests grow again. Doubling the allowed growth halves how often it
+// runs, for a few MB more heap under load.
 const defaultGCPercent = 200
 
-// setGCPercent applies defaultGCPercent when GOGC is not set, so that an
-// operator's GOGC (or GOGC=off) still wins.
-func setGCPercent() {
+// gcPercent is the GOGC the plugin asks for.
+func (p *Plugin) gcPercent() int {
+	if p.GCPercent > 0 {
+		return p.GCPercent
+	}
+	return defaultGCPercent
+}
+
+// setGCPercent applies percent when GOGC is not set, so that an operator's
+// GOGC (or GOGC=off) still wins.
+func setGCPercent(percent int) {
 	if _, ok := os.LookupEnv("GOGC"); !ok {
-		debug.SetGCPercent(defaultGCPercent)
+		debug.SetGCPercent(percent)
 	}
 }
 

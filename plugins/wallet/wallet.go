@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"path/filepath"
 	"runtime"
-	"runtime/debug"
 	"sync/atomic"
 	"time"
 
@@ -175,6 +174,7 @@ func newDefinition(w *wallet) sdk.Plugin {
 		Configure: w.configure,
 		Drain:     w.drain,
 		Health:    w.health,
+		GCPercent: gcPercent,
 	}
 }
 
@@ -187,7 +187,6 @@ const gcPercent = 800
 // configure opens the ledger and starts the committers and the sweeper.
 // An error refuses the config; nothing is left running.
 func (w *wallet) configure(_ context.Context, rt *sdk.Runtime) (err error) {
-	debug.SetGCPercent(gcPercent)
 	var c config
 	if err := rt.DecodeConfig(&c); err != nil {
 		return err
