@@ -27,9 +27,9 @@ func TestMain(m *testing.M) {
 		// go-plugin's test-mode Serve, which plugintest runs in-process,
 		// gives each harness stdio pipes whose write ends it never closes:
 		// the goroutines copying them end only once the garbage collector
-		// finalizes the writers. The wallet raises GOGC to 800 in this
-		// process, so without a collection here they can still be parked
-		// when goleak looks, depending on when the last GC ran.
+		// finalizes the writers. Without a collection here, whether the
+		// last harnesses' goroutines are gone when goleak looks depends on
+		// when the last GC ran.
 		runtime.GC()
 		if err := goleak.Find(); err != nil {
 			fmt.Fprintln(os.Stderr, "goleak: Errors on successful test run:", err)
