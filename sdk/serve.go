@@ -3,8 +3,10 @@ package sdk
 import (
 	"fmt"
 	"os"
+	"os/signal"
 	"runtime"
 	"runtime/debug"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -42,6 +44,7 @@ func Serve(p Plugin) error {
 		JSONFormat: true,
 	})
 	go watchParent(logger, os.Getppid())
+	go ignoreTerm(logger)
 	plugin.Serve(serveConfig(p, logger))
 	return nil
 }
@@ -120,6 +123,22 @@ func setGCPercent(percent int) {
 func streamWorkers() uint32 { return uint32(workersPerCPU * runtime.GOMAXPROCS(0)) }
 
 const workersPerCPU = 64
+
+// ignoreTerm keeps SIGTERM from ending the plugin, as go-plugin does for
+// SIGINT. The host owns its plugins' lifecycle: when it stops, it drains
+// each one and kills it at the drain deadline, and a plugin whose host is
+// gone exits by itself (watchParent). But a SIGTERM is often sent to the
+// host's whole process group or cgroup at once: by systemd's default
+// KillMode, by timeout(1), by container runtimes. A plugin that died of it
+// would cut its in-flight requests before the host's drain could finish
+// them.
+func ignoreTerm(logger hclog.Logger) {
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGTERM)
+	for range sigs {
+		logger.Info("ignoring SIGTERM: the host drains and stops its plugins; this process exits when the host stops it or is gone")
+	}
+}
 
 // watchParent exits the process once its parent is gone, so that no plugin
 // outlives its host even when the host is killed with SIGKILL. The host

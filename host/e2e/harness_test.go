@@ -135,7 +135,20 @@ var listenRE = regexp.MustCompile(`plughost running: .*listen=(\S+) admin=(\S+)`
 // host reports that it is serving. The host is killed on cleanup.
 func startHost(t *testing.T, cfg string) *hostProc {
 	t.Helper()
-	h := launchHost(t, cfg)
+	return waitServing(t, launchHost(t, cfg))
+}
+
+// startHostInGroup is startHost with the host leading a process group of
+// its own, which its plugins join, so that a test can signal the group
+// (signalGroup) as systemd and timeout(1) do, without signalling itself.
+func startHostInGroup(t *testing.T, cfg string) *hostProc {
+	t.Helper()
+	return waitServing(t, launchHostWith(t, cfg, &syscall.SysProcAttr{Setpgid: true}))
+}
+
+// waitServing waits until h reports that it is serving.
+func waitServing(t *testing.T, h *hostProc) *hostProc {
+	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		if m := listenRE.FindStringSubmatch(h.log.String()); m != nil {
@@ -157,6 +170,12 @@ func startHost(t *testing.T, cfg string) *hostProc {
 // launchHost starts `plughost run` without waiting for it.
 func launchHost(t *testing.T, cfg string, args ...string) *hostProc {
 	t.Helper()
+	return launchHostWith(t, cfg, nil, args...)
+}
+
+// launchHostWith is launchHost with the host's process attributes.
+func launchHostWith(t *testing.T, cfg string, attr *syscall.SysProcAttr, args ...string) *hostProc {
+	t.Helper()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "config.hcl")
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
@@ -166,6 +185,7 @@ func launchHost(t *testing.T, cfg string, args ...string) *hostProc {
 	h.cmd = exec.Command(filepath.Join(bins.dir, "plughost"), append([]string{"run", "-config", path, "-log-level", "debug"}, args...)...)
 	h.cmd.Stdout = h.log
 	h.cmd.Stderr = h.log
+	h.cmd.SysProcAttr = attr
 	if err := h.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -206,6 +226,15 @@ func (h *hostProc) signal(sig os.Signal) {
 	h.t.Helper()
 	if err := h.cmd.Process.Signal(sig); err != nil {
 		h.t.Fatalf("signal %v: %v", sig, err)
+	}
+}
+
+// signalGroup sends sig to the host's process group: the host and its
+// plugins. The host must have been started by startHostInGroup.
+func (h *hostProc) signalGroup(sig syscall.Signal) {
+	h.t.Helper()
+	if err := syscall.Kill(-h.cmd.Process.Pid, sig); err != nil {
+		h.t.Fatalf("signal %v to process group %d: %v", sig, h.cmd.Process.Pid, err)
 	}
 }
 

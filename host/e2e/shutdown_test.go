@@ -8,9 +8,24 @@ import (
 	"time"
 )
 
+// TestSIGTERMDrain stops the host with SIGTERM sent to the host alone, and
+// to its whole process group, as systemd's default KillMode (the whole
+// cgroup), timeout(1) and a Ctrl-C do: the plugins get the signal too, and
+// must leave their shutdown to the host's drain rather than die at once.
 func TestSIGTERMDrain(t *testing.T) {
+	t.Run("host", func(t *testing.T) { testSIGTERMDrain(t, false) })
+	t.Run("process_group", func(t *testing.T) { testSIGTERMDrain(t, true) })
+}
+
+func testSIGTERMDrain(t *testing.T, group bool) {
 	const drainDeadline = time.Second
-	h := startHost(t, baseConfig(drainDeadline.String())+pluginBlock("hello", "hello", ""))
+	cfg := baseConfig(drainDeadline.String()) + pluginBlock("hello", "hello", "")
+	var h *hostProc
+	if group {
+		h = startHostInGroup(t, cfg)
+	} else {
+		h = startHost(t, cfg)
+	}
 	hello := readyPlugin(t, h, "hello")
 
 	// Both requests start before the signal: one can finish within the
@@ -28,7 +43,11 @@ func TestSIGTERMDrain(t *testing.T) {
 	})
 
 	signalled := time.Now()
-	h.signal(syscall.SIGTERM)
+	if group {
+		h.signalGroup(syscall.SIGTERM)
+	} else {
+		h.signal(syscall.SIGTERM)
+	}
 
 	// /readyz turns 503 at once, if the listener still takes connections.
 	rc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
@@ -69,8 +88,17 @@ func TestSIGTERMDrain(t *testing.T) {
 	if !waitGone(hello.Pid, 2*time.Second) {
 		t.Errorf("hello (pid %d) still alive 2s after the host exited", hello.Pid)
 	}
-	if log := h.log.String(); !strings.Contains(log, "drain deadline passed; killing plugin") && !strings.Contains(log, "drain did not finish; killing plugin") {
+	log := h.log.String()
+	if !strings.Contains(log, "drain deadline passed; killing plugin") && !strings.Contains(log, "drain did not finish; killing plugin") {
 		t.Errorf("host log does not say the drain deadline killed hello")
+	}
+	if group {
+		if !strings.Contains(log, "ignoring SIGTERM") {
+			t.Errorf("hello's log (in the host's) does not say it ignored the group's SIGTERM")
+		}
+		if strings.Contains(log, "signal: terminated") {
+			t.Errorf("hello died of the group's SIGTERM instead of being drained by the host")
+		}
 	}
 }
 
