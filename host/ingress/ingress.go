@@ -281,6 +281,8 @@ func (g *Ingress) serve(w http.ResponseWriter, r *http.Request, e *entry, rest s
 		e.inflight.Add(-1)
 		e.metrics.inflight.Dec()
 	}()
+	// Until the answer is read: a drain must not stop the process first.
+	defer conn.Track()()
 
 	body, err := readBody(w, r, limits.MaxBodyBytes)
 	if err != nil {

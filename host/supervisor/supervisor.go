@@ -77,10 +77,75 @@ type Conn struct {
 	aborted *atomic.Bool
 	// exchange carries Handle's requests; closed once the process is gone.
 	exchange *exchange.Pool
+	// calls counts the host's calls to the process (Track).
+	calls *callCount
 }
 
 func newConn(rpc pluginv1.PluginClient) *Conn {
-	return &Conn{RPC: rpc, aborted: &atomic.Bool{}, exchange: exchange.New(rpc)}
+	return &Conn{RPC: rpc, aborted: &atomic.Bool{}, exchange: exchange.New(rpc), calls: &callCount{}}
+}
+
+// Track counts a call to the process, from before it is sent until its
+// answer has been read, and returns the func that ends it. When the plugin
+// reports that its drain has finished, its last answers can still be on
+// their way: the supervisor waits for the tracked calls, up to the drain
+// deadline, before it stops the process, so that none is lost.
+func (c *Conn) Track() (done func()) {
+	c.calls.add(1)
+	return func() { c.calls.add(-1) }
+}
+
+// waitAnswers waits until the host has read every answer of conn's
+// process or ctx ends, and reports whether it has.
+func (p *Plugin) waitAnswers(ctx context.Context, conn *Conn) bool {
+	if n := conn.calls.count(); n > 0 {
+		p.logger.Debug("plugin drained; waiting for answers in transit", "calls", n)
+	}
+	return conn.calls.wait(ctx)
+}
+
+// callCount counts calls in progress and lets one wait for none.
+type callCount struct {
+	mu   sync.Mutex
+	n    int
+	idle chan struct{} // closed when n reaches 0; nil while nobody waits
+}
+
+func (c *callCount) add(d int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.n += d
+	if c.n == 0 && c.idle != nil {
+		close(c.idle)
+		c.idle = nil
+	}
+}
+
+func (c *callCount) count() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n
+}
+
+// wait waits until no call is in progress or ctx ends, and reports
+// whether none is.
+func (c *callCount) wait(ctx context.Context) bool {
+	c.mu.Lock()
+	if c.n == 0 {
+		c.mu.Unlock()
+		return true
+	}
+	if c.idle == nil {
+		c.idle = make(chan struct{})
+	}
+	idle := c.idle
+	c.mu.Unlock()
+	select {
+	case <-idle:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // Aborted reports whether the process was killed at a drain deadline.
@@ -579,9 +644,9 @@ func (p *Plugin) check(ctx context.Context, inst *catalog.Instance) (string, err
 	return "", nil
 }
 
-// drainAndKill asks the plugin to drain until deadline, then ends it: at
-// once when nothing was left in flight, by SIGKILL when the deadline
-// passed with requests still running. Then it closes conn.
+// drainAndKill asks the plugin to drain until deadline, then ends it: once
+// nothing is left in flight and the host has read every answer (Track), or
+// by SIGKILL when the deadline passed before that. Then it closes conn.
 func (p *Plugin) drainAndKill(inst *catalog.Instance, conn *Conn, deadline time.Time) {
 	p.setState(StateDraining, nil)
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
@@ -594,6 +659,12 @@ func (p *Plugin) drainAndKill(inst *catalog.Instance, conn *Conn, deadline time.
 		inst.ForceKill()
 	case resp.GetAbandoned() > 0:
 		p.logger.Warn("drain deadline passed; killing plugin", "completed", resp.GetCompleted(), "abandoned", resp.GetAbandoned())
+		conn.aborted.Store(true)
+		inst.ForceKill()
+	case !p.waitAnswers(ctx, conn):
+		// The plugin answered everything, yet answers were still not
+		// read at the deadline: they are lost with the process.
+		p.logger.Warn("drain deadline passed with answers in transit; killing plugin", "completed", resp.GetCompleted())
 		conn.aborted.Store(true)
 		inst.ForceKill()
 	default:

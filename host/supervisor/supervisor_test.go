@@ -419,6 +419,69 @@ func TestStopDrains(t *testing.T) {
 	f.p.Restart(time.Now())
 }
 
+// TestStopWaitsForAnswersInTransit: once the plugin reports its drain
+// finished, answers it has sent may not have been read yet; Stop waits for
+// the host's calls (Conn.Track) before it ends the process, and ends it
+// cleanly once they are done.
+func TestStopWaitsForAnswersInTransit(t *testing.T) {
+	f := start(t, helloSpec(t), testPolicy())
+	st := waitReady(t, f.p)
+	c := f.p.Conn()
+	done := c.Track() // an answer the host has not read yet
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		f.p.Stop(time.Now().Add(time.Minute))
+	}()
+	waitFor(t, 30*time.Second, "Stop to wait for the answer in transit", func() bool {
+		return strings.Contains(f.log.String(), "waiting for answers in transit")
+	})
+	if !alive(st.Pid) {
+		t.Fatalf("hello (pid %d) was stopped with an answer still in transit", st.Pid)
+	}
+	done()
+	select {
+	case <-stopped:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Stop did not return after the last answer was read")
+	}
+	waitGone(t, st.Pid)
+	if c.Aborted() {
+		t.Error("Conn().Aborted() = true, want a clean stop once the answer was read")
+	}
+	if !strings.Contains(f.log.String(), "plugin drained") {
+		t.Errorf("log does not say the plugin drained:\n%s", f.log.String())
+	}
+}
+
+// TestStopKillsAtDeadlineWithAnswersInTransit: an answer still unread at
+// the drain deadline does not hold the process past it.
+func TestStopKillsAtDeadlineWithAnswersInTransit(t *testing.T) {
+	f := start(t, helloSpec(t), testPolicy())
+	st := waitReady(t, f.p)
+	c := f.p.Conn()
+	done := c.Track()
+	defer done()
+	stopAtDeadline(t, f, c, st.Pid, "an answer in transit")
+}
+
+// stopAtDeadline stops f's plugin with a 500ms drain deadline while what
+// keeps it busy, and checks that Stop kept to the deadline, marked c
+// aborted and ended the process.
+func stopAtDeadline(t *testing.T, f *fixture, c *supervisor.Conn, pid int, what string) {
+	t.Helper()
+	const drain = 500 * time.Millisecond
+	begin := time.Now()
+	f.p.Stop(begin.Add(drain))
+	if d := time.Since(begin); d > drain+time.Second {
+		t.Errorf("Stop took %v with %s, want at most the %v deadline + 1s", d, what, drain)
+	}
+	if !c.Aborted() {
+		t.Errorf("Conn().Aborted() = false after the drain deadline cut %s", what)
+	}
+	waitGone(t, pid)
+}
+
 func TestStopKillsAtDeadline(t *testing.T) {
 	f := start(t, helloSpec(t), testPolicy())
 	st := waitReady(t, f.p)
@@ -435,16 +498,7 @@ func TestStopKillsAtDeadline(t *testing.T) {
 	}()
 	waitFor(t, 30*time.Second, "the /sleep request to reach the plugin", func() bool { return sleepsServed(t, f.p) == 1 })
 
-	const drain = 500 * time.Millisecond
-	begin := time.Now()
-	f.p.Stop(begin.Add(drain))
-	if d := time.Since(begin); d > drain+time.Second {
-		t.Errorf("Stop took %v with a request in flight, want at most the %v deadline + 1s", d, drain)
-	}
-	if !c.Aborted() {
-		t.Error("Conn().Aborted() = false after the drain deadline killed the plugin")
-	}
-	waitGone(t, st.Pid)
+	stopAtDeadline(t, f, c, st.Pid, "a request in flight")
 	select {
 	case r := <-done:
 		if r.err == nil {
