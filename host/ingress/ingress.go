@@ -282,7 +282,8 @@ func (g *Ingress) serve(w http.ResponseWriter, r *http.Request, e *entry, rest s
 		e.metrics.inflight.Dec()
 	}()
 	// Until the answer is read: a drain must not stop the process first.
-	defer conn.Track()()
+	conn.StartCall()
+	defer conn.EndCall()
 
 	body, err := readBody(w, r, limits.MaxBodyBytes)
 	if err != nil {

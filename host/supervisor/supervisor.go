@@ -77,7 +77,7 @@ type Conn struct {
 	aborted *atomic.Bool
 	// exchange carries Handle's requests; closed once the process is gone.
 	exchange *exchange.Pool
-	// calls counts the host's calls to the process (Track).
+	// calls counts the host's calls to the process (StartCall).
 	calls *callCount
 }
 
@@ -85,15 +85,15 @@ func newConn(rpc pluginv1.PluginClient) *Conn {
 	return &Conn{RPC: rpc, aborted: &atomic.Bool{}, exchange: exchange.New(rpc), calls: &callCount{}}
 }
 
-// Track counts a call to the process, from before it is sent until its
-// answer has been read, and returns the func that ends it. When the plugin
-// reports that its drain has finished, its last answers can still be on
-// their way: the supervisor waits for the tracked calls, up to the drain
-// deadline, before it stops the process, so that none is lost.
-func (c *Conn) Track() (done func()) {
-	c.calls.add(1)
-	return func() { c.calls.add(-1) }
-}
+// StartCall counts a call to the process, from before it is sent until
+// EndCall, once its answer has been read. When the plugin reports that its
+// drain has finished, its last answers can still be on their way: the
+// supervisor waits for the counted calls, up to the drain deadline, before
+// it stops the process, so that none is lost.
+func (c *Conn) StartCall() { c.calls.add(1) }
+
+// EndCall ends a call counted by StartCall.
+func (c *Conn) EndCall() { c.calls.add(-1) }
 
 // waitAnswers waits until the host has read every answer of conn's
 // process or ctx ends, and reports whether it has.
@@ -645,7 +645,7 @@ func (p *Plugin) check(ctx context.Context, inst *catalog.Instance) (string, err
 }
 
 // drainAndKill asks the plugin to drain until deadline, then ends it: once
-// nothing is left in flight and the host has read every answer (Track), or
+// nothing is left in flight and the host has read every answer (StartCall), or
 // by SIGKILL when the deadline passed before that. Then it closes conn.
 func (p *Plugin) drainAndKill(inst *catalog.Instance, conn *Conn, deadline time.Time) {
 	p.setState(StateDraining, nil)

@@ -421,13 +421,13 @@ func TestStopDrains(t *testing.T) {
 
 // TestStopWaitsForAnswersInTransit: once the plugin reports its drain
 // finished, answers it has sent may not have been read yet; Stop waits for
-// the host's calls (Conn.Track) before it ends the process, and ends it
+// the host's calls (Conn.StartCall) before it ends the process, and ends it
 // cleanly once they are done.
 func TestStopWaitsForAnswersInTransit(t *testing.T) {
 	f := start(t, helloSpec(t), testPolicy())
 	st := waitReady(t, f.p)
 	c := f.p.Conn()
-	done := c.Track() // an answer the host has not read yet
+	c.StartCall() // an answer the host has not read yet
 	stopped := make(chan struct{})
 	go func() {
 		defer close(stopped)
@@ -439,7 +439,7 @@ func TestStopWaitsForAnswersInTransit(t *testing.T) {
 	if !alive(st.Pid) {
 		t.Fatalf("hello (pid %d) was stopped with an answer still in transit", st.Pid)
 	}
-	done()
+	c.EndCall()
 	select {
 	case <-stopped:
 	case <-time.After(30 * time.Second):
@@ -460,8 +460,8 @@ func TestStopKillsAtDeadlineWithAnswersInTransit(t *testing.T) {
 	f := start(t, helloSpec(t), testPolicy())
 	st := waitReady(t, f.p)
 	c := f.p.Conn()
-	done := c.Track()
-	defer done()
+	c.StartCall()
+	defer c.EndCall()
 	stopAtDeadline(t, f, c, st.Pid, "an answer in transit")
 }
 
