@@ -2,17 +2,14 @@ package sdk
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 
 	pluginv1 "github.com/plughost/plughost/proto/pluginv1"
 	"github.com/plughost/plughost/sdk/wire"
@@ -23,15 +20,35 @@ import (
 // a goroutine of its own, and answered with a response frame carrying its
 // id. A cancel frame, or the end of the stream, cancels the request's
 // context. Exchange returns once the stream has ended and every request
-// started on it has returned.
+// started on it has returned. A data-plane connection is served the same
+// way (serveData).
 func (s *server) Exchange(stream pluginv1.Plugin_ExchangeServer) error {
-	x := &exchange{
+	return s.newExchange(wire.GRPCStream(stream)).run(stream.Context())
+}
+
+func (s *server) newExchange(st wire.Stream) *exchange {
+	return &exchange{
 		s:      s,
-		stream: stream,
+		stream: st,
 		calls:  map[uint64]context.CancelFunc{},
 		work:   make(chan *exchangeCall),
 	}
-	return x.run()
+}
+
+// serveData serves each data-plane connection in conns as an exchange
+// stream, until the host closes it or it breaks, in goroutines that
+// s.dataWG waits for. The process exits without waiting for them: a
+// connection ends when the host is gone.
+func (s *server) serveData(conns []*wire.Conn) {
+	s.dataConns = len(conns)
+	for _, c := range conns {
+		s.dataWG.Go(func() {
+			defer c.Close()
+			if err := s.newExchange(c).run(context.Background()); err != nil {
+				s.logger.Error("data plane connection broke", "error", err)
+			}
+		})
+	}
 }
 
 // maxIdleExchangeWorkers is how many idle workers an Exchange stream keeps
@@ -45,11 +62,14 @@ var maxIdleExchangeWorkers = int64(workersPerCPU * runtime.GOMAXPROCS(0))
 // exchange is the state of one Exchange stream.
 type exchange struct {
 	s      *server
-	stream pluginv1.Plugin_ExchangeServer
+	stream wire.Stream
 
-	// sendMu serialises Send: gRPC allows one sender at a time on a
-	// stream. Holding it across the Send is its purpose.
+	// sendMu serialises Send: a stream allows one sender at a time.
+	// Holding it across the Send is its purpose.
 	sendMu sync.Mutex
+	// sending counts the goroutines sending or waiting to: a sender that
+	// knows another follows leaves its frame for that one to flush.
+	sending atomic.Int32
 
 	mu    sync.Mutex
 	calls map[uint64]context.CancelFunc // requests being served, by id
@@ -70,9 +90,9 @@ type exchangeCall struct {
 }
 
 // run reads frames until the stream ends, then cancels the requests still
-// being served and waits for their workers.
-func (x *exchange) run() error {
-	ctx, cancel := context.WithCancel(x.stream.Context())
+// being served and waits for their workers. ctx is the requests' parent.
+func (x *exchange) run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
 	defer func() {
 		cancel()
 		close(x.work)
@@ -181,28 +201,25 @@ func (x *exchange) serve(c *exchangeCall) {
 	}
 	f := &pluginv1.ExchangeFrame{Id: c.id, Kind: &pluginv1.ExchangeFrame_Response{Response: resp}}
 	// Encode before taking the send lock, so the lock covers only the
-	// write; and check what gRPC would refuse, since a Send that fails for
-	// its message ends the whole stream, not just this request. Handle
-	// fails such a call, and the host answers it as it does an aborted one.
-	var pm grpc.PreparedMsg
-	err = errTooLarge
-	if proto.Size(f) <= wire.MaxMessageBytes {
-		err = pm.Encode(x.stream, f)
-	}
+	// write; a frame that cannot be sent (too large, say) fails this
+	// request alone, as it would fail a Handle call, and the host answers
+	// it as it does an aborted one.
+	fr, err := x.stream.Encode(f)
 	if err != nil {
 		x.s.logger.Error("cannot send response", "method", c.req.GetMethod(), "path", c.req.GetPath(),
 			"request_id", c.req.GetRequestId(), "error", err)
 		f.Kind = &pluginv1.ExchangeFrame_Response{Response: &pluginv1.ExchangeResponse{Aborted: true}}
-		if err := pm.Encode(x.stream, f); err != nil {
+		if fr, err = x.stream.Encode(f); err != nil {
 			return // cannot happen: the frame is an id and a flag
 		}
 	}
+	x.sending.Add(1)
 	x.sendMu.Lock()
 	defer x.sendMu.Unlock()
+	// Every goroutine counted in sending takes the lock after this one;
+	// the last of them flushes.
+	flush := x.sending.Add(-1) == 0
 	// An error means the stream is gone; run's Recv fails too and ends
 	// the stream, and the host fails the request itself.
-	_ = x.stream.SendMsg(&pm)
+	_ = x.stream.Send(fr, flush)
 }
-
-// errTooLarge is logged for a response over wire.MaxMessageBytes.
-var errTooLarge = fmt.Errorf("response is larger than the %d-byte message limit", wire.MaxMessageBytes)

@@ -2,10 +2,12 @@ package sdk
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"os/signal"
 	"runtime"
 	"runtime/debug"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -45,8 +47,44 @@ func Serve(p Plugin) error {
 	})
 	go watchParent(logger, os.Getppid())
 	go ignoreTerm(logger)
-	plugin.Serve(serveConfig(p, logger))
+	plugin.Serve(serveConfig(p, logger, dataPlane(logger)))
 	return nil
+}
+
+// dataPlane returns the data-plane connections the host passed this
+// process, if any (see "Data plane" in proto/pluginv1/plugin.proto). Any
+// problem with them is logged and leaves the plugin without them: the host
+// then uses Exchange streams.
+func dataPlane(logger hclog.Logger) []*wire.Conn {
+	v, ok := os.LookupEnv(wire.DataPlaneEnv)
+	if !ok {
+		return nil
+	}
+	// Not for this process's own children.
+	_ = os.Unsetenv(wire.DataPlaneEnv)
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 || n > 1024 {
+		logger.Warn("ignoring a malformed data plane variable", "variable", wire.DataPlaneEnv, "value", v)
+		return nil
+	}
+	var conns []*wire.Conn
+	for i := range n {
+		fd := wire.DataPlaneFirstFD + i
+		f := os.NewFile(uintptr(fd), fmt.Sprintf("data-plane-%d", i))
+		// FileConn makes its own descriptor, close-on-exec, so that
+		// children do not inherit the connection either.
+		c, err := net.FileConn(f)
+		_ = f.Close()
+		if err != nil {
+			logger.Warn("no data plane; requests will come over Exchange streams", "fd", fd, "error", err)
+			for _, c := range conns {
+				_ = c.Close()
+			}
+			return nil
+		}
+		conns = append(conns, wire.NewConn(c))
+	}
+	return conns
 }
 
 func init() {
@@ -58,17 +96,20 @@ func init() {
 		if err := p.validate(); err != nil {
 			return nil, err
 		}
-		return serveConfig(p, logger), nil
+		return serveConfig(p, logger, nil), nil
 	}
 }
 
 // serveConfig is the go-plugin configuration for p, shared by Serve and
-// the in-process test kit.
-func serveConfig(p Plugin, logger hclog.Logger) *plugin.ServeConfig {
+// the in-process test kit; the server it makes serves data, the process's
+// data-plane connections.
+func serveConfig(p Plugin, logger hclog.Logger, data []*wire.Conn) *plugin.ServeConfig {
 	return &plugin.ServeConfig{
 		HandshakeConfig: wire.Handshake,
 		VersionedPlugins: wire.PluginSets(func(b *plugin.GRPCBroker) pluginv1.PluginServer {
-			return newServer(p, logger, b)
+			s := newServer(p, logger, b)
+			s.serveData(data)
+			return s
 		}),
 		GRPCServer: func(opts []grpc.ServerOption) *grpc.Server {
 			return grpc.NewServer(append(opts,

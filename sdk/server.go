@@ -38,6 +38,11 @@ type server struct {
 	cancel context.CancelFunc
 	faults Faults
 
+	// dataConns is how many data-plane connections serveData serves, set
+	// before the server takes calls; dataWG waits for their goroutines.
+	dataConns int
+	dataWG    sync.WaitGroup
+
 	mu         sync.Mutex
 	configured bool
 }
@@ -66,6 +71,8 @@ func (s *server) Describe(context.Context, *pluginv1.DescribeRequest) (*pluginv1
 		Version:      s.p.Version,
 		ConfigSchema: schema,
 		SdkVersion:   Version,
+		// The host passed these with the process, before any call.
+		DataPlaneConns: uint32(s.dataConns),
 	}
 	for _, r := range s.p.Routes {
 		resp.Routes = append(resp.Routes, &pluginv1.Route{

@@ -13,6 +13,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -72,7 +73,17 @@ type Instance struct {
 	manifest *pluginv1.DescribeResponse
 	hostID   uint32
 	stdio    []*lineLogger
+
+	dataMu sync.Mutex
+	data   []*wire.Conn // data-plane connections the plugin serves, until taken
 }
+
+// maxDataPlaneConns caps the data-plane connections per plugin process.
+const maxDataPlaneConns = 16
+
+// dataPlaneConns is how many data-plane connections a plugin gets: one per
+// CPU the host uses, as many as it would open Exchange streams.
+func dataPlaneConns() int { return min(runtime.GOMAXPROCS(0), maxDataPlaneConns) }
 
 // Verify checks that path is an executable regular file and, when want is
 // not empty, that its sha256 is want (lowercase hex).
@@ -145,6 +156,16 @@ func Launch(ctx context.Context, path, sha string, opts Options) (*Instance, err
 	}
 	cmd.Env = allowedEnv(opts.Env)
 	cmd.SysProcAttr = sysProcAttr()
+	// The data plane is an optimisation: without it, requests go over
+	// Exchange streams.
+	data, dataFiles, err := socketPairs(dataPlaneConns())
+	if err != nil {
+		opts.Logger.Warn("no data plane; requests will use Exchange streams", "error", err)
+	}
+	if len(dataFiles) > 0 {
+		cmd.ExtraFiles = dataFiles
+		cmd.Env = append(cmd.Env, fmt.Sprintf("%s=%d", wire.DataPlaneEnv, len(dataFiles)))
+	}
 	stdout := newLineLogger(opts.Logger, "stdout")
 	stderr := newLineLogger(opts.Logger, "stderr")
 	cfg := &plugin.ClientConfig{
@@ -166,12 +187,13 @@ func Launch(ctx context.Context, path, sha string, opts Options) (*Instance, err
 	if sha != "" {
 		sum, err := hex.DecodeString(sha)
 		if err != nil {
+			closeAll(data, dataFiles)
 			return nil, fmt.Errorf("sha256 pin: %w", err)
 		}
 		cfg.SecureConfig = &plugin.SecureConfig{Checksum: sum, Hash: sha256.New()}
 	}
 	client := plugin.NewClient(cfg)
-	inst := &Instance{client: client, stdio: []*lineLogger{stdout, stderr}}
+	inst := &Instance{client: client, stdio: []*lineLogger{stdout, stderr}, data: data}
 	ok := false
 	defer func() {
 		if !ok {
@@ -180,6 +202,8 @@ func Launch(ctx context.Context, path, sha string, opts Options) (*Instance, err
 	}()
 
 	proto, err := client.Client()
+	// The process has its copies of the plugin's ends, or never will.
+	closeAll(nil, dataFiles)
 	if err != nil && ctx.Err() != nil {
 		return nil, fmt.Errorf("plugin start cancelled: %w", ctx.Err())
 	}
@@ -202,6 +226,7 @@ func Launch(ctx context.Context, path, sha string, opts Options) (*Instance, err
 		return nil, fmt.Errorf("describe: %w", err)
 	}
 	inst.manifest = m
+	inst.keepData(int(m.GetDataPlaneConns()))
 
 	if opts.Host != nil {
 		inst.hostID = inst.rpc.Broker.NextId()
@@ -272,10 +297,45 @@ func (i *Instance) Configure(ctx context.Context, instance string, configJSON []
 	return nil
 }
 
+// keepData keeps the first n data-plane connections, those the plugin
+// said it serves, and closes the others.
+func (i *Instance) keepData(n int) {
+	i.dataMu.Lock()
+	defer i.dataMu.Unlock()
+	n = min(n, len(i.data))
+	closeAll(i.data[n:], nil)
+	i.data = i.data[:n:n]
+	if n == 0 {
+		i.data = nil
+	}
+}
+
+// TakeDataPlane hands over the data-plane connections the plugin serves
+// (none when it serves none) to the caller, who closes them; a second call
+// returns none. Connections not taken are closed by Kill.
+func (i *Instance) TakeDataPlane() []*wire.Conn {
+	i.dataMu.Lock()
+	defer i.dataMu.Unlock()
+	d := i.data
+	i.data = nil
+	return d
+}
+
+// closeAll closes conns and files.
+func closeAll(conns []*wire.Conn, files []*os.File) {
+	for _, c := range conns {
+		_ = c.Close()
+	}
+	for _, f := range files {
+		_ = f.Close()
+	}
+}
+
 // Kill ends the plugin: it asks go-plugin to close the connection, which
 // makes an SDK plugin exit, and force-kills it if it does not within
 // go-plugin's grace period. It blocks until the process is gone.
 func (i *Instance) Kill() {
+	closeAll(i.TakeDataPlane(), nil)
 	i.client.Kill()
 	for _, l := range i.stdio {
 		l.Flush()

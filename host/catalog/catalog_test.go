@@ -26,6 +26,7 @@ import (
 	"github.com/plughost/plughost/host/catalog"
 	"github.com/plughost/plughost/host/internal/testbin"
 	pluginv1 "github.com/plughost/plughost/proto/pluginv1"
+	"github.com/plughost/plughost/sdk/wire"
 )
 
 // bin is the directory TestMain builds the plugin binaries into.
@@ -455,8 +456,9 @@ func TestEnvironmentAllowlist(t *testing.T) {
 	t.Setenv("PLUGHOST_TEST_SECRET", "hunter2")
 	t.Setenv("PLUGHOST_TEST_ALLOWED", "yes")
 
-	// goPlugin lists what go-plugin itself sets for the handshake.
-	goPlugin := []string{"PLUGHOST_PLUGIN", "PLUGIN_MIN_PORT", "PLUGIN_MAX_PORT", "PLUGIN_PROTOCOL_VERSIONS", "PLUGIN_CLIENT_CERT"}
+	// goPlugin lists what go-plugin itself sets for the handshake, and
+	// the host for the data plane.
+	goPlugin := []string{"PLUGHOST_PLUGIN", "PLUGIN_MIN_PORT", "PLUGIN_MAX_PORT", "PLUGIN_PROTOCOL_VERSIONS", "PLUGIN_CLIENT_CERT", wire.DataPlaneEnv}
 
 	tests := []struct {
 		name    string

@@ -1,10 +1,13 @@
 // Package exchange sends a plugin process its requests for ordinary
-// (non-streaming) routes over a few long-lived Exchange streams, many
+// (non-streaming) routes over a few long-lived exchange streams, many
 // requests at once on each, rather than as one Handle call per request:
 // that saves a gRPC call's setup and teardown per request on both sides.
-// It falls back to Handle for a plugin built before Exchange existed, and
-// for requests with large bodies. It neither routes nor maps failures to
-// HTTP answers; the ingress does both.
+// A stream is one of the process's data-plane connections while it lasts,
+// which spares gRPC's transport as well, and otherwise an Exchange stream
+// (see "Data plane" in proto/pluginv1/plugin.proto). It falls back to
+// Handle for a plugin built before Exchange existed, and for requests with
+// large bodies. It neither routes nor maps failures to HTTP answers; the
+// ingress does both.
 package exchange
 
 import (
@@ -15,11 +18,11 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	pluginv1 "github.com/plughost/plughost/proto/pluginv1"
+	"github.com/plughost/plughost/sdk/wire"
 )
 
 // MaxBodyBytes is the largest request body sent over an Exchange stream.
@@ -32,7 +35,8 @@ const MaxBodyBytes = 64 << 10
 // use.
 //
 // Streams are opened on first use and used in turn. A stream that breaks
-// fails the requests waiting on it and is replaced on the next use.
+// fails the requests waiting on it and is replaced on the next use; a
+// data-plane connection is used once, and an Exchange stream replaces it.
 type Pool struct {
 	rpc         pluginv1.PluginClient
 	slots       []slot
@@ -48,11 +52,23 @@ type Pool struct {
 type slot struct {
 	cur     atomic.Pointer[stream] // nil until opened, and after it broke
 	opening chan struct{}          // closed when an open in progress ends
+	data    *wire.Conn             // the slot's data-plane connection until first used; guarded by Pool.mu
 }
 
-// New returns a pool of GOMAXPROCS streams to the plugin served by rpc.
-// It opens none yet.
-func New(rpc pluginv1.PluginClient) *Pool { return newPool(rpc, runtime.GOMAXPROCS(0)) }
+// New returns a pool of streams to the plugin served by rpc: one per
+// data-plane connection in data, which it owns from now on, or GOMAXPROCS
+// Exchange streams when there are none. It opens no Exchange stream yet.
+func New(rpc pluginv1.PluginClient, data []*wire.Conn) *Pool {
+	n := len(data)
+	if n == 0 {
+		n = runtime.GOMAXPROCS(0)
+	}
+	p := newPool(rpc, n)
+	for i, c := range data {
+		p.slots[i].data = c
+	}
+	return p
+}
 
 func newPool(rpc pluginv1.PluginClient, streams int) *Pool {
 	return &Pool{rpc: rpc, slots: make([]slot, streams)}
@@ -119,6 +135,10 @@ func (p *Pool) Close() {
 		if s := p.slots[i].cur.Load(); s != nil {
 			open = append(open, s)
 		}
+		if c := p.slots[i].data; c != nil {
+			_ = c.Close()
+			p.slots[i].data = nil
+		}
 	}
 	p.mu.Unlock()
 	for _, s := range open {
@@ -169,8 +189,16 @@ func (p *Pool) stream(ctx context.Context) (*stream, error) {
 	}
 }
 
-// open opens a stream for sl and starts its receiver.
+// open opens a stream for sl, on its data-plane connection if it has one
+// left, and starts its receiver.
 func (p *Pool) open(ctx context.Context, sl *slot) (*stream, error) {
+	p.mu.Lock()
+	data := sl.data
+	sl.data = nil
+	p.mu.Unlock()
+	if data != nil {
+		return p.start(sl, data, func() { _ = data.Close() })
+	}
 	// The stream outlives the caller who opens it, so it gets a context
 	// of its own; but the opening must not outlast the caller.
 	sctx, cancel := context.WithCancel(context.Background())
@@ -188,11 +216,16 @@ func (p *Pool) open(ctx context.Context, sl *slot) (*stream, error) {
 		}
 		return nil, err
 	}
-	s := &stream{pool: p, slot: sl, cs: cs, cancel: cancel, sendLock: make(chan struct{}, 1), calls: map[uint64]chan result{}}
+	return p.start(sl, wire.GRPCStream(cs), cancel)
+}
+
+// start makes st sl's stream and starts its receiver; end ends st.
+func (p *Pool) start(sl *slot, st wire.Stream, end func()) (*stream, error) {
+	s := &stream{pool: p, slot: sl, st: st, cancel: end, sendLock: make(chan struct{}, 1), calls: map[uint64]chan result{}}
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
-		cancel()
+		end()
 		return nil, errClosed
 	}
 	sl.cur.Store(s)
@@ -202,14 +235,14 @@ func (p *Pool) open(ctx context.Context, sl *slot) (*stream, error) {
 	return s, nil
 }
 
-// stream is one Exchange stream.
+// stream is one exchange stream.
 type stream struct {
 	pool   *Pool
 	slot   *slot
-	cs     pluginv1.Plugin_ExchangeClient
-	cancel context.CancelFunc // ends the stream
+	st     wire.Stream
+	cancel func() // ends the stream
 
-	// sendLock serialises Send, which gRPC allows one caller at a time.
+	// sendLock serialises Send, which a Stream allows one caller at a time.
 	// It is a channel so that a caller can stop waiting for it when its
 	// context ends.
 	sendLock chan struct{}
@@ -261,18 +294,17 @@ func (s *stream) do(ctx context.Context, id uint64, ch chan result, req *pluginv
 		xr.DeadlineUnixNano = dl.UnixNano()
 	}
 	// Encode before taking the send lock, so the lock covers only the
-	// write, and so that a message gRPC cannot encode (a string that is
-	// not UTF-8, say) fails this request alone: a Send that fails for its
-	// message ends the whole stream. Frames stay far below the 64 MiB
-	// message limit, which Send would also end the stream for: bodies
-	// over MaxBodyBytes go by Handle, and headers are capped by the HTTP
-	// server and, for Host.Call, by the Host service's message limit.
-	var pm grpc.PreparedMsg
-	if err := pm.Encode(s.cs, &pluginv1.ExchangeFrame{Id: id, Kind: &pluginv1.ExchangeFrame_Request{Request: xr}}); err != nil {
+	// write, and so that a message that cannot be encoded (a string that
+	// is not UTF-8, say) fails this request alone. Frames stay far below
+	// the 64 MiB message limit: bodies over MaxBodyBytes go by Handle, and
+	// headers are capped by the HTTP server and, for Host.Call, by the
+	// Host service's message limit.
+	fr, err := s.st.Encode(&pluginv1.ExchangeFrame{Id: id, Kind: &pluginv1.ExchangeFrame_Request{Request: xr}})
+	if err != nil {
 		s.forget(id)
-		return nil, err
+		return nil, status.Errorf(codes.Internal, "encode request: %v", err)
 	}
-	err := s.send(ctx, &pm)
+	err = s.send(ctx, fr)
 	if err != nil && err != io.EOF {
 		// The request did not leave: ctx ended while waiting to send,
 		// or gRPC refused the message.
@@ -296,13 +328,13 @@ func (s *stream) do(ctx context.Context, id uint64, ch chan result, req *pluginv
 // waits only for flow control, that is, while the plugin is not reading
 // the stream; a plugin that stops reading fails its health checks, and the
 // stream ends when the supervisor kills it.
-func (s *stream) send(ctx context.Context, m *grpc.PreparedMsg) error {
+func (s *stream) send(ctx context.Context, fr wire.Frame) error {
 	select {
 	case s.sendLock <- struct{}{}:
 	case <-ctx.Done():
 		return status.FromContextError(ctx.Err()).Err()
 	}
-	err := s.cs.SendMsg(m)
+	err := s.st.Send(fr, true)
 	<-s.sendLock
 	if s.cancels.Load() > 0 {
 		s.flushCancels()
@@ -336,10 +368,11 @@ func (s *stream) flushCancels() {
 		s.cancelIDs = nil
 		s.cancels.Store(0)
 		s.mu.Unlock()
-		for _, id := range ids {
+		for i, id := range ids {
+			fr, err := s.st.Encode(&pluginv1.ExchangeFrame{Id: id, Kind: &pluginv1.ExchangeFrame_Cancel{Cancel: &pluginv1.ExchangeCancel{}}})
 			// A failed Send means the stream has ended, which cancels
 			// every request on it anyway.
-			if s.cs.Send(&pluginv1.ExchangeFrame{Id: id, Kind: &pluginv1.ExchangeFrame_Cancel{Cancel: &pluginv1.ExchangeCancel{}}}) != nil {
+			if err != nil || s.st.Send(fr, i == len(ids)-1) != nil {
 				break
 			}
 		}
@@ -352,7 +385,7 @@ func (s *stream) flushCancels() {
 func (s *stream) receive() {
 	defer s.pool.receivers.Done()
 	for {
-		f, err := s.cs.Recv()
+		f, err := s.st.Recv()
 		if err != nil {
 			s.fail(err)
 			return

@@ -22,6 +22,7 @@ import (
 	"github.com/plughost/plughost/host/metrics"
 	pluginv1 "github.com/plughost/plughost/proto/pluginv1"
 	"github.com/plughost/plughost/sdk/backoff"
+	"github.com/plughost/plughost/sdk/wire"
 )
 
 // Spec is what the supervisor needs to run one plugin.
@@ -81,8 +82,8 @@ type Conn struct {
 	calls *callCount
 }
 
-func newConn(rpc pluginv1.PluginClient) *Conn {
-	return &Conn{RPC: rpc, aborted: &atomic.Bool{}, exchange: exchange.New(rpc), calls: &callCount{}}
+func newConn(rpc pluginv1.PluginClient, data []*wire.Conn) *Conn {
+	return &Conn{RPC: rpc, aborted: &atomic.Bool{}, exchange: exchange.New(rpc, data), calls: &callCount{}}
 }
 
 // StartCall counts a call to the process, from before it is sent until
@@ -411,7 +412,7 @@ func (p *Plugin) run(ctx context.Context) {
 		if err == nil {
 			p.logger.Info("plugin ready", "pid", inst.Pid(), "version", inst.Manifest().GetVersion())
 			var cmd *command
-			conn := newConn(inst.RPC())
+			conn := newConn(inst.RPC(), inst.TakeDataPlane())
 			reason, cmd = p.serve(ctx, inst, conn, &bo)
 			if cmd != nil {
 				switch cmd.kind {

@@ -1,0 +1,186 @@
+package wire
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
+
+	pluginv1 "github.com/plughost/plughost/proto/pluginv1"
+)
+
+// DataPlaneEnv names the environment variable that tells a plugin how many
+// data-plane connections the host passed it, as file descriptors 3, 4, ...
+// (see "Data plane" in proto/pluginv1/plugin.proto).
+const DataPlaneEnv = "PLUGHOST_DATA_PLANE_FDS"
+
+// DataPlaneFirstFD is the descriptor of the first data-plane connection:
+// the first after standard input, output and error.
+const DataPlaneFirstFD = 3
+
+// Stream carries the frames of one exchange: a gRPC Exchange stream or a
+// data-plane connection. Encode may be called concurrently; Send by one
+// caller at a time, and Recv by one caller at a time.
+type Stream interface {
+	// Encode encodes f for Send. An error is f's alone (a message gRPC
+	// cannot encode, or one over MaxMessageBytes): the stream is fine.
+	Encode(f *pluginv1.ExchangeFrame) (Frame, error)
+	// Send writes an encoded frame. With flush false it may wait in a
+	// buffer until a later Send flushes: a caller passes false only when
+	// it knows another Send follows at once.
+	Send(fr Frame, flush bool) error
+	// Recv reads the next frame. It returns io.EOF when the peer ended
+	// the stream cleanly.
+	Recv() (*pluginv1.ExchangeFrame, error)
+}
+
+// Frame is a frame encoded by a Stream, for that Stream's Send.
+type Frame struct {
+	pm *grpc.PreparedMsg
+	b  []byte
+}
+
+// GRPCStream adapts an Exchange stream, either side's, to Stream.
+func GRPCStream(s grpc.Stream) Stream { return grpcStream{s} }
+
+type grpcStream struct{ s grpc.Stream }
+
+func (g grpcStream) Encode(f *pluginv1.ExchangeFrame) (Frame, error) {
+	// A Send that fails for its message would end the whole stream.
+	if proto.Size(f) > MaxMessageBytes {
+		return Frame{}, ErrFrameTooLarge
+	}
+	pm := new(grpc.PreparedMsg)
+	if err := pm.Encode(g.s, f); err != nil {
+		return Frame{}, err
+	}
+	return Frame{pm: pm}, nil
+}
+
+// Send ignores flush: gRPC's transport writes whatever is queued in one go
+// by itself.
+func (g grpcStream) Send(fr Frame, _ bool) error { return g.s.SendMsg(fr.pm) }
+
+func (g grpcStream) Recv() (*pluginv1.ExchangeFrame, error) {
+	f := new(pluginv1.ExchangeFrame)
+	if err := g.s.RecvMsg(f); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// ErrFrameTooLarge is the error for a frame over MaxMessageBytes.
+var ErrFrameTooLarge = fmt.Errorf("frame is larger than the %d-byte message limit", MaxMessageBytes)
+
+// frameHeaderBytes is the size of a data-plane frame's length prefix.
+const frameHeaderBytes = 4
+
+// frameBufferBytes sizes a Conn's read and write buffers: most frames fit,
+// and a frame that does not is read or written straight through.
+const frameBufferBytes = 32 << 10
+
+// Conn is a data-plane connection: a Stream over a connected stream
+// socket, each frame a 4-byte big-endian length and its protobuf encoding.
+// Create it with NewConn and end it with Close.
+type Conn struct {
+	c net.Conn
+	r *bufio.Reader
+
+	wmu  sync.Mutex // guards w and werr; held across a write to c
+	w    *bufio.Writer
+	werr error // sticky: after a failed write the stream is broken
+}
+
+// NewConn returns a Conn over c, which it owns from now on.
+func NewConn(c net.Conn) *Conn {
+	return &Conn{c: c, r: bufio.NewReaderSize(c, frameBufferBytes), w: bufio.NewWriterSize(c, frameBufferBytes)}
+}
+
+// Encode encodes f with its length prefix.
+func (c *Conn) Encode(f *pluginv1.ExchangeFrame) (Frame, error) {
+	n := proto.Size(f)
+	if n > MaxMessageBytes {
+		return Frame{}, ErrFrameTooLarge
+	}
+	b := make([]byte, frameHeaderBytes, frameHeaderBytes+n)
+	binary.BigEndian.PutUint32(b, uint32(n))
+	b, err := proto.MarshalOptions{UseCachedSize: true}.MarshalAppend(b, f)
+	if err != nil {
+		return Frame{}, err
+	}
+	return Frame{b: b}, nil
+}
+
+// Send writes fr into the write buffer, and the buffer to the socket when
+// flush is set or the buffer is full. It is safe for concurrent use, but
+// frames keep no order between concurrent callers.
+func (c *Conn) Send(fr Frame, flush bool) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if c.werr != nil {
+		return c.werr
+	}
+	_, err := c.w.Write(fr.b)
+	if err == nil && flush {
+		err = c.w.Flush()
+	}
+	if err != nil {
+		c.werr = err
+	}
+	return err
+}
+
+// Recv reads the next frame. A frame that cannot be read, or that is over
+// MaxMessageBytes, is an error after which the connection is of no use.
+// A connection that ends between frames gives io.EOF.
+func (c *Conn) Recv() (*pluginv1.ExchangeFrame, error) {
+	var hdr [frameHeaderBytes]byte
+	if _, err := io.ReadFull(c.r, hdr[:]); err != nil {
+		if errors.Is(err, io.ErrUnexpectedEOF) {
+			return nil, fmt.Errorf("read frame length: %w", err)
+		}
+		return nil, err
+	}
+	n := binary.BigEndian.Uint32(hdr[:])
+	if n > MaxMessageBytes {
+		return nil, fmt.Errorf("frame of %d bytes: %w", n, ErrFrameTooLarge)
+	}
+	var buf []byte
+	peeked := int(n) <= c.r.Buffered()
+	if peeked {
+		// The whole frame is in the read buffer: decode it in place.
+		// Unmarshal copies what it keeps, so the buffer is free after.
+		buf, _ = c.r.Peek(int(n))
+	} else {
+		buf = make([]byte, n)
+		if _, err := io.ReadFull(c.r, buf); err != nil {
+			return nil, fmt.Errorf("read frame of %d bytes: %w", n, noEOF(err))
+		}
+	}
+	f := new(pluginv1.ExchangeFrame)
+	err := proto.Unmarshal(buf, f)
+	if peeked {
+		_, _ = c.r.Discard(int(n))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("decode frame: %w", err)
+	}
+	return f, nil
+}
+
+// noEOF reports a connection that ended inside a frame as what it is.
+func noEOF(err error) error {
+	if err == io.EOF {
+		return io.ErrUnexpectedEOF
+	}
+	return err
+}
+
+// Close closes the connection. A Recv waiting on it returns an error.
+func (c *Conn) Close() error { return c.c.Close() }
