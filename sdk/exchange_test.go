@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -16,22 +17,80 @@ import (
 	"google.golang.org/grpc/status"
 
 	pluginv1 "github.com/plughost/plughost/proto/pluginv1"
+	"github.com/plughost/plughost/sdk/wire"
 )
 
-// exchangeStream is an Exchange stream to a test plugin, driven frame by
+// exchangeStream is an exchange stream to a test plugin, driven frame by
 // frame as the host would.
 type exchangeStream struct {
-	s      pluginv1.Plugin_ExchangeClient
+	s      hostStream
 	frames chan *pluginv1.ExchangeFrame // what the plugin sent; closed when the stream ends
 	err    error                        // why it ended; read after frames is closed
 }
 
-// openExchange opens an Exchange stream that lasts as long as ctx.
-func (tp *testPlugin) openExchange(t *testing.T, ctx context.Context) *exchangeStream {
-	t.Helper()
-	s, err := tp.client.Exchange(ctx)
+// hostStream is the host's side of an exchange stream.
+type hostStream interface {
+	Send(*pluginv1.ExchangeFrame) error
+	Recv() (*pluginv1.ExchangeFrame, error)
+	// CloseSend ends what the host sends; the plugin reads the end.
+	CloseSend() error
+}
+
+// transport is what an exchange stream runs over.
+type transport string
+
+const (
+	grpcStream transport = "exchange_stream" // an Exchange gRPC stream
+	dataConn   transport = "data_plane"      // a data-plane connection
+)
+
+// forTransports runs test once over each transport.
+func forTransports(t *testing.T, test func(t *testing.T, tr transport)) {
+	for _, tr := range []transport{grpcStream, dataConn} {
+		t.Run(string(tr), func(t *testing.T) { test(t, tr) })
+	}
+}
+
+// dataHost is the host's end of a data-plane connection.
+type dataHost struct {
+	*wire.Conn
+	raw *net.UnixConn
+}
+
+func (d dataHost) Send(f *pluginv1.ExchangeFrame) error {
+	fr, err := d.Encode(f)
 	if err != nil {
-		t.Fatalf("Exchange() = %v", err)
+		return err
+	}
+	return d.Conn.Send(fr, true)
+}
+
+func (d dataHost) CloseSend() error { return d.raw.CloseWrite() }
+
+// openExchange opens an exchange stream over tr that lasts as long as ctx.
+func (tp *testPlugin) openExchange(t *testing.T, tr transport, ctx context.Context) *exchangeStream {
+	t.Helper()
+	var s hostStream
+	switch tr {
+	case grpcStream:
+		cs, err := tp.client.Exchange(ctx)
+		if err != nil {
+			t.Fatalf("Exchange() = %v", err)
+		}
+		s = cs
+	case dataConn:
+		if len(tp.data) == 0 {
+			t.Fatal("the test plugin has no data-plane connection left")
+		}
+		raw := tp.data[0]
+		tp.data = tp.data[1:]
+		c := dataHost{Conn: wire.NewConn(raw), raw: raw}
+		stop := context.AfterFunc(ctx, func() { _ = c.Close() })
+		t.Cleanup(func() {
+			stop()
+			_ = c.Close()
+		})
+		s = c
 	}
 	// Room for every frame a test provokes, so the reader never blocks.
 	xs := &exchangeStream{s: s, frames: make(chan *pluginv1.ExchangeFrame, 1024)}
@@ -103,7 +162,9 @@ func (xs *exchangeStream) end(t *testing.T) error {
 	}
 }
 
-func TestExchangeConcurrent(t *testing.T) {
+func TestExchangeConcurrent(t *testing.T) { forTransports(t, testExchangeConcurrent) }
+
+func testExchangeConcurrent(t *testing.T, tr transport) {
 	const n = 20
 	// Every handler waits until all n have started, so they only finish
 	// if they run at once.
@@ -117,7 +178,7 @@ func TestExchangeConcurrent(t *testing.T) {
 		io.WriteString(w, r.URL.Path)
 	})
 	tp := startPlugin(t, pluginWith(h))
-	xs := tp.openExchange(t, t.Context())
+	xs := tp.openExchange(t, tr, t.Context())
 	for id := range uint64(n) {
 		xs.request(t, id+1, &pluginv1.HTTPRequest{Method: "GET", Path: fmt.Sprintf("/%d", id+1)}, time.Now().Add(time.Minute))
 	}
@@ -133,9 +194,11 @@ func TestExchangeConcurrent(t *testing.T) {
 	}
 }
 
-func TestExchangeRequest(t *testing.T) {
+func TestExchangeRequest(t *testing.T) { forTransports(t, testExchangeRequest) }
+
+func testExchangeRequest(t *testing.T, tr transport) {
 	tp := startPlugin(t, pluginWith(echoHandler()))
-	xs := tp.openExchange(t, t.Context())
+	xs := tp.openExchange(t, tr, t.Context())
 	req := &pluginv1.HTTPRequest{
 		Method:   "POST",
 		Path:     "/items/42",
@@ -160,7 +223,9 @@ func TestExchangeRequest(t *testing.T) {
 	}
 }
 
-func TestExchangeCancel(t *testing.T) {
+func TestExchangeCancel(t *testing.T) { forTransports(t, testExchangeCancel) }
+
+func testExchangeCancel(t *testing.T, tr transport) {
 	started := make(chan struct{}, 1)
 	ended := make(chan error, 1)
 	mux := http.NewServeMux()
@@ -172,7 +237,7 @@ func TestExchangeCancel(t *testing.T) {
 	})
 	mux.Handle("/ok", okHandler())
 	tp := startPlugin(t, pluginWith(mux))
-	xs := tp.openExchange(t, t.Context())
+	xs := tp.openExchange(t, tr, t.Context())
 
 	xs.cancel(t, 99) // for no request: ignored
 	xs.request(t, 1, &pluginv1.HTTPRequest{Method: "GET", Path: "/block"}, time.Now().Add(time.Minute))
@@ -189,7 +254,9 @@ func TestExchangeCancel(t *testing.T) {
 	}
 }
 
-func TestExchangeDeadline(t *testing.T) {
+func TestExchangeDeadline(t *testing.T) { forTransports(t, testExchangeDeadline) }
+
+func testExchangeDeadline(t *testing.T, tr transport) {
 	const noDeadline = "none"
 	ended := make(chan error, 1)
 	mux := http.NewServeMux()
@@ -206,7 +273,7 @@ func TestExchangeDeadline(t *testing.T) {
 		ended <- r.Context().Err()
 	})
 	tp := startPlugin(t, pluginWith(mux))
-	xs := tp.openExchange(t, t.Context())
+	xs := tp.openExchange(t, tr, t.Context())
 
 	dl := time.Now().Add(30 * time.Second)
 	tests := []struct {
@@ -239,16 +306,18 @@ func TestExchangeDeadline(t *testing.T) {
 	})
 }
 
-func TestExchangeStreamEnd(t *testing.T) {
+func TestExchangeStreamEnd(t *testing.T) { forTransports(t, testExchangeStreamEnd) }
+
+func testExchangeStreamEnd(t *testing.T, tr transport) {
 	tests := []struct {
 		name string
-		end  func(cancel context.CancelFunc, s pluginv1.Plugin_ExchangeClient) error
+		end  func(cancel context.CancelFunc, s hostStream) error
 	}{
-		{name: "host cancels the stream", end: func(cancel context.CancelFunc, _ pluginv1.Plugin_ExchangeClient) error {
+		{name: "host cancels the stream", end: func(cancel context.CancelFunc, _ hostStream) error {
 			cancel()
 			return nil
 		}},
-		{name: "host closes its side", end: func(_ context.CancelFunc, s pluginv1.Plugin_ExchangeClient) error {
+		{name: "host closes its side", end: func(_ context.CancelFunc, s hostStream) error {
 			return s.CloseSend()
 		}},
 	}
@@ -264,7 +333,7 @@ func TestExchangeStreamEnd(t *testing.T) {
 			})))
 			ctx, cancel := context.WithCancel(t.Context())
 			defer cancel()
-			xs := tp.openExchange(t, ctx)
+			xs := tp.openExchange(t, tr, ctx)
 			for id := range uint64(n) {
 				xs.request(t, id+1, &pluginv1.HTTPRequest{Method: "GET", Path: "/"}, time.Time{})
 			}
@@ -289,7 +358,9 @@ func TestExchangeStreamEnd(t *testing.T) {
 	}
 }
 
-func TestExchangePanic(t *testing.T) {
+func TestExchangePanic(t *testing.T) { forTransports(t, testExchangePanic) }
+
+func testExchangePanic(t *testing.T, tr transport) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/panic", func(http.ResponseWriter, *http.Request) { panic("boom") })
 	mux.HandleFunc("/abort", func(w http.ResponseWriter, _ *http.Request) {
@@ -302,7 +373,7 @@ func TestExchangePanic(t *testing.T) {
 	})
 	mux.Handle("/ok", okHandler())
 	tp := startPlugin(t, pluginWith(mux))
-	xs := tp.openExchange(t, t.Context())
+	xs := tp.openExchange(t, tr, t.Context())
 
 	xs.request(t, 1, &pluginv1.HTTPRequest{Method: "GET", Path: "/panic"}, time.Time{})
 	_, resp := xs.response(t)
@@ -333,7 +404,9 @@ func TestExchangePanic(t *testing.T) {
 	}
 }
 
-func TestExchangeDrain(t *testing.T) {
+func TestExchangeDrain(t *testing.T) { forTransports(t, testExchangeDrain) }
+
+func testExchangeDrain(t *testing.T, tr transport) {
 	started := make(chan struct{})
 	release := newGate(t)
 	mux := http.NewServeMux()
@@ -350,7 +423,7 @@ func TestExchangeDrain(t *testing.T) {
 		return nil
 	}
 	tp := startPlugin(t, p)
-	xs := tp.openExchange(t, t.Context())
+	xs := tp.openExchange(t, tr, t.Context())
 
 	xs.request(t, 1, &pluginv1.HTTPRequest{Method: "GET", Path: "/slow"}, time.Time{})
 	waitFor(t, started, "the slow handler to start")
@@ -387,17 +460,25 @@ func TestExchangeDrain(t *testing.T) {
 	}
 }
 
-func TestExchangeDuplicateID(t *testing.T) {
+func TestExchangeDuplicateID(t *testing.T) { forTransports(t, testExchangeDuplicateID) }
+
+func testExchangeDuplicateID(t *testing.T, tr transport) {
 	ended := make(chan error, 1)
 	tp := startPlugin(t, pluginWith(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		<-r.Context().Done()
 		ended <- r.Context().Err()
 	})))
-	xs := tp.openExchange(t, t.Context())
+	xs := tp.openExchange(t, tr, t.Context())
 	xs.request(t, 1, &pluginv1.HTTPRequest{Method: "GET", Path: "/"}, time.Time{})
 	xs.request(t, 1, &pluginv1.HTTPRequest{Method: "GET", Path: "/"}, time.Time{})
-	if err := xs.end(t); status.Code(err) != codes.InvalidArgument {
+	// An Exchange stream ends with the error; a data-plane connection
+	// is closed, and the error logged.
+	err := xs.end(t)
+	switch {
+	case tr == grpcStream && status.Code(err) != codes.InvalidArgument:
 		t.Errorf("Exchange stream with a repeated request id ended with %v, want code %v", err, codes.InvalidArgument)
+	case tr == dataConn && err != io.EOF:
+		t.Errorf("data-plane connection with a repeated request id ended with %v, want %v", err, io.EOF)
 	}
 	if err := waitFor(t, ended, "the first request to be cancelled"); !errors.Is(err, context.Canceled) {
 		t.Errorf("r.Context().Err() of the first request = %v, want %v", err, context.Canceled)

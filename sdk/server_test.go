@@ -26,6 +26,7 @@ import (
 	"google.golang.org/protobuf/testing/protocmp"
 
 	pluginv1 "github.com/plughost/plughost/proto/pluginv1"
+	"github.com/plughost/plughost/sdk/wire"
 )
 
 // syncBuffer is a bytes.Buffer the plugin's logger may write while the test
@@ -69,7 +70,13 @@ type testPlugin struct {
 	client pluginv1.PluginClient
 	logs   *syncBuffer
 	calls  sync.WaitGroup
+	// data holds the host's ends of data-plane connections the plugin
+	// serves, not yet used by a test.
+	data []*net.UnixConn
 }
+
+// testDataConns is how many data-plane connections startPlugin makes.
+const testDataConns = 2
 
 // startPlugin serves p on 127.0.0.1 with a real gRPC server. Cleanup closes
 // the client, stops the server and waits for every call started with
@@ -88,7 +95,15 @@ func startPlugin(t *testing.T, p Plugin) *testPlugin {
 		t.Fatalf("net.Listen(tcp, 127.0.0.1:0) = %v", err)
 	}
 	gs := grpc.NewServer(grpc.WaitForHandlers(true))
-	pluginv1.RegisterPluginServer(gs, newServer(p, logger, nil))
+	srv := newServer(p, logger, nil)
+	var pluginEnds []*wire.Conn
+	for range testDataConns {
+		h, pe := socketPair(t)
+		tp.data = append(tp.data, h)
+		pluginEnds = append(pluginEnds, wire.NewConn(pe))
+	}
+	srv.serveData(pluginEnds)
+	pluginv1.RegisterPluginServer(gs, srv)
 	served := make(chan error, 1)
 	go func() { served <- gs.Serve(lis) }()
 
@@ -105,6 +120,10 @@ func startPlugin(t *testing.T, p Plugin) *testPlugin {
 		if err := conn.Close(); err != nil {
 			t.Errorf("conn.Close() = %v", err)
 		}
+		for _, c := range tp.data {
+			_ = c.Close() // ends the plugin's side of the unused ones
+		}
+		srv.dataWG.Wait()
 		tp.calls.Wait()
 		gs.Stop()
 		if err := <-served; err != nil {
@@ -260,9 +279,10 @@ func TestDescribe(t *testing.T) {
 		t.Fatalf("Describe() = %v", err)
 	}
 	want := &pluginv1.DescribeResponse{
-		Name:       "hello",
-		Version:    "0.3.0",
-		SdkVersion: Version,
+		Name:           "hello",
+		Version:        "0.3.0",
+		SdkVersion:     Version,
+		DataPlaneConns: testDataConns, // startPlugin passes these
 		Routes: []*pluginv1.Route{
 			{Method: "GET", Pattern: "/{$}"},
 			{Method: "POST", Pattern: "/items/{id}", TimeoutMs: 1500},
@@ -1375,4 +1395,25 @@ func TestMetricsGatherError(t *testing.T) {
 	if got := status.Code(err); got != codes.Internal {
 		t.Errorf("Metrics() with a failing collector = %v, want code %v", err, codes.Internal)
 	}
+}
+
+// socketPair returns the two ends of a data-plane socket pair, closed at
+// cleanup.
+func socketPair(tb testing.TB) (host, plugin *net.UnixConn) {
+	tb.Helper()
+	h, f, err := wire.SocketPair()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	p, err := net.FileConn(f)
+	_ = f.Close()
+	if err != nil {
+		_ = h.Close()
+		tb.Fatalf("net.FileConn: %v", err)
+	}
+	tb.Cleanup(func() {
+		_ = h.Close()
+		_ = p.Close()
+	})
+	return h.(*net.UnixConn), p.(*net.UnixConn)
 }

@@ -42,7 +42,8 @@ func TestMain(m *testing.M) {
 // test can tell which way a request went.
 type handleCounter struct {
 	pluginv1.PluginClient
-	n atomic.Int64
+	n         atomic.Int64 // Handle calls
+	exchanges atomic.Int64 // Exchange streams opened
 }
 
 func (c *handleCounter) Handle(ctx context.Context, req *pluginv1.HTTPRequest, opts ...grpc.CallOption) (*pluginv1.HTTPResponse, error) {
@@ -50,16 +51,39 @@ func (c *handleCounter) Handle(ctx context.Context, req *pluginv1.HTTPRequest, o
 	return c.PluginClient.Handle(ctx, req, opts...)
 }
 
+func (c *handleCounter) Exchange(ctx context.Context, opts ...grpc.CallOption) (pluginv1.Plugin_ExchangeClient, error) {
+	c.exchanges.Add(1)
+	return c.PluginClient.Exchange(ctx, opts...)
+}
+
+// transport is what a test's pool sends requests over.
+type transport string
+
+const (
+	grpcStreams transport = "exchange_streams" // Exchange streams
+	dataPlane   transport = "data_plane"       // the process's data-plane connections
+)
+
+// forTransports runs test once over each transport.
+func forTransports(t *testing.T, test func(t *testing.T, tr transport)) {
+	for _, tr := range []transport{grpcStreams, dataPlane} {
+		t.Run(string(tr), func(t *testing.T) { test(t, tr) })
+	}
+}
+
 // plugin is a configured plugin process and a pool in front of it.
 type plugin struct {
 	inst *catalog.Instance
 	rpc  *handleCounter
 	pool *exchange.Pool
+	// exchangesExpected is set by a test that breaks data-plane
+	// connections, after which Exchange streams replace them.
+	exchangesExpected bool
 }
 
 // launch starts the plugin binary name with config and a pool of the given
-// number of streams. Cleanup closes the pool and kills the process.
-func launch(t *testing.T, name, config string, streams int) *plugin {
+// number of streams over tr. Cleanup closes the pool and kills the process.
+func launch(t *testing.T, name, config string, tr transport, streams int) *plugin {
 	t.Helper()
 	inst, err := catalog.Launch(t.Context(), filepath.Join(bin, name), "", catalog.Options{
 		Logger:       hclog.NewNullLogger(),
@@ -74,14 +98,35 @@ func launch(t *testing.T, name, config string, streams int) *plugin {
 		t.Fatalf("configure %s: %v", name, err)
 	}
 	p := &plugin{inst: inst, rpc: &handleCounter{PluginClient: inst.RPC()}}
-	p.pool = exchange.NewSize(p.rpc, streams)
+	switch data := inst.TakeDataPlane(); tr {
+	case grpcStreams:
+		for _, c := range data {
+			_ = c.Close()
+		}
+		p.pool = exchange.NewSize(p.rpc, streams)
+	case dataPlane:
+		if len(data) < streams {
+			t.Fatalf("the plugin serves %d data-plane connections, want at least %d", len(data), streams)
+		}
+		for _, c := range data[streams:] {
+			_ = c.Close()
+		}
+		p.pool = exchange.New(p.rpc, data[:streams])
+	}
 	t.Cleanup(p.pool.Close)
+	if tr == dataPlane {
+		t.Cleanup(func() {
+			if n := p.rpc.exchanges.Load(); n != 0 && !p.exchangesExpected {
+				t.Errorf("the pool opened %d Exchange streams, want none: its data-plane connections carry every request", n)
+			}
+		})
+	}
 	return p
 }
 
-func hello(t *testing.T, streams int) *plugin {
+func hello(t *testing.T, tr transport, streams int) *plugin {
 	t.Helper()
-	return launch(t, "hello", `{"greeting":"hi"}`, streams)
+	return launch(t, "hello", `{"greeting":"hi"}`, tr, streams)
 }
 
 func get(path, query string) *pluginv1.HTTPRequest {
@@ -151,8 +196,10 @@ func (p *plugin) sleeps(t *testing.T) float64 {
 	return 0
 }
 
-func TestConcurrentCallers(t *testing.T) {
-	p := hello(t, 2)
+func TestConcurrentCallers(t *testing.T) { forTransports(t, testConcurrentCallers) }
+
+func testConcurrentCallers(t *testing.T, tr transport) {
+	p := hello(t, tr, 2)
 	const n = 200
 	outs := make([]<-chan outcome, n)
 	start := time.Now()
@@ -176,8 +223,10 @@ func TestConcurrentCallers(t *testing.T) {
 	}
 }
 
-func TestDeadline(t *testing.T) {
-	p := launch(t, "caller", `{"target":"hello"}`, 1)
+func TestDeadline(t *testing.T) { forTransports(t, testDeadline) }
+
+func testDeadline(t *testing.T, tr transport) {
+	p := launch(t, "caller", `{"target":"hello"}`, tr, 1)
 	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
 	defer cancel()
 	start := time.Now()
@@ -196,8 +245,10 @@ func TestDeadline(t *testing.T) {
 	})
 }
 
-func TestCancel(t *testing.T) {
-	p := hello(t, 1)
+func TestCancel(t *testing.T) { forTransports(t, testCancel) }
+
+func testCancel(t *testing.T, tr transport) {
+	p := hello(t, tr, 1)
 	ctx, cancel := context.WithCancel(t.Context())
 	out := goHandle(t, ctx, p.pool, get("/sleep", "ms=60000"))
 	waitFor(t, "the sleep to start", func() bool { return p.sleeps(t) == 1 })
@@ -213,8 +264,10 @@ func TestCancel(t *testing.T) {
 	}
 }
 
-func TestPluginKilled(t *testing.T) {
-	p := hello(t, 2)
+func TestPluginKilled(t *testing.T) { forTransports(t, testPluginKilled) }
+
+func testPluginKilled(t *testing.T, tr transport) {
+	p := hello(t, tr, 2)
 	const n = 20
 	outs := make([]<-chan outcome, n)
 	for i := range outs {
@@ -225,6 +278,7 @@ func TestPluginKilled(t *testing.T) {
 		t.Fatal(err)
 	}
 	killed := time.Now()
+	p.exchangesExpected = true // to replace the broken connections
 	for _, ch := range outs {
 		o := receive(t, ch, "a request to the killed plugin")
 		if status.Code(o.err) != codes.Unavailable {
@@ -239,8 +293,10 @@ func TestPluginKilled(t *testing.T) {
 	}
 }
 
-func TestClose(t *testing.T) {
-	p := hello(t, 2)
+func TestClose(t *testing.T) { forTransports(t, testClose) }
+
+func testClose(t *testing.T, tr transport) {
+	p := hello(t, tr, 2)
 	out := goHandle(t, t.Context(), p.pool, get("/sleep", "ms=60000"))
 	waitFor(t, "the sleep to start", func() bool { return p.sleeps(t) == 1 })
 	p.pool.Close()
@@ -255,7 +311,7 @@ func TestClose(t *testing.T) {
 // TestFallback checks that a plugin built before Exchange, which answers
 // it Unimplemented, is served by Handle, the first requests included.
 func TestFallback(t *testing.T) {
-	p := launch(t, "legacy", `{}`, 2)
+	p := launch(t, "legacy", `{}`, grpcStreams, 2)
 	const n = 50
 	outs := make([]<-chan outcome, n)
 	for i := range outs {
@@ -277,8 +333,10 @@ func TestFallback(t *testing.T) {
 	}
 }
 
-func TestLargeBody(t *testing.T) {
-	p := launch(t, "faulty", `{"label":"x","limit":3}`, 1)
+func TestLargeBody(t *testing.T) { forTransports(t, testLargeBody) }
+
+func testLargeBody(t *testing.T, tr transport) {
+	p := launch(t, "faulty", `{"label":"x","limit":3}`, tr, 1)
 	tests := []struct {
 		size      int
 		wantCalls int64 // Handle calls it makes
@@ -303,8 +361,10 @@ func TestLargeBody(t *testing.T) {
 
 // TestUnencodable checks that a request gRPC cannot encode fails alone and
 // leaves the stream, and the request on it, alone.
-func TestUnencodable(t *testing.T) {
-	p := hello(t, 1)
+func TestUnencodable(t *testing.T) { forTransports(t, testUnencodable) }
+
+func testUnencodable(t *testing.T, tr transport) {
+	p := hello(t, tr, 1)
 	out := goHandle(t, t.Context(), p.pool, get("/sleep", "ms=300"))
 	waitFor(t, "the sleep to start", func() bool { return p.sleeps(t) == 1 })
 	bad := get("/", "")
@@ -319,5 +379,34 @@ func TestUnencodable(t *testing.T) {
 	var body map[string]string
 	if err != nil || json.Unmarshal(resp.GetBody(), &body) != nil || body["greeting"] != "hi" {
 		t.Errorf("Handle(/) after it = %v, %v, want the greeting", resp, err)
+	}
+}
+
+// TestDataPlaneBroken checks that when a data-plane connection breaks, an
+// Exchange stream takes its place and requests go on being served.
+func TestDataPlaneBroken(t *testing.T) {
+	p := hello(t, dataPlane, 2)
+	p.exchangesExpected = true
+	for i := range 4 {
+		if resp, err := p.pool.Handle(t.Context(), get("/", "")); err != nil || resp.GetStatus() != 200 {
+			t.Fatalf("Handle(/) #%d = %v, %v, want 200", i, resp, err)
+		}
+	}
+	if n := p.rpc.exchanges.Load(); n != 0 {
+		t.Fatalf("Exchange streams before the break = %d, want 0", n)
+	}
+	out := goHandle(t, t.Context(), p.pool, get("/sleep", "ms=60000"))
+	waitFor(t, "the sleep to start", func() bool { return p.sleeps(t) == 1 })
+	exchange.BreakStreams(p.pool)
+	if o := receive(t, out, "the request on the broken connection"); status.Code(o.err) != codes.Unavailable {
+		t.Errorf("Handle(/sleep) on a connection that broke = %v, want code %v", o.err, codes.Unavailable)
+	}
+	for i := range 4 {
+		if resp, err := p.pool.Handle(t.Context(), get("/", "")); err != nil || resp.GetStatus() != 200 {
+			t.Errorf("Handle(/) #%d after the break = %v, %v, want 200", i, resp, err)
+		}
+	}
+	if n := p.rpc.exchanges.Load(); n != 2 {
+		t.Errorf("Exchange streams after both connections broke = %d, want 2", n)
 	}
 }
