@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -105,6 +106,10 @@ func TestAdminAPI(t *testing.T) {
 		}
 		if !alive(hello.Pid) {
 			t.Errorf("hello pid %d is not a live process", hello.Pid)
+		}
+		// An SDK plugin on Unix gets its requests over the data plane.
+		if want := min(runtime.GOMAXPROCS(0), 16); runtime.GOOS != "windows" && hello.DataPlaneConns != want {
+			t.Errorf("hello's data_plane_conns = %d, want %d (one per host CPU)", hello.DataPlaneConns, want)
 		}
 	})
 

@@ -256,6 +256,9 @@ type pluginStatus struct {
 	Restarts  int    `json:"restarts"`
 	Version   string `json:"version"`
 	LastError string `json:"last_error"`
+	// DataPlaneConns is how many data-plane connections carry the
+	// plugin's requests.
+	DataPlaneConns int `json:"data_plane_conns"`
 }
 
 func (h *hostProc) plugins() map[string]pluginStatus {

@@ -70,6 +70,23 @@ func New(rpc pluginv1.PluginClient, data []*wire.Conn) *Pool {
 	return p
 }
 
+// DataPlaneConns returns how many of the pool's streams are data-plane
+// connections: not yet used, or in use and not broken.
+func (p *Pool) DataPlaneConns() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for i := range p.slots {
+		sl := &p.slots[i]
+		if sl.data != nil {
+			n++
+		} else if s := sl.cur.Load(); s != nil && s.framed {
+			n++
+		}
+	}
+	return n
+}
+
 func newPool(rpc pluginv1.PluginClient, streams int) *Pool {
 	return &Pool{rpc: rpc, slots: make([]slot, streams)}
 }
@@ -197,7 +214,7 @@ func (p *Pool) open(ctx context.Context, sl *slot) (*stream, error) {
 	sl.data = nil
 	p.mu.Unlock()
 	if data != nil {
-		return p.start(sl, data, func() { _ = data.Close() })
+		return p.start(sl, data, true, func() { _ = data.Close() })
 	}
 	// The stream outlives the caller who opens it, so it gets a context
 	// of its own; but the opening must not outlast the caller.
@@ -216,12 +233,13 @@ func (p *Pool) open(ctx context.Context, sl *slot) (*stream, error) {
 		}
 		return nil, err
 	}
-	return p.start(sl, wire.GRPCStream(cs), cancel)
+	return p.start(sl, wire.GRPCStream(cs), false, cancel)
 }
 
-// start makes st sl's stream and starts its receiver; end ends st.
-func (p *Pool) start(sl *slot, st wire.Stream, end func()) (*stream, error) {
-	s := &stream{pool: p, slot: sl, st: st, cancel: end, sendLock: make(chan struct{}, 1), calls: map[uint64]chan result{}}
+// start makes st sl's stream and starts its receiver; framed says st is a
+// data-plane connection, and end ends st.
+func (p *Pool) start(sl *slot, st wire.Stream, framed bool, end func()) (*stream, error) {
+	s := &stream{pool: p, slot: sl, st: st, framed: framed, cancel: end, sendLock: make(chan struct{}, 1), calls: map[uint64]chan result{}}
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
@@ -240,6 +258,7 @@ type stream struct {
 	pool   *Pool
 	slot   *slot
 	st     wire.Stream
+	framed bool   // st is a data-plane connection
 	cancel func() // ends the stream
 
 	// sendLock serialises Send, which a Stream allows one caller at a time.

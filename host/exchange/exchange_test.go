@@ -395,6 +395,9 @@ func TestDataPlaneBroken(t *testing.T) {
 	if n := p.rpc.exchanges.Load(); n != 0 {
 		t.Fatalf("Exchange streams before the break = %d, want 0", n)
 	}
+	if n := p.pool.DataPlaneConns(); n != 2 {
+		t.Errorf("DataPlaneConns() before the break = %d, want 2", n)
+	}
 	out := goHandle(t, t.Context(), p.pool, get("/sleep", "ms=60000"))
 	waitFor(t, "the sleep to start", func() bool { return p.sleeps(t) == 1 })
 	exchange.BreakStreams(p.pool)
@@ -408,5 +411,8 @@ func TestDataPlaneBroken(t *testing.T) {
 	}
 	if n := p.rpc.exchanges.Load(); n != 2 {
 		t.Errorf("Exchange streams after both connections broke = %d, want 2", n)
+	}
+	if n := p.pool.DataPlaneConns(); n != 0 {
+		t.Errorf("DataPlaneConns() after the break = %d, want 0", n)
 	}
 }

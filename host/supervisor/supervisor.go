@@ -172,6 +172,10 @@ type Status struct {
 	LastError string `json:"last_error"`
 	Required  bool   `json:"required"`
 	Mount     string `json:"mount"`
+	// DataPlaneConns is how many data-plane connections carry the
+	// running process's ordinary requests; 0 means Exchange streams do
+	// (or Handle calls, for a plugin built before them).
+	DataPlaneConns int `json:"data_plane_conns"`
 }
 
 // Plugin supervises one plugin.
@@ -276,6 +280,9 @@ func (p *Plugin) Status() Status {
 	}
 	if p.inst != nil {
 		s.Pid = p.inst.Pid()
+	}
+	if p.conn != nil {
+		s.DataPlaneConns = p.conn.exchange.DataPlaneConns()
 	}
 	if p.manifest != nil {
 		s.Version = p.manifest.GetVersion()
@@ -410,9 +417,10 @@ func (p *Plugin) run(ctx context.Context) {
 		p.firstDone(nil)
 		var reason error
 		if err == nil {
-			p.logger.Info("plugin ready", "pid", inst.Pid(), "version", inst.Manifest().GetVersion())
+			data := inst.TakeDataPlane()
+			p.logger.Info("plugin ready", "pid", inst.Pid(), "version", inst.Manifest().GetVersion(), "data_plane_conns", len(data))
 			var cmd *command
-			conn := newConn(inst.RPC(), inst.TakeDataPlane())
+			conn := newConn(inst.RPC(), data)
 			reason, cmd = p.serve(ctx, inst, conn, &bo)
 			if cmd != nil {
 				switch cmd.kind {
