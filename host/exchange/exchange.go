@@ -325,8 +325,7 @@ func (s *stream) do(ctx context.Context, id uint64, ch chan result, req *pluginv
 	}
 	err = s.send(ctx, fr)
 	if err != nil && err != io.EOF {
-		// The request did not leave: ctx ended while waiting to send,
-		// or gRPC refused the message.
+		// The request did not leave: ctx ended while waiting to send.
 		s.forget(id)
 		return nil, err
 	}
@@ -355,10 +354,18 @@ func (s *stream) send(ctx context.Context, fr wire.Frame) error {
 	}
 	err := s.st.Send(fr, true)
 	<-s.sendLock
+	if err != nil {
+		// Messages were checked when encoded, so the stream is broken
+		// (a gRPC stream says io.EOF, a connection how its write
+		// failed). Ending it makes its receiver fail every request
+		// waiting on it, this one too, with the reason.
+		s.cancel()
+		return io.EOF
+	}
 	if s.cancels.Load() > 0 {
 		s.flushCancels()
 	}
-	return err
+	return nil
 }
 
 // sendCancel tells the plugin that the caller of id gave up. It never

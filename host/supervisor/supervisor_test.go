@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -247,7 +248,8 @@ func TestStartReady(t *testing.T) {
 	f := start(t, s, testPolicy())
 	st := waitReady(t, f.p)
 
-	want := supervisor.Status{Name: "hello", State: supervisor.StateReady, Pid: st.Pid, Version: "0.1.0", Required: true, Mount: "/hello"}
+	want := supervisor.Status{Name: "hello", State: supervisor.StateReady, Pid: st.Pid, Version: "0.1.0", Required: true, Mount: "/hello",
+		DataPlaneConns: min(runtime.GOMAXPROCS(0), 16)} // one per host CPU
 	if st != want {
 		t.Errorf("Status() = %+v, want %+v", st, want)
 	}
