@@ -2,12 +2,10 @@ package sdk
 
 import (
 	"fmt"
-	"net"
 	"os"
 	"os/signal"
 	"runtime"
 	"runtime/debug"
-	"strconv"
 	"syscall"
 	"time"
 
@@ -52,39 +50,14 @@ func Serve(p Plugin) error {
 }
 
 // dataPlane returns the data-plane connections the host passed this
-// process, if any (see "Data plane" in proto/pluginv1/plugin.proto). Any
-// problem with them is logged and leaves the plugin without them: the host
-// then uses Exchange streams.
+// process, taken over when the package was initialised (takeDataPlane), and
+// logs why there are none if that failed: the host then uses Exchange
+// streams.
 func dataPlane(logger hclog.Logger) []*wire.Conn {
-	v, ok := os.LookupEnv(wire.DataPlaneEnv)
-	if !ok {
-		return nil
+	if inherited.err != nil {
+		logger.Warn("no data plane; requests will come over Exchange streams", "error", inherited.err)
 	}
-	// Not for this process's own children.
-	_ = os.Unsetenv(wire.DataPlaneEnv)
-	n, err := strconv.Atoi(v)
-	if err != nil || n < 0 || n > 1024 {
-		logger.Warn("ignoring a malformed data plane variable", "variable", wire.DataPlaneEnv, "value", v)
-		return nil
-	}
-	var conns []*wire.Conn
-	for i := range n {
-		fd := wire.DataPlaneFirstFD + i
-		f := os.NewFile(uintptr(fd), fmt.Sprintf("data-plane-%d", i))
-		// FileConn makes its own descriptor, close-on-exec, so that
-		// children do not inherit the connection either.
-		c, err := net.FileConn(f)
-		_ = f.Close()
-		if err != nil {
-			logger.Warn("no data plane; requests will come over Exchange streams", "fd", fd, "error", err)
-			for _, c := range conns {
-				_ = c.Close()
-			}
-			return nil
-		}
-		conns = append(conns, wire.NewConn(c))
-	}
-	return conns
+	return inherited.conns
 }
 
 func init() {

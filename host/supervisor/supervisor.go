@@ -172,9 +172,10 @@ type Status struct {
 	LastError string `json:"last_error"`
 	Required  bool   `json:"required"`
 	Mount     string `json:"mount"`
-	// DataPlaneConns is how many data-plane connections carry the
-	// running process's ordinary requests; 0 means Exchange streams do
-	// (or Handle calls, for a plugin built before them).
+	// DataPlaneConns is how many of the running process's data-plane
+	// connections the host has not seen break; 0 means Exchange streams
+	// carry its ordinary requests (or Handle calls, for a plugin built
+	// before them).
 	DataPlaneConns int `json:"data_plane_conns"`
 }
 

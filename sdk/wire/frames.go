@@ -2,6 +2,7 @@ package wire
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -158,10 +159,14 @@ func (c *Conn) Recv() (*pluginv1.ExchangeFrame, error) {
 		// Unmarshal copies what it keeps, so the buffer is free after.
 		buf, _ = c.r.Peek(int(n))
 	} else {
-		buf = make([]byte, n)
-		if _, err := io.ReadFull(c.r, buf); err != nil {
+		// Memory grows with what arrives, not with what the length
+		// claims: a peer that sends a large length and stalls holds
+		// little.
+		var b bytes.Buffer
+		if _, err := io.CopyN(&b, c.r, int64(n)); err != nil {
 			return nil, fmt.Errorf("read frame of %d bytes: %w", n, noEOF(err))
 		}
+		buf = b.Bytes()
 	}
 	f := new(pluginv1.ExchangeFrame)
 	err := proto.Unmarshal(buf, f)

@@ -6,8 +6,10 @@ import (
 	"errors"
 	"io"
 	"net"
+	"runtime"
 	"sync"
 	"testing"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 
@@ -217,4 +219,49 @@ func FuzzConnRecv(f *testing.F) {
 			}
 		}
 	})
+}
+
+// enteredConn tells, on entered, each time a Read begins.
+type enteredConn struct {
+	net.Conn
+	entered chan struct{}
+}
+
+func (c enteredConn) Read(p []byte) (int, error) {
+	c.entered <- struct{}{}
+	return c.Conn.Read(p)
+}
+
+// TestConnRecvClaimedLengthHoldsLittle checks that a peer that sends the
+// largest length and then stalls does not make Recv hold that much memory.
+func TestConnRecvClaimedLengthHoldsLittle(t *testing.T) {
+	a, b := socketPair(t)
+	if _, err := a.Write(append(header(wire.MaxMessageBytes), "abc"...)); err != nil {
+		t.Fatal(err)
+	}
+	var before runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+
+	entered := make(chan struct{}, 1)
+	done := make(chan error, 1)
+	go func() {
+		_, err := wire.NewConn(enteredConn{Conn: b, entered: entered}).Recv()
+		done <- err
+	}()
+	// The first read takes what was sent; the second waits for the rest.
+	for range 2 {
+		select {
+		case <-entered:
+		case <-time.After(10 * time.Second):
+			t.Fatal("Recv did not read within 10s")
+		}
+	}
+	var during runtime.MemStats
+	runtime.ReadMemStats(&during)
+	_ = b.Close()
+	<-done
+	if grew := int64(during.HeapAlloc) - int64(before.HeapAlloc); grew > 8<<20 {
+		t.Errorf("heap grew by %d bytes while Recv waited for a frame that claimed %d bytes and sent 3, want under 8 MiB", grew, wire.MaxMessageBytes)
+	}
 }
