@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -688,7 +689,12 @@ func BenchmarkWalletTransfers(b *testing.B) {
 	measure := envDuration(b, "PLUGHOST_BENCH_DURATION", 5*time.Second)
 	clients := envInt(b, "PLUGHOST_BENCH_WALLET_CLIENTS", walletBenchClients, 1024)
 
-	h := startBenchHost(b, walletBenchHostConfig(b.TempDir()))
+	dir := b.TempDir()
+	// The disk's own speed, on the wallet's file system, just before the
+	// load: it swings by an order of magnitude on shared machines.
+	syncBefore := fdatasyncLatency(b, dir)
+	hashBefore := sha256Time()
+	h := startBenchHost(b, walletBenchHostConfig(dir))
 	hostPid := h.cmd.Process.Pid
 	walletPid := h.pluginPid(b, "wallet")
 	l := newTransferLoader(b, h.ingress, clients)
@@ -758,7 +764,53 @@ func BenchmarkWalletTransfers(b *testing.B) {
 	// otherwise the CPU is, or the clients.
 	fmt.Fprintf(&sb, "%-22s %12.2fms   ledger in a commit %.0f%% of the measured time\n", "commit time (mean)",
 		commits.mean()*1e3, 100*commits.sum/res.elapsed.Seconds())
+	fmt.Fprintf(&sb, "%-22s %14v   p50 of 200 writes of one 4 KiB page, each followed by fdatasync, before the load\n",
+		"disk fdatasync", roundDur(syncBefore))
+	fmt.Fprintf(&sb, "%-22s %14v   p50 of 21 SHA-256 sums of 1 MiB, before the load: compare runs by it\n",
+		"CPU speed", roundDur(hashBefore))
 	fmt.Print(sb.String())
+}
+
+// fdatasyncLatency returns the median time to overwrite one 4 KiB page of
+// a file in dir and fdatasync it, as each group commit does a few times.
+func fdatasyncLatency(tb testing.TB, dir string) time.Duration {
+	tb.Helper()
+	f, err := os.CreateTemp(dir, "fdatasync-*")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer func() {
+		_ = f.Close()
+		_ = os.Remove(f.Name())
+	}()
+	page := make([]byte, 4096)
+	lat := make([]time.Duration, 200)
+	for i := range lat {
+		start := time.Now()
+		if _, err := f.WriteAt(page, int64(i%8)*4096); err != nil {
+			tb.Fatal(err)
+		}
+		if err := syscall.Fdatasync(int(f.Fd())); err != nil {
+			tb.Fatal(err)
+		}
+		lat[i] = time.Since(start)
+	}
+	slices.Sort(lat)
+	return lat[len(lat)/2]
+}
+
+// sha256Time returns the median time to hash 1 MiB, a yardstick for the
+// speed of the CPU the benchmark ran on.
+func sha256Time() time.Duration {
+	buf := make([]byte, 1<<20)
+	lat := make([]time.Duration, 21)
+	for i := range lat {
+		start := time.Now()
+		sha256.Sum256(buf)
+		lat[i] = time.Since(start)
+	}
+	slices.Sort(lat)
+	return lat[len(lat)/2]
 }
 
 // walletBenchHostConfig runs the wallet with its documented defaults
