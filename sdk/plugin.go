@@ -50,6 +50,16 @@ type Plugin struct {
 	// test process's own alone. Raise it for a plugin that allocates much
 	// per request over a small live heap, at the cost of a larger heap.
 	GCPercent int
+
+	// ExtraProcs is how many Ps (GOMAXPROCS) the plugin process gets
+	// beyond Go's default, at most 64, unless its environment sets
+	// GOMAXPROCS; zero adds none. Serve applies it; the plugintest harness
+	// leaves the test process's own alone. A plugin whose critical path
+	// blocks in system calls, such as a commit's fsync, may want one: a
+	// goroutine back from a system call runs only once it gets a P, and
+	// with every P busy with other goroutines it waits for one. Setting
+	// it stops Go from following later changes of the CPU limit.
+	ExtraProcs int
 }
 
 // Route is one route a plugin serves.

@@ -41,6 +41,9 @@ func TestPluginValidate(t *testing.T) {
 		{"nil handler", func(p *Plugin) { p.Handler = nil }, "handler is nil"},
 		{"GC percent", func(p *Plugin) { p.GCPercent = 800 }, ""},
 		{"negative GC percent", func(p *Plugin) { p.GCPercent = -1 }, "GCPercent -1 is negative"},
+		{"extra procs", func(p *Plugin) { p.ExtraProcs = 1 }, ""},
+		{"negative extra procs", func(p *Plugin) { p.ExtraProcs = -1 }, "ExtraProcs -1 is not between 0 and 64"},
+		{"too many extra procs", func(p *Plugin) { p.ExtraProcs = 65 }, "ExtraProcs 65 is not between 0 and 64"},
 		{"no routes", func(p *Plugin) { p.Routes = nil }, "no routes"},
 		{"pattern without slash", func(p *Plugin) { p.Routes = []Route{{Pattern: "items"}} }, `route "items": pattern must start with /`},
 		{"negative timeout", func(p *Plugin) { p.Routes = []Route{{Pattern: "/x", Timeout: -time.Second}} }, "negative timeout"},
@@ -135,6 +138,14 @@ func TestListOfMapOf(t *testing.T) {
 		}
 		if !validType(tt.got) {
 			t.Errorf("validType(%q) = false, want true", tt.got)
+		}
+	}
+}
+
+func TestProcs(t *testing.T) {
+	for _, tt := range []struct{ base, extra, want int }{{2, 0, 2}, {2, 1, 3}, {1, 64, 65}} {
+		if got := procs(tt.base, tt.extra); got != tt.want {
+			t.Errorf("procs(%d, %d) = %d, want %d", tt.base, tt.extra, got, tt.want)
 		}
 	}
 }

@@ -35,6 +35,7 @@ func Serve(p Plugin) error {
 		return err
 	}
 	setGCPercent(p.gcPercent())
+	setProcs(p.ExtraProcs)
 	// The host parses JSON records on stderr and re-logs them under the
 	// plugin's name, keeping their level and fields.
 	logger := hclog.New(&hclog.LoggerOptions{
@@ -120,6 +121,20 @@ func setGCPercent(percent int) {
 		debug.SetGCPercent(percent)
 	}
 }
+
+// maxExtraProcs bounds Plugin.ExtraProcs.
+const maxExtraProcs = 64
+
+// setProcs adds extra Ps to GOMAXPROCS when GOMAXPROCS is not set, so
+// that an operator's setting still wins.
+func setProcs(extra int) {
+	if _, ok := os.LookupEnv("GOMAXPROCS"); !ok && extra > 0 {
+		runtime.GOMAXPROCS(procs(runtime.GOMAXPROCS(0), extra))
+	}
+}
+
+// procs is the GOMAXPROCS for a default of base and extra more.
+func procs(base, extra int) int { return base + max(extra, 0) }
 
 // streamWorkers is how many goroutines the plugin's gRPC server keeps to
 // run requests. Without them grpc-go starts a goroutine per request, and
