@@ -184,7 +184,8 @@ func newDefinition(w *wallet) sdk.Plugin {
 // fsync; back from it, the committer waited for a P while handlers held
 // both. In alternating runs of BenchmarkWalletTransfers (64 clients,
 // 2 CPUs), 3 Ps against the default 2 gave more transfers/s in 5 of 6
-// pairs, +15-85% (median +23%), the mean commit shorter; 4 Ps gained less.
+// pairs (-1% to +94%, median +20%), the mean commit shorter; 4 Ps gained
+// less.
 const extraProcs = 1
 
 // gcPercent is the wallet's GOGC, four times the SDK's default. Each
