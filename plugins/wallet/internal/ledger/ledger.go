@@ -48,8 +48,11 @@ var (
 // split (bbolt's default is 0.5, for random inserts).
 const appendFillPercent = 0.9
 
-// format is the file layout version written in meta.
-const format = 1
+// format is the file layout version written in meta. Version 2 added
+// idempotency records that refer to their receipt (encodeRecord); Open
+// upgrades a version 1 file, whose records all still read, and a binary
+// that knows only version 1 refuses the file rather than misread them.
+const format = 2
 
 // Options configure Open. The zero Options is usable.
 type Options struct {
@@ -121,12 +124,12 @@ func Open(path string, opts Options) (*Ledger, error) {
 		}
 		meta := tx.Bucket(bucketMeta)
 		switch v := meta.Get(keyFormat); {
-		case v == nil:
+		case v == nil, len(v) == 8 && binary.BigEndian.Uint64(v) == 1:
 			if err := meta.Put(keyFormat, u64(format)); err != nil {
 				return err
 			}
 		case len(v) != 8 || binary.BigEndian.Uint64(v) != format:
-			return fmt.Errorf("file format %x is not %d", v, format)
+			return fmt.Errorf("file format %x is not 1 or %d", v, format)
 		}
 		seq = getU64(meta, keySeq)
 		return nil
@@ -278,7 +281,7 @@ func (l *Ledger) Idempotency(key string) (Record, bool, error) {
 		if v == nil {
 			return nil
 		}
-		r, err := decodeRecord(v)
+		r, err := decodeRecord(v, tx.Bucket(bucketReceipts))
 		if err != nil {
 			return fmt.Errorf("idempotency record %q: %w", key, err)
 		}
@@ -428,7 +431,7 @@ func (s *txState) apply(op *Op) (Result, error) {
 	if op.Idem != nil {
 		if v := s.idem.Get([]byte(op.Idem.Key)); v != nil {
 			old = v
-			rec, err := decodeRecord(v)
+			rec, err := decodeRecord(v, s.receipts)
 			if err != nil {
 				return Result{}, fmt.Errorf("idempotency record %q: %w", op.Idem.Key, err)
 			}
@@ -438,14 +441,16 @@ func (s *txState) apply(op *Op) (Result, error) {
 		}
 	}
 	res := Result{Err: s.check(op)}
+	var receipt []byte // as stored
 	if res.Err == nil {
 		res.Receipt = s.commit(op)
-		if err := s.receipts.Put(u64(res.Receipt.Seq), res.Receipt.AppendJSON(nil)); err != nil {
+		receipt = res.Receipt.AppendJSON(nil)
+		if err := s.receipts.Put(u64(res.Receipt.Seq), receipt); err != nil {
 			return Result{}, err
 		}
 	}
 	if op.Idem != nil && Recorded(res.Err) {
-		rec, err := s.record(op.Idem, old, res)
+		rec, err := s.record(op.Idem, old, res, receipt)
 		if err != nil {
 			return Result{}, err
 		}
@@ -578,8 +583,9 @@ func (s *txState) debit(id string, amount uint64) {
 }
 
 // record stores the outcome of op under its key, replacing old, an
-// expired record if not nil, and its sweep index entry.
-func (s *txState) record(idem *Idem, old []byte, res Result) (*Record, error) {
+// expired record if not nil, and its sweep index entry. receipt is the
+// receipt as stored under its seq, if the op committed.
+func (s *txState) record(idem *Idem, old []byte, res Result, receipt []byte) (*Record, error) {
 	key := []byte(idem.Key)
 	if len(old) >= 8 {
 		if err := s.idemExp.Delete(expKey(binary.BigEndian.Uint64(old[:8]), key)); err != nil {
@@ -588,7 +594,11 @@ func (s *txState) record(idem *Idem, old []byte, res Result) (*Record, error) {
 	}
 	status, body := s.l.render(res)
 	rec := &Record{Fingerprint: idem.Fingerprint, Status: status, Body: body, Expires: s.now.Add(s.l.ttl)}
-	v, err := encodeRecord(rec)
+	var seq uint64
+	if res.Receipt != nil {
+		seq = res.Receipt.Seq
+	}
+	v, err := encodeRecord(rec, receipt, seq)
 	if err != nil {
 		return nil, err
 	}
@@ -663,26 +673,66 @@ func expKey(expires uint64, key []byte) []byte {
 	return append(binary.BigEndian.AppendUint64(make([]byte, 0, 8+len(key)), expires), key...)
 }
 
-func encodeRecord(r *Record) ([]byte, error) {
-	if r.Status < 0 || r.Status > math.MaxUint16 {
+// An idempotency record is stored as its expiry (8 bytes, Unix
+// nanoseconds), the request's fingerprint (32), the status (2) and then
+// either the body, or, when the status has recordRef set, the seq of a
+// receipt (8) whose stored bytes begin the body, and the rest of the body.
+// A committed operation's response is its receipt: referring to it keeps
+// the record a fifth of the size, and the commit writes less. Records from
+// before the reference existed have the body whole, and still decode.
+const (
+	recordHeader = 42
+	recordRef    = 0x8000 // in the status: the body starts with a receipt
+)
+
+// encodeRecord encodes r. When the body begins with receipt, the receipt
+// stored under seq, the record refers to it instead of holding a copy.
+func encodeRecord(r *Record, receipt []byte, seq uint64) ([]byte, error) {
+	if r.Status < 0 || r.Status >= recordRef {
 		return nil, fmt.Errorf("record status %d out of range", r.Status)
 	}
-	b := make([]byte, 0, 42+len(r.Body))
+	ref := len(receipt) > 0 && bytes.HasPrefix(r.Body, receipt)
+	size := recordHeader + len(r.Body)
+	if ref {
+		size = recordHeader + 8 + len(r.Body) - len(receipt)
+	}
+	b := make([]byte, 0, size)
 	b = binary.BigEndian.AppendUint64(b, uint64(r.Expires.UnixNano()))
 	b = append(b, r.Fingerprint[:]...)
-	b = binary.BigEndian.AppendUint16(b, uint16(r.Status))
-	return append(b, r.Body...), nil
+	if !ref {
+		b = binary.BigEndian.AppendUint16(b, uint16(r.Status))
+		return append(b, r.Body...), nil
+	}
+	b = binary.BigEndian.AppendUint16(b, uint16(r.Status)|recordRef)
+	b = binary.BigEndian.AppendUint64(b, seq)
+	return append(b, r.Body[len(receipt):]...), nil
 }
 
-// decodeRecord copies v, which bbolt owns only for the transaction.
-func decodeRecord(v []byte) (Record, error) {
-	if len(v) < 42 {
+// decodeRecord decodes v, reading a receipt it refers to from receipts.
+// It copies what it keeps: bbolt owns v only for the transaction.
+func decodeRecord(v []byte, receipts *bolt.Bucket) (Record, error) {
+	if len(v) < recordHeader {
 		return Record{}, fmt.Errorf("%d bytes is too short", len(v))
 	}
 	var r Record
 	r.Expires = time.Unix(0, int64(binary.BigEndian.Uint64(v))).UTC()
 	copy(r.Fingerprint[:], v[8:40])
-	r.Status = int(binary.BigEndian.Uint16(v[40:42]))
-	r.Body = bytes.Clone(v[42:])
+	status := binary.BigEndian.Uint16(v[40:recordHeader])
+	r.Status = int(status &^ recordRef)
+	rest := v[recordHeader:]
+	if status&recordRef == 0 {
+		r.Body = bytes.Clone(rest)
+		return r, nil
+	}
+	if len(rest) < 8 {
+		return Record{}, fmt.Errorf("%d bytes is too short for a receipt reference", len(v))
+	}
+	seq := binary.BigEndian.Uint64(rest)
+	receipt := receipts.Get(rest[:8])
+	if receipt == nil {
+		return Record{}, fmt.Errorf("refers to receipt %d, which is missing", seq)
+	}
+	r.Body = make([]byte, 0, len(receipt)+len(rest)-8)
+	r.Body = append(append(r.Body, receipt...), rest[8:]...)
 	return r, nil
 }

@@ -1,15 +1,18 @@
 package ledger_test
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"math"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	bolt "go.etcd.io/bbolt"
 	"go.uber.org/goleak"
 
 	"github.com/plughost/plughost/plugins/wallet/internal/ledger"
@@ -635,4 +638,151 @@ func FuzzReceiptJSON(f *testing.F) {
 			t.Fatalf("AppendJSON = %s\njson.Marshal = %s", got, want)
 		}
 	})
+}
+
+// TestIdempotencyRecordStorage checks how records are stored: a committed
+// operation's record refers to its receipt rather than copying it, and
+// still gives back the whole body, across a reopen; records written before
+// the reference existed, with the body whole, still read; and a record
+// whose receipt is missing is an error, not an empty body.
+func TestIdempotencyRecordStorage(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "wallet.db")
+	// As the API renders: the receipt and a newline.
+	render := func(r ledger.Result) (int, []byte) {
+		if r.Err != nil {
+			return 422, []byte(`{"error":"refused"}` + "\n")
+		}
+		return 200, append(r.Receipt.AppendJSON(nil), '\n')
+	}
+	fp := [32]byte{7}
+	l, err := ledger.Open(path, ledger.Options{Render: render})
+	if err != nil {
+		t.Fatal(err)
+	}
+	op := issue("a", 10)
+	op.Idem = &ledger.Idem{Key: "new", Fingerprint: fp}
+	res, err := l.Apply(t.Context(), []ledger.Op{op})
+	if err != nil || res[0].Record == nil {
+		t.Fatalf("Apply = %+v, %v", res, err)
+	}
+	want := append(res[0].Receipt.AppendJSON(nil), '\n')
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// Look at the file as bbolt stores it, and add records in the format
+	// from before references.
+	db, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	legacy := func(status uint16, body string) []byte {
+		b := binary.BigEndian.AppendUint64(nil, uint64(time.Now().Add(time.Hour).UnixNano()))
+		b = append(b, fp[:]...)
+		b = binary.BigEndian.AppendUint16(b, status)
+		return append(b, body...)
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		idem := tx.Bucket([]byte("idem"))
+		if v := idem.Get([]byte("new")); len(v) != 42+8+1 {
+			t.Errorf("stored record is %d bytes, want %d: header, receipt seq, newline", len(v), 42+8+1)
+		}
+		dangling := binary.BigEndian.AppendUint64(nil, uint64(time.Now().Add(time.Hour).UnixNano()))
+		dangling = append(dangling, fp[:]...)
+		dangling = binary.BigEndian.AppendUint16(dangling, 200|0x8000)
+		dangling = binary.BigEndian.AppendUint64(dangling, 999)
+		for k, v := range map[string][]byte{
+			"old-200":  legacy(200, `{"tx_id":"old"}`+"\n"),
+			"old-422":  legacy(422, `{"error":"old"}`+"\n"),
+			"dangling": dangling,
+		} {
+			if err := idem.Put([]byte(k), v); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	l = open(t, path, ledger.Options{Render: render})
+	for key, body := range map[string]string{
+		"new":     string(want),
+		"old-200": `{"tx_id":"old"}` + "\n",
+		"old-422": `{"error":"old"}` + "\n",
+	} {
+		rec, ok, err := l.Idempotency(key)
+		if err != nil || !ok || string(rec.Body) != body || rec.Fingerprint != fp {
+			t.Errorf("Idempotency(%q) = %q, %v, %v, want %q", key, rec.Body, ok, err, body)
+		}
+	}
+	again := apply(t, l, op)[0]
+	if !again.Replayed || string(again.Record.Body) != string(want) {
+		t.Errorf("Apply of the same key after a reopen = %+v, want %q replayed", again, want)
+	}
+	if _, _, err := l.Idempotency("dangling"); err == nil || !strings.Contains(err.Error(), "receipt 999") {
+		t.Errorf("Idempotency(dangling) = %v, want an error naming the missing receipt", err)
+	}
+}
+
+// TestOpenFormats checks that Open upgrades a format 1 file, whose records
+// all still read, and refuses a format it does not know.
+func TestOpenFormats(t *testing.T) {
+	setFormat := func(t *testing.T, path string, v uint64) {
+		t.Helper()
+		l := open(t, path, ledger.Options{})
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+		db, err := bolt.Open(path, 0o600, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		if err := db.Update(func(tx *bolt.Tx) error {
+			return tx.Bucket([]byte("meta")).Put([]byte("format"), binary.BigEndian.AppendUint64(nil, v))
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	format := func(t *testing.T, path string) uint64 {
+		t.Helper()
+		db, err := bolt.Open(path, 0o600, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		var v uint64
+		_ = db.View(func(tx *bolt.Tx) error {
+			v = binary.BigEndian.Uint64(tx.Bucket([]byte("meta")).Get([]byte("format")))
+			return nil
+		})
+		return v
+	}
+
+	path := filepath.Join(t.TempDir(), "v1.db")
+	setFormat(t, path, 1)
+	l, err := ledger.Open(path, ledger.Options{})
+	if err != nil {
+		t.Fatalf("Open(format 1 file) = %v, want it upgraded", err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := format(t, path); got != 2 {
+		t.Errorf("format after opening a format 1 file = %d, want 2", got)
+	}
+
+	path = filepath.Join(t.TempDir(), "v3.db")
+	setFormat(t, path, 3)
+	if l, err := ledger.Open(path, ledger.Options{}); err == nil || !strings.Contains(err.Error(), "is not 1 or 2") {
+		if l != nil {
+			_ = l.Close()
+		}
+		t.Errorf("Open(format 3 file) = %v, want it refused", err)
+	}
 }
