@@ -28,10 +28,11 @@ func (s *server) Exchange(stream pluginv1.Plugin_ExchangeServer) error {
 
 func (s *server) newExchange(st wire.Stream) *exchange {
 	return &exchange{
-		s:      s,
-		stream: st,
-		calls:  map[uint64]context.CancelFunc{},
-		work:   make(chan *exchangeCall),
+		s:       s,
+		stream:  st,
+		calls:   map[uint64]context.CancelFunc{},
+		work:    make(chan *exchangeCall),
+		maxIdle: maxIdleExchangeWorkers(),
 	}
 }
 
@@ -51,13 +52,15 @@ func (s *server) serveData(conns []*wire.Conn) {
 	}
 }
 
-// maxIdleExchangeWorkers is how many idle workers an Exchange stream keeps
+// maxIdleExchangeWorkers returns how many idle workers an Exchange stream keeps
 // for its next requests; a worker that finishes a request when this many
 // are idle exits. Workers are kept for the same reason as the gRPC
 // server's stream workers (see streamWorkers): a fresh goroutine per
 // request grows its stack to a handler's depth again. The host bounds how
 // many requests are in flight at once, and so how many workers are busy.
-var maxIdleExchangeWorkers = int64(workersPerCPU * runtime.GOMAXPROCS(0))
+// It is read when a stream starts, after Serve has applied
+// Plugin.ExtraProcs.
+func maxIdleExchangeWorkers() int64 { return int64(workersPerCPU * runtime.GOMAXPROCS(0)) }
 
 // exchange is the state of one Exchange stream.
 type exchange struct {
@@ -78,6 +81,7 @@ type exchange struct {
 	// succeeds only when one is waiting.
 	work    chan *exchangeCall
 	idle    atomic.Int64
+	maxIdle int64 // idle workers kept (maxIdleExchangeWorkers)
 	workers sync.WaitGroup
 }
 
@@ -161,7 +165,7 @@ func (x *exchange) cancel(id uint64) {
 func (x *exchange) worker(c *exchangeCall) {
 	for {
 		x.serve(c)
-		if x.idle.Add(1) > maxIdleExchangeWorkers {
+		if x.idle.Add(1) > x.maxIdle {
 			x.idle.Add(-1)
 			return
 		}

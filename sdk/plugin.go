@@ -53,7 +53,7 @@ type Plugin struct {
 
 	// ExtraProcs is how many Ps (GOMAXPROCS) the plugin process gets
 	// beyond Go's default, at most 64, unless its environment sets
-	// GOMAXPROCS; zero adds none. Serve applies it; the plugintest harness
+	// GOMAXPROCS to a positive number; zero adds none. Serve applies it; the plugintest harness
 	// leaves the test process's own alone. A plugin whose critical path
 	// blocks in system calls, such as a commit's fsync, may want one: a
 	// goroutine back from a system call runs only once it gets a P, and

@@ -150,6 +150,14 @@ func TestProcs(t *testing.T) {
 	}
 }
 
+func TestGOMAXPROCSSet(t *testing.T) {
+	for v, want := range map[string]bool{"": false, "0": false, "-1": false, "x": false, "1": true, "8": true} {
+		if got := gomaxprocsSet(v); got != want {
+			t.Errorf("gomaxprocsSet(%q) = %v, want %v", v, got, want)
+		}
+	}
+}
+
 func TestPluginGCPercent(t *testing.T) {
 	for _, tt := range []struct{ set, want int }{{0, defaultGCPercent}, {800, 800}, {50, 50}} {
 		p := validPlugin()

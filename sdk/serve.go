@@ -6,6 +6,7 @@ import (
 	"os/signal"
 	"runtime"
 	"runtime/debug"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -125,12 +126,21 @@ func setGCPercent(percent int) {
 // maxExtraProcs bounds Plugin.ExtraProcs.
 const maxExtraProcs = 64
 
-// setProcs adds extra Ps to GOMAXPROCS when GOMAXPROCS is not set, so
-// that an operator's setting still wins.
+// setProcs adds extra Ps to GOMAXPROCS unless the environment sets
+// GOMAXPROCS to a number the runtime obeys, so that an operator's setting
+// still wins.
 func setProcs(extra int) {
-	if _, ok := os.LookupEnv("GOMAXPROCS"); !ok && extra > 0 {
+	if !gomaxprocsSet(os.Getenv("GOMAXPROCS")) && extra > 0 {
 		runtime.GOMAXPROCS(procs(runtime.GOMAXPROCS(0), extra))
 	}
+}
+
+// gomaxprocsSet reports whether the runtime takes v, the GOMAXPROCS
+// variable, as the number of Ps: a positive integer. It ignores anything
+// else and uses its default.
+func gomaxprocsSet(v string) bool {
+	n, err := strconv.Atoi(v)
+	return err == nil && n > 0
 }
 
 // procs is the GOMAXPROCS for a default of base and extra more.
