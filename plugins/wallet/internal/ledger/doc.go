@@ -15,14 +15,15 @@
 //
 // Layout of the file (all integers big-endian):
 //
-//	meta      "seq" → last receipt seq; "issued", "burned" → totals; "format" → 2
+//	meta      "seq" → last receipt seq; "issued", "burned" → totals; "format" → 1 or 2
 //	accounts  id → balance(8) nonce(8)
-//	receipts  seq(8) → receipt JSON
+//	receipts  seq(8) → receipt JSON; never rewritten or deleted
 //	idem      key → expires_unix_nano(8) fingerprint(32) status(2) body
 //	            or, with 0x8000 set in status, a committed operation's
-//	            record: … status(2) seq(8) rest, its body being the receipt
-//	            stored under seq followed by rest (format 2; a format 1 file
-//	            has only the first kind, and Open upgrades it)
+//	            record: … status(2) seq(8) crc32c(4) rest, its body being
+//	            the receipt stored under seq (whose CRC-32C that is)
+//	            followed by rest. Only a format 2 file has these; the
+//	            transaction that writes the first one sets format 2.
 //	idem_exp  expires_unix_nano(8) key → ""   (the sweep index)
 //
 // The package owns the file and its invariants (supply = issued − burned =

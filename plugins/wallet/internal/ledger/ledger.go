@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"math"
 	"math/bits"
 	"sort"
@@ -48,10 +49,12 @@ var (
 // split (bbolt's default is 0.5, for random inserts).
 const appendFillPercent = 0.9
 
-// format is the file layout version written in meta. Version 2 added
-// idempotency records that refer to their receipt (encodeRecord); Open
-// upgrades a version 1 file, whose records all still read, and a binary
-// that knows only version 1 refuses the file rather than misread them.
+// format is the newest file layout version, written in meta. Version 2
+// added idempotency records that refer to their receipt (encodeRecord).
+// A new file starts at version 1, and the transaction that writes its
+// first such record sets version 2: until then, a binary that knows only
+// version 1 can still open it; after, it refuses the file rather than
+// misread the records. Version 1 records all still read.
 const format = 2
 
 // Options configure Open. The zero Options is usable.
@@ -82,6 +85,9 @@ type Ledger struct {
 	now    func() time.Time
 	seq    atomic.Uint64 // highest committed receipt seq
 	closed atomic.Bool
+	// refs is set once the file's format is 2, which allows records that
+	// refer to receipts.
+	refs atomic.Bool
 }
 
 // Open opens or creates the ledger file at path. If another process holds
@@ -124,11 +130,14 @@ func Open(path string, opts Options) (*Ledger, error) {
 		}
 		meta := tx.Bucket(bucketMeta)
 		switch v := meta.Get(keyFormat); {
-		case v == nil, len(v) == 8 && binary.BigEndian.Uint64(v) == 1:
-			if err := meta.Put(keyFormat, u64(format)); err != nil {
+		case v == nil:
+			if err := meta.Put(keyFormat, u64(1)); err != nil {
 				return err
 			}
-		case len(v) != 8 || binary.BigEndian.Uint64(v) != format:
+		case len(v) == 8 && binary.BigEndian.Uint64(v) == 1:
+		case len(v) == 8 && binary.BigEndian.Uint64(v) == format:
+			l.refs.Store(true)
+		default:
 			return fmt.Errorf("file format %x is not 1 or %d", v, format)
 		}
 		seq = getU64(meta, keySeq)
@@ -178,6 +187,7 @@ func (l *Ledger) Apply(ctx context.Context, ops []Op) ([]Result, error) {
 	now := l.now().UTC()
 	results := make([]Result, len(ops))
 	var last uint64
+	var upgraded bool
 	err := l.db.Update(func(tx *bolt.Tx) error {
 		s := newTxState(tx, l, now)
 		for i := range ops {
@@ -187,12 +197,15 @@ func (l *Ledger) Apply(ctx context.Context, ops []Op) ([]Result, error) {
 			}
 			results[i] = r
 		}
-		last = s.seq
+		last, upgraded = s.seq, s.upgraded
 		return s.flush()
 	})
 	if err != nil {
 		// Results of a rolled-back transaction must not leak out.
 		return nil, fmt.Errorf("commit %d operations: %w", len(ops), l.mapErr(err))
+	}
+	if upgraded {
+		l.refs.Store(true)
 	}
 	for {
 		cur := l.seq.Load()
@@ -385,6 +398,8 @@ type txState struct {
 
 	seq, issued, burned uint64
 	cache               map[string]*acct
+	// upgraded is set when this transaction set the file's format to 2.
+	upgraded bool
 }
 
 type acct struct {
@@ -598,6 +613,14 @@ func (s *txState) record(idem *Idem, old []byte, res Result, receipt []byte) (*R
 	if res.Receipt != nil {
 		seq = res.Receipt.Seq
 	}
+	if len(receipt) > 0 && !s.l.refs.Load() && !s.upgraded {
+		// The first record that refers to a receipt makes this a
+		// format 2 file, in the same transaction.
+		if err := s.meta.Put(keyFormat, u64(format)); err != nil {
+			return nil, err
+		}
+		s.upgraded = true
+	}
 	v, err := encodeRecord(rec, receipt, seq)
 	if err != nil {
 		return nil, err
@@ -676,14 +699,19 @@ func expKey(expires uint64, key []byte) []byte {
 // An idempotency record is stored as its expiry (8 bytes, Unix
 // nanoseconds), the request's fingerprint (32), the status (2) and then
 // either the body, or, when the status has recordRef set, the seq of a
-// receipt (8) whose stored bytes begin the body, and the rest of the body.
-// A committed operation's response is its receipt: referring to it keeps
-// the record a fifth of the size, and the commit writes less. Records from
+// receipt (8) whose stored bytes begin the body, their CRC-32C (4), and
+// the rest of the body. A committed operation's response is its receipt:
+// referring to it keeps the record a third of the size. Receipts are
+// never rewritten or deleted; the checksum turns a receipt that changed
+// anyway into an error rather than a different replay. Records from
 // before the reference existed have the body whole, and still decode.
 const (
 	recordHeader = 42
 	recordRef    = 0x8000 // in the status: the body starts with a receipt
+	refBytes     = 8 + 4  // the receipt's seq and checksum
 )
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // encodeRecord encodes r. When the body begins with receipt, the receipt
 // stored under seq, the record refers to it instead of holding a copy.
@@ -694,7 +722,7 @@ func encodeRecord(r *Record, receipt []byte, seq uint64) ([]byte, error) {
 	ref := len(receipt) > 0 && bytes.HasPrefix(r.Body, receipt)
 	size := recordHeader + len(r.Body)
 	if ref {
-		size = recordHeader + 8 + len(r.Body) - len(receipt)
+		size = recordHeader + refBytes + len(r.Body) - len(receipt)
 	}
 	b := make([]byte, 0, size)
 	b = binary.BigEndian.AppendUint64(b, uint64(r.Expires.UnixNano()))
@@ -705,6 +733,7 @@ func encodeRecord(r *Record, receipt []byte, seq uint64) ([]byte, error) {
 	}
 	b = binary.BigEndian.AppendUint16(b, uint16(r.Status)|recordRef)
 	b = binary.BigEndian.AppendUint64(b, seq)
+	b = binary.BigEndian.AppendUint32(b, crc32.Checksum(receipt, castagnoli))
 	return append(b, r.Body[len(receipt):]...), nil
 }
 
@@ -724,7 +753,7 @@ func decodeRecord(v []byte, receipts *bolt.Bucket) (Record, error) {
 		r.Body = bytes.Clone(rest)
 		return r, nil
 	}
-	if len(rest) < 8 {
+	if len(rest) < refBytes {
 		return Record{}, fmt.Errorf("%d bytes is too short for a receipt reference", len(v))
 	}
 	seq := binary.BigEndian.Uint64(rest)
@@ -732,7 +761,10 @@ func decodeRecord(v []byte, receipts *bolt.Bucket) (Record, error) {
 	if receipt == nil {
 		return Record{}, fmt.Errorf("refers to receipt %d, which is missing", seq)
 	}
-	r.Body = make([]byte, 0, len(receipt)+len(rest)-8)
-	r.Body = append(append(r.Body, receipt...), rest[8:]...)
+	if crc32.Checksum(receipt, castagnoli) != binary.BigEndian.Uint32(rest[8:refBytes]) {
+		return Record{}, fmt.Errorf("refers to receipt %d, which has changed since", seq)
+	}
+	r.Body = make([]byte, 0, len(receipt)+len(rest)-refBytes)
+	r.Body = append(append(r.Body, receipt...), rest[refBytes:]...)
 	return r, nil
 }

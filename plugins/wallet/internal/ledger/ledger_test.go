@@ -684,17 +684,21 @@ func TestIdempotencyRecordStorage(t *testing.T) {
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
 		idem := tx.Bucket([]byte("idem"))
-		if v := idem.Get([]byte("new")); len(v) != 42+8+1 {
-			t.Errorf("stored record is %d bytes, want %d: header, receipt seq, newline", len(v), 42+8+1)
+		if v := idem.Get([]byte("new")); len(v) != 42+12+1 {
+			t.Errorf("stored record is %d bytes, want %d: header, receipt seq and checksum, newline", len(v), 42+12+1)
 		}
-		dangling := binary.BigEndian.AppendUint64(nil, uint64(time.Now().Add(time.Hour).UnixNano()))
-		dangling = append(dangling, fp[:]...)
-		dangling = binary.BigEndian.AppendUint16(dangling, 200|0x8000)
-		dangling = binary.BigEndian.AppendUint64(dangling, 999)
+		ref := func(seq uint64) []byte {
+			b := binary.BigEndian.AppendUint64(nil, uint64(time.Now().Add(time.Hour).UnixNano()))
+			b = append(b, fp[:]...)
+			b = binary.BigEndian.AppendUint16(b, 200|0x8000)
+			b = binary.BigEndian.AppendUint64(b, seq)
+			return binary.BigEndian.AppendUint32(b, 0) // not the receipt's checksum
+		}
 		for k, v := range map[string][]byte{
 			"old-200":  legacy(200, `{"tx_id":"old"}`+"\n"),
 			"old-422":  legacy(422, `{"error":"old"}`+"\n"),
-			"dangling": dangling,
+			"dangling": ref(999),
+			"changed":  ref(1),
 		} {
 			if err := idem.Put([]byte(k), v); err != nil {
 				return err
@@ -724,31 +728,18 @@ func TestIdempotencyRecordStorage(t *testing.T) {
 	if !again.Replayed || string(again.Record.Body) != string(want) {
 		t.Errorf("Apply of the same key after a reopen = %+v, want %q replayed", again, want)
 	}
-	if _, _, err := l.Idempotency("dangling"); err == nil || !strings.Contains(err.Error(), "receipt 999") {
+	if _, _, err := l.Idempotency("dangling"); err == nil || !strings.Contains(err.Error(), "receipt 999, which is missing") {
 		t.Errorf("Idempotency(dangling) = %v, want an error naming the missing receipt", err)
+	}
+	if _, _, err := l.Idempotency("changed"); err == nil || !strings.Contains(err.Error(), "receipt 1, which has changed") {
+		t.Errorf("Idempotency(changed) = %v, want an error saying receipt 1 changed", err)
 	}
 }
 
-// TestOpenFormats checks that Open upgrades a format 1 file, whose records
-// all still read, and refuses a format it does not know.
+// TestOpenFormats checks that a file stays format 1, which an older
+// wallet can open, until its first record that refers to a receipt; that
+// Open accepts both formats; and that it refuses one it does not know.
 func TestOpenFormats(t *testing.T) {
-	setFormat := func(t *testing.T, path string, v uint64) {
-		t.Helper()
-		l := open(t, path, ledger.Options{})
-		if err := l.Close(); err != nil {
-			t.Fatal(err)
-		}
-		db, err := bolt.Open(path, 0o600, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer db.Close()
-		if err := db.Update(func(tx *bolt.Tx) error {
-			return tx.Bucket([]byte("meta")).Put([]byte("format"), binary.BigEndian.AppendUint64(nil, v))
-		}); err != nil {
-			t.Fatal(err)
-		}
-	}
 	format := func(t *testing.T, path string) uint64 {
 		t.Helper()
 		db, err := bolt.Open(path, 0o600, nil)
@@ -763,22 +754,49 @@ func TestOpenFormats(t *testing.T) {
 		})
 		return v
 	}
+	reopen := func(t *testing.T, path string, ops ...ledger.Op) {
+		t.Helper()
+		l, err := ledger.Open(path, ledger.Options{})
+		if err != nil {
+			t.Fatalf("Open = %v", err)
+		}
+		if len(ops) > 0 {
+			if _, err := l.Apply(t.Context(), ops); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
 
-	path := filepath.Join(t.TempDir(), "v1.db")
-	setFormat(t, path, 1)
-	l, err := ledger.Open(path, ledger.Options{})
-	if err != nil {
-		t.Fatalf("Open(format 1 file) = %v, want it upgraded", err)
+	path := filepath.Join(t.TempDir(), "wallet.db")
+	reopen(t, path, issue("a", 1)) // no idempotency key: no record
+	if got := format(t, path); got != 1 {
+		t.Errorf("format of a new file with no records = %d, want 1", got)
 	}
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
+	keyed := issue("a", 1)
+	keyed.Idem = &ledger.Idem{Key: "k"}
+	reopen(t, path, keyed)
 	if got := format(t, path); got != 2 {
-		t.Errorf("format after opening a format 1 file = %d, want 2", got)
+		t.Errorf("format after the first record that refers to its receipt = %d, want 2", got)
 	}
+	reopen(t, path) // a format 2 file opens
 
 	path = filepath.Join(t.TempDir(), "v3.db")
-	setFormat(t, path, 3)
+	reopen(t, path)
+	db, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket([]byte("meta")).Put([]byte("format"), binary.BigEndian.AppendUint64(nil, 3))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
 	if l, err := ledger.Open(path, ledger.Options{}); err == nil || !strings.Contains(err.Error(), "is not 1 or 2") {
 		if l != nil {
 			_ = l.Close()
