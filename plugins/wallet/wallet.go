@@ -180,9 +180,9 @@ func newDefinition(w *wallet) sdk.Plugin {
 }
 
 // extraProcs gives the wallet one P more than CPUs. Its throughput is
-// bounded by the commit, one group at a time, and each commit blocks in
-// fsync; back from it, the committer waited for a P while handlers held
-// both. In alternating runs of BenchmarkWalletTransfers (64 clients,
+// bounded by the commit, one group at a time; each commit blocks in
+// fdatasync twice, and a goroutine back from a system call needs a P to
+// go on, as do the handlers the committer wakes. In alternating runs of BenchmarkWalletTransfers (64 clients,
 // 2 CPUs), 3 Ps against the default 2 gave more transfers/s in 5 of 6
 // pairs (-1% to +94%, median +20%), the mean commit shorter; 4 Ps gained
 // less.
