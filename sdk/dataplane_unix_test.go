@@ -14,8 +14,13 @@ import (
 	"github.com/plughost/plughost/sdk/wire"
 )
 
-// takeReport is what TestTakeDataPlaneChild reports of the takeover that
-// package initialisation did in its process.
+// takeChildEnv marks the test binary started by TestTakeDataPlane.
+const takeChildEnv = "PLUGHOST_TEST_TAKE_CHILD"
+
+func init() { testChild = takeChild }
+
+// takeReport is what takeChild reports of the takeover that package
+// initialisation did in its process.
 type takeReport struct {
 	Conns   int    `json:"conns"`
 	Err     string `json:"err"`
@@ -26,11 +31,11 @@ type takeReport struct {
 	Inherits map[int]bool `json:"inherits"`
 }
 
-// TestTakeDataPlaneChild is the child process of TestTakeDataPlane; it
-// does nothing in a normal run.
-func TestTakeDataPlaneChild(t *testing.T) {
-	if os.Getenv("PLUGHOST_TEST_TAKE_CHILD") == "" {
-		t.Skip("run by TestTakeDataPlane")
+// takeChild prints the report when this process is the child
+// TestTakeDataPlane started, and reports whether it is.
+func takeChild() bool {
+	if os.Getenv(takeChildEnv) == "" {
+		return false
 	}
 	r := takeReport{Conns: len(inherited.conns), Inherits: map[int]bool{}}
 	if inherited.err != nil {
@@ -43,6 +48,7 @@ func TestTakeDataPlaneChild(t *testing.T) {
 	}
 	b, _ := json.Marshal(r)
 	fmt.Printf("REPORT %s\n", b)
+	return true
 }
 
 func fcntl(fd, cmd int) (int, error) {
@@ -99,8 +105,8 @@ func TestTakeDataPlane(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^TestTakeDataPlaneChild$", "-test.count=1")
-			cmd.Env = append(os.Environ(), "PLUGHOST_TEST_TAKE_CHILD=1", wire.DataPlaneEnv+"="+tt.env)
+			cmd := exec.CommandContext(t.Context(), os.Args[0])
+			cmd.Env = append(os.Environ(), takeChildEnv+"=1", wire.DataPlaneEnv+"="+tt.env)
 			cmd.ExtraFiles = tt.files
 			out, err := cmd.CombinedOutput()
 			if err != nil {

@@ -387,10 +387,8 @@ func testUnencodable(t *testing.T, tr transport) {
 func TestDataPlaneBroken(t *testing.T) {
 	p := hello(t, dataPlane, 2)
 	p.exchangesExpected = true
-	for i := range 4 {
-		if resp, err := p.pool.Handle(t.Context(), get("/", "")); err != nil || resp.GetStatus() != 200 {
-			t.Fatalf("Handle(/) #%d = %v, %v, want 200", i, resp, err)
-		}
+	if !p.greetAll(t, 4, "before the break") {
+		t.FailNow()
 	}
 	if n := p.rpc.exchanges.Load(); n != 0 {
 		t.Fatalf("Exchange streams before the break = %d, want 0", n)
@@ -404,15 +402,25 @@ func TestDataPlaneBroken(t *testing.T) {
 	if o := receive(t, out, "the request on the broken connection"); status.Code(o.err) != codes.Unavailable {
 		t.Errorf("Handle(/sleep) on a connection that broke = %v, want code %v", o.err, codes.Unavailable)
 	}
-	for i := range 4 {
-		if resp, err := p.pool.Handle(t.Context(), get("/", "")); err != nil || resp.GetStatus() != 200 {
-			t.Errorf("Handle(/) #%d after the break = %v, %v, want 200", i, resp, err)
-		}
-	}
+	p.greetAll(t, 4, "after the break")
 	if n := p.rpc.exchanges.Load(); n != 2 {
 		t.Errorf("Exchange streams after both connections broke = %d, want 2", n)
 	}
 	if n := p.pool.DataPlaneConns(); n != 0 {
 		t.Errorf("DataPlaneConns() after the break = %d, want 0", n)
 	}
+}
+
+// greetAll sends GET / n times, one after the other, reports each answer
+// that is not 200, and returns whether all were.
+func (p *plugin) greetAll(t *testing.T, n int, when string) bool {
+	t.Helper()
+	ok := true
+	for i := range n {
+		if resp, err := p.pool.Handle(t.Context(), get("/", "")); err != nil || resp.GetStatus() != 200 {
+			t.Errorf("Handle(/) #%d %s = %v, %v, want 200", i, when, resp, err)
+			ok = false
+		}
+	}
+	return ok
 }
