@@ -73,7 +73,7 @@ func schema() sdk.Schema {
 		Attrs: []sdk.Attr{
 			{Name: "queue_capacity", Type: sdk.TypeNumber, Default: 512, Description: "operations waiting to commit; beyond it POSTs get 429"},
 			{Name: "committers", Type: sdk.TypeNumber, Default: 0, Description: "committer goroutines; 0 means the number of CPUs"},
-			{Name: "max_batch", Type: sdk.TypeNumber, Default: 256, Description: "most operations per group commit (one transaction and fsync)"},
+			{Name: "max_batch", Type: sdk.TypeNumber, Default: 256, Description: "most operations per group commit (one write-ahead log record and fdatasync)"},
 			{Name: "commit_timeout", Type: sdk.TypeDuration, Default: "1s", Description: "deadline of one commit attempt"},
 			{Name: "idempotency_ttl", Type: sdk.TypeDuration, Default: "24h", Description: "how long an Idempotency-Key's outcome is kept for replay"},
 			{Name: "staleness_window", Type: sdk.TypeDuration, Default: "250ms", Description: "the most a read's snapshot may be behind; 0 reads the ledger every time"},

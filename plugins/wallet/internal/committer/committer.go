@@ -236,8 +236,8 @@ func (c *Committer) RetryAfter() time.Duration {
 // Close stops intake: Submit returns ErrDraining from now on. Operations
 // already queued keep committing until ctx ends; those still queued or
 // being retried then are aborted (their callbacks get ErrDraining). Close
-// returns when every committer goroutine has returned; a bbolt transaction
-// in progress cannot be interrupted and is waited for. The error, if any,
+// returns when every committer goroutine has returned; a ledger.Apply or
+// checkpoint in progress cannot be interrupted and is waited for. The error, if any,
 // counts the aborted operations. Calling Close more than once is safe.
 func (c *Committer) Close(ctx context.Context) error {
 	c.once.Do(func() {
@@ -279,12 +279,12 @@ func (c *Committer) countAborted(n int) {
 // commits it, passes the turn on and only then answers the group's
 // callers, while the next holder of the turn commits the next group.
 //
-// The turn is held across the transaction on purpose: bbolt runs one
-// write transaction at a time and holds its own writer lock across the
-// fsync, so a second committer could only wait for that lock with a group
-// formed too early. Waiting for the turn instead, it forms its group
-// after the transaction ends, from everything that arrived during it:
-// that is what makes the groups large. Every wait for the turn selects on
+// The turn is held across ledger.Apply on purpose: the ledger applies one
+// group at a time and holds its writer lock across the log's fdatasync,
+// so a second committer could only wait for that lock with a group formed
+// too early. Waiting for the turn instead, it forms its group after the
+// commit ends, from everything that arrived during it: that is what makes
+// the groups large. Every wait for the turn selects on
 // ctx.
 func (c *Committer) work(ctx context.Context) error {
 	for {
@@ -313,14 +313,36 @@ func (c *Committer) work(ctx context.Context) error {
 			defer pass() // also on panic, before the group restarts us
 			c.commit(ctx, g, pass)
 		}()
+		// The group is answered; the next one may be committing. A
+		// checkpoint waits for it and holds the one after.
+		if c.ledger.CheckpointDue() {
+			c.checkpoint()
+		}
 	}
+}
+
+// checkpoint folds the ledger's write-ahead log into its bbolt file. A
+// failure is logged and counted: the groups stay in the log, and the
+// ledger refuses new ones only once the log is far past its size.
+func (c *Committer) checkpoint() {
+	start := time.Now()
+	err := c.ledger.Checkpoint()
+	c.m.checkpointSeconds.Observe(time.Since(start).Seconds())
+	if err != nil {
+		c.m.checkpoints.WithLabelValues(resultFailed).Inc()
+		if !errors.Is(err, ledger.ErrClosed) {
+			c.logger.Warn("ledger checkpoint failed; its groups stay in the write-ahead log", "error", err)
+		}
+		return
+	}
+	c.m.checkpoints.WithLabelValues(resultCommitted).Inc()
 }
 
 // take waits for one operation, then takes up to maxBatch−1 more that are
 // already queued. The caller holds the turn, so no other goroutine
 // dequeues and Len() > 0 means Dequeue will not wait.
 func (c *Committer) take(ctx context.Context) ([]*job, error) {
-	first, err := c.q.Dequeue(ctx)
+	first, err := c.first(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -336,6 +358,22 @@ func (c *Committer) take(ctx context.Context) ([]*job, error) {
 	return g, nil
 }
 
+// first waits for an operation. While the queue is empty and the ledger
+// has groups to checkpoint, it waits only until the checkpoint is due and
+// then runs it, so that a quiet ledger does not keep them in its log.
+func (c *Committer) first(ctx context.Context) (*job, error) {
+	for c.q.Len() == 0 && c.ledger.Pending() {
+		wait, cancel := context.WithTimeout(ctx, c.ledger.CheckpointIn())
+		j, err := c.q.Dequeue(wait)
+		cancel()
+		if err == nil || ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
+			return j, err
+		}
+		c.checkpoint()
+	}
+	return c.q.Dequeue(ctx)
+}
+
 // commit commits one group, calls pass once the transaction is over, and
 // answers each of the group's operations.
 func (c *Committer) commit(ctx context.Context, g []*job, pass func()) {
@@ -346,7 +384,7 @@ func (c *Committer) commit(ctx context.Context, g []*job, pass func()) {
 	defer func() {
 		// A panic below: answer every operation before the group logs
 		// it and restarts this goroutine, so that no caller waits for
-		// ever. The transaction, if any, was rolled back by bbolt.
+		// ever. The ledger drops the group's writes, if any.
 		if !answered {
 			for _, j := range g {
 				c.m.commit(j.op.Kind, resultFailed)

@@ -35,7 +35,12 @@ type fixture struct {
 
 func newFixture(t *testing.T, opts committer.Options) *fixture {
 	t.Helper()
-	l, err := ledger.Open(filepath.Join(t.TempDir(), "wallet.db"), ledger.Options{})
+	return newFixtureWith(t, ledger.Options{}, opts)
+}
+
+func newFixtureWith(t *testing.T, lopts ledger.Options, opts committer.Options) *fixture {
+	t.Helper()
+	l, err := ledger.Open(filepath.Join(t.TempDir(), "wallet.db"), lopts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -419,5 +424,29 @@ func TestCloseAbortsAtDeadline(t *testing.T) {
 	}
 	if got, _, _ := f.l.Supply(); got.Issued != 0 {
 		t.Errorf("Supply().Issued = %d, want 0: aborted ops must not apply", got.Issued)
+	}
+}
+
+// TestIdleCheckpoint checks that groups do not stay in the ledger's
+// write-ahead log when no more operations come: the committer checkpoints
+// once the interval has passed, without a group to follow.
+func TestIdleCheckpoint(t *testing.T) {
+	f := newFixtureWith(t, ledger.Options{CheckpointInterval: 20 * time.Millisecond}, committer.Options{Committers: 2})
+	if o := wait(t, f.mustSubmit(t, issue("a", 1))); o.err != nil || o.res.Err != nil {
+		t.Fatalf("issue = %+v", o)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for f.l.Pending() {
+		if time.Now().After(deadline) {
+			t.Fatal("the group is still in the write-ahead log 10s after it committed")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if n := f.metric(t, "wallet_checkpoints_total", "result", "committed"); n < 1 {
+		t.Errorf("wallet_checkpoints_total{result=committed} = %v, want at least 1", n)
+	}
+	// The committer still takes operations after its timed wait.
+	if o := wait(t, f.mustSubmit(t, transfer("a", "b", 1, 1))); o.err != nil || o.res.Err != nil {
+		t.Fatalf("transfer after the checkpoint = %+v", o)
 	}
 }

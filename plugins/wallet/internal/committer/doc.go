@@ -1,5 +1,6 @@
 // Package committer turns ledger operations submitted by request handlers
-// into group commits: many operations per bbolt transaction and fsync.
+// into group commits: many operations per write-ahead log record and
+// fdatasync (ledger.Apply), and checkpoints of the log into the bbolt file.
 //
 // The lifecycle is New (which starts the committer goroutines) → Submit
 // from any goroutine → Close, which stops intake, lets the queued
@@ -16,10 +17,10 @@
 //     are already queued, without waiting, commits them as one group,
 //     announces the receipts and passes the turn on; then it answers the
 //     group's callers while the next holder commits. Operations that
-//     arrive during one transaction and its fsync form the next group,
+//     arrive during one commit and its fdatasync form the next group,
 //     which is where the group sizes come from.
 //  3. Each commit attempt gets CommitTimeout. The fault point
-//     "ledger.commit" runs right before the bbolt transaction, under that
+//     "ledger.commit" runs right before ledger.Apply, under that
 //     deadline, so an operator can rehearse stalls and failures there.
 //     A commit that times out fails its group at once (ErrUnavailable),
 //     so callers learn within about CommitTimeout; other failures are
@@ -29,6 +30,13 @@
 //  4. Committed receipts are announced in seq order (Options.Announce),
 //     then each operation's callback gets its result, after the turn has
 //     been passed on.
+//  5. A goroutine that has answered its group checkpoints the ledger if
+//     ledger.CheckpointDue says so; writers wait for the checkpoint, the
+//     group's callers do not. A holder of the turn that finds the queue
+//     empty while groups wait in the log waits for an operation only
+//     until the checkpoint is due, and then runs it. A failed checkpoint
+//     is logged and counted (wallet_checkpoints_total); the groups stay
+//     in the log.
 //
 // The package owns its queue, its goroutines and its breaker. It must not
 // hold a lock across the ledger call or a callback, block in Submit, or

@@ -56,6 +56,9 @@ type metrics struct {
 	commits   *prometheus.CounterVec
 	batchSize prometheus.Histogram
 	seconds   prometheus.Histogram
+
+	checkpoints       *prometheus.CounterVec
+	checkpointSeconds prometheus.Histogram
 }
 
 func newMetrics(reg prometheus.Registerer, c *Committer) (*metrics, error) {
@@ -85,14 +88,26 @@ func newMetrics(reg prometheus.Registerer, c *Committer) (*metrics, error) {
 		}, []string{"kind", "result"}),
 		batchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "wallet_commit_batch_size",
-			Help:    "Operations per group commit (one bbolt transaction and fsync).",
+			Help:    "Operations per group commit (one write-ahead log record and fdatasync).",
 			Buckets: prometheus.ExponentialBuckets(1, 2, 10), // 1 … 512
 		}),
 		seconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "wallet_commit_seconds",
-			Help:    "Duration of one commit attempt: the fault point and the bbolt transaction with its fsync.",
+			Help:    "Duration of one commit attempt: the fault point, applying the group and its write-ahead log record with fdatasync.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14), // 0.5ms … 4s
 		}),
+		checkpoints: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "wallet_checkpoints_total",
+			Help: "Checkpoints of the write-ahead log into the bbolt file, by result (committed, failed).",
+		}, []string{"result"}),
+		checkpointSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "wallet_checkpoint_seconds",
+			Help:    "Duration of one checkpoint: the bbolt transaction of the groups since the last one, with its fsyncs.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14), // 0.5ms … 4s
+		}),
+	}
+	for _, r := range []string{resultCommitted, resultFailed} {
+		m.checkpoints.WithLabelValues(r)
 	}
 	for _, k := range ledger.Kinds {
 		for _, r := range results {
@@ -115,7 +130,7 @@ func newMetrics(reg prometheus.Registerer, c *Committer) (*metrics, error) {
 			return 0
 		}
 	})
-	for _, col := range []prometheus.Collector{m.inflight, timeouts, retries, aborted, m.commits, m.batchSize, m.seconds, state} {
+	for _, col := range []prometheus.Collector{m.inflight, timeouts, retries, aborted, m.commits, m.batchSize, m.seconds, m.checkpoints, m.checkpointSeconds, state} {
 		if err := reg.Register(col); err != nil {
 			return nil, fmt.Errorf("register metrics: %w", err)
 		}

@@ -10,7 +10,9 @@ import (
 	"hash/crc32"
 	"math"
 	"math/bits"
+	"math/rand/v2"
 	"sort"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -26,7 +28,15 @@ const (
 	// DefaultLockTimeout is how long Open waits for the file lock when
 	// Options.LockTimeout is zero.
 	DefaultLockTimeout = time.Second
+	// DefaultCheckpointInterval is Options.CheckpointInterval's default.
+	DefaultCheckpointInterval = 100 * time.Millisecond
+	// DefaultCheckpointBytes is Options.CheckpointBytes' default.
+	DefaultCheckpointBytes = 8 << 20
 )
+
+// logLimit times Options.CheckpointBytes is as far as the write-ahead log
+// grows while checkpoints fail; then writers are refused.
+const logLimit = 4
 
 // initialMmapSize is mapped up front so that the file can grow to it
 // without a remap, during which bbolt holds readers off.
@@ -43,19 +53,24 @@ var (
 	keyIssued = []byte("issued")
 	keyBurned = []byte("burned")
 	keyFormat = []byte("format")
+	keyWALGen = []byte("wal_gen")
 )
 
 // appendFillPercent is how full the pages of the append-mostly buckets are
 // split (bbolt's default is 0.5, for random inserts).
 const appendFillPercent = 0.9
 
-// format is the newest file layout version, written in meta. Version 2
-// added idempotency records that refer to their receipt (encodeRecord).
-// A new file starts at version 1, and the transaction that writes its
-// first such record sets version 2: until then, a binary that knows only
-// version 1 can still open it; after, it refuses the file rather than
-// misread the records. Version 1 records all still read.
-const format = 2
+// File format versions, in meta "format". Version 2 added idempotency
+// records that refer to their receipt (encodeRecord). Version 3 says that
+// a write-ahead log may hold committed groups the bbolt file lacks, so
+// that a binary without a log refuses the file rather than miss them: Open
+// sets it and a clean Close sets 1 or 2 again (2 once a record refers to
+// a receipt), so a rollback to a binary without a log works after a clean
+// shutdown. Versions 1 and 2 still read.
+const (
+	formatRefs = 2
+	formatWAL  = 3
+)
 
 // Options configure Open. The zero Options is usable.
 type Options struct {
@@ -65,6 +80,12 @@ type Options struct {
 	// LockTimeout bounds the wait for the file's lock, which another
 	// process holding the file keeps; default DefaultLockTimeout.
 	LockTimeout time.Duration
+	// CheckpointInterval and CheckpointBytes say when CheckpointDue
+	// reports true: once the oldest group not yet in the bbolt file is
+	// this old, or the write-ahead log has grown by this many bytes.
+	// Defaults DefaultCheckpointInterval and DefaultCheckpointBytes.
+	CheckpointInterval time.Duration
+	CheckpointBytes    int64
 	// Render turns a recorded result into the response stored with its
 	// idempotency record. It runs inside the committing transaction, so it
 	// must be quick and must not call the Ledger. The default stores the
@@ -75,25 +96,52 @@ type Options struct {
 	Now func() time.Time
 }
 
-// Ledger is the wallet's bbolt file. It is safe for concurrent use; bbolt
-// serializes Apply and Sweep and runs lookups alongside them. Create one
-// with Open and call Close.
+// Ledger is the wallet's bbolt file and its write-ahead log. It is safe
+// for concurrent use: writers (Apply, Sweep, Checkpoint) take turns, and
+// lookups run alongside them. Create one with Open and call Close.
 type Ledger struct {
 	db     *bolt.DB
 	ttl    time.Duration
 	render func(Result) (int, []byte)
 	now    func() time.Time
+	every  time.Duration
+	maxLog int64
 	seq    atomic.Uint64 // highest committed receipt seq
 	closed atomic.Bool
-	// refs is set once the file's format is 2, which allows records that
-	// refer to receipts.
+	// refs is set once a record refers to a receipt: Close then leaves
+	// format 2 rather than 1.
 	refs atomic.Bool
+
+	// wmu serializes the writers. It guards everything below except ov,
+	// and is held across the log's fdatasync and a checkpoint's commit:
+	// each group must see the one before it.
+	wmu sync.Mutex
+	log *wal
+	// tx is the pending bbolt transaction: the groups committed to the log
+	// since the last checkpoint, applied but not committed. It is nil
+	// when none is open, and broken when a failed group left writes in
+	// it; the next writer then begins it again from ov.
+	tx     *bolt.Tx
+	broken bool
+	// Since the last checkpoint: the first group's time, and the log's
+	// size, read by CheckpointDue without wmu.
+	first   atomic.Int64
+	logSize atomic.Int64
+
+	// omu guards ov: writers replace or extend it exclusively; readers
+	// hold it shared across their bbolt read transaction, so that they
+	// see one consistent state.
+	omu sync.RWMutex
+	ov  *overlay
 }
 
-// Open opens or creates the ledger file at path. If another process holds
-// the file it fails after Options.LockTimeout instead of waiting for ever.
+// Open opens or creates the ledger file at path, with its write-ahead log
+// at path + ".wal", and replays into the file the groups the log holds.
+// If another process holds the file it fails after Options.LockTimeout
+// instead of waiting for ever.
 func Open(path string, opts Options) (*Ledger, error) {
-	l := &Ledger{ttl: opts.IdempotencyTTL, render: opts.Render, now: opts.Now}
+	l := &Ledger{ttl: opts.IdempotencyTTL, render: opts.Render, now: opts.Now,
+		every: opts.CheckpointInterval, maxLog: opts.CheckpointBytes, ov: newOverlay()}
 	if l.ttl <= 0 {
 		l.ttl = DefaultIdempotencyTTL
 	}
@@ -102,6 +150,12 @@ func Open(path string, opts Options) (*Ledger, error) {
 	}
 	if l.now == nil {
 		l.now = time.Now
+	}
+	if l.every <= 0 {
+		l.every = DefaultCheckpointInterval
+	}
+	if l.maxLog <= 0 {
+		l.maxLog = DefaultCheckpointBytes
 	}
 	timeout := opts.LockTimeout
 	if timeout <= 0 {
@@ -121,9 +175,44 @@ func Open(path string, opts Options) (*Ledger, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open ledger %s: %w", path, err)
 	}
+	if err := l.recover(db, path+".wal"); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("open ledger %s: %w", path, err)
+	}
+	l.db = db
+	return l, nil
+}
+
+// recover replays the write-ahead log into the bbolt file and starts the
+// log's next generation, in one bbolt transaction that also marks the
+// file as having a log (format 3).
+func (l *Ledger) recover(db *bolt.DB, walPath string) error {
+	var gen uint64
+	if err := db.View(func(tx *bolt.Tx) error {
+		if meta := tx.Bucket(bucketMeta); meta != nil {
+			gen = getU64(meta, keyWALGen)
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	var groups [][]entry
+	var err error
+	if gen == 0 {
+		// No log was ever used with this file: a log file found there
+		// belongs to another. Generations start at a random number so
+		// that its records never pass for this file's.
+		gen = rand.Uint64()>>1 + 1
+		l.log, _, err = openWAL(walPath, 0)
+	} else {
+		l.log, groups, err = openWAL(walPath, gen)
+	}
+	if err != nil {
+		return err
+	}
 	var seq uint64
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, name := range [][]byte{bucketMeta, bucketAccounts, bucketReceipts, bucketIdem, bucketIdemExp} {
+		for _, name := range walBuckets {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return fmt.Errorf("create bucket %s: %w", name, err)
 			}
@@ -131,34 +220,83 @@ func Open(path string, opts Options) (*Ledger, error) {
 		meta := tx.Bucket(bucketMeta)
 		switch v := meta.Get(keyFormat); {
 		case v == nil:
-			if err := meta.Put(keyFormat, u64(1)); err != nil {
-				return err
-			}
 		case len(v) == 8 && binary.BigEndian.Uint64(v) == 1:
-		case len(v) == 8 && binary.BigEndian.Uint64(v) == format:
+		case len(v) == 8 && (binary.BigEndian.Uint64(v) == formatRefs || binary.BigEndian.Uint64(v) == formatWAL):
 			l.refs.Store(true)
 		default:
-			return fmt.Errorf("file format %x is not 1 or %d", v, format)
+			return fmt.Errorf("file format %x is not 1, %d or %d", v, formatRefs, formatWAL)
+		}
+		for i, g := range groups {
+			if err := applyEntries(tx, g); err != nil {
+				return fmt.Errorf("replay write-ahead log record %d: %w", i, err)
+			}
+		}
+		if err := meta.Put(keyFormat, u64(formatWAL)); err != nil {
+			return err
+		}
+		if err := meta.Put(keyWALGen, u64(gen+1)); err != nil {
+			return err
 		}
 		seq = getU64(meta, keySeq)
 		return nil
 	})
 	if err != nil {
-		_ = db.Close()
-		return nil, fmt.Errorf("open ledger %s: %w", path, err)
+		_ = l.log.close()
+		return err
 	}
-	l.db = db
+	l.log.reset(gen + 1)
 	l.seq.Store(seq)
-	return l, nil
+	return nil
 }
 
-// Close closes the file, waiting for transactions in progress. Later calls
-// of every method return ErrClosed. Calling Close more than once is safe.
+// applyEntries writes a group's entries into tx.
+func applyEntries(tx *bolt.Tx, es []entry) error {
+	for _, e := range es {
+		b := tx.Bucket(walBuckets[e.b])
+		var err error
+		if e.del {
+			err = b.Delete(e.k)
+		} else {
+			err = b.Put(e.k, e.v)
+		}
+		if err != nil {
+			return fmt.Errorf("%s %q: %w", walBuckets[e.b], e.k, err)
+		}
+	}
+	return nil
+}
+
+// Close folds the write-ahead log into the bbolt file (a final
+// checkpoint, which also sets the file's format back to 1 or 2) and
+// closes both, waiting for writers and lookups in progress. If the
+// checkpoint fails, the log keeps its groups for the next Open. Later
+// calls of every method return ErrClosed. Calling Close more than once is
+// safe.
 func (l *Ledger) Close() error {
+	l.wmu.Lock()
+	defer l.wmu.Unlock()
 	if l.closed.Swap(true) {
 		return nil
 	}
+	var errs []error
+	final := uint64(1)
+	if l.refs.Load() {
+		final = formatRefs
+	}
+	if err := l.checkpoint(final); err != nil {
+		errs = append(errs, fmt.Errorf("final checkpoint (the write-ahead log keeps its groups for the next open): %w", err))
+	}
+	if l.tx != nil {
+		_ = l.tx.Rollback()
+		l.tx = nil
+	}
+	if err := l.log.close(); err != nil {
+		errs = append(errs, fmt.Errorf("close write-ahead log: %w", err))
+	}
 	if err := l.db.Close(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("close ledger: %w", err)
 	}
 	return nil
@@ -171,25 +309,22 @@ func (l *Ledger) Closed() bool { return l.closed.Load() }
 // receipt up to it is on disk and visible to lookups.
 func (l *Ledger) Seq() uint64 { return l.seq.Load() }
 
-// Apply commits ops in one transaction and returns one result per op, in
-// order. The ops are applied one after another, each seeing what the
-// earlier ones did; a refused op (Result.Err) changes nothing. All
-// receipts share one CommittedAt. A non-nil error means nothing was
-// committed, and the same ops may be applied again. Apply cannot be
-// interrupted once the transaction has begun: ctx is checked before.
+// Apply commits ops as one group and returns one result per op, in order.
+// The ops are applied one after another, each seeing what the earlier ones
+// did; a refused op (Result.Err) changes nothing. All receipts share one
+// CommittedAt. The group is committed when its record is in the
+// write-ahead log and fdatasync has returned: one disk write for the
+// whole group. A non-nil error means nothing was committed, and the same
+// ops may be applied again. Apply cannot be interrupted once it has
+// begun: ctx is checked before.
 func (l *Ledger) Apply(ctx context.Context, ops []Op) ([]Result, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if l.closed.Load() {
-		return nil, ErrClosed
-	}
-	now := l.now().UTC()
 	results := make([]Result, len(ops))
-	var last uint64
-	var upgraded bool
-	err := l.db.Update(func(tx *bolt.Tx) error {
-		s := newTxState(tx, l, now)
+	l.wmu.Lock()
+	defer l.wmu.Unlock()
+	s, err := l.write(func(s *txState) error {
 		for i := range ops {
 			r, err := s.apply(&ops[i])
 			if err != nil {
@@ -197,32 +332,169 @@ func (l *Ledger) Apply(ctx context.Context, ops []Op) ([]Result, error) {
 			}
 			results[i] = r
 		}
-		last, upgraded = s.seq, s.upgraded
-		return s.flush()
+		return nil
 	})
 	if err != nil {
-		// Results of a rolled-back transaction must not leak out.
-		return nil, fmt.Errorf("commit %d operations: %w", len(ops), l.mapErr(err))
+		// Results of a failed group must not leak out.
+		return nil, fmt.Errorf("commit %d operations: %w", len(ops), err)
 	}
-	if upgraded {
+	if s.refs {
 		l.refs.Store(true)
 	}
-	for {
-		cur := l.seq.Load()
-		if last <= cur || l.seq.CompareAndSwap(cur, last) {
-			break
+	l.seq.Store(s.seq)
+	return results, nil
+}
+
+// write runs fn against the pending transaction, appends the writes it
+// made to the write-ahead log as one record, and once that is on disk
+// shows them to lookups. On error nothing of fn's writes is kept. The
+// caller holds wmu.
+func (l *Ledger) write(fn func(*txState) error) (*txState, error) {
+	if l.closed.Load() {
+		return nil, ErrClosed
+	}
+	if size := l.logSize.Load(); size >= logLimit*l.maxLog {
+		// Checkpoints have been failing (the committer's are due at
+		// maxLog): one more try, then refuse rather than grow the log
+		// and the pending transaction without bound.
+		if err := l.checkpoint(formatWAL); err != nil {
+			return nil, fmt.Errorf("write-ahead log holds %d bytes and checkpoints fail: %w", size, err)
 		}
 	}
-	return results, nil
+	if err := l.begin(); err != nil {
+		return nil, l.mapErr(err)
+	}
+	// Until the group is logged the pending transaction holds writes
+	// nobody committed; if fn fails or panics, they must go.
+	l.broken = true
+	s := newTxState(l.tx, l, l.now().UTC())
+	err := fn(s)
+	if err == nil {
+		err = s.flush()
+	}
+	if err == nil && len(s.writes) > 0 {
+		var n int
+		if n, err = l.log.append(s.writes); err == nil {
+			l.logSize.Add(int64(n))
+			l.first.CompareAndSwap(0, time.Now().UnixNano())
+		}
+	}
+	if err != nil {
+		return nil, l.mapErr(err)
+	}
+	l.broken = false
+	if len(s.writes) > 0 {
+		l.omu.Lock()
+		l.ov.add(s.writes)
+		l.omu.Unlock()
+	}
+	return s, nil
+}
+
+// begin makes sure the pending transaction is open and holds exactly the
+// groups since the last checkpoint, beginning it again from the overlay
+// if it is missing or broken. The caller holds wmu.
+func (l *Ledger) begin() error {
+	if l.tx != nil && !l.broken {
+		return nil
+	}
+	if l.tx != nil {
+		_ = l.tx.Rollback()
+		l.tx = nil
+	}
+	tx, err := l.db.Begin(true)
+	if err != nil {
+		return fmt.Errorf("begin transaction: %w", err)
+	}
+	// Only wmu's holder changes ov, so it needs no read lock here.
+	if err := l.ov.replay(tx); err != nil {
+		_ = tx.Rollback()
+		return fmt.Errorf("begin transaction again from the groups since the last checkpoint: %w", err)
+	}
+	l.tx, l.broken = tx, false
+	return nil
+}
+
+// CheckpointDue reports whether Checkpoint should run: the oldest group
+// not yet in the bbolt file is Options.CheckpointInterval old, or the
+// write-ahead log has grown by Options.CheckpointBytes.
+func (l *Ledger) CheckpointDue() bool {
+	first := l.first.Load()
+	return first != 0 && (time.Since(time.Unix(0, first)) >= l.every || l.logSize.Load() >= l.maxLog)
+}
+
+// CheckpointIn returns how long until CheckpointDue reports true by age
+// alone; at least a millisecond.
+func (l *Ledger) CheckpointIn() time.Duration {
+	first := l.first.Load()
+	if first == 0 {
+		return l.every
+	}
+	return max(l.every-time.Since(time.Unix(0, first)), time.Millisecond)
+}
+
+// Pending reports whether groups wait in the write-ahead log for a
+// checkpoint.
+func (l *Ledger) Pending() bool { return l.first.Load() != 0 }
+
+// Checkpoint commits the groups applied since the last checkpoint to the
+// bbolt file, in one bbolt transaction (bbolt's two fdatasyncs), so that
+// the write-ahead log can start over. Writers wait meanwhile; lookups do
+// not. On error the groups stay in the log and the next Checkpoint tries
+// again.
+func (l *Ledger) Checkpoint() error {
+	l.wmu.Lock()
+	defer l.wmu.Unlock()
+	if l.closed.Load() {
+		return ErrClosed
+	}
+	if l.first.Load() == 0 {
+		return nil
+	}
+	return l.checkpoint(formatWAL)
+}
+
+// checkpoint commits the pending transaction with meta "format" set to
+// format and starts the log's next generation. The caller holds wmu.
+func (l *Ledger) checkpoint(format uint64) error {
+	if err := l.begin(); err != nil {
+		return l.mapErr(err)
+	}
+	meta := l.tx.Bucket(bucketMeta)
+	gen := l.log.gen + 1
+	err := meta.Put(keyFormat, u64(format))
+	if err == nil {
+		err = meta.Put(keyWALGen, u64(gen))
+	}
+	if err != nil {
+		l.broken = true
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	err = l.tx.Commit()
+	// Committed or rolled back by bbolt: either way it is gone. After a
+	// failure the next writer begins it again from ov.
+	l.tx = nil
+	if err != nil {
+		return fmt.Errorf("checkpoint: %w", l.mapErr(err))
+	}
+	// Lookups that began before this saw the old file and ov, those after
+	// see the new file; both hold the same state.
+	l.omu.Lock()
+	l.ov = newOverlay()
+	l.omu.Unlock()
+	l.log.reset(gen)
+	l.first.Store(0)
+	l.logSize.Store(0)
+	return nil
 }
 
 // Account returns the state of account id and the seq the read saw.
 func (l *Ledger) Account(id string) (Account, uint64, error) {
 	a := Account{ID: id}
 	var seq uint64
-	err := l.view(func(tx *bolt.Tx) error {
-		seq = getU64(tx.Bucket(bucketMeta), keySeq)
-		if v := tx.Bucket(bucketAccounts).Get([]byte(id)); v != nil {
+	err := l.view(func(r reader) error {
+		seq = getU64(r.bucket(bMeta), keySeq)
+		if v := r.bucket(bAccounts).Get([]byte(id)); v != nil {
 			a.Balance, a.Nonce = decodeAccount(v)
 		}
 		return nil
@@ -234,8 +506,8 @@ func (l *Ledger) Account(id string) (Account, uint64, error) {
 func (l *Ledger) Supply() (Supply, uint64, error) {
 	var s Supply
 	var seq uint64
-	err := l.view(func(tx *bolt.Tx) error {
-		meta := tx.Bucket(bucketMeta)
+	err := l.view(func(r reader) error {
+		meta := r.bucket(bMeta)
 		s = Supply{Issued: getU64(meta, keyIssued), Burned: getU64(meta, keyBurned)}
 		seq = getU64(meta, keySeq)
 		return nil
@@ -245,39 +517,41 @@ func (l *Ledger) Supply() (Supply, uint64, error) {
 
 // Receipt returns the receipt with transaction id txID, or ErrNotFound.
 func (l *Ledger) Receipt(txID string) (Receipt, error) {
-	var r Receipt
+	var rc Receipt
 	seq, ok := ParseTxID(txID)
 	if !ok {
-		return r, ErrNotFound
+		return rc, ErrNotFound
 	}
-	err := l.view(func(tx *bolt.Tx) error {
-		v := tx.Bucket(bucketReceipts).Get(u64(seq))
+	err := l.view(func(r reader) error {
+		v := r.bucket(bReceipts).Get(u64(seq))
 		if v == nil {
 			return ErrNotFound
 		}
-		if err := json.Unmarshal(v, &r); err != nil {
+		if err := json.Unmarshal(v, &rc); err != nil {
 			return fmt.Errorf("decode receipt %d: %w", seq, err)
 		}
 		return nil
 	})
-	return r, err
+	return rc, err
 }
 
 // Receipts returns up to limit receipts with seqs after after, in seq
 // order.
 func (l *Ledger) Receipts(after uint64, limit int) ([]Receipt, error) {
 	var out []Receipt
-	err := l.view(func(tx *bolt.Tx) error {
-		c := tx.Bucket(bucketReceipts).Cursor()
-		for k, v := c.Seek(u64(after + 1)); k != nil && len(out) < limit; k, v = c.Next() {
-			if after == math.MaxUint64 {
-				break // after+1 wrapped to 0
+	err := l.view(func(r reader) error {
+		// Seqs have no gaps: every seq up to the last has its receipt.
+		receipts := r.bucket(bReceipts)
+		for seq := after + 1; seq > after && len(out) < limit; seq++ {
+			v := receipts.Get(u64(seq))
+			if v == nil {
+				break
 			}
-			var r Receipt
-			if err := json.Unmarshal(v, &r); err != nil {
-				return fmt.Errorf("decode receipt %x: %w", k, err)
+			var rc Receipt
+			if err := json.Unmarshal(v, &rc); err != nil {
+				return fmt.Errorf("decode receipt %d: %w", seq, err)
 			}
-			out = append(out, r)
+			out = append(out, rc)
 		}
 		return nil
 	})
@@ -289,39 +563,37 @@ func (l *Ledger) Idempotency(key string) (Record, bool, error) {
 	var rec Record
 	var ok bool
 	now := l.now()
-	err := l.view(func(tx *bolt.Tx) error {
-		v := tx.Bucket(bucketIdem).Get([]byte(key))
+	err := l.view(func(r reader) error {
+		v := r.bucket(bIdem).Get([]byte(key))
 		if v == nil {
 			return nil
 		}
-		r, err := decodeRecord(v, tx.Bucket(bucketReceipts))
+		rc, err := decodeRecord(v, r.bucket(bReceipts))
 		if err != nil {
 			return fmt.Errorf("idempotency record %q: %w", key, err)
 		}
-		if r.Expires.After(now) {
-			rec, ok = r, true
+		if rc.Expires.After(now) {
+			rec, ok = rc, true
 		}
 		return nil
 	})
 	return rec, ok, err
 }
 
-// Sweep deletes up to limit expired idempotency records, oldest first, in
-// one transaction, and returns how many it deleted. Expired records are
-// already ignored by lookups; sweeping only reclaims their space.
+// Sweep deletes up to limit expired idempotency records, oldest first, as
+// one group, and returns how many it deleted. Expired records are already
+// ignored by lookups; sweeping only reclaims their space.
 func (l *Ledger) Sweep(ctx context.Context, limit int) (int, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
-	if l.closed.Load() {
-		return 0, ErrClosed
-	}
 	now := uint64(l.now().UnixNano())
 	n := 0
-	err := l.db.Update(func(tx *bolt.Tx) error {
-		idem, exp := tx.Bucket(bucketIdem), tx.Bucket(bucketIdemExp)
+	l.wmu.Lock()
+	defer l.wmu.Unlock()
+	_, err := l.write(func(s *txState) error {
 		var expired [][]byte
-		c := exp.Cursor()
+		c := s.b[bIdemExp].Cursor()
 		for k, _ := c.First(); k != nil && len(expired) < limit; k, _ = c.Next() {
 			if len(k) < 8 || binary.BigEndian.Uint64(k[:8]) > now {
 				break
@@ -330,10 +602,10 @@ func (l *Ledger) Sweep(ctx context.Context, limit int) (int, error) {
 		}
 		// Deleting behind a bbolt cursor can skip keys, so delete after.
 		for _, k := range expired {
-			if err := exp.Delete(k); err != nil {
+			if err := s.del(bIdemExp, k); err != nil {
 				return err
 			}
-			if err := idem.Delete(k[8:]); err != nil {
+			if err := s.del(bIdem, k[8:]); err != nil {
 				return err
 			}
 		}
@@ -341,7 +613,7 @@ func (l *Ledger) Sweep(ctx context.Context, limit int) (int, error) {
 		return nil
 	})
 	if err != nil {
-		return 0, fmt.Errorf("sweep idempotency records: %w", l.mapErr(err))
+		return 0, fmt.Errorf("sweep idempotency records: %w", err)
 	}
 	return n, nil
 }
@@ -351,30 +623,51 @@ func (l *Ledger) Sweep(ctx context.Context, limit int) (int, error) {
 // of the ledger): for tests and operators' checks, not for requests.
 func (l *Ledger) Audit() (Audit, error) {
 	var a Audit
-	err := l.view(func(tx *bolt.Tx) error {
-		meta := tx.Bucket(bucketMeta)
+	err := l.view(func(r reader) error {
+		meta := r.bucket(bMeta)
 		a.Issued, a.Burned, a.Seq = getU64(meta, keyIssued), getU64(meta, keyBurned), getU64(meta, keySeq)
-		if err := tx.Bucket(bucketAccounts).ForEach(func(_, v []byte) error {
+		add := func(v []byte) {
 			bal, _ := decodeAccount(v)
 			var carry uint64
 			a.Balances, carry = bits.Add64(a.Balances, bal, 0)
 			a.Overflow = a.Overflow || carry != 0
 			a.Accounts++
+		}
+		accounts := r.bucket(bAccounts)
+		if err := accounts.b.ForEach(func(k, v []byte) error {
+			if _, ok := accounts.o[string(k)]; !ok {
+				add(v)
+			}
 			return nil
 		}); err != nil {
 			return err
 		}
-		a.Receipts = tx.Bucket(bucketReceipts).Stats().KeyN
+		for _, x := range accounts.o {
+			if !x.del {
+				add(x.v)
+			}
+		}
+		receipts := r.bucket(bReceipts)
+		a.Receipts = receipts.b.Stats().KeyN
+		for k := range receipts.o {
+			if receipts.b.Get([]byte(k)) == nil {
+				a.Receipts++
+			}
+		}
 		return nil
 	})
 	return a, err
 }
 
-func (l *Ledger) view(fn func(*bolt.Tx) error) error {
+// view runs fn in a bbolt read transaction with the overlay of the groups
+// not yet checkpointed: the state after the last committed group.
+func (l *Ledger) view(fn func(reader) error) error {
 	if l.closed.Load() {
 		return ErrClosed
 	}
-	return l.mapErr(l.db.View(fn))
+	l.omu.RLock()
+	defer l.omu.RUnlock()
+	return l.mapErr(l.db.View(func(tx *bolt.Tx) error { return fn(reader{tx: tx, ov: l.ov}) }))
 }
 
 func (l *Ledger) mapErr(err error) error {
@@ -384,22 +677,97 @@ func (l *Ledger) mapErr(err error) error {
 	return err
 }
 
-// txState applies operations inside one transaction. Accounts are read
-// once, changed in memory and written once by flush, so an account that
-// several operations of a group touch costs one Put.
+// reader is a lookup's view: a bbolt read transaction under an overlay.
+type reader struct {
+	tx *bolt.Tx
+	ov *overlay
+}
+
+func (r reader) bucket(b int) merged {
+	return merged{b: r.tx.Bucket(walBuckets[b]), o: r.ov.m[b]}
+}
+
+// getter reads a bucket.
+type getter interface{ Get(k []byte) []byte }
+
+// merged reads a bbolt bucket through the overlay's writes to it.
+type merged struct {
+	b *bolt.Bucket
+	o map[string]ovValue
+}
+
+func (m merged) Get(k []byte) []byte {
+	if x, ok := m.o[string(k)]; ok {
+		if x.del {
+			return nil
+		}
+		return x.v
+	}
+	return m.b.Get(k)
+}
+
+// overlay is the writes of the groups committed to the write-ahead log
+// since the last checkpoint, the last write of each key: what lookups add
+// to the bbolt file, and what the pending transaction is begun again from.
+type overlay struct {
+	m [numBuckets]map[string]ovValue
+}
+
+type ovValue struct {
+	v   []byte
+	del bool
+}
+
+func newOverlay() *overlay {
+	o := &overlay{}
+	for i := range o.m {
+		o.m[i] = map[string]ovValue{}
+	}
+	return o
+}
+
+func (o *overlay) add(es []entry) {
+	for _, e := range es {
+		o.m[e.b][string(e.k)] = ovValue{v: e.v, del: e.del}
+	}
+}
+
+// replay writes the overlay into tx.
+func (o *overlay) replay(tx *bolt.Tx) error {
+	for b, m := range o.m {
+		bk := tx.Bucket(walBuckets[b])
+		for k, x := range m {
+			var err error
+			if x.del {
+				err = bk.Delete([]byte(k))
+			} else {
+				err = bk.Put([]byte(k), x.v)
+			}
+			if err != nil {
+				return fmt.Errorf("%s %q: %w", walBuckets[b], k, err)
+			}
+		}
+	}
+	return nil
+}
+
+// txState applies operations of one group inside the pending transaction
+// and keeps the writes they make, for the write-ahead log. Accounts are
+// read once, changed in memory and written once by flush, so an account
+// that several operations of a group touch costs one Put.
 type txState struct {
-	l        *Ledger
-	now      time.Time
-	meta     *bolt.Bucket
-	accounts *bolt.Bucket
-	receipts *bolt.Bucket
-	idem     *bolt.Bucket
-	idemExp  *bolt.Bucket
+	l   *Ledger
+	now time.Time
+	b   [numBuckets]*bolt.Bucket
 
 	seq, issued, burned uint64
-	cache               map[string]*acct
-	// upgraded is set when this transaction set the file's format to 2.
-	upgraded bool
+	// The totals as the group found them, so that flush writes only
+	// what changed.
+	seq0, issued0, burned0 uint64
+	cache                  map[string]*acct
+	writes                 []entry
+	// refs is set when a record of the group refers to its receipt.
+	refs bool
 }
 
 type acct struct {
@@ -408,23 +776,41 @@ type acct struct {
 }
 
 func newTxState(tx *bolt.Tx, l *Ledger, now time.Time) *txState {
-	s := &txState{
-		l:        l,
-		now:      now,
-		meta:     tx.Bucket(bucketMeta),
-		accounts: tx.Bucket(bucketAccounts),
-		receipts: tx.Bucket(bucketReceipts),
-		idem:     tx.Bucket(bucketIdem),
-		idemExp:  tx.Bucket(bucketIdemExp),
-		cache:    map[string]*acct{},
+	s := &txState{l: l, now: now, cache: map[string]*acct{}}
+	for i, name := range walBuckets {
+		s.b[i] = tx.Bucket(name)
 	}
 	// Receipts are appended in seq order and sweep index keys in expiry
 	// order, so their pages can be split nearly full instead of half:
-	// fewer pages for each commit to write.
-	s.receipts.FillPercent = appendFillPercent
-	s.idemExp.FillPercent = appendFillPercent
-	s.seq, s.issued, s.burned = getU64(s.meta, keySeq), getU64(s.meta, keyIssued), getU64(s.meta, keyBurned)
+	// fewer pages for each checkpoint to write.
+	s.b[bReceipts].FillPercent = appendFillPercent
+	s.b[bIdemExp].FillPercent = appendFillPercent
+	meta := s.b[bMeta]
+	s.seq, s.issued, s.burned = getU64(meta, keySeq), getU64(meta, keyIssued), getU64(meta, keyBurned)
+	s.seq0, s.issued0, s.burned0 = s.seq, s.issued, s.burned
 	return s
+}
+
+// put writes v under k in bucket b and keeps the write for the log. bbolt
+// keeps k and v until the transaction ends, so neither may be reused.
+func (s *txState) put(b int, k, v []byte) error {
+	if v == nil {
+		v = []byte{}
+	}
+	if err := s.b[b].Put(k, v); err != nil {
+		return err
+	}
+	s.writes = append(s.writes, entry{b: b, k: k, v: v})
+	return nil
+}
+
+// del deletes k from bucket b and keeps the deletion for the log.
+func (s *txState) del(b int, k []byte) error {
+	if err := s.b[b].Delete(k); err != nil {
+		return err
+	}
+	s.writes = append(s.writes, entry{b: b, del: true, k: k})
+	return nil
 }
 
 func (s *txState) account(id string) *acct {
@@ -432,7 +818,7 @@ func (s *txState) account(id string) *acct {
 		return a
 	}
 	a := &acct{}
-	if v := s.accounts.Get([]byte(id)); v != nil {
+	if v := s.b[bAccounts].Get([]byte(id)); v != nil {
 		a.balance, a.nonce = decodeAccount(v)
 	}
 	s.cache[id] = a
@@ -440,13 +826,13 @@ func (s *txState) account(id string) *acct {
 }
 
 // apply applies one operation. A returned error aborts the whole
-// transaction (bbolt failed); a refusal is in the Result.
+// group (bbolt failed); a refusal is in the Result.
 func (s *txState) apply(op *Op) (Result, error) {
 	var old []byte // an expired record under op's key
 	if op.Idem != nil {
-		if v := s.idem.Get([]byte(op.Idem.Key)); v != nil {
+		if v := s.b[bIdem].Get([]byte(op.Idem.Key)); v != nil {
 			old = v
-			rec, err := decodeRecord(v, s.receipts)
+			rec, err := decodeRecord(v, s.b[bReceipts])
 			if err != nil {
 				return Result{}, fmt.Errorf("idempotency record %q: %w", op.Idem.Key, err)
 			}
@@ -460,7 +846,7 @@ func (s *txState) apply(op *Op) (Result, error) {
 	if res.Err == nil {
 		res.Receipt = s.commit(op)
 		receipt = res.Receipt.AppendJSON(nil)
-		if err := s.receipts.Put(u64(res.Receipt.Seq), receipt); err != nil {
+		if err := s.put(bReceipts, u64(res.Receipt.Seq), receipt); err != nil {
 			return Result{}, err
 		}
 	}
@@ -603,7 +989,7 @@ func (s *txState) debit(id string, amount uint64) {
 func (s *txState) record(idem *Idem, old []byte, res Result, receipt []byte) (*Record, error) {
 	key := []byte(idem.Key)
 	if len(old) >= 8 {
-		if err := s.idemExp.Delete(expKey(binary.BigEndian.Uint64(old[:8]), key)); err != nil {
+		if err := s.del(bIdemExp, expKey(binary.BigEndian.Uint64(old[:8]), key)); err != nil {
 			return nil, err
 		}
 	}
@@ -613,28 +999,21 @@ func (s *txState) record(idem *Idem, old []byte, res Result, receipt []byte) (*R
 	if res.Receipt != nil {
 		seq = res.Receipt.Seq
 	}
-	if len(receipt) > 0 && !s.l.refs.Load() && !s.upgraded {
-		// The first record that refers to a receipt makes this a
-		// format 2 file, in the same transaction.
-		if err := s.meta.Put(keyFormat, u64(format)); err != nil {
-			return nil, err
-		}
-		s.upgraded = true
-	}
-	v, err := encodeRecord(rec, receipt, seq)
+	v, ref, err := encodeRecord(rec, receipt, seq)
 	if err != nil {
 		return nil, err
 	}
-	if err := s.idem.Put(key, v); err != nil {
+	s.refs = s.refs || ref
+	if err := s.put(bIdem, key, v); err != nil {
 		return nil, err
 	}
-	if err := s.idemExp.Put(expKey(uint64(rec.Expires.UnixNano()), key), nil); err != nil {
+	if err := s.put(bIdemExp, expKey(uint64(rec.Expires.UnixNano()), key), nil); err != nil {
 		return nil, err
 	}
 	return rec, nil
 }
 
-// flush writes the changed accounts and the totals.
+// flush writes the changed accounts and totals.
 func (s *txState) flush() error {
 	ids := make([]string, 0, len(s.cache))
 	for id, a := range s.cache {
@@ -645,15 +1024,18 @@ func (s *txState) flush() error {
 	sort.Strings(ids) // bbolt inserts sorted keys fastest
 	for _, id := range ids {
 		a := s.cache[id]
-		if err := s.accounts.Put([]byte(id), encodeAccount(a.balance, a.nonce)); err != nil {
+		if err := s.put(bAccounts, []byte(id), encodeAccount(a.balance, a.nonce)); err != nil {
 			return err
 		}
 	}
 	for _, kv := range []struct {
-		k []byte
-		v uint64
-	}{{keySeq, s.seq}, {keyIssued, s.issued}, {keyBurned, s.burned}} {
-		if err := s.meta.Put(kv.k, u64(kv.v)); err != nil {
+		k         []byte
+		v, before uint64
+	}{{keySeq, s.seq, s.seq0}, {keyIssued, s.issued, s.issued0}, {keyBurned, s.burned, s.burned0}} {
+		if kv.v == kv.before {
+			continue
+		}
+		if err := s.put(bMeta, kv.k, u64(kv.v)); err != nil {
 			return err
 		}
 	}
@@ -670,7 +1052,7 @@ func defaultRender(r Result) (int, []byte) {
 
 func u64(v uint64) []byte { return binary.BigEndian.AppendUint64(nil, v) }
 
-func getU64(b *bolt.Bucket, k []byte) uint64 {
+func getU64(b getter, k []byte) uint64 {
 	v := b.Get(k)
 	if len(v) != 8 {
 		return 0
@@ -715,9 +1097,9 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // encodeRecord encodes r. When the body begins with receipt, the receipt
 // stored under seq, the record refers to it instead of holding a copy.
-func encodeRecord(r *Record, receipt []byte, seq uint64) ([]byte, error) {
+func encodeRecord(r *Record, receipt []byte, seq uint64) ([]byte, bool, error) {
 	if r.Status < 0 || r.Status >= recordRef {
-		return nil, fmt.Errorf("record status %d out of range", r.Status)
+		return nil, false, fmt.Errorf("record status %d out of range", r.Status)
 	}
 	ref := len(receipt) > 0 && bytes.HasPrefix(r.Body, receipt)
 	size := recordHeader + len(r.Body)
@@ -729,17 +1111,17 @@ func encodeRecord(r *Record, receipt []byte, seq uint64) ([]byte, error) {
 	b = append(b, r.Fingerprint[:]...)
 	if !ref {
 		b = binary.BigEndian.AppendUint16(b, uint16(r.Status))
-		return append(b, r.Body...), nil
+		return append(b, r.Body...), false, nil
 	}
 	b = binary.BigEndian.AppendUint16(b, uint16(r.Status)|recordRef)
 	b = binary.BigEndian.AppendUint64(b, seq)
 	b = binary.BigEndian.AppendUint32(b, crc32.Checksum(receipt, castagnoli))
-	return append(b, r.Body[len(receipt):]...), nil
+	return append(b, r.Body[len(receipt):]...), true, nil
 }
 
 // decodeRecord decodes v, reading a receipt it refers to from receipts.
 // It copies what it keeps: bbolt owns v only for the transaction.
-func decodeRecord(v []byte, receipts *bolt.Bucket) (Record, error) {
+func decodeRecord(v []byte, receipts getter) (Record, error) {
 	if len(v) < recordHeader {
 		return Record{}, fmt.Errorf("%d bytes is too short", len(v))
 	}

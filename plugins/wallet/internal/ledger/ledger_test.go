@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"math"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -736,9 +737,11 @@ func TestIdempotencyRecordStorage(t *testing.T) {
 	}
 }
 
-// TestOpenFormats checks that a file stays format 1, which an older
-// wallet can open, until its first record that refers to a receipt; that
-// Open accepts both formats; and that it refuses one it does not know.
+// TestOpenFormats checks that a file is format 3 while a ledger has it
+// open, since its write-ahead log may hold groups the file lacks; that a
+// clean Close leaves format 1, which an older wallet can open, until the
+// first record that refers to a receipt, and format 2 after; that Open
+// accepts all three; and that it refuses one it does not know.
 func TestOpenFormats(t *testing.T) {
 	format := func(t *testing.T, path string) uint64 {
 		t.Helper()
@@ -765,6 +768,9 @@ func TestOpenFormats(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
+		if got := format(t, crashImage(t, path)); got != 3 {
+			t.Errorf("format while open = %d, want 3", got)
+		}
 		if err := l.Close(); err != nil {
 			t.Fatal(err)
 		}
@@ -773,7 +779,7 @@ func TestOpenFormats(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "wallet.db")
 	reopen(t, path, issue("a", 1)) // no idempotency key: no record
 	if got := format(t, path); got != 1 {
-		t.Errorf("format of a new file with no records = %d, want 1", got)
+		t.Errorf("format of a closed file with no records = %d, want 1", got)
 	}
 	keyed := issue("a", 1)
 	keyed.Idem = &ledger.Idem{Key: "k"}
@@ -781,26 +787,79 @@ func TestOpenFormats(t *testing.T) {
 	if got := format(t, path); got != 2 {
 		t.Errorf("format after the first record that refers to its receipt = %d, want 2", got)
 	}
-	reopen(t, path) // a format 2 file opens
+	reopen(t, path) // a format 2 file opens, and closes as format 2
+	if got := format(t, path); got != 2 {
+		t.Errorf("format of a format 2 file after a reopen = %d, want 2", got)
+	}
 
-	path = filepath.Join(t.TempDir(), "v3.db")
+	// A crash leaves format 3; the next Open replays the log and a
+	// Close then leaves format 2, as records may refer to receipts.
+	keyed2 := issue("b", 2)
+	keyed2.Idem = &ledger.Idem{Key: "k2"}
+	image := crashImage(t, openCopy(t, path, keyed2))
+	reopen(t, image)
+	if got := format(t, image); got != 2 {
+		t.Errorf("format of a crashed file after a reopen = %d, want 2", got)
+	}
+
+	path = filepath.Join(t.TempDir(), "v4.db")
 	reopen(t, path)
 	db, err := bolt.Open(path, 0o600, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := db.Update(func(tx *bolt.Tx) error {
-		return tx.Bucket([]byte("meta")).Put([]byte("format"), binary.BigEndian.AppendUint64(nil, 3))
+		return tx.Bucket([]byte("meta")).Put([]byte("format"), binary.BigEndian.AppendUint64(nil, 4))
 	}); err != nil {
 		t.Fatal(err)
 	}
 	if err := db.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if l, err := ledger.Open(path, ledger.Options{}); err == nil || !strings.Contains(err.Error(), "is not 1 or 2") {
+	if l, err := ledger.Open(path, ledger.Options{}); err == nil || !strings.Contains(err.Error(), "is not 1, 2 or 3") {
 		if l != nil {
 			_ = l.Close()
 		}
-		t.Errorf("Open(format 3 file) = %v, want it refused", err)
+		t.Errorf("Open(format 4 file) = %v, want it refused", err)
 	}
+}
+
+// openCopy copies the closed ledger at path to a new directory, opens the
+// copy, applies ops to it and returns the copy's path; the copy is closed
+// by the test's cleanup, so until then it looks as a running wallet's
+// files do.
+func openCopy(t *testing.T, path string, ops ...ledger.Op) string {
+	t.Helper()
+	dst := filepath.Join(t.TempDir(), filepath.Base(path))
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dst, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	l := open(t, dst, ledger.Options{CheckpointInterval: time.Hour})
+	if len(ops) > 0 {
+		apply(t, l, ops...)
+	}
+	return dst
+}
+
+// crashImage copies the ledger at path and its write-ahead log, as they
+// are on disk now, to a new directory and returns the copy's path. Every
+// write of a committed group has returned, so the copy is what kill -9
+// of the process would leave behind.
+func crashImage(t *testing.T, path string) string {
+	t.Helper()
+	dir := t.TempDir()
+	for _, suffix := range []string{"", ".wal"} {
+		data, err := os.ReadFile(path + suffix)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, filepath.Base(path)+suffix), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return filepath.Join(dir, filepath.Base(path))
 }

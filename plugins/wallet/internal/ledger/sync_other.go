@@ -1,0 +1,8 @@
+//go:build !linux
+
+package ledger
+
+import "os"
+
+// fdatasync writes f to disk; off Linux, with fsync.
+func fdatasync(f *os.File) error { return f.Sync() }

@@ -1,0 +1,227 @@
+package ledger
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"os"
+	"path/filepath"
+)
+
+// The write-ahead log holds the groups committed since the last
+// checkpoint, one record per group. A record is
+//
+//	length(4) crc32c(4) | gen(8) index(4) entries
+//
+// where the CRC-32C covers everything after it, gen is the checkpoint
+// generation the record belongs to (meta "wal_gen" of the bbolt file) and
+// index counts the generation's records from 0. An entry is a byte with
+// the bucket's number in the low bits and walDelete set for a deletion,
+// then the key (uvarint length, bytes) and, for a put, the value (the
+// same). Each generation starts again at offset 0: once the file has
+// grown to the size a generation needs, appends overwrite bytes in place
+// and an fdatasync writes only data, not the file's size.
+//
+// Replay reads records from offset 0 for as long as each is whole, has a
+// valid checksum, belongs to the generation the bbolt file names and has
+// the next index. Whatever follows (a torn tail, records of an older
+// generation) is not part of the log.
+const (
+	walHeader     = 8       // length and checksum
+	walRecordHead = 8 + 4   // gen and index
+	walDelete     = 0x80    // in an entry's first byte
+	walMaxRecord  = 1 << 30 // larger lengths are garbage, not records
+)
+
+// walBuckets are the buckets in the order of their numbers in entries.
+var walBuckets = [...][]byte{bucketMeta, bucketAccounts, bucketReceipts, bucketIdem, bucketIdemExp}
+
+const (
+	bMeta = iota
+	bAccounts
+	bReceipts
+	bIdem
+	bIdemExp
+	numBuckets
+)
+
+// entry is one write of a group: a put of v under k in bucket b, or a
+// deletion when del is set.
+type entry struct {
+	b   int
+	del bool
+	k   []byte
+	v   []byte
+}
+
+// wal is the log file. It is not safe for concurrent use: the ledger's
+// writer lock guards it.
+type wal struct {
+	f     *os.File
+	gen   uint64
+	index uint32
+	off   int64 // where the next record goes
+	buf   []byte
+}
+
+// openWAL opens or creates the log at path and returns it with the
+// records of generation gen that it holds, in order.
+func openWAL(path string, gen uint64) (*wal, [][]entry, error) {
+	_, statErr := os.Stat(path)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, nil, fmt.Errorf("open write-ahead log: %w", err)
+	}
+	if errors.Is(statErr, os.ErrNotExist) {
+		// A new file's name must be durable before anything in it is.
+		if err := syncDir(filepath.Dir(path)); err != nil {
+			_ = f.Close()
+			return nil, nil, fmt.Errorf("create write-ahead log: %w", err)
+		}
+	}
+	data, err := io.ReadAll(f)
+	if err != nil {
+		_ = f.Close()
+		return nil, nil, fmt.Errorf("read write-ahead log: %w", err)
+	}
+	groups, _, err := decodeWAL(data, gen)
+	if err != nil {
+		_ = f.Close()
+		return nil, nil, fmt.Errorf("read write-ahead log %s: %w", path, err)
+	}
+	return &wal{f: f, gen: gen}, groups, nil
+}
+
+// decodeWAL returns the groups of generation gen at the start of data and
+// the number of bytes they take. A record that is torn, fails its
+// checksum or belongs elsewhere ends the log; an entry that does not
+// decode inside a record whose checksum holds is an error, since that is
+// not a torn write but a bug or a tampered file.
+func decodeWAL(data []byte, gen uint64) ([][]entry, int, error) {
+	var groups [][]entry
+	off := 0
+	for index := uint32(0); ; index++ {
+		rest := data[off:]
+		if len(rest) < walHeader {
+			return groups, off, nil
+		}
+		n := binary.BigEndian.Uint32(rest)
+		if n < walRecordHead || n > walMaxRecord || uint64(len(rest)-walHeader) < uint64(n) {
+			return groups, off, nil
+		}
+		body := rest[walHeader : walHeader+int(n)]
+		if crc32.Checksum(body, castagnoli) != binary.BigEndian.Uint32(rest[4:]) {
+			return groups, off, nil
+		}
+		if binary.BigEndian.Uint64(body) != gen || binary.BigEndian.Uint32(body[8:]) != index {
+			return groups, off, nil
+		}
+		es, err := decodeEntries(body[walRecordHead:])
+		if err != nil {
+			return nil, 0, fmt.Errorf("record %d at offset %d: %w", index, off, err)
+		}
+		groups = append(groups, es)
+		off += walHeader + int(n)
+	}
+}
+
+func decodeEntries(b []byte) ([]entry, error) {
+	var es []entry
+	for len(b) > 0 {
+		e := entry{b: int(b[0] &^ walDelete), del: b[0]&walDelete != 0}
+		if e.b >= numBuckets {
+			return nil, fmt.Errorf("entry %d: bucket %d does not exist", len(es), e.b)
+		}
+		b = b[1:]
+		var ok bool
+		if e.k, b, ok = cutBytes(b); !ok || len(e.k) == 0 {
+			return nil, fmt.Errorf("entry %d: bad key", len(es))
+		}
+		if !e.del {
+			if e.v, b, ok = cutBytes(b); !ok {
+				return nil, fmt.Errorf("entry %d: bad value", len(es))
+			}
+		}
+		es = append(es, e)
+	}
+	return es, nil
+}
+
+// cutBytes splits a uvarint-length-prefixed byte string off b. The bytes
+// are copied: bbolt keeps what it is given until its transaction ends.
+func cutBytes(b []byte) (v, rest []byte, ok bool) {
+	n, w := binary.Uvarint(b)
+	if w <= 0 || n > uint64(len(b)-w) {
+		return nil, nil, false
+	}
+	return append([]byte{}, b[w:w+int(n)]...), b[w+int(n):], true
+}
+
+// appendEntry appends e's encoding to b.
+func appendEntry(b []byte, e entry) []byte {
+	op := byte(e.b)
+	if e.del {
+		op |= walDelete
+	}
+	b = append(b, op)
+	b = binary.AppendUvarint(b, uint64(len(e.k)))
+	b = append(b, e.k...)
+	if !e.del {
+		b = binary.AppendUvarint(b, uint64(len(e.v)))
+		b = append(b, e.v...)
+	}
+	return b
+}
+
+// append writes one record holding es and waits until it is on disk. On
+// error the record is not part of the log: the next one overwrites it.
+func (w *wal) append(es []entry) (int, error) {
+	w.buf = appendRecord(w.buf[:0], w.gen, w.index, es)
+	if _, err := w.f.WriteAt(w.buf, w.off); err != nil {
+		return 0, fmt.Errorf("write-ahead log: %w", err)
+	}
+	if err := fdatasync(w.f); err != nil {
+		return 0, fmt.Errorf("write-ahead log: %w", err)
+	}
+	w.off += int64(len(w.buf))
+	w.index++
+	return len(w.buf), nil
+}
+
+// appendRecord appends the record of es, the index-th of generation gen,
+// to b.
+func appendRecord(b []byte, gen uint64, index uint32, es []entry) []byte {
+	start := len(b)
+	b = append(b, make([]byte, walHeader)...)
+	b = binary.BigEndian.AppendUint64(b, gen)
+	b = binary.BigEndian.AppendUint32(b, index)
+	for _, e := range es {
+		b = appendEntry(b, e)
+	}
+	body := b[start+walHeader:]
+	binary.BigEndian.PutUint32(b[start:], uint32(len(body)))
+	binary.BigEndian.PutUint32(b[start+4:], crc32.Checksum(body, castagnoli))
+	return b
+}
+
+// reset starts generation gen at offset 0, after a checkpoint made the
+// older generations' records redundant.
+func (w *wal) reset(gen uint64) {
+	w.gen, w.index, w.off = gen, 0, 0
+}
+
+func (w *wal) close() error { return w.f.Close() }
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}

@@ -1,0 +1,335 @@
+package ledger_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/plughost/plughost/plugins/wallet/internal/ledger"
+	"github.com/plughost/plughost/plugins/wallet/internal/wallettest"
+)
+
+// state is everything lookups tell about a ledger, for comparing two.
+type state struct {
+	Seq      uint64
+	Supply   ledger.Supply
+	Accounts map[string]ledger.Account
+	Receipts []ledger.Receipt
+	Records  map[string]string // key → status and body, or "none"
+	Audit    ledger.Audit
+}
+
+func stateOf(t *testing.T, l *ledger.Ledger, accounts, keys []string) state {
+	t.Helper()
+	s := state{Seq: l.Seq(), Accounts: map[string]ledger.Account{}, Records: map[string]string{}}
+	var err error
+	if s.Supply, _, err = l.Supply(); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range accounts {
+		s.Accounts[id] = account(t, l, id)
+	}
+	if s.Receipts, err = l.Receipts(0, 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range keys {
+		rec, ok, err := l.Idempotency(k)
+		switch {
+		case err != nil:
+			t.Fatalf("Idempotency(%q) = %v", k, err)
+		case ok:
+			s.Records[k] = fmt.Sprintf("%d %s", rec.Status, rec.Body)
+		default:
+			s.Records[k] = "none"
+		}
+	}
+	s.Audit = checkAudit(t, l)
+	return s
+}
+
+// keyed returns op with idempotency key k.
+func keyed(op ledger.Op, k string) ledger.Op {
+	op.Idem = &ledger.Idem{Key: k, Fingerprint: [32]byte{byte(len(k))}}
+	return op
+}
+
+// walGroups applies groups of every kind, some before a checkpoint and
+// some after, with a sweep of expired records among those after.
+func walGroups(t *testing.T, l *ledger.Ledger, clk *wallettest.Clock) {
+	t.Helper()
+	apply(t, l, keyed(issue("a", 1000), "i1"), keyed(issue("b", 500), "i2"), keyed(issue("old", 1), "expiring"))
+	apply(t, l, keyed(transfer("a", "b", 100, 1), "t1"), keyed(transfer("b", "c", 700, 1), "t2")) // t2: insufficient funds
+	if err := l.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	clk.Add(2 * time.Hour)
+	if n, err := l.Sweep(t.Context(), 10); err != nil || n != 5 {
+		t.Fatalf("Sweep = %d, %v, want the 5 records of the first groups", n, err)
+	}
+	apply(t, l, keyed(batch("a", 2, ledger.Leg{To: "c", Amount: 50}, ledger.Leg{To: "d", Amount: 25}), "b1"))
+	apply(t, l, keyed(burn("b", 60, 1), "u1"), transfer("c", "a", 10, 1), keyed(issue("d", 5), "i3"))
+}
+
+var (
+	walAccounts = []string{"a", "b", "c", "d", "old"}
+	walKeys     = []string{"i1", "i2", "expiring", "t1", "t2", "b1", "u1", "i3"}
+)
+
+// TestLookupsSeeLoggedGroups checks that lookups see a group as soon as
+// Apply returns, before any checkpoint has put it into the bbolt file,
+// and see the same after checkpoints and after a reopen.
+func TestLookupsSeeLoggedGroups(t *testing.T) {
+	clk := wallettest.NewClock(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC))
+	path := filepath.Join(t.TempDir(), "wallet.db")
+	l := open(t, path, ledger.Options{IdempotencyTTL: time.Hour, Now: clk.Now, CheckpointInterval: time.Hour})
+	walGroups(t, l, clk)
+	if !l.Pending() {
+		t.Fatal("Pending() = false after groups since the last checkpoint")
+	}
+	logged := stateOf(t, l, walAccounts, walKeys)
+	want := map[string]ledger.Account{
+		"a":   {ID: "a", Balance: 1000 - 100 - 75 + 10, Nonce: 2},
+		"b":   {ID: "b", Balance: 500 + 100 - 60, Nonce: 1},
+		"c":   {ID: "c", Balance: 50 - 10, Nonce: 1},
+		"d":   {ID: "d", Balance: 25 + 5},
+		"old": {ID: "old", Balance: 1},
+	}
+	if diff := cmp.Diff(want, logged.Accounts); diff != "" {
+		t.Errorf("accounts before the checkpoint (-want +got):\n%s", diff)
+	}
+	if len(logged.Receipts) != 8 || logged.Receipts[7].Seq != 8 || logged.Seq != 8 {
+		t.Errorf("Receipts(0) = %d receipts, last %+v, Seq() = %d; want seqs 1 to 8", len(logged.Receipts), logged.Receipts[len(logged.Receipts)-1], logged.Seq)
+	}
+	// A range that starts in the bbolt file and ends in the log.
+	if rs, err := l.Receipts(3, 3); err != nil || len(rs) != 3 || rs[0].Seq != 4 || rs[2].Seq != 6 {
+		t.Errorf("Receipts(3, 3) = %+v, %v, want seqs 4 to 6", rs, err)
+	}
+	if rc, err := l.Receipt(ledger.TxID(8)); err != nil || rc.Kind != "issue" || rc.To != "d" {
+		t.Errorf("Receipt(8) = %+v, %v, want the last group's issue to d", rc, err)
+	}
+	for _, k := range []string{"i1", "i2", "expiring", "t1", "t2"} {
+		if logged.Records[k] != "none" {
+			t.Errorf("Idempotency(%q) = %s, want it swept", k, logged.Records[k])
+		}
+	}
+	for _, k := range []string{"b1", "u1", "i3"} {
+		if logged.Records[k] == "none" {
+			t.Errorf("Idempotency(%q) = none, want the logged group's record", k)
+		}
+	}
+	if logged.Audit.Accounts != 5 || logged.Audit.Receipts != 8 || logged.Supply.Issued != 1506 || logged.Supply.Burned != 60 {
+		t.Errorf("Audit() = %+v, Supply() = %+v; want 5 accounts, 8 receipts, issued 1506, burned 60", logged.Audit, logged.Supply)
+	}
+
+	if err := l.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	if l.Pending() {
+		t.Error("Pending() = true after Checkpoint")
+	}
+	if diff := cmp.Diff(logged, stateOf(t, l, walAccounts, walKeys)); diff != "" {
+		t.Errorf("lookups after the checkpoint differ (-before +after):\n%s", diff)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	l = open(t, path, ledger.Options{IdempotencyTTL: time.Hour, Now: clk.Now})
+	if diff := cmp.Diff(logged, stateOf(t, l, walAccounts, walKeys)); diff != "" {
+		t.Errorf("lookups after a reopen differ (-before +after):\n%s", diff)
+	}
+}
+
+// TestCrashRecovery opens what a crash leaves behind, the bbolt file and
+// the write-ahead log as they are on disk, and finds every committed
+// group; a log whose last record is torn or damaged loses that group
+// whole and nothing else.
+func TestCrashRecovery(t *testing.T) {
+	clk := wallettest.NewClock(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC))
+	opts := ledger.Options{IdempotencyTTL: time.Hour, Now: clk.Now, CheckpointInterval: time.Hour}
+	path := filepath.Join(t.TempDir(), "wallet.db")
+	l := open(t, path, opts)
+	walGroups(t, l, clk)
+	before := stateOf(t, l, walAccounts, walKeys)
+	image := crashImage(t, path)
+	// The last group alone, to see what losing it looks like.
+	last := []ledger.Op{keyed(issue("e", 7), "last")}
+	apply(t, l, last...)
+	withLast := crashImage(t, path)
+	// Where the last record ends; a longer generation's stale records
+	// may follow it in the file.
+	end := ledger.LogEnd(l)
+	accounts, keys := append(walAccounts, "e"), append(walKeys, "last")
+
+	t.Run("whole log", func(t *testing.T) {
+		// Copies: opening a crashed ledger replays its log into it.
+		got := stateOf(t, open(t, crashImage(t, image), opts), walAccounts, walKeys)
+		if diff := cmp.Diff(before, got); diff != "" {
+			t.Errorf("recovered ledger differs (-before the crash +after):\n%s", diff)
+		}
+		want := stateOf(t, l, accounts, keys)
+		if diff := cmp.Diff(want, stateOf(t, open(t, crashImage(t, withLast), opts), accounts, keys)); diff != "" {
+			t.Errorf("recovered ledger with the last group differs (-before the crash +after):\n%s", diff)
+		}
+	})
+	for name, damage := range map[string]func(p string){
+		"torn last record": func(p string) {
+			if err := os.Truncate(p+".wal", end-1); err != nil {
+				t.Fatal(err)
+			}
+		},
+		"flipped bit in the last record": func(p string) {
+			data, err := os.ReadFile(p + ".wal")
+			if err != nil {
+				t.Fatal(err)
+			}
+			data[end-2] ^= 0x10
+			if err := os.WriteFile(p+".wal", data, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			p := crashImage(t, withLast)
+			damage(p)
+			got := stateOf(t, open(t, p, opts), accounts, keys)
+			want := before
+			want.Accounts = map[string]ledger.Account{"e": {ID: "e"}}
+			for id, a := range before.Accounts {
+				want.Accounts[id] = a
+			}
+			want.Records = map[string]string{"last": "none"}
+			for k, r := range before.Records {
+				want.Records[k] = r
+			}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("recovered ledger differs from the one before the last group (-want +got):\n%s", diff)
+			}
+		})
+	}
+	t.Run("another ledger's log", func(t *testing.T) {
+		// The bbolt file is new; the log left in its place belongs to
+		// the old one and must not be replayed into it.
+		p := crashImage(t, withLast)
+		if err := os.Remove(p); err != nil {
+			t.Fatal(err)
+		}
+		fresh := open(t, p, opts)
+		if got := stateOf(t, fresh, accounts, nil); got.Seq != 0 || got.Audit.Accounts != 0 {
+			t.Errorf("new ledger beside an old log: seq %d, %d accounts; want an empty ledger", got.Seq, got.Audit.Accounts)
+		}
+	})
+}
+
+// TestFailedLogWrite checks that a group whose log record cannot be
+// written is refused whole, leaving no trace in lookups, in later groups
+// or in a recovery, and that the ledger carries on once the log writes
+// again.
+func TestFailedLogWrite(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "wallet.db")
+	opts := ledger.Options{CheckpointInterval: time.Hour}
+	l := open(t, path, opts)
+	apply(t, l, keyed(issue("a", 100), "i1"))
+	apply(t, l, keyed(transfer("a", "b", 10, 1), "t1"))
+	before := stateOf(t, l, []string{"a", "b"}, []string{"i1", "t1", "t2"})
+
+	readOnly, err := os.Open(path + ".wal")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = readOnly.Close() })
+	good := ledger.SetLogFile(l, readOnly)
+	if res, err := l.Apply(t.Context(), []ledger.Op{keyed(transfer("a", "b", 5, 2), "t2")}); err == nil {
+		t.Fatalf("Apply with a log that cannot be written = %+v, want an error", res)
+	}
+	if diff := cmp.Diff(before, stateOf(t, l, []string{"a", "b"}, []string{"i1", "t1", "t2"})); diff != "" {
+		t.Errorf("lookups after the failed group differ (-before +after):\n%s", diff)
+	}
+	if err := l.Checkpoint(); err != nil {
+		t.Fatalf("Checkpoint after the failed group = %v", err)
+	}
+	ledger.SetLogFile(l, good)
+
+	// The same operation again: its nonce was not used, and its receipt
+	// takes the seq the failed group did not.
+	res := apply(t, l, keyed(transfer("a", "b", 5, 2), "t2"))
+	if res[0].Err != nil || res[0].Receipt.Seq != 3 {
+		t.Fatalf("Apply after the log recovered = %+v, want receipt seq 3", res[0])
+	}
+	after := stateOf(t, l, []string{"a", "b"}, []string{"i1", "t1", "t2"})
+	if a := after.Accounts["a"]; a.Balance != 85 || a.Nonce != 2 {
+		t.Errorf("account a = %+v, want balance 85, nonce 2", a)
+	}
+	recovered := stateOf(t, open(t, crashImage(t, path), opts), []string{"a", "b"}, []string{"i1", "t1", "t2"})
+	if diff := cmp.Diff(after, recovered); diff != "" {
+		t.Errorf("recovered ledger differs (-before the crash +after):\n%s", diff)
+	}
+	b, _ := json.Marshal(recovered.Receipts)
+	t.Logf("receipts: %s", b)
+}
+
+// TestLogLimit checks that a write-ahead log past its size checkpoints
+// before it takes another group, so it stays bounded without a committer.
+func TestLogLimit(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "wallet.db")
+	l := open(t, path, ledger.Options{CheckpointInterval: time.Hour, CheckpointBytes: 1})
+	for i := range 20 {
+		apply(t, l, keyed(issue("a", 1), fmt.Sprintf("k%d", i)))
+		if !l.CheckpointDue() {
+			t.Fatalf("CheckpointDue() = false after group %d with CheckpointBytes 1", i)
+		}
+	}
+	fi, err := os.Stat(path + ".wal")
+	if err != nil {
+		t.Fatal(err)
+	}
+	one := fi.Size()
+	if one > 4096 {
+		t.Errorf("log is %d bytes after 20 one-op groups, each checkpointed before the next: want one record's size", one)
+	}
+	checkAudit(t, l)
+}
+
+// TestPanicInGroupLeavesNoTrace checks that a group that panics half-way
+// (here in Options.Render, after its first op was written) leaves nothing
+// for the next group to commit along with its own.
+func TestPanicInGroupLeavesNoTrace(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "wallet.db")
+	render := func(r ledger.Result) (int, []byte) {
+		if r.Receipt != nil && r.Receipt.Amount == 13 {
+			panic("render 13")
+		}
+		return 200, r.Receipt.AppendJSON(nil)
+	}
+	opts := ledger.Options{Render: render, CheckpointInterval: time.Hour}
+	l := open(t, path, opts)
+	apply(t, l, keyed(issue("a", 100), "i1"))
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Error("Apply with a panicking Render did not panic")
+			}
+		}()
+		// The first op's receipt and record are written before the
+		// second op panics.
+		_, _ = l.Apply(t.Context(), []ledger.Op{keyed(issue("b", 5), "i2"), keyed(issue("x", 13), "i4")})
+	}()
+	res := apply(t, l, keyed(issue("c", 1), "i3"))
+	if res[0].Receipt.Seq != 2 {
+		t.Errorf("receipt after the panicked group has seq %d, want 2", res[0].Receipt.Seq)
+	}
+	want := stateOf(t, l, []string{"a", "b", "c"}, []string{"i1", "i2", "i3"})
+	if b := want.Accounts["b"]; b.Balance != 0 || want.Records["i2"] != "none" || want.Supply.Issued != 101 {
+		t.Errorf("after the panicked group: b = %+v, record i2 = %s, issued %d; want nothing of it", b, want.Records["i2"], want.Supply.Issued)
+	}
+	if err := l.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want, stateOf(t, l, []string{"a", "b", "c"}, []string{"i1", "i2", "i3"})); diff != "" {
+		t.Errorf("the checkpoint changed what lookups see (-before +after):\n%s", diff)
+	}
+}
