@@ -359,6 +359,35 @@ breaker {
 	})
 }
 
+// TestReplayWhileRefused checks that a recorded outcome is still the
+// answer while the committer refuses new operations (breaker open): the
+// replay comes from the ledger, not the queue.
+func TestReplayWhileRefused(t *testing.T) {
+	faults := faultSet()
+	tw := start(t, `
+breaker {
+  failures = 1
+  cool_down = "1m"
+  probes = 1
+}`, faults, "")
+	first := tw.mustPost("/v1/issue", "paid", `{"to":"x","amount":3}`, 200)
+	faults.Set([]sdk.Fault{{Point: committer.FaultPoint, Error: "disk on fire"}})
+	tw.mustPost("/v1/issue", "opens", `{"to":"x","amount":1}`, 503)
+	if got := tw.metric("wallet_breaker_state"); got != 1 {
+		t.Fatalf("wallet_breaker_state = %v, want 1 (open)", got)
+	}
+	again := tw.mustPost("/v1/issue", "paid", `{"to":"x","amount":3}`, 200)
+	if again.body != first.body || again.header.Get("Idempotent-Replayed") != "true" {
+		t.Errorf("replay while the breaker is open = %s (replayed %q), want the first response %q replayed", again, again.header.Get("Idempotent-Replayed"), first.body)
+	}
+	if r := tw.mustPost("/v1/issue", "paid", `{"to":"x","amount":4}`, 422); r.errorCode() != "idempotency_key_reused" {
+		t.Errorf("same key, different body while the breaker is open = %s, want idempotency_key_reused", r)
+	}
+	if r := tw.mustPost("/v1/issue", "new", `{"to":"x","amount":1}`, 503); r.errorCode() != "ledger_unavailable" {
+		t.Errorf("new key while the breaker is open = %s, want ledger_unavailable", r)
+	}
+}
+
 func TestBreaker(t *testing.T) {
 	faults := faultSet(sdk.Fault{Point: committer.FaultPoint, Error: "disk on fire"})
 	// The cool-down must outlast everything checked while the breaker is

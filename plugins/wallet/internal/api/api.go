@@ -11,9 +11,11 @@
 // Idempotency: every POST carries an Idempotency-Key. Its first request
 // claims the key in memory while it is in progress (a second request with
 // it gets 409, or 422 with a different body); the outcome is recorded by
-// the ledger in the committing transaction, so a replay, also after a
-// restart, is answered with the recorded bytes and Idempotent-Replayed:
-// true. Validation failures and nonce mismatches are not recorded.
+// the ledger in the committing group, so a replay, also after a restart,
+// is answered with the recorded bytes and Idempotent-Replayed: true: by
+// the committer, which finds the record, or, when the committer refuses
+// the operation (429, 503), from a ledger lookup. Validation failures and
+// nonce mismatches are not recorded.
 //
 // The package must not write the ledger itself, start goroutines that
 // outlive a request, or hold a lock across a wait.
@@ -194,28 +196,27 @@ func (a *API) submit(w http.ResponseWriter, r *http.Request, kind ledger.Kind, k
 		return
 	}
 	// Claimed: no other request with this key runs until release. A
-	// record may exist from a finished request.
-	rec, ok, err := a.ledger.Idempotency(key)
-	if err != nil || ok {
-		a.claims.release(key)
-		if err != nil {
-			a.writeError(w, err)
-			return
-		}
-		a.replay(w, rec, fp)
-		return
-	}
+	// record may exist from a finished request: the committer finds it
+	// and answers Replayed without applying anything, so a new key, by
+	// far the common case, costs no lookup of its own.
 	op.Idem = &ledger.Idem{Key: key, Fingerprint: fp}
 	done := make(chan outcome, 1)
-	err = a.committer.Submit(op, func(res ledger.Result, err error) {
+	err := a.committer.Submit(op, func(res ledger.Result, err error) {
 		// The claim lasts until the outcome is known, even if this
 		// handler has given up: a retry must not apply the op twice.
 		a.claims.release(key)
 		done <- outcome{res, err}
 	})
 	if err != nil {
+		// Refused (full queue, breaker open, draining): a recorded
+		// outcome is still the answer, read straight from the ledger.
+		rec, ok, lerr := a.ledger.Idempotency(key)
 		a.claims.release(key)
-		if errors.Is(err, committer.ErrBusy) {
+		switch {
+		case lerr == nil && ok:
+			a.replay(w, rec, fp)
+			return
+		case errors.Is(err, committer.ErrBusy):
 			a.busy.WithLabelValues(kind.String()).Inc()
 		}
 		a.writeError(w, err)
