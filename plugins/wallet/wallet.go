@@ -296,8 +296,8 @@ func (w *wallet) configure(_ context.Context, rt *sdk.Runtime) (err error) {
 }
 
 // sweep deletes expired idempotency records every sweepInterval until ctx
-// ends. Each transaction deletes at most sweepBatch records, so a backlog
-// is worked off in short transactions between the commits.
+// ends. Each group deletes at most sweepBatch records, so a backlog is
+// worked off in short groups between the commits.
 func sweep(ctx context.Context, l *ledger.Ledger, logger hclog.Logger) error {
 	t := time.NewTicker(sweepInterval)
 	defer t.Stop()
@@ -317,6 +317,13 @@ func sweep(ctx context.Context, l *ledger.Ledger, logger hclog.Logger) error {
 			}
 			if n < sweepBatch {
 				break
+			}
+		}
+		// The sweep's groups wait in the write-ahead log, and a quiet
+		// wallet has no commits after which a committer would checkpoint.
+		if l.Pending() && l.Err() == nil {
+			if err := l.Checkpoint(); err != nil && ctx.Err() == nil {
+				logger.Warn("checkpoint after sweeping failed", "error", err)
 			}
 		}
 	}
@@ -378,6 +385,8 @@ func (w *wallet) health(context.Context) sdk.Health {
 		return sdk.Health{Status: sdk.StatusNotReady, Reason: "not configured"}
 	case run.ledger.Closed():
 		return sdk.Health{Status: sdk.StatusNotReady, Reason: "ledger closed"}
+	case run.ledger.Err() != nil:
+		return sdk.Health{Status: sdk.StatusNotReady, Reason: "ledger refuses writes after a disk error; restart the plugin to recover from its write-ahead log: " + run.ledger.Err().Error()}
 	}
 	switch run.committer.BreakerState() {
 	case breaker.StateOpen:

@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -357,6 +358,25 @@ breaker {
 	eventually(t, "POST succeeds after the stall", func() bool {
 		return tw.post("/v1/issue", "b", `{"to":"x","amount":1}`).code == 200
 	})
+}
+
+// TestConcurrentReplays checks that replays of a finished request that
+// arrive together are all answered with its record, none with 409: the
+// key is no longer in progress, even while one replay holds its claim.
+func TestConcurrentReplays(t *testing.T) {
+	tw := start(t, ``, nil, "")
+	first := tw.mustPost("/v1/issue", "done", `{"to":"x","amount":3}`, 200)
+	var wg sync.WaitGroup
+	rs := make([]response, 16)
+	for i := range rs {
+		wg.Go(func() { rs[i] = tw.post("/v1/issue", "done", `{"to":"x","amount":3}`) })
+	}
+	wg.Wait()
+	for i, r := range rs {
+		if r.code != 200 || r.body != first.body || r.header.Get("Idempotent-Replayed") != "true" {
+			t.Errorf("concurrent replay %d = %s (replayed %q), want the first response replayed", i, r, r.header.Get("Idempotent-Replayed"))
+		}
+	}
 }
 
 // TestReplayWhileRefused checks that a recorded outcome is still the

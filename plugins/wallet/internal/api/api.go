@@ -192,6 +192,14 @@ type outcome struct {
 // submit runs the idempotency protocol around one operation.
 func (a *API) submit(w http.ResponseWriter, r *http.Request, kind ledger.Kind, key string, fp [32]byte, op ledger.Op) {
 	if err := a.claims.claim(key, fp); err != nil {
+		// The holder may be a replay of a finished request, queued like
+		// any operation: then the record is the answer, not 409.
+		if errors.Is(err, errKeyInUse) {
+			if rec, ok, lerr := a.ledger.Idempotency(key); lerr == nil && ok {
+				a.replay(w, rec, fp)
+				return
+			}
+		}
 		a.writeError(w, err)
 		return
 	}

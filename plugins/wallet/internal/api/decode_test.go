@@ -2,6 +2,7 @@ package api
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -197,6 +198,9 @@ func TestClassify(t *testing.T) {
 		{ledger.ErrClosed, 503, "draining"},
 		{committer.ErrBusy, 429, "busy"},
 		{committer.ErrUnavailable, 503, "ledger_unavailable"},
+		// As the committer wraps a group's failure.
+		{fmt.Errorf("%w: commit failed: %w", committer.ErrUnavailable, ledger.ErrOutcomeUnknown), 503, "outcome_unknown"},
+		{fmt.Errorf("%w: commit failed: %w", committer.ErrUnavailable, ledger.ErrFailed), 503, "ledger_unavailable"},
 		{committer.ErrDraining, 503, "draining"},
 		{errDraining, 503, "draining"},
 		{errUnknown, 503, "cancelled"},

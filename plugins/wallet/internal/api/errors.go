@@ -98,6 +98,12 @@ func classify(err error) (int, errorDetail) {
 	case errors.Is(err, committer.ErrBusy):
 		d.Code = "busy"
 		return http.StatusTooManyRequests, d
+	case errors.Is(err, ledger.ErrOutcomeUnknown):
+		// A disk error after the group's log record was written: it may
+		// be replayed when the ledger recovers.
+		d.Code = "outcome_unknown"
+		d.Message = "the ledger failed while committing this request, which may or may not have been applied; retry with the same Idempotency-Key once the wallet is back to learn its outcome"
+		return http.StatusServiceUnavailable, d
 	case errors.Is(err, committer.ErrUnavailable):
 		d.Code = "ledger_unavailable"
 		return http.StatusServiceUnavailable, d

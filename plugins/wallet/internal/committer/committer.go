@@ -118,6 +118,12 @@ type Committer struct {
 	announce func([]*ledger.Receipt)
 	m        *metrics
 	once     sync.Once
+
+	// After a failed checkpoint, the next waits for checkpointAfter (unix
+	// nanos). cpMu guards checkpointBackoff, for the moment of an update.
+	checkpointAfter   atomic.Int64
+	cpMu              sync.Mutex
+	checkpointBackoff backoff.Backoff
 }
 
 // job is one submitted operation and the callback for its result.
@@ -184,6 +190,7 @@ func New(opts Options) (*Committer, error) {
 		c.cooldown = 5 * time.Second // breaker's default
 	}
 	c.breaker = breaker.New(bs)
+	c.checkpointBackoff = backoff.Backoff{Policy: c.retry}
 
 	if c.m, err = newMetrics(opts.Registerer, c); err != nil {
 		return nil, fmt.Errorf("new committer: %w", err)
@@ -315,26 +322,42 @@ func (c *Committer) work(ctx context.Context) error {
 		}()
 		// The group is answered; the next one may be committing. A
 		// checkpoint waits for it and holds the one after.
-		if c.ledger.CheckpointDue() {
+		if c.checkpointDue() {
 			c.checkpoint()
 		}
 	}
 }
 
+// checkpointDue reports whether the ledger wants a checkpoint and the
+// backoff after a failed one has passed.
+func (c *Committer) checkpointDue() bool {
+	return c.ledger.CheckpointDue() && time.Now().UnixNano() >= c.checkpointAfter.Load()
+}
+
 // checkpoint folds the ledger's write-ahead log into its bbolt file. A
-// failure is logged and counted: the groups stay in the log, and the
-// ledger refuses new ones only once the log is far past its size.
+// failure is logged and counted, and the next try waits for a backoff:
+// the groups stay in the log, and the ledger refuses new ones only once
+// the log is far past its size. A failure that fails the ledger
+// (ledger.ErrFailed) is final; CheckpointDue is false from then on.
 func (c *Committer) checkpoint() {
 	start := time.Now()
 	err := c.ledger.Checkpoint()
 	c.m.checkpointSeconds.Observe(time.Since(start).Seconds())
 	if err != nil {
 		c.m.checkpoints.WithLabelValues(resultFailed).Inc()
+		c.cpMu.Lock()
+		d := c.checkpointBackoff.Next()
+		c.cpMu.Unlock()
+		c.checkpointAfter.Store(time.Now().Add(d).UnixNano())
 		if !errors.Is(err, ledger.ErrClosed) {
-			c.logger.Warn("ledger checkpoint failed; its groups stay in the write-ahead log", "error", err)
+			c.logger.Warn("ledger checkpoint failed; its groups stay in the write-ahead log", "retry_in", d, "error", err)
 		}
 		return
 	}
+	c.cpMu.Lock()
+	c.checkpointBackoff.Reset()
+	c.cpMu.Unlock()
+	c.checkpointAfter.Store(0)
 	c.m.checkpoints.WithLabelValues(resultCommitted).Inc()
 }
 
@@ -362,14 +385,20 @@ func (c *Committer) take(ctx context.Context) ([]*job, error) {
 // has groups to checkpoint, it waits only until the checkpoint is due and
 // then runs it, so that a quiet ledger does not keep them in its log.
 func (c *Committer) first(ctx context.Context) (*job, error) {
-	for c.q.Len() == 0 && c.ledger.Pending() {
-		wait, cancel := context.WithTimeout(ctx, c.ledger.CheckpointIn())
+	for c.q.Len() == 0 && c.ledger.Pending() && c.ledger.Err() == nil {
+		in := c.ledger.CheckpointIn()
+		if after := time.Until(time.Unix(0, c.checkpointAfter.Load())); after > in {
+			in = after
+		}
+		wait, cancel := context.WithTimeout(ctx, in)
 		j, err := c.q.Dequeue(wait)
 		cancel()
 		if err == nil || ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
 			return j, err
 		}
-		c.checkpoint()
+		if c.checkpointDue() {
+			c.checkpoint()
+		}
 	}
 	return c.q.Dequeue(ctx)
 }
@@ -456,7 +485,7 @@ func (c *Committer) apply(ctx context.Context, ops []ledger.Op) ([]ledger.Result
 			// Retrying would keep every queued caller waiting another
 			// timeout; fail now and let the breaker count it.
 			return nil, fmt.Errorf("%w: commit timed out after %v", ErrUnavailable, c.timeout)
-		case errors.Is(err, ledger.ErrClosed), attempt >= c.tries:
+		case errors.Is(err, ledger.ErrClosed), errors.Is(err, ledger.ErrFailed), attempt >= c.tries:
 			return nil, fmt.Errorf("%w: commit failed after %d attempts: %w", ErrUnavailable, attempt, err)
 		}
 		c.m.retries.Inc()

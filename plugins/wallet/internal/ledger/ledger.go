@@ -8,9 +8,11 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"maps"
 	"math"
 	"math/bits"
 	"math/rand/v2"
+	"os"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -94,6 +96,10 @@ type Options struct {
 	// Now returns the current time; tests set it to move expiry. Default
 	// time.Now.
 	Now func() time.Time
+
+	// openFile, if set, opens the bbolt file (tests: to make its writes
+	// fail).
+	openFile func(string, int, os.FileMode) (*os.File, error)
 }
 
 // Ledger is the wallet's bbolt file and its write-ahead log. It is safe
@@ -123,6 +129,13 @@ type Ledger struct {
 	// it; the next writer then begins it again from ov.
 	tx     *bolt.Tx
 	broken bool
+	// failed is set, for good, by a disk error after which the files'
+	// state is not known (a checkpoint's bbolt commit, or a log record
+	// that could be neither written nor removed); every writer then gets
+	// it. Lookups still answer: what they see was acknowledged. Reopening
+	// recovers from the log.
+	failed  error
+	failedV atomic.Pointer[error]
 	// Since the last checkpoint: the first group's time, and the log's
 	// size, read by CheckpointDue without wmu.
 	first   atomic.Int64
@@ -168,6 +181,7 @@ func Open(path string, opts Options) (*Ledger, error) {
 		NoFreelistSync:  true,
 		FreelistType:    bolt.FreelistMapType,
 		InitialMmapSize: initialMmapSize,
+		OpenFile:        opts.openFile,
 	})
 	if errors.Is(err, berrors.ErrTimeout) {
 		return nil, fmt.Errorf("open ledger %s: %w for %v: another process (another wallet on the same data dir?) has it open", path, ErrLocked, timeout)
@@ -187,14 +201,17 @@ func Open(path string, opts Options) (*Ledger, error) {
 // log's next generation, in one bbolt transaction that also marks the
 // file as having a log (format 3).
 func (l *Ledger) recover(db *bolt.DB, walPath string) error {
-	var gen uint64
+	var gen, fmtv uint64
 	if err := db.View(func(tx *bolt.Tx) error {
 		if meta := tx.Bucket(bucketMeta); meta != nil {
-			gen = getU64(meta, keyWALGen)
+			gen, fmtv = getU64(meta, keyWALGen), getU64(meta, keyFormat)
 		}
 		return nil
 	}); err != nil {
 		return err
+	}
+	if _, err := os.Stat(walPath); fmtv == formatWAL && errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("%w: the file was not closed cleanly and its write-ahead log %s, which holds its last committed groups, is missing: restore it; to open the file without them, create an empty file there", ErrLogMissing, walPath)
 	}
 	var groups [][]entry
 	var err error
@@ -283,7 +300,9 @@ func (l *Ledger) Close() error {
 	if l.refs.Load() {
 		final = formatRefs
 	}
-	if err := l.checkpoint(final); err != nil {
+	if l.failed != nil {
+		errs = append(errs, fmt.Errorf("no final checkpoint (the write-ahead log keeps its groups for the next open): %w", l.failed))
+	} else if err := l.checkpoint(final); err != nil {
 		errs = append(errs, fmt.Errorf("final checkpoint (the write-ahead log keeps its groups for the next open): %w", err))
 	}
 	if l.tx != nil {
@@ -353,6 +372,9 @@ func (l *Ledger) write(fn func(*txState) error) (*txState, error) {
 	if l.closed.Load() {
 		return nil, ErrClosed
 	}
+	if l.failed != nil {
+		return nil, l.failed
+	}
 	if size := l.logSize.Load(); size >= logLimit*l.maxLog {
 		// Checkpoints have been failing (the committer's are due at
 		// maxLog): one more try, then refuse rather than grow the log
@@ -377,6 +399,11 @@ func (l *Ledger) write(fn func(*txState) error) (*txState, error) {
 		if n, err = l.log.append(s.writes); err == nil {
 			l.logSize.Add(int64(n))
 			l.first.CompareAndSwap(0, time.Now().UnixNano())
+		} else if terr := l.log.truncate(); terr != nil {
+			// The record may be on disk, and a recovery would replay
+			// it: nobody can be told the group did not happen.
+			l.fail(fmt.Errorf("%w: write-ahead log record (%w) could not be removed after its write failed: %w", ErrOutcomeUnknown, err, terr))
+			err = l.failed
 		}
 	}
 	if err != nil {
@@ -417,10 +444,33 @@ func (l *Ledger) begin() error {
 
 // CheckpointDue reports whether Checkpoint should run: the oldest group
 // not yet in the bbolt file is Options.CheckpointInterval old, or the
-// write-ahead log has grown by Options.CheckpointBytes.
+// write-ahead log has grown by Options.CheckpointBytes; never once the
+// ledger has failed (Err).
 func (l *Ledger) CheckpointDue() bool {
 	first := l.first.Load()
-	return first != 0 && (time.Since(time.Unix(0, first)) >= l.every || l.logSize.Load() >= l.maxLog)
+	return first != 0 && l.Err() == nil && (time.Since(time.Unix(0, first)) >= l.every || l.logSize.Load() >= l.maxLog)
+}
+
+// Err returns the error that made the ledger refuse every write until it
+// is reopened (it wraps ErrFailed), or nil.
+func (l *Ledger) Err() error {
+	if p := l.failedV.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// fail makes the ledger refuse writes for good with err. The caller
+// holds wmu.
+func (l *Ledger) fail(err error) {
+	if l.failed == nil {
+		l.failed = fmt.Errorf("%w: %w", ErrFailed, err)
+		l.failedV.Store(&l.failed)
+	}
+	if l.tx != nil {
+		_ = l.tx.Rollback()
+		l.tx = nil
+	}
 }
 
 // CheckpointIn returns how long until CheckpointDue reports true by age
@@ -448,6 +498,9 @@ func (l *Ledger) Checkpoint() error {
 	if l.closed.Load() {
 		return ErrClosed
 	}
+	if l.failed != nil {
+		return l.failed
+	}
 	if l.first.Load() == 0 {
 		return nil
 	}
@@ -471,11 +524,15 @@ func (l *Ledger) checkpoint(format uint64) error {
 		return fmt.Errorf("checkpoint: %w", err)
 	}
 	err = l.tx.Commit()
-	// Committed or rolled back by bbolt: either way it is gone. After a
-	// failure the next writer begins it again from ov.
+	// Committed or rolled back by bbolt: either way it is gone.
 	l.tx = nil
 	if err != nil {
-		return fmt.Errorf("checkpoint: %w", l.mapErr(err))
+		// bbolt may have written the new meta page, naming generation
+		// gen, before failing: log records of the current generation
+		// would then be skipped by a recovery. And its free list now
+		// counts pages of that meta as free. Neither can be undone.
+		l.fail(fmt.Errorf("checkpoint: %w", l.mapErr(err)))
+		return l.failed
 	}
 	// Lookups that began before this saw the old file and ov, those after
 	// see the new file; both hold the same state.
@@ -539,7 +596,7 @@ func (l *Ledger) Receipt(txID string) (Receipt, error) {
 // order.
 func (l *Ledger) Receipts(after uint64, limit int) ([]Receipt, error) {
 	var out []Receipt
-	err := l.view(func(r reader) error {
+	err := l.longView([]int{bReceipts}, func(r reader) error {
 		// Seqs have no gaps: every seq up to the last has its receipt.
 		receipts := r.bucket(bReceipts)
 		for seq := after + 1; seq > after && len(out) < limit; seq++ {
@@ -623,7 +680,7 @@ func (l *Ledger) Sweep(ctx context.Context, limit int) (int, error) {
 // of the ledger): for tests and operators' checks, not for requests.
 func (l *Ledger) Audit() (Audit, error) {
 	var a Audit
-	err := l.view(func(r reader) error {
+	err := l.longView([]int{bMeta, bAccounts, bReceipts}, func(r reader) error {
 		meta := r.bucket(bMeta)
 		a.Issued, a.Burned, a.Seq = getU64(meta, keyIssued), getU64(meta, keyBurned), getU64(meta, keySeq)
 		add := func(v []byte) {
@@ -660,7 +717,9 @@ func (l *Ledger) Audit() (Audit, error) {
 }
 
 // view runs fn in a bbolt read transaction with the overlay of the groups
-// not yet checkpointed: the state after the last committed group.
+// not yet checkpointed: the state after the last committed group. It holds
+// omu shared throughout, which a writer adding a group waits for, and
+// readers behind that writer too: fn must be a few lookups.
 func (l *Ledger) view(fn func(reader) error) error {
 	if l.closed.Load() {
 		return ErrClosed
@@ -668,6 +727,29 @@ func (l *Ledger) view(fn func(reader) error) error {
 	l.omu.RLock()
 	defer l.omu.RUnlock()
 	return l.mapErr(l.db.View(func(tx *bolt.Tx) error { return fn(reader{tx: tx, ov: l.ov}) }))
+}
+
+// longView is view for scans: it holds omu only while it begins the read
+// transaction and copies the overlay's buckets fn reads (the others are
+// left empty), then runs fn on that snapshot.
+func (l *Ledger) longView(buckets []int, fn func(reader) error) error {
+	if l.closed.Load() {
+		return ErrClosed
+	}
+	l.omu.RLock()
+	tx, err := l.db.Begin(false)
+	ov := newOverlay()
+	if err == nil {
+		for _, b := range buckets {
+			ov.m[b] = maps.Clone(l.ov.m[b])
+		}
+	}
+	l.omu.RUnlock()
+	if err != nil {
+		return l.mapErr(err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	return l.mapErr(fn(reader{tx: tx, ov: ov}))
 }
 
 func (l *Ledger) mapErr(err error) error {

@@ -175,6 +175,17 @@ var (
 	ErrClosed = errors.New("ledger closed")
 	// ErrLocked is returned by Open when another process holds the file.
 	ErrLocked = errors.New("ledger file locked")
+	// ErrLogMissing is returned by Open for a file that was not closed
+	// cleanly when its write-ahead log is gone.
+	ErrLogMissing = errors.New("write-ahead log missing")
+	// ErrFailed is wrapped by every write once a disk error has left the
+	// files in a state the ledger cannot vouch for (Ledger.Err); reopen
+	// it to recover from the write-ahead log.
+	ErrFailed = errors.New("ledger failed: reopen it to recover")
+	// ErrOutcomeUnknown is wrapped by the error of a group that may or
+	// may not have been committed: its log record could be neither
+	// written for sure nor removed. A recovery may replay it.
+	ErrOutcomeUnknown = errors.New("outcome unknown")
 )
 
 // InsufficientFundsError refuses a debit larger than the balance.

@@ -2,7 +2,6 @@ package ledger
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"hash/crc32"
 	"io"
@@ -64,22 +63,21 @@ type wal struct {
 	index uint32
 	off   int64 // where the next record goes
 	buf   []byte
+	sync  func(*os.File) error // fdatasync; tests make it fail
 }
 
 // openWAL opens or creates the log at path and returns it with the
 // records of generation gen that it holds, in order.
 func openWAL(path string, gen uint64) (*wal, [][]entry, error) {
-	_, statErr := os.Stat(path)
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, nil, fmt.Errorf("open write-ahead log: %w", err)
 	}
-	if errors.Is(statErr, os.ErrNotExist) {
-		// A new file's name must be durable before anything in it is.
-		if err := syncDir(filepath.Dir(path)); err != nil {
-			_ = f.Close()
-			return nil, nil, fmt.Errorf("create write-ahead log: %w", err)
-		}
+	// The file's name must be durable before anything in it is; a crash
+	// may have come between creating it and syncing its directory before.
+	if err := syncDir(filepath.Dir(path)); err != nil {
+		_ = f.Close()
+		return nil, nil, fmt.Errorf("open write-ahead log: sync its directory: %w", err)
 	}
 	data, err := io.ReadAll(f)
 	if err != nil {
@@ -91,7 +89,7 @@ func openWAL(path string, gen uint64) (*wal, [][]entry, error) {
 		_ = f.Close()
 		return nil, nil, fmt.Errorf("read write-ahead log %s: %w", path, err)
 	}
-	return &wal{f: f, gen: gen}, groups, nil
+	return &wal{f: f, gen: gen, sync: fdatasync}, groups, nil
 }
 
 // decodeWAL returns the groups of generation gen at the start of data and
@@ -182,7 +180,7 @@ func (w *wal) append(es []entry) (int, error) {
 	if _, err := w.f.WriteAt(w.buf, w.off); err != nil {
 		return 0, fmt.Errorf("write-ahead log: %w", err)
 	}
-	if err := fdatasync(w.f); err != nil {
+	if err := w.sync(w.f); err != nil {
 		return 0, fmt.Errorf("write-ahead log: %w", err)
 	}
 	w.off += int64(len(w.buf))
@@ -204,6 +202,20 @@ func appendRecord(b []byte, gen uint64, index uint32, es []entry) []byte {
 	binary.BigEndian.PutUint32(b[start:], uint32(len(body)))
 	binary.BigEndian.PutUint32(b[start+4:], crc32.Checksum(body, castagnoli))
 	return b
+}
+
+// truncate cuts the file where the next record goes, so that a record
+// whose write or fdatasync failed, and may be on disk anyway, cannot be
+// replayed: once the new size is on disk, nothing of it is in the log.
+// Later records grow the file again.
+func (w *wal) truncate() error {
+	if err := w.f.Truncate(w.off); err != nil {
+		return fmt.Errorf("truncate write-ahead log: %w", err)
+	}
+	if err := w.sync(w.f); err != nil {
+		return fmt.Errorf("truncate write-ahead log: %w", err)
+	}
+	return nil
 }
 
 // reset starts generation gen at offset 0, after a checkpoint made the

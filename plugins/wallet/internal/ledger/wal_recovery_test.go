@@ -1,10 +1,12 @@
 package ledger_test
 
 import (
-	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -235,41 +237,152 @@ func TestFailedLogWrite(t *testing.T) {
 	l := open(t, path, opts)
 	apply(t, l, keyed(issue("a", 100), "i1"))
 	apply(t, l, keyed(transfer("a", "b", 10, 1), "t1"))
-	before := stateOf(t, l, []string{"a", "b"}, []string{"i1", "t1", "t2"})
+	accounts, keys := []string{"a", "b"}, []string{"i1", "t1", "t2"}
+	before := stateOf(t, l, accounts, keys)
 
-	readOnly, err := os.Open(path + ".wal")
-	if err != nil {
-		t.Fatal(err)
+	// The record is written but its fdatasync fails once: the ledger cuts
+	// it off the log, so that no recovery replays a group it refused.
+	fails := 1
+	ledger.SetLogSync(l, func(f *os.File) error {
+		if fails > 0 {
+			fails--
+			return errors.New("injected EIO")
+		}
+		return f.Sync()
+	})
+	res, err := l.Apply(t.Context(), []ledger.Op{keyed(transfer("a", "b", 5, 2), "t2")})
+	if err == nil || errors.Is(err, ledger.ErrOutcomeUnknown) || l.Err() != nil {
+		t.Fatalf("Apply whose fdatasync fails = %+v, %v (ledger: %v); want an error, the outcome known, the ledger usable", res, err, l.Err())
 	}
-	t.Cleanup(func() { _ = readOnly.Close() })
-	good := ledger.SetLogFile(l, readOnly)
-	if res, err := l.Apply(t.Context(), []ledger.Op{keyed(transfer("a", "b", 5, 2), "t2")}); err == nil {
-		t.Fatalf("Apply with a log that cannot be written = %+v, want an error", res)
-	}
-	if diff := cmp.Diff(before, stateOf(t, l, []string{"a", "b"}, []string{"i1", "t1", "t2"})); diff != "" {
+	if diff := cmp.Diff(before, stateOf(t, l, accounts, keys)); diff != "" {
 		t.Errorf("lookups after the failed group differ (-before +after):\n%s", diff)
+	}
+	if diff := cmp.Diff(before, stateOf(t, open(t, crashImage(t, path), opts), accounts, keys)); diff != "" {
+		t.Errorf("a recovery replays the failed group (-before +after):\n%s", diff)
+	}
+
+	// The same operation again: its nonce was not used, and its receipt
+	// takes the seq the failed group did not.
+	res = apply(t, l, keyed(transfer("a", "b", 5, 2), "t2"))
+	if res[0].Err != nil || res[0].Receipt.Seq != 3 {
+		t.Fatalf("Apply after the log recovered = %+v, want receipt seq 3", res[0])
+	}
+	after := stateOf(t, l, accounts, keys)
+	if a := after.Accounts["a"]; a.Balance != 85 || a.Nonce != 2 {
+		t.Errorf("account a = %+v, want balance 85, nonce 2", a)
 	}
 	if err := l.Checkpoint(); err != nil {
 		t.Fatalf("Checkpoint after the failed group = %v", err)
 	}
-	ledger.SetLogFile(l, good)
-
-	// The same operation again: its nonce was not used, and its receipt
-	// takes the seq the failed group did not.
-	res := apply(t, l, keyed(transfer("a", "b", 5, 2), "t2"))
-	if res[0].Err != nil || res[0].Receipt.Seq != 3 {
-		t.Fatalf("Apply after the log recovered = %+v, want receipt seq 3", res[0])
-	}
-	after := stateOf(t, l, []string{"a", "b"}, []string{"i1", "t1", "t2"})
-	if a := after.Accounts["a"]; a.Balance != 85 || a.Nonce != 2 {
-		t.Errorf("account a = %+v, want balance 85, nonce 2", a)
-	}
-	recovered := stateOf(t, open(t, crashImage(t, path), opts), []string{"a", "b"}, []string{"i1", "t1", "t2"})
-	if diff := cmp.Diff(after, recovered); diff != "" {
+	if diff := cmp.Diff(after, stateOf(t, open(t, crashImage(t, path), opts), accounts, keys)); diff != "" {
 		t.Errorf("recovered ledger differs (-before the crash +after):\n%s", diff)
 	}
-	b, _ := json.Marshal(recovered.Receipts)
-	t.Logf("receipts: %s", b)
+}
+
+// TestLogUnrecoverable checks that when a failed log record cannot be cut
+// off either, the group's outcome is reported unknown and the ledger
+// refuses every later write, while lookups keep answering and a reopen
+// recovers every acknowledged group.
+func TestLogUnrecoverable(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "wallet.db")
+	opts := ledger.Options{CheckpointInterval: time.Hour}
+	l, err := ledger.Open(path, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	apply(t, l, keyed(issue("a", 100), "i1"))
+	accounts, keys := []string{"a", "b"}, []string{"i1", "t1"}
+	before := stateOf(t, l, accounts, keys)
+	ledger.SetLogSync(l, func(*os.File) error { return errors.New("injected EIO") })
+	_, err = l.Apply(t.Context(), []ledger.Op{keyed(transfer("a", "b", 5, 1), "t1")})
+	if !errors.Is(err, ledger.ErrOutcomeUnknown) || !errors.Is(l.Err(), ledger.ErrFailed) {
+		t.Fatalf("Apply whose record cannot be written or removed = %v (ledger: %v), want ErrOutcomeUnknown and the ledger failed", err, l.Err())
+	}
+	if _, err := l.Apply(t.Context(), []ledger.Op{issue("c", 1)}); !errors.Is(err, ledger.ErrFailed) {
+		t.Errorf("Apply on a failed ledger = %v, want ErrFailed", err)
+	}
+	if err := l.Checkpoint(); !errors.Is(err, ledger.ErrFailed) {
+		t.Errorf("Checkpoint on a failed ledger = %v, want ErrFailed", err)
+	}
+	if l.CheckpointDue() {
+		t.Error("CheckpointDue() = true on a failed ledger")
+	}
+	if diff := cmp.Diff(before, stateOf(t, l, accounts, keys)); diff != "" {
+		t.Errorf("lookups on the failed ledger differ (-before +after):\n%s", diff)
+	}
+	if err := l.Close(); err == nil {
+		t.Error("Close of a failed ledger = nil, want the reason it skipped the final checkpoint")
+	}
+	// What the outcome was is up to the disk; what was acknowledged is
+	// there either way.
+	got := stateOf(t, open(t, path, opts), accounts, []string{"i1"})
+	if a := got.Accounts["a"]; a.Nonce > 1 || got.Audit.Issued != 100 || got.Records["i1"] == "none" {
+		t.Errorf("reopened ledger: a = %+v, issued %d, i1 %s; want the acknowledged issue", a, got.Audit.Issued, got.Records["i1"])
+	}
+}
+
+// TestCheckpointFailure checks that a checkpoint whose bbolt commit fails
+// fails the ledger (bbolt may have written the new meta page, after which
+// the log's current generation would be skipped), and that a reopen finds
+// every acknowledged group.
+func TestCheckpointFailure(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "wallet.db")
+	var file *os.File
+	opts := ledger.WithOpenFile(ledger.Options{CheckpointInterval: time.Hour}, func(name string, flag int, perm os.FileMode) (*os.File, error) {
+		f, err := os.OpenFile(name, flag, perm)
+		file = f
+		return f, err
+	})
+	l, err := ledger.Open(path, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	apply(t, l, keyed(issue("a", 100), "i1"))
+	apply(t, l, keyed(transfer("a", "b", 10, 1), "t1"))
+	accounts, keys := []string{"a", "b"}, []string{"i1", "t1"}
+	before := stateOf(t, l, accounts, keys)
+	// bbolt reads through its memory map; its writes now fail.
+	if err := file.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Checkpoint(); !errors.Is(err, ledger.ErrFailed) {
+		t.Fatalf("Checkpoint whose commit fails = %v, want ErrFailed", err)
+	}
+	if _, err := l.Apply(t.Context(), []ledger.Op{issue("c", 1)}); !errors.Is(err, ledger.ErrFailed) {
+		t.Errorf("Apply after a failed checkpoint = %v, want ErrFailed", err)
+	}
+	if diff := cmp.Diff(before, stateOf(t, l, accounts, keys)); diff != "" {
+		t.Errorf("lookups after the failed checkpoint differ (-before +after):\n%s", diff)
+	}
+	_ = l.Close() // the file is already closed under it
+	if diff := cmp.Diff(before, stateOf(t, open(t, path, ledger.Options{}), accounts, keys)); diff != "" {
+		t.Errorf("reopened ledger differs (-before +after):\n%s", diff)
+	}
+}
+
+// TestMissingLog checks that a file a crash left with groups in its log
+// is refused without the log, with a way out, rather than opened without
+// them.
+func TestMissingLog(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "wallet.db")
+	l := open(t, path, ledger.Options{CheckpointInterval: time.Hour})
+	apply(t, l, keyed(issue("a", 100), "i1"))
+	image := crashImage(t, path)
+	if err := os.Remove(image + ".wal"); err != nil {
+		t.Fatal(err)
+	}
+	if l, err := ledger.Open(image, ledger.Options{}); !errors.Is(err, ledger.ErrLogMissing) || !strings.Contains(err.Error(), "create an empty file") {
+		if l != nil {
+			_ = l.Close()
+		}
+		t.Fatalf("Open without the log = %v, want ErrLogMissing saying how to go on", err)
+	}
+	if err := os.WriteFile(image+".wal", nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got := account(t, open(t, image, ledger.Options{}), "a"); got.Balance != 0 {
+		t.Errorf("account a after opening with an empty log = %+v, want the logged issue gone", got)
+	}
 }
 
 // TestLogLimit checks that a write-ahead log past its size checkpoints
@@ -331,5 +444,84 @@ func TestPanicInGroupLeavesNoTrace(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, stateOf(t, l, []string{"a", "b", "c"}, []string{"i1", "i2", "i3"})); diff != "" {
 		t.Errorf("the checkpoint changed what lookups see (-before +after):\n%s", diff)
+	}
+}
+
+// TestLookupsDuringCheckpoints runs lookups against a writer that
+// checkpoints often: every lookup must see one state that existed (the
+// sum of balances is the supply; receipt seqs have no gaps; two accounts
+// that only trade with each other keep their total).
+func TestLookupsDuringCheckpoints(t *testing.T) {
+	l := open(t, filepath.Join(t.TempDir(), "wallet.db"), ledger.Options{CheckpointInterval: time.Millisecond})
+	apply(t, l, issue("a", 1000), issue("b", 1000))
+	done := make(chan struct{})
+	errs := make(chan error, 2)
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-done:
+					errs <- nil
+					return
+				default:
+				}
+				a, err := l.Audit()
+				if err == nil && a.Balances != a.Issued-a.Burned {
+					err = fmt.Errorf("audit %+v: balances are not the supply", a)
+				}
+				var rs []ledger.Receipt
+				if err == nil {
+					rs, err = l.Receipts(0, 1<<20)
+				}
+				for i, r := range rs {
+					if err == nil && r.Seq != uint64(i+1) {
+						err = fmt.Errorf("receipt %d has seq %d", i+1, r.Seq)
+					}
+				}
+				if err == nil {
+					x, _, err1 := l.Account("a")
+					y, _, err2 := l.Account("b")
+					err = errors.Join(err1, err2)
+					// Read one after the other: a commit may come between,
+					// but never takes from both or gives to both.
+					if err == nil && (x.Balance > 2000 || y.Balance > 2000) {
+						err = fmt.Errorf("balances %d and %d", x.Balance, y.Balance)
+					}
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	var nonceA, nonceB uint64
+	for i := range 300 {
+		var op ledger.Op
+		if i%2 == 0 {
+			nonceA++
+			op = transfer("a", "b", 3, nonceA)
+		} else {
+			nonceB++
+			op = transfer("b", "a", 2, nonceB)
+		}
+		apply(t, l, keyed(op, fmt.Sprintf("k%d", i)))
+		if l.CheckpointDue() {
+			if err := l.Checkpoint(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	close(done)
+	wg.Wait()
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	a := checkAudit(t, l)
+	if a.Receipts != 302 {
+		t.Errorf("Audit().Receipts = %d, want 302", a.Receipts)
 	}
 }
