@@ -344,6 +344,9 @@ func (l *Ledger) Apply(ctx context.Context, ops []Op) ([]Result, error) {
 	l.wmu.Lock()
 	defer l.wmu.Unlock()
 	s, err := l.write(func(s *txState) error {
+		// A transfer writes its receipt, record, sweep entry and two
+		// accounts; the group adds the totals.
+		s.writes = make([]entry, 0, 5*len(ops)+3)
 		for i := range ops {
 			r, err := s.apply(&ops[i])
 			if err != nil {
