@@ -376,8 +376,8 @@ func (w *wallet) drain(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// health answers from memory: not ready once the ledger is closed,
-// degraded while the circuit breaker is not closed.
+// health answers from memory: not ready once the ledger is closed or has
+// failed, degraded while the circuit breaker is not closed.
 func (w *wallet) health(context.Context) sdk.Health {
 	run := w.running.Load()
 	switch {

@@ -379,6 +379,29 @@ func TestConcurrentReplays(t *testing.T) {
 	}
 }
 
+// TestReplayWhileCommitsFail checks that a replay queued while commits
+// fail, before the breaker opens, is answered with its record, not with
+// the failure of the group it was queued in.
+func TestReplayWhileCommitsFail(t *testing.T) {
+	faults := faultSet()
+	tw := start(t, `
+breaker {
+  failures = 100
+}`, faults, "")
+	first := tw.mustPost("/v1/issue", "paid", `{"to":"x","amount":3}`, 200)
+	faults.Set([]sdk.Fault{{Point: committer.FaultPoint, Error: "disk on fire"}})
+	if got := tw.metric("wallet_breaker_state"); got != 0 {
+		t.Fatalf("wallet_breaker_state = %v, want 0 (closed): the replay must reach the committer", got)
+	}
+	again := tw.mustPost("/v1/issue", "paid", `{"to":"x","amount":3}`, 200)
+	if again.body != first.body || again.header.Get("Idempotent-Replayed") != "true" {
+		t.Errorf("replay while commits fail = %s (replayed %q), want the first response %q replayed", again, again.header.Get("Idempotent-Replayed"), first.body)
+	}
+	if r := tw.mustPost("/v1/issue", "new", `{"to":"x","amount":1}`, 503); r.errorCode() != "ledger_unavailable" {
+		t.Errorf("new key while commits fail = %s, want ledger_unavailable", r)
+	}
+}
+
 // TestReplayWhileRefused checks that a recorded outcome is still the
 // answer while the committer refuses new operations (breaker open): the
 // replay comes from the ledger, not the queue.

@@ -232,20 +232,27 @@ func (a *API) submit(w http.ResponseWriter, r *http.Request, kind ledger.Kind, k
 	}
 	select {
 	case o := <-done:
-		a.answer(w, o, fp)
+		a.answer(w, o, key, fp)
 	case <-r.Context().Done():
 		a.writeError(w, fmt.Errorf("%w: %w", errUnknown, r.Context().Err()))
 	}
 }
 
 // answer writes the committer's outcome of an operation.
-func (a *API) answer(w http.ResponseWriter, o outcome, fp [32]byte) {
+func (a *API) answer(w http.ResponseWriter, o outcome, key string, fp [32]byte) {
 	switch {
 	case o.err != nil:
+		// The group failed, so nothing of it was recorded; but the key
+		// may have a record from an earlier request, and then that is
+		// the answer, not the failure.
+		if rec, ok, err := a.ledger.Idempotency(key); err == nil && ok {
+			a.replay(w, rec, fp)
+			return
+		}
 		a.writeError(w, o.err)
 	case o.res.Replayed:
-		// Another request with the key committed between our lookup and
-		// our transaction; the ledger refused to apply ours.
+		// The key has a record from an earlier request; the ledger
+		// applied nothing.
 		a.replay(w, *o.res.Record, fp)
 	case o.res.Record != nil:
 		writeRaw(w, o.res.Record.Status, o.res.Record.Body)

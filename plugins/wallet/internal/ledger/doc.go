@@ -26,13 +26,16 @@
 // Lookups read a bbolt read transaction (the last checkpoint) through an
 // overlay of the groups logged since, so they see every committed group
 // and never wait for a group's fdatasync or a checkpoint: only for a
-// writer adding a logged group to the overlay. Scans copy the overlay's
-// buckets they need and let go of it before they scan.
+// writer adding a logged group to the overlay, and, should a checkpoint
+// grow the file past its memory map (256 MB at first), for bbolt's remap,
+// which waits for open reads. Scans copy the overlay's buckets they need
+// and let go of it before they scan.
 //
 // A group whose writes fail, or that panics, leaves the pending
 // transaction holding writes nobody committed: the next writer begins it
 // again from the overlay. A log record whose write or fdatasync fails is
-// cut off the log (truncate and fdatasync) so that no recovery replays it.
+// erased from the log (its header zeroed and fdatasynced) so that no
+// recovery replays it.
 // Where that fails too, or a checkpoint's bbolt commit fails (bbolt may
 // have written the new meta page), the files' state is not known and the
 // ledger refuses every write (ErrFailed) until it is reopened, which

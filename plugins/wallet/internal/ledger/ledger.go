@@ -136,10 +136,11 @@ type Ledger struct {
 	// recovers from the log.
 	failed  error
 	failedV atomic.Pointer[error]
-	// Since the last checkpoint: the first group's time, and the log's
-	// size, read by CheckpointDue without wmu.
+	// Since the last checkpoint: the first group's time (clock), and the
+	// log's size, read by CheckpointDue without wmu.
 	first   atomic.Int64
 	logSize atomic.Int64
+	opened  time.Time // for clock
 
 	// omu guards ov: writers replace or extend it exclusively; readers
 	// hold it shared across their bbolt read transaction, so that they
@@ -154,7 +155,7 @@ type Ledger struct {
 // instead of waiting for ever.
 func Open(path string, opts Options) (*Ledger, error) {
 	l := &Ledger{ttl: opts.IdempotencyTTL, render: opts.Render, now: opts.Now,
-		every: opts.CheckpointInterval, maxLog: opts.CheckpointBytes, ov: newOverlay()}
+		every: opts.CheckpointInterval, maxLog: opts.CheckpointBytes, ov: newOverlay(), opened: time.Now()}
 	if l.ttl <= 0 {
 		l.ttl = DefaultIdempotencyTTL
 	}
@@ -211,7 +212,7 @@ func (l *Ledger) recover(db *bolt.DB, walPath string) error {
 		return err
 	}
 	if _, err := os.Stat(walPath); fmtv == formatWAL && errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("%w: the file was not closed cleanly and its write-ahead log %s, which holds its last committed groups, is missing: restore it; to open the file without them, create an empty file there", ErrLogMissing, walPath)
+		return fmt.Errorf("%w: the file was not closed cleanly and its write-ahead log %s, which holds its last committed groups, is missing: restore it; to open the file without them, create an empty file there", ErrLogMismatch, walPath)
 	}
 	var groups [][]entry
 	var err error
@@ -401,8 +402,8 @@ func (l *Ledger) write(fn func(*txState) error) (*txState, error) {
 		var n int
 		if n, err = l.log.append(s.writes); err == nil {
 			l.logSize.Add(int64(n))
-			l.first.CompareAndSwap(0, time.Now().UnixNano())
-		} else if terr := l.log.truncate(); terr != nil {
+			l.first.CompareAndSwap(0, l.clock())
+		} else if terr := l.log.erase(); terr != nil {
 			// The record may be on disk, and a recovery would replay
 			// it: nobody can be told the group did not happen.
 			l.fail(fmt.Errorf("%w: write-ahead log record (%w) could not be removed after its write failed: %w", ErrOutcomeUnknown, err, terr))
@@ -451,7 +452,7 @@ func (l *Ledger) begin() error {
 // ledger has failed (Err).
 func (l *Ledger) CheckpointDue() bool {
 	first := l.first.Load()
-	return first != 0 && l.Err() == nil && (time.Since(time.Unix(0, first)) >= l.every || l.logSize.Load() >= l.maxLog)
+	return first != 0 && l.Err() == nil && (time.Duration(l.clock()-first) >= l.every || l.logSize.Load() >= l.maxLog)
 }
 
 // Err returns the error that made the ledger refuse every write until it
@@ -476,6 +477,10 @@ func (l *Ledger) fail(err error) {
 	}
 }
 
+// clock returns the monotonic nanoseconds since Open, at least 1: a wall
+// clock stepped back must not hold checkpoints off.
+func (l *Ledger) clock() int64 { return int64(time.Since(l.opened)) + 1 }
+
 // CheckpointIn returns how long until CheckpointDue reports true by age
 // alone; at least a millisecond.
 func (l *Ledger) CheckpointIn() time.Duration {
@@ -483,7 +488,7 @@ func (l *Ledger) CheckpointIn() time.Duration {
 	if first == 0 {
 		return l.every
 	}
-	return max(l.every-time.Since(time.Unix(0, first)), time.Millisecond)
+	return max(l.every-time.Duration(l.clock()-first), time.Millisecond)
 }
 
 // Pending reports whether groups wait in the write-ahead log for a
@@ -493,8 +498,9 @@ func (l *Ledger) Pending() bool { return l.first.Load() != 0 }
 // Checkpoint commits the groups applied since the last checkpoint to the
 // bbolt file, in one bbolt transaction (bbolt's two fdatasyncs), so that
 // the write-ahead log can start over. Writers wait meanwhile; lookups do
-// not. On error the groups stay in the log and the next Checkpoint tries
-// again.
+// not. On error the groups stay in the log. If the bbolt commit itself
+// failed, the ledger has failed (ErrFailed); otherwise (the transaction
+// could not begin, say) the next Checkpoint tries again.
 func (l *Ledger) Checkpoint() error {
 	l.wmu.Lock()
 	defer l.wmu.Unlock()

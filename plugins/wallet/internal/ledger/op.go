@@ -175,9 +175,10 @@ var (
 	ErrClosed = errors.New("ledger closed")
 	// ErrLocked is returned by Open when another process holds the file.
 	ErrLocked = errors.New("ledger file locked")
-	// ErrLogMissing is returned by Open for a file that was not closed
-	// cleanly when its write-ahead log is gone.
-	ErrLogMissing = errors.New("write-ahead log missing")
+	// ErrLogMismatch is returned by Open when the write-ahead log cannot
+	// be the file's: it is missing although the file was not closed
+	// cleanly, or it is newer than the file.
+	ErrLogMismatch = errors.New("write-ahead log does not match the ledger file")
 	// ErrFailed is wrapped by every write once a disk error has left the
 	// files in a state the ledger cannot vouch for (Ledger.Err); reopen
 	// it to recover from the write-ahead log.

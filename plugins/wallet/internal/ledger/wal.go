@@ -2,11 +2,13 @@ package ledger
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"hash/crc32"
 	"io"
 	"os"
 	"path/filepath"
+	"syscall"
 )
 
 // The write-ahead log holds the groups committed since the last
@@ -83,6 +85,13 @@ func openWAL(path string, gen uint64) (*wal, [][]entry, error) {
 	if err != nil {
 		_ = f.Close()
 		return nil, nil, fmt.Errorf("read write-ahead log: %w", err)
+	}
+	if g, ok := firstGen(data); ok && gen != 0 && g > gen {
+		// Checkpoints start the log over at offset 0 with the generation
+		// they write into the file: a later one there means the file is
+		// older than its log.
+		_ = f.Close()
+		return nil, nil, fmt.Errorf("%w: the write-ahead log %s starts with generation %d, but the file only reached %d: the file is older than its log (were they restored from different times?)", ErrLogMismatch, path, g, gen)
 	}
 	groups, _, err := decodeWAL(data, gen)
 	if err != nil {
@@ -177,6 +186,10 @@ func appendEntry(b []byte, e entry) []byte {
 // error the record is not part of the log: the next one overwrites it.
 func (w *wal) append(es []entry) (int, error) {
 	w.buf = appendRecord(w.buf[:0], w.gen, w.index, es)
+	if n := len(w.buf) - walHeader; n > walMaxRecord {
+		// Replay would take it for the end of the log.
+		return 0, fmt.Errorf("write-ahead log: a group of %d bytes is over the %d a record may hold", n, walMaxRecord)
+	}
 	if _, err := w.f.WriteAt(w.buf, w.off); err != nil {
 		return 0, fmt.Errorf("write-ahead log: %w", err)
 	}
@@ -204,16 +217,18 @@ func appendRecord(b []byte, gen uint64, index uint32, es []entry) []byte {
 	return b
 }
 
-// truncate cuts the file where the next record goes, so that a record
+// erase zeroes the header where the next record goes, so that a record
 // whose write or fdatasync failed, and may be on disk anyway, cannot be
-// replayed: once the new size is on disk, nothing of it is in the log.
-// Later records grow the file again.
-func (w *wal) truncate() error {
-	if err := w.f.Truncate(w.off); err != nil {
-		return fmt.Errorf("truncate write-ahead log: %w", err)
+// replayed: once the zeros are on disk, the log ends there. Zeroing in
+// place rather than truncating keeps the file's blocks where they are: a
+// block freed by a truncate could come back, after a crash, with the old
+// record in it.
+func (w *wal) erase() error {
+	if _, err := w.f.WriteAt(make([]byte, walHeader), w.off); err != nil {
+		return fmt.Errorf("erase write-ahead log record: %w", err)
 	}
 	if err := w.sync(w.f); err != nil {
-		return fmt.Errorf("truncate write-ahead log: %w", err)
+		return fmt.Errorf("erase write-ahead log record: %w", err)
 	}
 	return nil
 }
@@ -232,8 +247,28 @@ func syncDir(dir string) error {
 		return err
 	}
 	err = d.Sync()
+	if errors.Is(err, syscall.EINVAL) {
+		err = nil // a file system that cannot sync directories (some FUSE and network mounts)
+	}
 	if cerr := d.Close(); err == nil {
 		err = cerr
 	}
 	return err
+}
+
+// firstGen returns the generation of the log's first record, if it is a
+// whole record with a valid checksum.
+func firstGen(data []byte) (uint64, bool) {
+	if len(data) < walHeader+walRecordHead {
+		return 0, false
+	}
+	n := binary.BigEndian.Uint32(data)
+	if n < walRecordHead || n > walMaxRecord || uint64(len(data)-walHeader) < uint64(n) {
+		return 0, false
+	}
+	body := data[walHeader : walHeader+int(n)]
+	if crc32.Checksum(body, castagnoli) != binary.BigEndian.Uint32(data[4:]) {
+		return 0, false
+	}
+	return binary.BigEndian.Uint64(body), true
 }

@@ -362,7 +362,7 @@ func TestCheckpointFailure(t *testing.T) {
 
 // TestMissingLog checks that a file a crash left with groups in its log
 // is refused without the log, with a way out, rather than opened without
-// them.
+// them; and that a log newer than the file is refused too.
 func TestMissingLog(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "wallet.db")
 	l := open(t, path, ledger.Options{CheckpointInterval: time.Hour})
@@ -371,17 +371,39 @@ func TestMissingLog(t *testing.T) {
 	if err := os.Remove(image + ".wal"); err != nil {
 		t.Fatal(err)
 	}
-	if l, err := ledger.Open(image, ledger.Options{}); !errors.Is(err, ledger.ErrLogMissing) || !strings.Contains(err.Error(), "create an empty file") {
+	if l, err := ledger.Open(image, ledger.Options{}); !errors.Is(err, ledger.ErrLogMismatch) || !strings.Contains(err.Error(), "create an empty file") {
 		if l != nil {
 			_ = l.Close()
 		}
-		t.Fatalf("Open without the log = %v, want ErrLogMissing saying how to go on", err)
+		t.Fatalf("Open without the log = %v, want ErrLogMismatch saying how to go on", err)
 	}
 	if err := os.WriteFile(image+".wal", nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if got := account(t, open(t, image, ledger.Options{}), "a"); got.Balance != 0 {
 		t.Errorf("account a after opening with an empty log = %+v, want the logged issue gone", got)
+	}
+
+	// A file older than its log: the file from before a checkpoint, the
+	// log from after it.
+	older := crashImage(t, path)
+	if err := l.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	apply(t, l, keyed(issue("a", 5), "i2"))
+	newer := crashImage(t, path)
+	data, err := os.ReadFile(newer + ".wal")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(older+".wal", data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if l, err := ledger.Open(older, ledger.Options{}); !errors.Is(err, ledger.ErrLogMismatch) || !strings.Contains(err.Error(), "older than its log") {
+		if l != nil {
+			_ = l.Close()
+		}
+		t.Errorf("Open of a file older than its log = %v, want ErrLogMismatch", err)
 	}
 }
 
