@@ -406,7 +406,7 @@ func (l *Ledger) write(fn func(*txState) error) (*txState, error) {
 		} else if terr := l.log.erase(); terr != nil {
 			// The record may be on disk, and a recovery would replay
 			// it: nobody can be told the group did not happen.
-			l.fail(fmt.Errorf("%w: write-ahead log record (%w) could not be removed after its write failed: %w", ErrOutcomeUnknown, err, terr))
+			l.fail(fmt.Errorf("%w: write-ahead log record (%w) could not be erased after its write failed: %w", ErrOutcomeUnknown, err, terr))
 			err = l.failed
 		}
 	}

@@ -185,7 +185,7 @@ var (
 	ErrFailed = errors.New("ledger failed: reopen it to recover")
 	// ErrOutcomeUnknown is wrapped by the error of a group that may or
 	// may not have been committed: its log record could be neither
-	// written for sure nor removed. A recovery may replay it.
+	// written for sure nor erased. A recovery may replay it.
 	ErrOutcomeUnknown = errors.New("outcome unknown")
 )
 
