@@ -936,7 +936,7 @@ func (s *txState) apply(op *Op) (Result, error) {
 	var receipt []byte // as stored
 	if res.Err == nil {
 		res.Receipt = s.commit(op)
-		receipt = res.Receipt.AppendJSON(nil)
+		receipt = res.Receipt.AppendJSON(make([]byte, 0, 256))
 		if err := s.put(bReceipts, u64(res.Receipt.Seq), receipt); err != nil {
 			return Result{}, err
 		}
