@@ -12,6 +12,12 @@ import (
 // while it is half-open and already has HalfOpenMax probes in flight.
 var ErrOpen = errors.New("breaker: open")
 
+// ErrNotCounted, returned by fn (or wrapped in what it returns), says that
+// the call did not exercise the dependency (it was answered from memory,
+// say): Do returns the error, and the breaker counts neither a success nor
+// a failure. A half-open probe slot it took is given back.
+var ErrNotCounted = errors.New("breaker: call not counted")
+
 // State is the state of a Breaker.
 type State int
 
@@ -151,14 +157,30 @@ func (b *Breaker) Do(ctx context.Context, fn func(ctx context.Context) error) er
 	finished := false
 	defer func() {
 		if !finished {
-			b.record(gen, true)
+			b.record(gen, outcomeFailure)
 		}
 	}()
 	err = fn(ctx)
 	finished = true
-	b.record(gen, b.isFailure(err))
+	switch {
+	case errors.Is(err, ErrNotCounted):
+		b.record(gen, outcomeNone)
+	case b.isFailure(err):
+		b.record(gen, outcomeFailure)
+	default:
+		b.record(gen, outcomeSuccess)
+	}
 	return err
 }
+
+// outcome is what a call counts as.
+type outcome int
+
+const (
+	outcomeSuccess outcome = iota
+	outcomeFailure
+	outcomeNone
+)
 
 // State returns the current state, moving an open breaker whose cooldown
 // has passed to half-open.
@@ -195,12 +217,16 @@ func (b *Breaker) admit() (uint64, error) {
 }
 
 // record counts the outcome of a call admitted in generation gen.
-func (b *Breaker) record(gen uint64, failed bool) {
+func (b *Breaker) record(gen uint64, o outcome) {
 	b.mu.Lock()
 	var changes []transition
+	failed := o == outcomeFailure
 	if gen == b.gen {
 		switch b.state {
 		case StateClosed:
+			if o == outcomeNone {
+				break
+			}
 			if !failed {
 				b.failures = 0
 				break
@@ -211,6 +237,9 @@ func (b *Breaker) record(gen uint64, failed bool) {
 			}
 		case StateHalfOpen:
 			b.probes--
+			if o == outcomeNone {
+				break
+			}
 			if failed {
 				b.setState(StateOpen, &changes)
 				break

@@ -94,6 +94,26 @@ func TestBreakerScenarios(t *testing.T) {
 			},
 		},
 		{
+			name:     "a call not counted neither resets nor adds to the failures",
+			settings: breaker.Settings{FailureThreshold: 2},
+			steps: []step{
+				call(errBackend, errBackend, closed),
+				call(breaker.ErrNotCounted, breaker.ErrNotCounted, closed),
+				call(errBackend, errBackend, open),
+			},
+		},
+		{
+			name:     "a probe not counted neither closes nor reopens, and frees its slot",
+			settings: breaker.Settings{FailureThreshold: 1, Cooldown: time.Minute},
+			steps: []step{
+				call(errBackend, errBackend, open),
+				wait(time.Minute, halfOpen),
+				call(fmt.Errorf("answered from cache: %w", breaker.ErrNotCounted), breaker.ErrNotCounted, halfOpen),
+				call(breaker.ErrNotCounted, breaker.ErrNotCounted, halfOpen),
+				call(nil, nil, closed),
+			},
+		},
+		{
 			name:     "default threshold is 5",
 			settings: breaker.Settings{},
 			steps: []step{

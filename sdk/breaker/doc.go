@@ -10,6 +10,10 @@
 //     the rest fail with ErrOpen. SuccessThreshold successful probes close
 //     it; one failed probe opens it again for another Cooldown.
 //
+// What a call counts as is up to Settings.IsFailure; a call whose fn
+// returns [ErrNotCounted] (it did not exercise the dependency) counts as
+// neither.
+//
 // The package owns only that state machine. It must not retry, sleep, start
 // goroutines, or hold its lock while calling fn or OnStateChange: both run on
 // the caller's goroutine with no lock held.

@@ -522,7 +522,24 @@ func (c *Committer) attempt(ctx context.Context, ops []ledger.Op) ([]ledger.Resu
 		c.m.timeouts.Inc()
 		return results, fmt.Errorf("%w: took %v", errSlow, d)
 	}
+	if !wrote(results) {
+		// Replays and unrecorded refusals only: the group wrote nothing,
+		// so its success says nothing of the disk, and must not close a
+		// half-open breaker.
+		return results, breaker.ErrNotCounted
+	}
 	return results, nil
+}
+
+// wrote reports whether a committed group wrote anything: a receipt or a
+// new idempotency record.
+func wrote(results []ledger.Result) bool {
+	for _, r := range results {
+		if r.Receipt != nil || (r.Record != nil && !r.Replayed) {
+			return true
+		}
+	}
+	return false
 }
 
 func (c *Committer) breakerChanged(_ string, from, to breaker.State) {

@@ -17,6 +17,7 @@ import (
 	"github.com/plughost/plughost/plugins/wallet/internal/ledger"
 	"github.com/plughost/plughost/plugins/wallet/internal/wallettest"
 	"github.com/plughost/plughost/sdk"
+	"github.com/plughost/plughost/sdk/backoff"
 	"github.com/plughost/plughost/sdk/breaker"
 )
 
@@ -291,6 +292,48 @@ func TestCommitTimeout(t *testing.T) {
 
 // flakyFaults is a fake fault set that fails the first n commits and then
 // lets them through; sdk.Faults cannot count.
+// TestProbeThatWritesNothing checks that a half-open breaker is not closed
+// by a group that wrote nothing (a replay): it tested nothing of the disk.
+func TestProbeThatWritesNothing(t *testing.T) {
+	faults := &sdk.Faults{}
+	f := newFixture(t, committer.Options{
+		Committers: 1,
+		Faults:     faults,
+		Retry:      backoff.Policy{Initial: time.Millisecond, Max: time.Millisecond},
+		Breaker:    breaker.Settings{FailureThreshold: 1, Cooldown: 200 * time.Millisecond, HalfOpenMax: 1, SuccessThreshold: 1},
+	})
+	paid := issue("a", 1)
+	paid.Idem = &ledger.Idem{Key: "paid"}
+	if o := wait(t, f.mustSubmit(t, paid)); o.err != nil || o.res.Err != nil {
+		t.Fatalf("first commit = %+v", o)
+	}
+	faults.Set([]sdk.Fault{{Point: committer.FaultPoint, Error: "disk on fire"}})
+	if o := wait(t, f.mustSubmit(t, issue("a", 1))); !errors.Is(o.err, committer.ErrUnavailable) {
+		t.Fatalf("failing commit = %+v, want ErrUnavailable", o)
+	}
+	faults.Set(nil)
+	deadline := time.Now().Add(10 * time.Second)
+	for f.c.BreakerState() != breaker.StateHalfOpen {
+		if time.Now().After(deadline) {
+			t.Fatalf("BreakerState() = %v 10s after it opened, want half-open", f.c.BreakerState())
+		}
+		time.Sleep(10 * time.Millisecond) // poll for the cool-down to pass
+	}
+	o := wait(t, f.mustSubmit(t, paid))
+	if o.err != nil || !o.res.Replayed {
+		t.Fatalf("replay as a probe = %+v, want it replayed", o)
+	}
+	if s := f.c.BreakerState(); s != breaker.StateHalfOpen {
+		t.Errorf("BreakerState() after a probe that wrote nothing = %v, want still half-open", s)
+	}
+	if o := wait(t, f.mustSubmit(t, issue("b", 1))); o.err != nil || o.res.Err != nil {
+		t.Fatalf("probe that writes = %+v", o)
+	}
+	if s := f.c.BreakerState(); s != breaker.StateClosed {
+		t.Errorf("BreakerState() after a probe that wrote = %v, want closed", s)
+	}
+}
+
 type flakyFaults struct{ left atomic.Int32 }
 
 func (f *flakyFaults) Inject(context.Context, string) error {
