@@ -194,11 +194,8 @@ func (a *API) submit(w http.ResponseWriter, r *http.Request, kind ledger.Kind, k
 	if err := a.claims.claim(key, fp); err != nil {
 		// The holder may be a replay of a finished request, queued like
 		// any operation: then the record is the answer, not 409.
-		if errors.Is(err, errKeyInUse) {
-			if rec, ok, lerr := a.ledger.Idempotency(key); lerr == nil && ok {
-				a.replay(w, rec, fp)
-				return
-			}
+		if errors.Is(err, errKeyInUse) && a.replayStored(w, key, fp) {
+			return
 		}
 		a.writeError(w, err)
 		return
@@ -217,14 +214,13 @@ func (a *API) submit(w http.ResponseWriter, r *http.Request, kind ledger.Kind, k
 	})
 	if err != nil {
 		// Refused (full queue, breaker open, draining): a recorded
-		// outcome is still the answer, read straight from the ledger.
-		rec, ok, lerr := a.ledger.Idempotency(key)
+		// outcome is still the answer.
+		replayed := a.replayStored(w, key, fp)
 		a.claims.release(key)
-		switch {
-		case lerr == nil && ok:
-			a.replay(w, rec, fp)
+		if replayed {
 			return
-		case errors.Is(err, committer.ErrBusy):
+		}
+		if errors.Is(err, committer.ErrBusy) {
 			a.busy.WithLabelValues(kind.String()).Inc()
 		}
 		a.writeError(w, err)
@@ -245,11 +241,9 @@ func (a *API) answer(w http.ResponseWriter, o outcome, key string, fp [32]byte) 
 		// The group failed, so nothing of it was recorded; but the key
 		// may have a record from an earlier request, and then that is
 		// the answer, not the failure.
-		if rec, ok, err := a.ledger.Idempotency(key); err == nil && ok {
-			a.replay(w, rec, fp)
-			return
+		if !a.replayStored(w, key, fp) {
+			a.writeError(w, o.err)
 		}
-		a.writeError(w, o.err)
 	case o.res.Replayed:
 		// The key has a record from an earlier request; the ledger
 		// applied nothing.
@@ -263,6 +257,20 @@ func (a *API) answer(w http.ResponseWriter, o outcome, key string, fp [32]byte) 
 		status, body := Render(o.res)
 		writeRaw(w, status, body)
 	}
+}
+
+// replayStored answers the request with the record stored under key, if
+// the ledger has one, and reports whether it did. It is for the paths
+// where the committer cannot say (the operation was refused or failed,
+// or another request holds the key): a lookup that fails answers nothing,
+// and the caller's own error stands.
+func (a *API) replayStored(w http.ResponseWriter, key string, fp [32]byte) bool {
+	rec, ok, err := a.ledger.Idempotency(key)
+	if err != nil || !ok {
+		return false
+	}
+	a.replay(w, rec, fp)
+	return true
 }
 
 // replay answers a request whose key has a record.

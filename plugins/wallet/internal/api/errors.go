@@ -149,7 +149,11 @@ func Render(r ledger.Result) (int, []byte) {
 		status, d := classify(r.Err)
 		return status, encode(errorBody{Error: d})
 	}
-	return http.StatusOK, append(r.Receipt.AppendJSON(make([]byte, 0, 256)), '\n')
+	receipt := r.ReceiptJSON // as the ledger stored it: not encoded twice
+	if receipt == nil {
+		receipt = r.Receipt.AppendJSON(nil)
+	}
+	return http.StatusOK, append(append(make([]byte, 0, len(receipt)+1), receipt...), '\n')
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

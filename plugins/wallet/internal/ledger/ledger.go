@@ -131,11 +131,10 @@ type Ledger struct {
 	broken bool
 	// failed is set, for good, by a disk error after which the files'
 	// state is not known (a checkpoint's bbolt commit, or a log record
-	// that could be neither written nor removed); every writer then gets
+	// that could be neither written nor erased); every writer then gets
 	// it. Lookups still answer: what they see was acknowledged. Reopening
-	// recovers from the log.
-	failed  error
-	failedV atomic.Pointer[error]
+	// recovers from the log. Set under wmu, read anywhere (Err).
+	failed atomic.Pointer[error]
 	// Since the last checkpoint: the first group's time (clock), and the
 	// log's size, read by CheckpointDue without wmu.
 	first   atomic.Int64
@@ -301,8 +300,8 @@ func (l *Ledger) Close() error {
 	if l.refs.Load() {
 		final = formatRefs
 	}
-	if l.failed != nil {
-		errs = append(errs, fmt.Errorf("no final checkpoint (the write-ahead log keeps its groups for the next open): %w", l.failed))
+	if err := l.Err(); err != nil {
+		errs = append(errs, fmt.Errorf("no final checkpoint (the write-ahead log keeps its groups for the next open): %w", err))
 	} else if err := l.checkpoint(final); err != nil {
 		errs = append(errs, fmt.Errorf("final checkpoint (the write-ahead log keeps its groups for the next open): %w", err))
 	}
@@ -376,8 +375,8 @@ func (l *Ledger) write(fn func(*txState) error) (*txState, error) {
 	if l.closed.Load() {
 		return nil, ErrClosed
 	}
-	if l.failed != nil {
-		return nil, l.failed
+	if err := l.Err(); err != nil {
+		return nil, err
 	}
 	if size := l.logSize.Load(); size >= logLimit*l.maxLog {
 		// Checkpoints have been failing (the committer's are due at
@@ -407,7 +406,7 @@ func (l *Ledger) write(fn func(*txState) error) (*txState, error) {
 			// The record may be on disk, and a recovery would replay
 			// it: nobody can be told the group did not happen.
 			l.fail(fmt.Errorf("%w: write-ahead log record (%w) could not be erased after its write failed: %w", ErrOutcomeUnknown, err, terr))
-			err = l.failed
+			err = l.Err()
 		}
 	}
 	if err != nil {
@@ -458,7 +457,7 @@ func (l *Ledger) CheckpointDue() bool {
 // Err returns the error that made the ledger refuse every write until it
 // is reopened (it wraps ErrFailed), or nil.
 func (l *Ledger) Err() error {
-	if p := l.failedV.Load(); p != nil {
+	if p := l.failed.Load(); p != nil {
 		return *p
 	}
 	return nil
@@ -467,9 +466,9 @@ func (l *Ledger) Err() error {
 // fail makes the ledger refuse writes for good with err. The caller
 // holds wmu.
 func (l *Ledger) fail(err error) {
-	if l.failed == nil {
-		l.failed = fmt.Errorf("%w: %w", ErrFailed, err)
-		l.failedV.Store(&l.failed)
+	if l.failed.Load() == nil {
+		err := fmt.Errorf("%w: %w", ErrFailed, err)
+		l.failed.Store(&err)
 	}
 	if l.tx != nil {
 		_ = l.tx.Rollback()
@@ -507,8 +506,8 @@ func (l *Ledger) Checkpoint() error {
 	if l.closed.Load() {
 		return ErrClosed
 	}
-	if l.failed != nil {
-		return l.failed
+	if err := l.Err(); err != nil {
+		return err
 	}
 	if l.first.Load() == 0 {
 		return nil
@@ -541,7 +540,7 @@ func (l *Ledger) checkpoint(format uint64) error {
 		// would then be skipped by a recovery. And its free list now
 		// counts pages of that meta as free. Neither can be undone.
 		l.fail(fmt.Errorf("checkpoint: %w", l.mapErr(err)))
-		return l.failed
+		return l.Err()
 	}
 	// Lookups that began before this saw the old file and ov, those after
 	// see the new file; both hold the same state.
@@ -933,16 +932,15 @@ func (s *txState) apply(op *Op) (Result, error) {
 		}
 	}
 	res := Result{Err: s.check(op)}
-	var receipt []byte // as stored
 	if res.Err == nil {
 		res.Receipt = s.commit(op)
-		receipt = res.Receipt.AppendJSON(make([]byte, 0, 256))
-		if err := s.put(bReceipts, u64(res.Receipt.Seq), receipt); err != nil {
+		res.ReceiptJSON = res.Receipt.AppendJSON(make([]byte, 0, 256))
+		if err := s.put(bReceipts, u64(res.Receipt.Seq), res.ReceiptJSON); err != nil {
 			return Result{}, err
 		}
 	}
 	if op.Idem != nil && Recorded(res.Err) {
-		rec, err := s.record(op.Idem, old, res, receipt)
+		rec, err := s.record(op.Idem, old, res)
 		if err != nil {
 			return Result{}, err
 		}
@@ -1075,9 +1073,8 @@ func (s *txState) debit(id string, amount uint64) {
 }
 
 // record stores the outcome of op under its key, replacing old, an
-// expired record if not nil, and its sweep index entry. receipt is the
-// receipt as stored under its seq, if the op committed.
-func (s *txState) record(idem *Idem, old []byte, res Result, receipt []byte) (*Record, error) {
+// expired record if not nil, and its sweep index entry.
+func (s *txState) record(idem *Idem, old []byte, res Result) (*Record, error) {
 	key := []byte(idem.Key)
 	if len(old) >= 8 {
 		if err := s.del(bIdemExp, expKey(binary.BigEndian.Uint64(old[:8]), key)); err != nil {
@@ -1090,7 +1087,7 @@ func (s *txState) record(idem *Idem, old []byte, res Result, receipt []byte) (*R
 	if res.Receipt != nil {
 		seq = res.Receipt.Seq
 	}
-	v, ref, err := encodeRecord(rec, receipt, seq)
+	v, ref, err := encodeRecord(rec, res.ReceiptJSON, seq)
 	if err != nil {
 		return nil, err
 	}
@@ -1138,7 +1135,10 @@ func defaultRender(r Result) (int, []byte) {
 		b, _ := json.Marshal(map[string]string{"error": r.Err.Error()})
 		return 422, b
 	}
-	return 200, r.Receipt.AppendJSON(nil)
+	if r.ReceiptJSON == nil {
+		return 200, r.Receipt.AppendJSON(nil)
+	}
+	return 200, bytes.Clone(r.ReceiptJSON)
 }
 
 func u64(v uint64) []byte { return binary.BigEndian.AppendUint64(nil, v) }

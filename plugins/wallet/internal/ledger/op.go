@@ -134,6 +134,10 @@ func ParseTxID(id string) (uint64, bool) {
 type Result struct {
 	// Receipt is set when the operation committed.
 	Receipt *Receipt
+	// ReceiptJSON is the receipt's JSON as stored (Receipt.AppendJSON's
+	// bytes), set by Apply with Receipt, for Options.Render and callers
+	// that answer with it: they must not change it.
+	ReceiptJSON []byte
 	// Err is the ledger's refusal of the operation: an
 	// *InsufficientFundsError, a *NonceError, ErrSupplyOverflow or
 	// ErrInvalid. Nothing of a refused operation is applied.

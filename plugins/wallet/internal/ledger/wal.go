@@ -110,19 +110,8 @@ func decodeWAL(data []byte, gen uint64) ([][]entry, int, error) {
 	var groups [][]entry
 	off := 0
 	for index := uint32(0); ; index++ {
-		rest := data[off:]
-		if len(rest) < walHeader {
-			return groups, off, nil
-		}
-		n := binary.BigEndian.Uint32(rest)
-		if n < walRecordHead || n > walMaxRecord || uint64(len(rest)-walHeader) < uint64(n) {
-			return groups, off, nil
-		}
-		body := rest[walHeader : walHeader+int(n)]
-		if crc32.Checksum(body, castagnoli) != binary.BigEndian.Uint32(rest[4:]) {
-			return groups, off, nil
-		}
-		if binary.BigEndian.Uint64(body) != gen || binary.BigEndian.Uint32(body[8:]) != index {
+		body, ok := nextRecord(data[off:])
+		if !ok || binary.BigEndian.Uint64(body) != gen || binary.BigEndian.Uint32(body[8:]) != index {
 			return groups, off, nil
 		}
 		es, err := decodeEntries(body[walRecordHead:])
@@ -130,8 +119,25 @@ func decodeWAL(data []byte, gen uint64) ([][]entry, int, error) {
 			return nil, 0, fmt.Errorf("record %d at offset %d: %w", index, off, err)
 		}
 		groups = append(groups, es)
-		off += walHeader + int(n)
+		off += walHeader + len(body)
 	}
+}
+
+// nextRecord returns the body (gen, index, entries) of the record at the
+// start of data, if it is whole and its checksum holds.
+func nextRecord(data []byte) ([]byte, bool) {
+	if len(data) < walHeader {
+		return nil, false
+	}
+	n := binary.BigEndian.Uint32(data)
+	if n < walRecordHead || n > walMaxRecord || uint64(len(data)-walHeader) < uint64(n) {
+		return nil, false
+	}
+	body := data[walHeader : walHeader+int(n)]
+	if crc32.Checksum(body, castagnoli) != binary.BigEndian.Uint32(data[4:]) {
+		return nil, false
+	}
+	return body, true
 }
 
 func decodeEntries(b []byte) ([]entry, error) {
@@ -259,15 +265,8 @@ func syncDir(dir string) error {
 // firstGen returns the generation of the log's first record, if it is a
 // whole record with a valid checksum.
 func firstGen(data []byte) (uint64, bool) {
-	if len(data) < walHeader+walRecordHead {
-		return 0, false
-	}
-	n := binary.BigEndian.Uint32(data)
-	if n < walRecordHead || n > walMaxRecord || uint64(len(data)-walHeader) < uint64(n) {
-		return 0, false
-	}
-	body := data[walHeader : walHeader+int(n)]
-	if crc32.Checksum(body, castagnoli) != binary.BigEndian.Uint32(data[4:]) {
+	body, ok := nextRecord(data)
+	if !ok {
 		return 0, false
 	}
 	return binary.BigEndian.Uint64(body), true
