@@ -26,6 +26,7 @@ import (
 	"google.golang.org/protobuf/testing/protocmp"
 
 	pluginv1 "github.com/plughost/plughost/proto/pluginv1"
+	"github.com/plughost/plughost/sdk/internal/wiretest"
 	"github.com/plughost/plughost/sdk/wire"
 )
 
@@ -98,7 +99,7 @@ func startPlugin(t *testing.T, p Plugin) *testPlugin {
 	srv := newServer(p, logger, nil)
 	var pluginEnds []*wire.Conn
 	for range testDataConns {
-		h, pe := socketPair(t)
+		h, pe := wiretest.SocketPair(t)
 		tp.data = append(tp.data, h)
 		pluginEnds = append(pluginEnds, wire.NewConn(pe))
 	}
@@ -1395,25 +1396,4 @@ func TestMetricsGatherError(t *testing.T) {
 	if got := status.Code(err); got != codes.Internal {
 		t.Errorf("Metrics() with a failing collector = %v, want code %v", err, codes.Internal)
 	}
-}
-
-// socketPair returns the two ends of a data-plane socket pair, closed at
-// cleanup.
-func socketPair(tb testing.TB) (host, plugin *net.UnixConn) {
-	tb.Helper()
-	h, f, err := wire.SocketPair()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	p, err := net.FileConn(f)
-	_ = f.Close()
-	if err != nil {
-		_ = h.Close()
-		tb.Fatalf("net.FileConn: %v", err)
-	}
-	tb.Cleanup(func() {
-		_ = h.Close()
-		_ = p.Close()
-	})
-	return h.(*net.UnixConn), p.(*net.UnixConn)
 }

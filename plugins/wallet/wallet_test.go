@@ -383,13 +383,10 @@ func TestConcurrentReplays(t *testing.T) {
 // fail, before the breaker opens, is answered with its record, not with
 // the failure of the group it was queued in.
 func TestReplayWhileCommitsFail(t *testing.T) {
-	faults := faultSet()
-	tw := start(t, `
+	tw, first := paidThenFailing(t, `
 breaker {
   failures = 100
-}`, faults, "")
-	first := tw.mustPost("/v1/issue", "paid", `{"to":"x","amount":3}`, 200)
-	faults.Set([]sdk.Fault{{Point: committer.FaultPoint, Error: "disk on fire"}})
+}`)
 	if got := tw.metric("wallet_breaker_state"); got != 0 {
 		t.Fatalf("wallet_breaker_state = %v, want 0 (closed): the replay must reach the committer", got)
 	}
@@ -402,19 +399,28 @@ breaker {
 	}
 }
 
+// paidThenFailing starts the wallet with config, commits an issue under
+// the key "paid" and returns its response, then makes every commit fail
+// at the fault point.
+func paidThenFailing(t *testing.T, config string) (*testWallet, response) {
+	t.Helper()
+	faults := faultSet()
+	tw := start(t, config, faults, "")
+	first := tw.mustPost("/v1/issue", "paid", `{"to":"x","amount":3}`, 200)
+	faults.Set([]sdk.Fault{{Point: committer.FaultPoint, Error: "disk on fire"}})
+	return tw, first
+}
+
 // TestReplayWhileRefused checks that a recorded outcome is still the
 // answer while the committer refuses new operations (breaker open): the
 // replay comes from the ledger, not the queue.
 func TestReplayWhileRefused(t *testing.T) {
-	faults := faultSet()
-	tw := start(t, `
+	tw, first := paidThenFailing(t, `
 breaker {
   failures = 1
   cool_down = "1m"
   probes = 1
-}`, faults, "")
-	first := tw.mustPost("/v1/issue", "paid", `{"to":"x","amount":3}`, 200)
-	faults.Set([]sdk.Fault{{Point: committer.FaultPoint, Error: "disk on fire"}})
+}`)
 	tw.mustPost("/v1/issue", "opens", `{"to":"x","amount":1}`, 503)
 	if got := tw.metric("wallet_breaker_state"); got != 1 {
 		t.Fatalf("wallet_breaker_state = %v, want 1 (open)", got)

@@ -14,29 +14,9 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	pluginv1 "github.com/plughost/plughost/proto/pluginv1"
+	"github.com/plughost/plughost/sdk/internal/wiretest"
 	"github.com/plughost/plughost/sdk/wire"
 )
-
-// socketPair returns the two ends of a data-plane socket pair, closed at
-// cleanup.
-func socketPair(tb testing.TB) (host, plugin *net.UnixConn) {
-	tb.Helper()
-	h, f, err := wire.SocketPair()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	p, err := net.FileConn(f)
-	_ = f.Close()
-	if err != nil {
-		_ = h.Close()
-		tb.Fatalf("net.FileConn: %v", err)
-	}
-	tb.Cleanup(func() {
-		_ = h.Close()
-		_ = p.Close()
-	})
-	return h.(*net.UnixConn), p.(*net.UnixConn)
-}
 
 // frames returns one frame of each kind, one of them larger than a Conn's
 // buffers.
@@ -64,7 +44,7 @@ func frames() []*pluginv1.ExchangeFrame {
 // TestConnRoundTrip sends frames unflushed but the last, from several
 // goroutines, and checks that each arrives whole.
 func TestConnRoundTrip(t *testing.T) {
-	a, b := socketPair(t)
+	a, b := wiretest.SocketPair(t)
 	send, recv := wire.NewConn(a), wire.NewConn(b)
 	want := frames()
 	var wg sync.WaitGroup
@@ -135,7 +115,7 @@ func TestConnRecvErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			a, b := socketPair(t)
+			a, b := wiretest.SocketPair(t)
 			if _, err := a.Write(tt.input); err != nil {
 				t.Fatal(err)
 			}
@@ -153,7 +133,7 @@ func TestConnRecvErrors(t *testing.T) {
 func header(n int) []byte { return binary.BigEndian.AppendUint32(nil, uint32(n)) }
 
 func TestConnEncodeTooLarge(t *testing.T) {
-	a, _ := socketPair(t)
+	a, _ := wiretest.SocketPair(t)
 	f := &pluginv1.ExchangeFrame{Id: 1, Kind: &pluginv1.ExchangeFrame_Response{Response: &pluginv1.ExchangeResponse{
 		Response: &pluginv1.HTTPResponse{Status: 200, Body: make([]byte, wire.MaxMessageBytes)},
 	}}}
@@ -163,7 +143,7 @@ func TestConnEncodeTooLarge(t *testing.T) {
 }
 
 func TestConnSendAfterPeerClosed(t *testing.T) {
-	a, b := socketPair(t)
+	a, b := wiretest.SocketPair(t)
 	c := wire.NewConn(a)
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
@@ -195,7 +175,7 @@ func FuzzConnRecv(f *testing.F) {
 	f.Add([]byte{0, 0, 0, 2, 0x08})
 	f.Add(append(header(0), header(0)...))
 	f.Fuzz(func(t *testing.T, input []byte) {
-		a, b := socketPair(t)
+		a, b := wiretest.SocketPair(t)
 		var wg sync.WaitGroup
 		defer wg.Wait()
 		wg.Go(func() {
@@ -235,7 +215,7 @@ func (c enteredConn) Read(p []byte) (int, error) {
 // TestConnRecvClaimedLengthHoldsLittle checks that a peer that sends the
 // largest length and then stalls does not make Recv hold that much memory.
 func TestConnRecvClaimedLengthHoldsLittle(t *testing.T) {
-	a, b := socketPair(t)
+	a, b := wiretest.SocketPair(t)
 	if _, err := a.Write(append(header(wire.MaxMessageBytes), "abc"...)); err != nil {
 		t.Fatal(err)
 	}
