@@ -269,16 +269,24 @@ func (l *Ledger) recover(db *bolt.DB, walPath string) error {
 // applyEntries writes a group's entries into tx.
 func applyEntries(tx *bolt.Tx, es []entry) error {
 	for _, e := range es {
-		b := tx.Bucket(walBuckets[e.b])
-		var err error
-		if e.del {
-			err = b.Delete(e.k)
-		} else {
-			err = b.Put(e.k, e.v)
+		if err := e.apply(tx); err != nil {
+			return err
 		}
-		if err != nil {
-			return fmt.Errorf("%s %q: %w", walBuckets[e.b], e.k, err)
-		}
+	}
+	return nil
+}
+
+// apply writes e into tx.
+func (e entry) apply(tx *bolt.Tx) error {
+	b := tx.Bucket(walBuckets[e.b])
+	var err error
+	if e.del {
+		err = b.Delete(e.k)
+	} else {
+		err = b.Put(e.k, e.v)
+	}
+	if err != nil {
+		return fmt.Errorf("%s %q: %w", walBuckets[e.b], e.k, err)
 	}
 	return nil
 }
@@ -825,16 +833,9 @@ func (o *overlay) add(es []entry) {
 // replay writes the overlay into tx.
 func (o *overlay) replay(tx *bolt.Tx) error {
 	for b, m := range o.m {
-		bk := tx.Bucket(walBuckets[b])
 		for k, x := range m {
-			var err error
-			if x.del {
-				err = bk.Delete([]byte(k))
-			} else {
-				err = bk.Put([]byte(k), x.v)
-			}
-			if err != nil {
-				return fmt.Errorf("%s %q: %w", walBuckets[b], k, err)
+			if err := (entry{b: b, del: x.del, k: []byte(k), v: x.v}).apply(tx); err != nil {
+				return err
 			}
 		}
 	}
