@@ -320,8 +320,8 @@ func (c *Committer) work(ctx context.Context) error {
 			defer pass() // also on panic, before the group restarts us
 			c.commit(ctx, g, pass)
 		}()
-		// The group is answered; the next one may be committing. A
-		// checkpoint waits for it and holds the one after.
+		// The group is answered; the next one may be committing, and
+		// goes on while this goroutine checkpoints.
 		if c.checkpointDue() {
 			c.checkpoint()
 		}

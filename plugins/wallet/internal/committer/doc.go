@@ -31,8 +31,11 @@
 //     then each operation's callback gets its result, after the turn has
 //     been passed on.
 //  5. A goroutine that has answered its group checkpoints the ledger if
-//     ledger.CheckpointDue says so; writers wait for the checkpoint, the
-//     group's callers do not. A holder of the turn that finds the queue
+//     ledger.CheckpointDue says so (never while another checkpoint runs);
+//     the other goroutines go on committing groups meanwhile, waiting
+//     only while the checkpoint switches the log to its next generation.
+//     With one committer, groups wait for the checkpoint. A holder of the
+//     turn that finds the queue
 //     empty while groups wait in the log waits for an operation only
 //     until the checkpoint is due, and then runs it. A failed checkpoint
 //     is logged and counted (wallet_checkpoints_total); the groups stay

@@ -2,12 +2,24 @@ package ledger
 
 import "os"
 
-// LogEnd returns where the write-ahead log's next record goes: the end of
-// its last record.
-func LogEnd(l *Ledger) int64 {
+// LogEnd returns the suffix of the write-ahead log file the next record
+// goes to (after the ledger's path), and where in it: the end of its
+// last record.
+func LogEnd(l *Ledger) (string, int64) {
 	l.wmu.Lock()
 	defer l.wmu.Unlock()
-	return l.log.off
+	return walSuffixes[l.log.gen%2], l.log.off
+}
+
+// Rotate starts the write-ahead log's next generation, as a checkpoint
+// does first, and leaves the last one's groups out of the bbolt file, as
+// a checkpoint that has not committed yet does.
+func Rotate(l *Ledger) {
+	l.cmu.Lock()
+	defer l.cmu.Unlock()
+	l.wmu.Lock()
+	defer l.wmu.Unlock()
+	l.rotate()
 }
 
 // SetLogSync makes the write-ahead log call sync instead of fdatasync.

@@ -13,6 +13,7 @@ import (
 	"math/bits"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -65,13 +66,16 @@ const appendFillPercent = 0.9
 // File format versions, in meta "format". Version 2 added idempotency
 // records that refer to their receipt (encodeRecord). Version 3 says that
 // a write-ahead log may hold committed groups the bbolt file lacks, so
-// that a binary without a log refuses the file rather than miss them: Open
-// sets it and a clean Close sets 1 or 2 again (2 once a record refers to
-// a receipt), so a rollback to a binary without a log works after a clean
-// shutdown. Versions 1 and 2 still read.
+// that a binary without a log refuses the file rather than miss them;
+// version 4 the same of a log in two files (wal.go), so that a binary
+// that reads only the first refuses it too. Open sets 4 and a clean Close
+// sets 1 or 2 again (2 once a record refers to a receipt), so a rollback
+// to an older binary works after a clean shutdown. Versions 1 to 3 still
+// read.
 const (
 	formatRefs = 2
 	formatWAL  = 3
+	formatLogs = 4
 )
 
 // Options configure Open. The zero Options is usable.
@@ -103,8 +107,9 @@ type Options struct {
 }
 
 // Ledger is the wallet's bbolt file and its write-ahead log. It is safe
-// for concurrent use: writers (Apply, Sweep, Checkpoint) take turns, and
-// lookups run alongside them. Create one with Open and call Close.
+// for concurrent use: writers (Apply, Sweep) take turns, checkpoints take
+// turns and run alongside writers, and lookups run alongside both. Create
+// one with Open and call Close.
 type Ledger struct {
 	db     *bolt.DB
 	ttl    time.Duration
@@ -118,43 +123,54 @@ type Ledger struct {
 	// format 2 rather than 1.
 	refs atomic.Bool
 
-	// wmu serializes the writers. It guards everything below except ov,
-	// and is held across the log's fdatasync and a checkpoint's commit:
-	// each group must see the one before it.
+	// The locks are taken in the order cmu, wmu, omu.
+	//
+	// wmu serializes the writers and is held across the log's fdatasync:
+	// each group must see the one before it. It guards log, first and
+	// logSize's updates, and the contents of ov.
 	wmu sync.Mutex
 	log *wal
-	// tx is the pending bbolt transaction: the groups committed to the log
-	// since the last checkpoint, applied but not committed. It is nil
-	// when none is open, and broken when a failed group left writes in
-	// it; the next writer then begins it again from ov.
-	tx     *bolt.Tx
-	broken bool
+	// cmu serializes checkpoints (and Close). A checkpoint holds wmu only
+	// to start the log's next generation (rotate), not while it writes
+	// the bbolt file.
+	cmu sync.Mutex
+	// checkpointing is set while a Checkpoint runs, so that
+	// CheckpointDue does not send a second caller to wait for it.
+	checkpointing atomic.Bool
 	// failed is set, for good, by a disk error after which the files'
 	// state is not known (a checkpoint's bbolt commit, or a log record
 	// that could be neither written nor erased); every writer then gets
 	// it. Lookups still answer: what they see was acknowledged. Reopening
-	// recovers from the log. Set under wmu, read anywhere (Err).
+	// recovers from the log. Read anywhere (Err).
 	failed atomic.Pointer[error]
-	// Since the last checkpoint: the first group's time (clock), and the
-	// log's size, read by CheckpointDue without wmu.
+	// Of the log's current generation: the first group's time (clock),
+	// and the log's size, read by CheckpointDue without wmu.
 	first   atomic.Int64
 	logSize atomic.Int64
 	opened  time.Time // for clock
 
-	// omu guards ov: writers replace or extend it exclusively; readers
-	// hold it shared across their bbolt read transaction, so that they
-	// see one consistent state.
+	// omu guards the pointers ov and frozen and ov's contents: writers
+	// extend ov, rotate moves it to frozen, a checkpoint drops frozen
+	// once the bbolt file holds it, all exclusively. Readers hold it
+	// shared while they take the pointers and begin their bbolt read
+	// transaction, lookups also while they read, so that they see one
+	// consistent state: the file, under frozen, under ov.
 	omu sync.RWMutex
-	ov  *overlay
+	// ov has the writes of the log's current generation; frozen those
+	// of the generation before, while a checkpoint writes them into the
+	// bbolt file (or after it failed to, until one succeeds), else nil.
+	ov     *overlay
+	frozen atomic.Pointer[overlay]
 }
 
 // Open opens or creates the ledger file at path, with its write-ahead log
-// at path + ".wal", and replays into the file the groups the log holds.
+// files at path + ".wal" and ".wal.1", and replays into the file the
+// groups the log holds.
 // If another process holds the file it fails after Options.LockTimeout
 // instead of waiting for ever.
 func Open(path string, opts Options) (*Ledger, error) {
 	l := &Ledger{ttl: opts.IdempotencyTTL, render: opts.Render, now: opts.Now,
-		every: opts.CheckpointInterval, maxLog: opts.CheckpointBytes, ov: newOverlay(), opened: time.Now()}
+		every: opts.CheckpointInterval, maxLog: opts.CheckpointBytes, opened: time.Now()}
 	if l.ttl <= 0 {
 		l.ttl = DefaultIdempotencyTTL
 	}
@@ -189,7 +205,7 @@ func Open(path string, opts Options) (*Ledger, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open ledger %s: %w", path, err)
 	}
-	if err := l.recover(db, path+".wal"); err != nil {
+	if err := l.recover(db, path); err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("open ledger %s: %w", path, err)
 	}
@@ -199,59 +215,77 @@ func Open(path string, opts Options) (*Ledger, error) {
 
 // recover replays the write-ahead log into the bbolt file and starts the
 // log's next generation, in one bbolt transaction that also marks the
-// file as having a log (format 3).
-func (l *Ledger) recover(db *bolt.DB, walPath string) error {
+// file as having a log (format 4).
+func (l *Ledger) recover(db *bolt.DB, path string) error {
 	var gen, fmtv uint64
 	if err := db.View(func(tx *bolt.Tx) error {
-		if meta := tx.Bucket(bucketMeta); meta != nil {
-			gen, fmtv = getU64(meta, keyWALGen), getU64(meta, keyFormat)
+		meta := tx.Bucket(bucketMeta)
+		if meta == nil {
+			return nil
+		}
+		gen = getU64(meta, keyWALGen)
+		switch v := meta.Get(keyFormat); {
+		case v == nil:
+		case len(v) == 8 && binary.BigEndian.Uint64(v) >= 1 && binary.BigEndian.Uint64(v) <= formatLogs:
+			fmtv = binary.BigEndian.Uint64(v)
+		default:
+			return fmt.Errorf("file format %x is not one of 1 to %d", v, formatLogs)
 		}
 		return nil
 	}); err != nil {
 		return err
 	}
-	if _, err := os.Stat(walPath); fmtv == formatWAL && errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("%w: the file was not closed cleanly and its write-ahead log %s, which holds its last committed groups, is missing: restore it; to open the file without them, create an empty file there", ErrLogMismatch, walPath)
+	l.refs.Store(fmtv >= formatRefs)
+	// A file not closed cleanly needs the log files that held its
+	// generations: version 3 the first, version 4 both.
+	var need []string
+	switch fmtv {
+	case formatWAL:
+		need = []string{path + walSuffixes[0]}
+	case formatLogs:
+		need = []string{walPath(path, gen), walPath(path, gen+1)}
+	}
+	for _, p := range need {
+		if _, err := os.Stat(p); errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("%w: the file was not closed cleanly and its write-ahead log %s, which may hold its last committed groups, is missing: restore it; to open the file without them, create an empty file there", ErrLogMismatch, p)
+		}
+	}
+	if gen == 0 {
+		// No log was ever used with this file: log files found there
+		// belong to another. Generations start at a random number so
+		// that their records never pass for this file's; openWAL
+		// replays nothing for gen 0.
+		gen = rand.Uint64()>>2 + 1
+		var err error
+		if l.log, _, err = openWAL(path, 0); err != nil {
+			return err
+		}
 	}
 	var groups [][]entry
-	var err error
-	if gen == 0 {
-		// No log was ever used with this file: a log file found there
-		// belongs to another. Generations start at a random number so
-		// that its records never pass for this file's.
-		gen = rand.Uint64()>>1 + 1
-		l.log, _, err = openWAL(walPath, 0)
-	} else {
-		l.log, groups, err = openWAL(walPath, gen)
-	}
-	if err != nil {
-		return err
-	}
-	var seq uint64
-	err = db.Update(func(tx *bolt.Tx) error {
-		for _, name := range walBuckets {
-			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
-				return fmt.Errorf("create bucket %s: %w", name, err)
-			}
+	if l.log == nil {
+		var err error
+		if l.log, groups, err = openWAL(path, gen); err != nil {
+			return err
 		}
-		meta := tx.Bucket(bucketMeta)
-		switch v := meta.Get(keyFormat); {
-		case v == nil:
-		case len(v) == 8 && binary.BigEndian.Uint64(v) == 1:
-		case len(v) == 8 && (binary.BigEndian.Uint64(v) == formatRefs || binary.BigEndian.Uint64(v) == formatWAL):
-			l.refs.Store(true)
-		default:
-			return fmt.Errorf("file format %x is not 1, %d or %d", v, formatRefs, formatWAL)
+	}
+	// The replayed generations, gen and gen+1, are in the file once this
+	// commits: the log starts over with gen+2, in the file that held gen.
+	next := gen + 2
+	var seq uint64
+	err := db.Update(func(tx *bolt.Tx) error {
+		if err := createBuckets(tx); err != nil {
+			return err
 		}
 		for i, g := range groups {
 			if err := applyEntries(tx, g); err != nil {
 				return fmt.Errorf("replay write-ahead log record %d: %w", i, err)
 			}
 		}
-		if err := meta.Put(keyFormat, u64(formatWAL)); err != nil {
+		meta := tx.Bucket(bucketMeta)
+		if err := meta.Put(keyFormat, u64(formatLogs)); err != nil {
 			return err
 		}
-		if err := meta.Put(keyWALGen, u64(gen+1)); err != nil {
+		if err := meta.Put(keyWALGen, u64(next)); err != nil {
 			return err
 		}
 		seq = getU64(meta, keySeq)
@@ -261,8 +295,18 @@ func (l *Ledger) recover(db *bolt.DB, walPath string) error {
 		_ = l.log.close()
 		return err
 	}
-	l.log.reset(gen + 1)
+	l.log.reset(next)
+	l.ov = newOverlay(next)
 	l.seq.Store(seq)
+	return nil
+}
+
+func createBuckets(tx *bolt.Tx) error {
+	for _, name := range walBuckets {
+		if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+			return fmt.Errorf("create bucket %s: %w", name, err)
+		}
+	}
 	return nil
 }
 
@@ -293,11 +337,13 @@ func (e entry) apply(tx *bolt.Tx) error {
 
 // Close folds the write-ahead log into the bbolt file (a final
 // checkpoint, which also sets the file's format back to 1 or 2) and
-// closes both, waiting for writers and lookups in progress. If the
-// checkpoint fails, the log keeps its groups for the next Open. Later
-// calls of every method return ErrClosed. Calling Close more than once is
-// safe.
+// closes both, waiting for writers, checkpoints and lookups in progress.
+// If the checkpoint fails, the log keeps its groups for the next Open.
+// Later calls of every method return ErrClosed. Calling Close more than
+// once is safe.
 func (l *Ledger) Close() error {
+	l.cmu.Lock()
+	defer l.cmu.Unlock()
 	l.wmu.Lock()
 	defer l.wmu.Unlock()
 	if l.closed.Swap(true) {
@@ -310,12 +356,8 @@ func (l *Ledger) Close() error {
 	}
 	if err := l.Err(); err != nil {
 		errs = append(errs, fmt.Errorf("no final checkpoint (the write-ahead log keeps its groups for the next open): %w", err))
-	} else if err := l.checkpoint(final); err != nil {
+	} else if err := l.checkpointAll(final); err != nil {
 		errs = append(errs, fmt.Errorf("final checkpoint (the write-ahead log keeps its groups for the next open): %w", err))
-	}
-	if l.tx != nil {
-		_ = l.tx.Rollback()
-		l.tx = nil
 	}
 	if err := l.log.close(); err != nil {
 		errs = append(errs, fmt.Errorf("close write-ahead log: %w", err))
@@ -375,10 +417,10 @@ func (l *Ledger) Apply(ctx context.Context, ops []Op) ([]Result, error) {
 	return results, nil
 }
 
-// write runs fn against the pending transaction, appends the writes it
-// made to the write-ahead log as one record, and once that is on disk
-// shows them to lookups. On error nothing of fn's writes is kept. The
-// caller holds wmu.
+// write runs fn against the state after the last group, appends the
+// writes it made to the write-ahead log as one record, and once that is
+// on disk shows them to lookups. On error nothing of fn's writes is kept.
+// The caller holds wmu.
 func (l *Ledger) write(fn func(*txState) error) (*txState, error) {
 	if l.closed.Load() {
 		return nil, ErrClosed
@@ -387,21 +429,19 @@ func (l *Ledger) write(fn func(*txState) error) (*txState, error) {
 		return nil, err
 	}
 	if size := l.logSize.Load(); size >= logLimit*l.maxLog {
-		// Checkpoints have been failing (the committer's are due at
-		// maxLog): one more try, then refuse rather than grow the log
-		// and the pending transaction without bound.
-		if err := l.checkpoint(formatWAL); err != nil {
+		// Checkpoints have been failing or nobody calls them (the
+		// committer's are due at maxLog): one try here, then refuse
+		// rather than grow the log and the overlay without bound.
+		if err := l.checkpointNow(); err != nil {
 			return nil, fmt.Errorf("write-ahead log holds %d bytes and checkpoints fail: %w", size, err)
 		}
 	}
-	if err := l.begin(); err != nil {
+	s, err := l.newTxState()
+	if err != nil {
 		return nil, l.mapErr(err)
 	}
-	// Until the group is logged the pending transaction holds writes
-	// nobody committed; if fn fails or panics, they must go.
-	l.broken = true
-	s := newTxState(l.tx, l, l.now().UTC())
-	err := fn(s)
+	defer s.close()
+	err = fn(s)
 	if err == nil {
 		err = s.flush()
 	}
@@ -420,7 +460,6 @@ func (l *Ledger) write(fn func(*txState) error) (*txState, error) {
 	if err != nil {
 		return nil, l.mapErr(err)
 	}
-	l.broken = false
 	if len(s.writes) > 0 {
 		l.omu.Lock()
 		l.ov.add(s.writes)
@@ -429,37 +468,17 @@ func (l *Ledger) write(fn func(*txState) error) (*txState, error) {
 	return s, nil
 }
 
-// begin makes sure the pending transaction is open and holds exactly the
-// groups since the last checkpoint, beginning it again from the overlay
-// if it is missing or broken. The caller holds wmu.
-func (l *Ledger) begin() error {
-	if l.tx != nil && !l.broken {
-		return nil
-	}
-	if l.tx != nil {
-		_ = l.tx.Rollback()
-		l.tx = nil
-	}
-	tx, err := l.db.Begin(true)
-	if err != nil {
-		return fmt.Errorf("begin transaction: %w", err)
-	}
-	// Only wmu's holder changes ov, so it needs no read lock here.
-	if err := l.ov.replay(tx); err != nil {
-		_ = tx.Rollback()
-		return fmt.Errorf("begin transaction again from the groups since the last checkpoint: %w", err)
-	}
-	l.tx, l.broken = tx, false
-	return nil
-}
-
 // CheckpointDue reports whether Checkpoint should run: the oldest group
 // not yet in the bbolt file is Options.CheckpointInterval old, or the
-// write-ahead log has grown by Options.CheckpointBytes; never once the
+// write-ahead log has grown by Options.CheckpointBytes, or a checkpoint
+// failed before it committed; never while a checkpoint runs, or once the
 // ledger has failed (Err).
 func (l *Ledger) CheckpointDue() bool {
+	if l.Err() != nil || l.checkpointing.Load() {
+		return false
+	}
 	first := l.first.Load()
-	return first != 0 && l.Err() == nil && (time.Duration(l.clock()-first) >= l.every || l.logSize.Load() >= l.maxLog)
+	return l.frozen.Load() != nil || first != 0 && (time.Duration(l.clock()-first) >= l.every || l.logSize.Load() >= l.maxLog)
 }
 
 // Err returns the error that made the ledger refuse every write until it
@@ -471,17 +490,10 @@ func (l *Ledger) Err() error {
 	return nil
 }
 
-// fail makes the ledger refuse writes for good with err. The caller
-// holds wmu.
+// fail makes the ledger refuse writes for good with err.
 func (l *Ledger) fail(err error) {
-	if l.failed.Load() == nil {
-		err := fmt.Errorf("%w: %w", ErrFailed, err)
-		l.failed.Store(&err)
-	}
-	if l.tx != nil {
-		_ = l.tx.Rollback()
-		l.tx = nil
-	}
+	err = fmt.Errorf("%w: %w", ErrFailed, err)
+	l.failed.CompareAndSwap(nil, &err)
 }
 
 // clock returns the monotonic nanoseconds since Open, at least 1: a wall
@@ -491,6 +503,9 @@ func (l *Ledger) clock() int64 { return int64(time.Since(l.opened)) + 1 }
 // CheckpointIn returns how long until CheckpointDue reports true by age
 // alone; at least a millisecond.
 func (l *Ledger) CheckpointIn() time.Duration {
+	if l.frozen.Load() != nil {
+		return time.Millisecond
+	}
 	first := l.first.Load()
 	if first == 0 {
 		return l.every
@@ -500,64 +515,110 @@ func (l *Ledger) CheckpointIn() time.Duration {
 
 // Pending reports whether groups wait in the write-ahead log for a
 // checkpoint.
-func (l *Ledger) Pending() bool { return l.first.Load() != 0 }
+func (l *Ledger) Pending() bool { return l.first.Load() != 0 || l.frozen.Load() != nil }
 
-// Checkpoint commits the groups applied since the last checkpoint to the
-// bbolt file, in one bbolt transaction (bbolt's two fdatasyncs), so that
-// the write-ahead log can start over. Writers wait meanwhile; lookups do
-// not. On error the groups stay in the log. If the bbolt commit itself
-// failed, the ledger has failed (ErrFailed); otherwise (the transaction
-// could not begin, say) the next Checkpoint tries again.
+// Checkpoint writes the groups committed since the last checkpoint into
+// the bbolt file, in one bbolt transaction (bbolt's two fdatasyncs), so
+// that their log generation can be reused. Groups go on committing
+// meanwhile, into the log's next generation; they wait only while it is
+// started. Lookups do not wait. On error the groups stay in the log, and
+// the next Checkpoint writes them first. If the bbolt commit itself
+// failed, the ledger has failed (ErrFailed).
 func (l *Ledger) Checkpoint() error {
-	l.wmu.Lock()
-	defer l.wmu.Unlock()
+	l.cmu.Lock()
+	defer l.cmu.Unlock()
+	l.checkpointing.Store(true)
+	defer l.checkpointing.Store(false)
 	if l.closed.Load() {
 		return ErrClosed
 	}
 	if err := l.Err(); err != nil {
 		return err
 	}
-	if l.first.Load() == 0 {
-		return nil
+	if l.frozen.Load() == nil {
+		l.wmu.Lock()
+		if l.first.Load() == 0 {
+			l.wmu.Unlock()
+			return nil
+		}
+		l.rotate()
+		l.wmu.Unlock()
 	}
-	return l.checkpoint(formatWAL)
+	return l.commitFrozen(formatLogs)
 }
 
-// checkpoint commits the pending transaction with meta "format" set to
-// format and starts the log's next generation. The caller holds wmu.
-func (l *Ledger) checkpoint(format uint64) error {
-	if err := l.begin(); err != nil {
-		return l.mapErr(err)
+// checkpointNow checkpoints everything logged so far, for a writer whose
+// log has grown too long. The caller holds wmu, so it cannot wait for a
+// checkpoint under way (which may be waiting for wmu): it fails instead.
+func (l *Ledger) checkpointNow() error {
+	if !l.cmu.TryLock() {
+		return errors.New("a checkpoint is under way")
 	}
-	meta := l.tx.Bucket(bucketMeta)
-	gen := l.log.gen + 1
-	err := meta.Put(keyFormat, u64(format))
+	defer l.cmu.Unlock()
+	return l.checkpointAll(formatLogs)
+}
+
+// checkpointAll writes every logged group into the bbolt file and sets
+// its format. The caller holds cmu and wmu.
+func (l *Ledger) checkpointAll(format uint64) error {
+	if l.frozen.Load() != nil {
+		if err := l.commitFrozen(formatLogs); err != nil {
+			return err
+		}
+	}
+	l.rotate()
+	return l.commitFrozen(format)
+}
+
+// rotate starts the log's next generation, in the other file, and makes
+// the current one's overlay frozen, for commitFrozen to write into the
+// bbolt file. The caller holds cmu and wmu, and frozen is nil: the other
+// file's generation is in the bbolt file.
+func (l *Ledger) rotate() {
+	next := l.ov.gen + 1
+	l.log.reset(next)
+	l.omu.Lock()
+	l.frozen.Store(l.ov)
+	l.ov = newOverlay(next)
+	l.omu.Unlock()
+	l.first.Store(0)
+	l.logSize.Store(0)
+}
+
+// commitFrozen writes the frozen overlay into the bbolt file, naming the
+// generation after it as the first the file lacks, with meta "format"
+// set to format, and drops it. The caller holds cmu.
+func (l *Ledger) commitFrozen(format uint64) error {
+	fz := l.frozen.Load()
+	tx, err := l.db.Begin(true)
+	if err != nil {
+		return fmt.Errorf("checkpoint: begin: %w", l.mapErr(err))
+	}
+	err = fz.writeTo(tx)
 	if err == nil {
-		err = meta.Put(keyWALGen, u64(gen))
+		meta := tx.Bucket(bucketMeta)
+		if err = meta.Put(keyFormat, u64(format)); err == nil {
+			err = meta.Put(keyWALGen, u64(fz.gen+1))
+		}
 	}
 	if err != nil {
-		l.broken = true
+		_ = tx.Rollback()
 		return fmt.Errorf("checkpoint: %w", err)
 	}
-	err = l.tx.Commit()
-	// Committed or rolled back by bbolt: either way it is gone.
-	l.tx = nil
-	if err != nil {
-		// bbolt may have written the new meta page, naming generation
-		// gen, before failing: log records of the current generation
-		// would then be skipped by a recovery. And its free list now
-		// counts pages of that meta as free. Neither can be undone.
+	if err := tx.Commit(); err != nil {
+		// bbolt may have written the new meta page, naming the next
+		// generation, before failing; and its free list now counts the
+		// pages of that meta as free. Neither can be undone: a reopen
+		// reads whichever meta is on disk and replays the log from
+		// there.
 		l.fail(fmt.Errorf("checkpoint: %w", l.mapErr(err)))
 		return l.Err()
 	}
-	// Lookups that began before this saw the old file and ov, those after
-	// see the new file; both hold the same state.
+	// Lookups that began before this saw the old file and frozen, those
+	// after see the new file; both hold the same state.
 	l.omu.Lock()
-	l.ov = newOverlay()
+	l.frozen.Store(nil)
 	l.omu.Unlock()
-	l.log.reset(gen)
-	l.first.Store(0)
-	l.logSize.Store(0)
 	return nil
 }
 
@@ -665,15 +726,7 @@ func (l *Ledger) Sweep(ctx context.Context, limit int) (int, error) {
 	l.wmu.Lock()
 	defer l.wmu.Unlock()
 	_, err := l.write(func(s *txState) error {
-		var expired [][]byte
-		c := s.b[bIdemExp].Cursor()
-		for k, _ := c.First(); k != nil && len(expired) < limit; k, _ = c.Next() {
-			if len(k) < 8 || binary.BigEndian.Uint64(k[:8]) > now {
-				break
-			}
-			expired = append(expired, bytes.Clone(k))
-		}
-		// Deleting behind a bbolt cursor can skip keys, so delete after.
+		expired := s.expired(now, limit)
 		for _, k := range expired {
 			if err := s.del(bIdemExp, k); err != nil {
 				return err
@@ -691,6 +744,47 @@ func (l *Ledger) Sweep(ctx context.Context, limit int) (int, error) {
 	return n, nil
 }
 
+// expired returns the keys of the sweep index that expire at now or
+// before, up to limit of them, oldest first: those of the overlays, and
+// those of the bbolt file the overlays neither delete nor hold.
+func (s *txState) expired(now uint64, limit int) [][]byte {
+	due := func(k string) bool { return len(k) >= 8 && binary.BigEndian.Uint64([]byte(k[:8])) <= now }
+	var keys []string
+	seen := map[string]bool{}
+	for _, o := range s.ov {
+		if o == nil {
+			continue
+		}
+		for k, x := range o.m[bIdemExp] {
+			if seen[k] {
+				continue
+			}
+			seen[k] = true
+			if !x.del && due(k) {
+				keys = append(keys, k)
+			}
+		}
+	}
+	c := s.b[bIdemExp].Cursor()
+	n := 0 // keys taken from the file
+	for k, _ := c.First(); k != nil && n < limit; k, _ = c.Next() {
+		if !due(string(k)) {
+			break
+		}
+		if !seen[string(k)] {
+			keys = append(keys, string(k))
+			n++
+		}
+	}
+	slices.Sort(keys)
+	keys = keys[:min(len(keys), limit)]
+	out := make([][]byte, len(keys))
+	for i, k := range keys {
+		out[i] = []byte(k)
+	}
+	return out
+}
+
 // Audit scans the whole ledger and returns its totals, so that callers
 // can check supply = issued − burned = the sum of balances. It is O(size
 // of the ledger): for tests and operators' checks, not for requests.
@@ -706,23 +800,24 @@ func (l *Ledger) Audit() (Audit, error) {
 			a.Overflow = a.Overflow || carry != 0
 			a.Accounts++
 		}
+		// longView merged the overlays into o[0].
 		accounts := r.bucket(bAccounts)
 		if err := accounts.b.ForEach(func(k, v []byte) error {
-			if _, ok := accounts.o[string(k)]; !ok {
+			if _, ok := accounts.o[0][string(k)]; !ok {
 				add(v)
 			}
 			return nil
 		}); err != nil {
 			return err
 		}
-		for _, x := range accounts.o {
+		for _, x := range accounts.o[0] {
 			if !x.del {
 				add(x.v)
 			}
 		}
 		receipts := r.bucket(bReceipts)
 		a.Receipts = receipts.b.Stats().KeyN
-		for k := range receipts.o {
+		for k := range receipts.o[0] {
 			if receipts.b.Get([]byte(k)) == nil {
 				a.Receipts++
 			}
@@ -732,32 +827,39 @@ func (l *Ledger) Audit() (Audit, error) {
 	return a, err
 }
 
-// view runs fn in a bbolt read transaction with the overlay of the groups
-// not yet checkpointed: the state after the last committed group. It holds
-// omu shared throughout, which a writer adding a group waits for, and
-// readers behind that writer too: fn must be a few lookups.
+// view runs fn in a bbolt read transaction under the overlays of the
+// groups not yet checkpointed: the state after the last committed group.
+// It holds omu shared throughout, which a writer adding a group waits
+// for, and readers behind that writer too: fn must be a few lookups.
 func (l *Ledger) view(fn func(reader) error) error {
 	if l.closed.Load() {
 		return ErrClosed
 	}
 	l.omu.RLock()
 	defer l.omu.RUnlock()
-	return l.mapErr(l.db.View(func(tx *bolt.Tx) error { return fn(reader{tx: tx, ov: l.ov}) }))
+	ovs := [2]*overlay{l.ov, l.frozen.Load()}
+	return l.mapErr(l.db.View(func(tx *bolt.Tx) error { return fn(reader{tx: tx, ov: ovs}) }))
 }
 
 // longView is view for scans: it holds omu only while it begins the read
-// transaction and copies the overlay's buckets fn reads (the others are
-// left empty), then runs fn on that snapshot.
+// transaction and copies the overlays' buckets fn reads into one (the
+// others are left empty), then runs fn on that snapshot.
 func (l *Ledger) longView(buckets []int, fn func(reader) error) error {
 	if l.closed.Load() {
 		return ErrClosed
 	}
 	l.omu.RLock()
 	tx, err := l.db.Begin(false)
-	ov := newOverlay()
+	ov := newOverlay(0)
 	if err == nil {
+		fz := l.frozen.Load()
 		for _, b := range buckets {
-			ov.m[b] = maps.Clone(l.ov.m[b])
+			m := map[string]ovValue{}
+			if fz != nil {
+				m = maps.Clone(fz.m[b])
+			}
+			maps.Copy(m, l.ov.m[b])
+			ov.m[b] = m
 		}
 	}
 	l.omu.RUnlock()
@@ -765,7 +867,7 @@ func (l *Ledger) longView(buckets []int, fn func(reader) error) error {
 		return l.mapErr(err)
 	}
 	defer func() { _ = tx.Rollback() }()
-	return l.mapErr(fn(reader{tx: tx, ov: ov}))
+	return l.mapErr(fn(reader{tx: tx, ov: [2]*overlay{ov}}))
 }
 
 func (l *Ledger) mapErr(err error) error {
@@ -775,40 +877,48 @@ func (l *Ledger) mapErr(err error) error {
 	return err
 }
 
-// reader is a lookup's view: a bbolt read transaction under an overlay.
+// reader is a lookup's view: a bbolt read transaction under up to two
+// overlays, the newer first.
 type reader struct {
 	tx *bolt.Tx
-	ov *overlay
+	ov [2]*overlay
 }
 
 func (r reader) bucket(b int) merged {
-	return merged{b: r.tx.Bucket(walBuckets[b]), o: r.ov.m[b]}
+	m := merged{b: r.tx.Bucket(walBuckets[b])}
+	for i, o := range r.ov {
+		if o != nil {
+			m.o[i] = o.m[b]
+		}
+	}
+	return m
 }
 
 // getter reads a bucket.
 type getter interface{ Get(k []byte) []byte }
 
-// merged reads a bbolt bucket through the overlay's writes to it.
+// merged reads a bbolt bucket through the overlays' writes to it, the
+// newer (o[0]) first.
 type merged struct {
 	b *bolt.Bucket
-	o map[string]ovValue
+	o [2]map[string]ovValue
 }
 
 func (m merged) Get(k []byte) []byte {
-	if x, ok := m.o[string(k)]; ok {
-		if x.del {
-			return nil
+	for _, o := range m.o {
+		if x, ok := o[string(k)]; ok {
+			return x.value()
 		}
-		return x.v
 	}
 	return m.b.Get(k)
 }
 
-// overlay is the writes of the groups committed to the write-ahead log
-// since the last checkpoint, the last write of each key: what lookups add
-// to the bbolt file, and what the pending transaction is begun again from.
+// overlay is the writes of one log generation's groups, the last write of
+// each key: what lookups add to the bbolt file until a checkpoint has
+// written them into it.
 type overlay struct {
-	m [numBuckets]map[string]ovValue
+	gen uint64
+	m   [numBuckets]map[string]ovValue
 }
 
 type ovValue struct {
@@ -816,8 +926,16 @@ type ovValue struct {
 	del bool
 }
 
-func newOverlay() *overlay {
-	o := &overlay{}
+// value returns the value written, nil for a deletion.
+func (x ovValue) value() []byte {
+	if x.del {
+		return nil
+	}
+	return x.v
+}
+
+func newOverlay(gen uint64) *overlay {
+	o := &overlay{gen: gen}
 	for i := range o.m {
 		o.m[i] = map[string]ovValue{}
 	}
@@ -830,10 +948,20 @@ func (o *overlay) add(es []entry) {
 	}
 }
 
-// replay writes the overlay into tx.
-func (o *overlay) replay(tx *bolt.Tx) error {
+// writeTo writes the overlay into tx, each bucket's keys in order: bbolt
+// inserts sorted keys fastest, and a key that many groups wrote (an
+// account, the totals) costs one Put.
+func (o *overlay) writeTo(tx *bolt.Tx) error {
 	for b, m := range o.m {
-		for k, x := range m {
+		bk := tx.Bucket(walBuckets[b])
+		if b == bReceipts || b == bIdemExp {
+			// Appended in seq and expiry order: their pages can be
+			// split nearly full instead of half, fewer pages to write.
+			bk.FillPercent = appendFillPercent
+		}
+		keys := slices.Sorted(maps.Keys(m))
+		for _, k := range keys {
+			x := m[k]
 			if err := (entry{b: b, del: x.del, k: []byte(k), v: x.v}).apply(tx); err != nil {
 				return err
 			}
@@ -842,66 +970,128 @@ func (o *overlay) replay(tx *bolt.Tx) error {
 	return nil
 }
 
-// txState applies operations of one group inside the pending transaction
-// and keeps the writes they make, for the write-ahead log. Accounts are
+// txState applies operations of one group and keeps the writes they
+// make, for the write-ahead log. It reads the state after the last group:
+// a bbolt read transaction (the last checkpoint) under the frozen and the
+// current overlay, and, for the buckets a group reads back (records and
+// the receipts they refer to), under the group's own writes. Accounts are
 // read once, changed in memory and written once by flush, so an account
-// that several operations of a group touch costs one Put.
+// that several operations of a group touch costs one write.
 type txState struct {
-	l   *Ledger
-	now time.Time
-	b   [numBuckets]*bolt.Bucket
+	l      *Ledger
+	now    time.Time
+	tx     *bolt.Tx
+	b      [numBuckets]*bolt.Bucket
+	ov     [2]*overlay                    // current, frozen
+	local  [numBuckets]map[string]ovValue // this group's writes, for readBack buckets
+	writes []entry
 
 	seq, issued, burned uint64
 	// The totals as the group found them, so that flush writes only
 	// what changed.
 	seq0, issued0, burned0 uint64
 	cache                  map[string]*acct
-	writes                 []entry
 	// refs is set when a record of the group refers to its receipt.
 	refs bool
 }
+
+// readBack are the buckets a group may read after writing them: an
+// operation's key may repeat in its group, and its record refers to a
+// receipt of the group.
+var readBack = [numBuckets]bool{bIdem: true, bReceipts: true}
 
 type acct struct {
 	balance, nonce uint64
 	dirty          bool
 }
 
-func newTxState(tx *bolt.Tx, l *Ledger, now time.Time) *txState {
-	s := &txState{l: l, now: now, cache: map[string]*acct{}}
+// newTxState begins a group. The caller holds wmu, so ov is stable; the
+// frozen overlay and the read transaction are taken together under omu,
+// so that they show one state whether or not a checkpoint commits
+// meanwhile.
+func (l *Ledger) newTxState() (*txState, error) {
+	l.omu.RLock()
+	fz := l.frozen.Load()
+	tx, err := l.db.Begin(false)
+	l.omu.RUnlock()
+	if err != nil {
+		return nil, fmt.Errorf("begin read transaction: %w", err)
+	}
+	s := &txState{l: l, now: l.now().UTC(), tx: tx, ov: [2]*overlay{l.ov, fz}, cache: map[string]*acct{}}
 	for i, name := range walBuckets {
 		s.b[i] = tx.Bucket(name)
 	}
-	// Receipts are appended in seq order and sweep index keys in expiry
-	// order, so their pages can be split nearly full instead of half:
-	// fewer pages for each checkpoint to write.
-	s.b[bReceipts].FillPercent = appendFillPercent
-	s.b[bIdemExp].FillPercent = appendFillPercent
-	meta := s.b[bMeta]
-	s.seq, s.issued, s.burned = getU64(meta, keySeq), getU64(meta, keyIssued), getU64(meta, keyBurned)
+	s.seq, s.issued, s.burned = getU64(s.bucket(bMeta), keySeq), getU64(s.bucket(bMeta), keyIssued), getU64(s.bucket(bMeta), keyBurned)
 	s.seq0, s.issued0, s.burned0 = s.seq, s.issued, s.burned
-	return s
+	return s, nil
 }
 
-// put writes v under k in bucket b and keeps the write for the log. bbolt
-// keeps k and v until the transaction ends, so neither may be reused.
+// close ends the group's read transaction.
+func (s *txState) close() { _ = s.tx.Rollback() }
+
+// get returns the value of k in bucket b as the group sees it, nil if
+// there is none. It is valid until close.
+func (s *txState) get(b int, k []byte) []byte {
+	if x, ok := s.local[b][string(k)]; ok {
+		return x.value()
+	}
+	for _, o := range s.ov {
+		if o == nil {
+			continue
+		}
+		if x, ok := o.m[b][string(k)]; ok {
+			return x.value()
+		}
+	}
+	return s.b[b].Get(k)
+}
+
+// bucket returns a getter of bucket b as the group sees it.
+func (s *txState) bucket(b int) getter { return groupBucket{s, b} }
+
+type groupBucket struct {
+	s *txState
+	b int
+}
+
+func (g groupBucket) Get(k []byte) []byte { return g.s.get(g.b, k) }
+
+// put writes v under k in bucket b. The overlay keeps k and v once the
+// group is logged, so neither may be reused. It refuses what bbolt
+// would: a checkpoint must not meet a write it cannot make.
 func (s *txState) put(b int, k, v []byte) error {
+	switch {
+	case len(k) == 0:
+		return berrors.ErrKeyRequired
+	case len(k) > bolt.MaxKeySize:
+		return berrors.ErrKeyTooLarge
+	case int64(len(v)) > bolt.MaxValueSize:
+		return berrors.ErrValueTooLarge
+	}
 	if v == nil {
 		v = []byte{}
 	}
-	if err := s.b[b].Put(k, v); err != nil {
-		return err
-	}
-	s.writes = append(s.writes, entry{b: b, k: k, v: v})
+	s.write(entry{b: b, k: k, v: v})
 	return nil
 }
 
-// del deletes k from bucket b and keeps the deletion for the log.
+// del deletes k from bucket b.
 func (s *txState) del(b int, k []byte) error {
-	if err := s.b[b].Delete(k); err != nil {
-		return err
+	if len(k) == 0 {
+		return berrors.ErrKeyRequired
 	}
-	s.writes = append(s.writes, entry{b: b, del: true, k: k})
+	s.write(entry{b: b, del: true, k: k})
 	return nil
+}
+
+func (s *txState) write(e entry) {
+	s.writes = append(s.writes, e)
+	if readBack[e.b] {
+		if s.local[e.b] == nil {
+			s.local[e.b] = map[string]ovValue{}
+		}
+		s.local[e.b][string(e.k)] = ovValue{v: e.v, del: e.del}
+	}
 }
 
 func (s *txState) account(id string) *acct {
@@ -909,7 +1099,7 @@ func (s *txState) account(id string) *acct {
 		return a
 	}
 	a := &acct{}
-	if v := s.b[bAccounts].Get([]byte(id)); v != nil {
+	if v := s.get(bAccounts, []byte(id)); v != nil {
 		a.balance, a.nonce = decodeAccount(v)
 	}
 	s.cache[id] = a
@@ -921,9 +1111,9 @@ func (s *txState) account(id string) *acct {
 func (s *txState) apply(op *Op) (Result, error) {
 	var old []byte // an expired record under op's key
 	if op.Idem != nil {
-		if v := s.b[bIdem].Get([]byte(op.Idem.Key)); v != nil {
+		if v := s.get(bIdem, []byte(op.Idem.Key)); v != nil {
 			old = v
-			rec, err := decodeRecord(v, s.b[bReceipts])
+			rec, err := decodeRecord(v, s.bucket(bReceipts))
 			if err != nil {
 				return Result{}, fmt.Errorf("idempotency record %q: %w", op.Idem.Key, err)
 			}

@@ -737,11 +737,13 @@ func TestIdempotencyRecordStorage(t *testing.T) {
 	}
 }
 
-// TestOpenFormats checks that a file is format 3 while a ledger has it
-// open, since its write-ahead log may hold groups the file lacks; that a
-// clean Close leaves format 1, which an older wallet can open, until the
-// first record that refers to a receipt, and format 2 after; that Open
-// accepts all three; and that it refuses one it does not know.
+// TestOpenFormats checks that a file is format 4 while a ledger has it
+// open, since its write-ahead log files may hold groups the file lacks;
+// that a clean Close leaves format 1, which an older wallet can open,
+// until the first record that refers to a receipt, and format 2 after;
+// that Open accepts these, and a format 3 file that a crash left with
+// its groups in one log file (as wallets before the second file did);
+// and that it refuses a format it does not know.
 func TestOpenFormats(t *testing.T) {
 	format := func(t *testing.T, path string) uint64 {
 		t.Helper()
@@ -768,8 +770,8 @@ func TestOpenFormats(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if got := format(t, crashImage(t, path)); got != 3 {
-			t.Errorf("format while open = %d, want 3", got)
+		if got := format(t, crashImage(t, path)); got != 4 {
+			t.Errorf("format while open = %d, want 4", got)
 		}
 		if err := l.Close(); err != nil {
 			t.Fatal(err)
@@ -792,7 +794,7 @@ func TestOpenFormats(t *testing.T) {
 		t.Errorf("format of a format 2 file after a reopen = %d, want 2", got)
 	}
 
-	// A crash leaves format 3; the next Open replays the log and a
+	// A crash leaves format 4; the next Open replays the log and a
 	// Close then leaves format 2, as records may refer to receipts.
 	keyed2 := issue("b", 2)
 	keyed2.Idem = &ledger.Idem{Key: "k2"}
@@ -802,25 +804,49 @@ func TestOpenFormats(t *testing.T) {
 		t.Errorf("format of a crashed file after a reopen = %d, want 2", got)
 	}
 
-	path = filepath.Join(t.TempDir(), "v4.db")
+	// Format 3: a crashed file whose log is the one file ".wal".
+	path = filepath.Join(t.TempDir(), "v3.db")
+	l := open(t, path, ledger.Options{CheckpointInterval: time.Hour})
+	apply(t, l, issue("c", 3))
+	logFile, _ := ledger.LogEnd(l)
+	v3 := crashImage(t, path)
+	if logFile != ".wal" {
+		if err := os.Rename(v3+logFile, v3+".wal"); err != nil {
+			t.Fatal(err)
+		}
+	} else if err := os.Remove(v3 + ".wal.1"); err != nil {
+		t.Fatal(err)
+	}
+	setFormat(t, v3, 3)
+	if got := account(t, open(t, v3, ledger.Options{}), "c"); got.Balance != 3 {
+		t.Errorf("account c of a crashed format 3 file = %+v, want its logged issue", got)
+	}
+
+	path = filepath.Join(t.TempDir(), "v5.db")
 	reopen(t, path)
+	setFormat(t, path, 5)
+	if l, err := ledger.Open(path, ledger.Options{}); err == nil || !strings.Contains(err.Error(), "is not one of 1 to 4") {
+		if l != nil {
+			_ = l.Close()
+		}
+		t.Errorf("Open(format 5 file) = %v, want it refused", err)
+	}
+}
+
+// setFormat sets meta "format" of the closed ledger file at path.
+func setFormat(t *testing.T, path string, format uint64) {
+	t.Helper()
 	db, err := bolt.Open(path, 0o600, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := db.Update(func(tx *bolt.Tx) error {
-		return tx.Bucket([]byte("meta")).Put([]byte("format"), binary.BigEndian.AppendUint64(nil, 4))
+		return tx.Bucket([]byte("meta")).Put([]byte("format"), binary.BigEndian.AppendUint64(nil, format))
 	}); err != nil {
 		t.Fatal(err)
 	}
 	if err := db.Close(); err != nil {
 		t.Fatal(err)
-	}
-	if l, err := ledger.Open(path, ledger.Options{}); err == nil || !strings.Contains(err.Error(), "is not 1, 2 or 3") {
-		if l != nil {
-			_ = l.Close()
-		}
-		t.Errorf("Open(format 4 file) = %v, want it refused", err)
 	}
 }
 
@@ -852,7 +878,7 @@ func openCopy(t *testing.T, path string, ops ...ledger.Op) string {
 func crashImage(t *testing.T, path string) string {
 	t.Helper()
 	dir := t.TempDir()
-	for _, suffix := range []string{"", ".wal"} {
+	for _, suffix := range []string{"", ".wal", ".wal.1"} {
 		data, err := os.ReadFile(path + suffix)
 		if err != nil {
 			t.Fatal(err)

@@ -12,23 +12,30 @@ import (
 )
 
 // The write-ahead log holds the groups committed since the last
-// checkpoint, one record per group. A record is
+// checkpoint, one record per group, in two files: path + ".wal" holds
+// the even generations and path + ".wal.1" the odd ones. A generation is
+// the run of groups between two checkpoints; a checkpoint starts the next
+// generation in the other file and then writes its own into the bbolt
+// file, so that groups go on committing meanwhile. A record is
 //
 //	length(4) crc32c(4) | gen(8) index(4) entries
 //
-// where the CRC-32C covers everything after it, gen is the checkpoint
-// generation the record belongs to (meta "wal_gen" of the bbolt file) and
-// index counts the generation's records from 0. An entry is a byte with
-// the bucket's number in the low bits and walDelete set for a deletion,
-// then the key (uvarint length, bytes) and, for a put, the value (the
-// same). Each generation starts again at offset 0: once the file has
-// grown to the size a generation needs, appends overwrite bytes in place
-// and an fdatasync writes only data, not the file's size.
+// where the CRC-32C covers everything after it, gen is the record's
+// generation and index counts the generation's records from 0. An entry
+// is a byte with the bucket's number in the low bits and walDelete set
+// for a deletion, then the key (uvarint length, bytes) and, for a put,
+// the value (the same). Each generation starts at offset 0 of its file:
+// once the file has grown to the size a generation needs, appends
+// overwrite bytes in place and an fdatasync writes only data, not the
+// file's size. A generation is started only once the one before the
+// previous is in the bbolt file, so it overwrites nothing still needed.
 //
-// Replay reads records from offset 0 for as long as each is whole, has a
-// valid checksum, belongs to the generation the bbolt file names and has
-// the next index. Whatever follows (a torn tail, records of an older
-// generation) is not part of the log.
+// Replay reads, for the generation G the bbolt file names (meta
+// "wal_gen") and for G+1, the records at the start of the file that
+// begins with that generation, for as long as each is whole, has a valid
+// checksum, belongs to the generation and has the next index. Whatever
+// follows (a torn tail, records of an older generation) is not part of
+// the log. Records of G+1 exist only once every record of G was on disk.
 const (
 	walHeader     = 8       // length and checksum
 	walRecordHead = 8 + 4   // gen and index
@@ -57,10 +64,11 @@ type entry struct {
 	v   []byte
 }
 
-// wal is the log file. It is not safe for concurrent use: the ledger's
-// writer lock guards it.
+// wal is the log's two files. It is not safe for concurrent use: the
+// ledger's writer lock guards it.
 type wal struct {
-	f     *os.File
+	files [2]*os.File // by generation parity
+	f     *os.File    // files[gen%2]
 	gen   uint64
 	index uint32
 	off   int64 // where the next record goes
@@ -68,37 +76,67 @@ type wal struct {
 	sync  func(*os.File) error // fdatasync; tests make it fail
 }
 
-// openWAL opens or creates the log at path and returns it with the
-// records of generation gen that it holds, in order.
+// walSuffixes are the names of the log's files after the ledger's path,
+// by generation parity.
+var walSuffixes = [2]string{".wal", ".wal.1"}
+
+// walPath returns the path of the log file that holds generation gen.
+func walPath(path string, gen uint64) string { return path + walSuffixes[gen%2] }
+
+// openWAL opens or creates the log files of the ledger at path and
+// returns them with the records they hold of generations gen and gen+1,
+// in order; gen 0 is a ledger that never had a log, for which it returns
+// none.
 func openWAL(path string, gen uint64) (*wal, [][]entry, error) {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
-	if err != nil {
-		return nil, nil, fmt.Errorf("open write-ahead log: %w", err)
+	w := &wal{sync: fdatasync}
+	var data [2][]byte
+	for i := range w.files {
+		f, err := os.OpenFile(path+walSuffixes[i], os.O_RDWR|os.O_CREATE, 0o600)
+		if err != nil {
+			_ = w.close()
+			return nil, nil, fmt.Errorf("open write-ahead log: %w", err)
+		}
+		w.files[i] = f
+		if data[i], err = io.ReadAll(f); err != nil {
+			_ = w.close()
+			return nil, nil, fmt.Errorf("read write-ahead log: %w", err)
+		}
 	}
-	// The file's name must be durable before anything in it is; a crash
-	// may have come between creating it and syncing its directory before.
+	// The files' names must be durable before anything in them is; a
+	// crash may have come between creating them and syncing their
+	// directory before.
 	if err := syncDir(filepath.Dir(path)); err != nil {
-		_ = f.Close()
+		_ = w.close()
 		return nil, nil, fmt.Errorf("open write-ahead log: sync its directory: %w", err)
 	}
-	data, err := io.ReadAll(f)
-	if err != nil {
-		_ = f.Close()
-		return nil, nil, fmt.Errorf("read write-ahead log: %w", err)
+	if gen == 0 {
+		return w, nil, nil
 	}
-	if g, ok := firstGen(data); ok && gen != 0 && g > gen {
-		// Checkpoints start the log over at offset 0 with the generation
-		// they write into the file: a later one there means the file is
-		// older than its log.
-		_ = f.Close()
-		return nil, nil, fmt.Errorf("%w: the write-ahead log %s starts with generation %d, but the file only reached %d: the file is older than its log (were they restored from different times?)", ErrLogMismatch, path, g, gen)
+	var groups [][]entry
+	for g := gen; g <= gen+1; g++ {
+		for i, d := range data {
+			first, ok := firstGen(d)
+			if !ok || first != g {
+				continue
+			}
+			gs, _, err := decodeWAL(d, g)
+			if err != nil {
+				_ = w.close()
+				return nil, nil, fmt.Errorf("read write-ahead log %s: %w", path+walSuffixes[i], err)
+			}
+			groups = append(groups, gs...)
+		}
 	}
-	groups, _, err := decodeWAL(data, gen)
-	if err != nil {
-		_ = f.Close()
-		return nil, nil, fmt.Errorf("read write-ahead log %s: %w", path, err)
+	for i, d := range data {
+		if g, ok := firstGen(d); ok && g > gen+1 {
+			// Checkpoints start a generation at offset 0 only once the
+			// file names the one before it: a later one there means
+			// the file is older than its log.
+			_ = w.close()
+			return nil, nil, fmt.Errorf("%w: the write-ahead log %s starts with generation %d, but the file only reached %d: the file is older than its log (were they restored from different times?)", ErrLogMismatch, path+walSuffixes[i], g, gen)
+		}
 	}
-	return &wal{f: f, gen: gen, sync: fdatasync}, groups, nil
+	return w, groups, nil
 }
 
 // decodeWAL returns the groups of generation gen at the start of data and
@@ -239,13 +277,21 @@ func (w *wal) erase() error {
 	return nil
 }
 
-// reset starts generation gen at offset 0, after a checkpoint made the
-// older generations' records redundant.
+// reset starts generation gen at offset 0 of its file. The caller makes
+// sure that the file's records are in the bbolt file.
 func (w *wal) reset(gen uint64) {
-	w.gen, w.index, w.off = gen, 0, 0
+	w.f, w.gen, w.index, w.off = w.files[gen%2], gen, 0, 0
 }
 
-func (w *wal) close() error { return w.f.Close() }
+func (w *wal) close() error {
+	var errs []error
+	for _, f := range w.files {
+		if f != nil {
+			errs = append(errs, f.Close())
+		}
+	}
+	return errors.Join(errs...)
+}
 
 func syncDir(dir string) error {
 	d, err := os.Open(dir)

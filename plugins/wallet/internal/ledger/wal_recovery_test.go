@@ -164,7 +164,7 @@ func TestCrashRecovery(t *testing.T) {
 	withLast := crashImage(t, path)
 	// Where the last record ends; a longer generation's stale records
 	// may follow it in the file.
-	end := ledger.LogEnd(l)
+	logFile, end := ledger.LogEnd(l)
 	accounts, keys := append(walAccounts, "e"), append(walKeys, "last")
 
 	t.Run("whole log", func(t *testing.T) {
@@ -180,17 +180,17 @@ func TestCrashRecovery(t *testing.T) {
 	})
 	for name, damage := range map[string]func(p string){
 		"torn last record": func(p string) {
-			if err := os.Truncate(p+".wal", end-1); err != nil {
+			if err := os.Truncate(p+logFile, end-1); err != nil {
 				t.Fatal(err)
 			}
 		},
 		"flipped bit in the last record": func(p string) {
-			data, err := os.ReadFile(p + ".wal")
+			data, err := os.ReadFile(p + logFile)
 			if err != nil {
 				t.Fatal(err)
 			}
 			data[end-2] ^= 0x10
-			if err := os.WriteFile(p+".wal", data, 0o600); err != nil {
+			if err := os.WriteFile(p+logFile, data, 0o600); err != nil {
 				t.Fatal(err)
 			}
 		},
@@ -361,49 +361,72 @@ func TestCheckpointFailure(t *testing.T) {
 }
 
 // TestMissingLog checks that a file a crash left with groups in its log
-// is refused without the log, with a way out, rather than opened without
-// them; and that a log newer than the file is refused too.
+// is refused without either log file, with a way out, rather than opened
+// without them; that a file one checkpoint older than its log files
+// recovers (they keep a generation until the one after next overwrites
+// it); and that a log newer than that is refused.
 func TestMissingLog(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "wallet.db")
 	l := open(t, path, ledger.Options{CheckpointInterval: time.Hour})
 	apply(t, l, keyed(issue("a", 100), "i1"))
-	image := crashImage(t, path)
-	if err := os.Remove(image + ".wal"); err != nil {
-		t.Fatal(err)
-	}
-	if l, err := ledger.Open(image, ledger.Options{}); !errors.Is(err, ledger.ErrLogMismatch) || !strings.Contains(err.Error(), "create an empty file") {
-		if l != nil {
-			_ = l.Close()
+	for _, missing := range []string{".wal", ".wal.1"} {
+		image := crashImage(t, path)
+		if err := os.Remove(image + missing); err != nil {
+			t.Fatal(err)
 		}
-		t.Fatalf("Open without the log = %v, want ErrLogMismatch saying how to go on", err)
+		if l, err := ledger.Open(image, ledger.Options{}); !errors.Is(err, ledger.ErrLogMismatch) || !strings.Contains(err.Error(), "create an empty file") {
+			if l != nil {
+				_ = l.Close()
+			}
+			t.Fatalf("Open without %s = %v, want ErrLogMismatch saying how to go on", missing, err)
+		}
 	}
-	if err := os.WriteFile(image+".wal", nil, 0o600); err != nil {
+	logFile, _ := ledger.LogEnd(l)
+	image := crashImage(t, path)
+	if err := os.WriteFile(image+logFile, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if got := account(t, open(t, image, ledger.Options{}), "a"); got.Balance != 0 {
 		t.Errorf("account a after opening with an empty log = %+v, want the logged issue gone", got)
 	}
 
-	// A file older than its log: the file from before a checkpoint, the
-	// log from after it.
 	older := crashImage(t, path)
 	if err := l.Checkpoint(); err != nil {
 		t.Fatal(err)
 	}
 	apply(t, l, keyed(issue("a", 5), "i2"))
-	newer := crashImage(t, path)
-	data, err := os.ReadFile(newer + ".wal")
-	if err != nil {
+	image = crashImage(t, older)
+	copyLogs(t, path, image)
+	if got := account(t, open(t, image, ledger.Options{}), "a"); got.Balance != 105 {
+		t.Errorf("account a of a file one checkpoint older than its log = %+v, want balance 105", got)
+	}
+
+	if err := l.Checkpoint(); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(older+".wal", data, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if l, err := ledger.Open(older, ledger.Options{}); !errors.Is(err, ledger.ErrLogMismatch) || !strings.Contains(err.Error(), "older than its log") {
+	apply(t, l, keyed(issue("a", 7), "i3"))
+	image = crashImage(t, older)
+	copyLogs(t, path, image)
+	if l, err := ledger.Open(image, ledger.Options{}); !errors.Is(err, ledger.ErrLogMismatch) || !strings.Contains(err.Error(), "older than its log") {
 		if l != nil {
 			_ = l.Close()
 		}
-		t.Errorf("Open of a file older than its log = %v, want ErrLogMismatch", err)
+		t.Errorf("Open of a file two checkpoints older than its log = %v, want ErrLogMismatch", err)
+	}
+}
+
+// copyLogs copies the write-ahead log files of the ledger at from over
+// those of the ledger at to.
+func copyLogs(t *testing.T, from, to string) {
+	t.Helper()
+	for _, suffix := range []string{".wal", ".wal.1"} {
+		data, err := os.ReadFile(from + suffix)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(to+suffix, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
@@ -418,13 +441,14 @@ func TestLogLimit(t *testing.T) {
 			t.Fatalf("CheckpointDue() = false after group %d with CheckpointBytes 1", i)
 		}
 	}
-	fi, err := os.Stat(path + ".wal")
-	if err != nil {
-		t.Fatal(err)
-	}
-	one := fi.Size()
-	if one > 4096 {
-		t.Errorf("log is %d bytes after 20 one-op groups, each checkpointed before the next: want one record's size", one)
+	for _, suffix := range []string{".wal", ".wal.1"} {
+		fi, err := os.Stat(path + suffix)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Size() > 4096 {
+			t.Errorf("log file %s is %d bytes after 20 one-op groups, each checkpointed before the next: want one record's size", suffix, fi.Size())
+		}
 	}
 	checkAudit(t, l)
 }
@@ -545,5 +569,141 @@ func TestLookupsDuringCheckpoints(t *testing.T) {
 	a := checkAudit(t, l)
 	if a.Receipts != 302 {
 		t.Errorf("Audit().Receipts = %d, want 302", a.Receipts)
+	}
+}
+
+// TestCrashMidCheckpoint opens what a crash during a checkpoint leaves:
+// the log's next generation started, in the other file, and groups
+// committed to it, while the bbolt file still lacks the generation
+// before. Lookups meanwhile, the recovery, and a checkpoint after it all
+// see every group.
+func TestCrashMidCheckpoint(t *testing.T) {
+	clk := wallettest.NewClock(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC))
+	opts := ledger.Options{IdempotencyTTL: time.Hour, Now: clk.Now, CheckpointInterval: time.Hour}
+	path := filepath.Join(t.TempDir(), "wallet.db")
+	l := open(t, path, opts)
+	apply(t, l, keyed(issue("a", 1000), "i1"), keyed(issue("b", 500), "i2"))
+	before, _ := ledger.LogEnd(l)
+	ledger.Rotate(l)
+	after, _ := ledger.LogEnd(l)
+	if before == after {
+		t.Fatalf("the next generation went to the same file %s", after)
+	}
+	// A key of the frozen generation again, and transfers that read its
+	// accounts.
+	res := apply(t, l, keyed(issue("a", 1000), "i1"), keyed(transfer("a", "c", 100, 1), "t1"))
+	if !res[0].Replayed {
+		t.Errorf("replay of a frozen generation's key = %+v, want its record", res[0])
+	}
+	apply(t, l, keyed(transfer("b", "a", 50, 1), "t2"), keyed(burn("c", 10, 1), "u1"))
+	accounts, keys := []string{"a", "b", "c"}, []string{"i1", "i2", "t1", "t2", "u1"}
+	want := stateOf(t, l, accounts, keys)
+	if a := want.Accounts["a"]; a.Balance != 950 || a.Nonce != 1 || want.Audit.Receipts != 5 {
+		t.Fatalf("lookups with a frozen generation: a = %+v, %d receipts; want balance 950, nonce 1, 5 receipts", a, want.Audit.Receipts)
+	}
+	image := crashImage(t, path)
+	if diff := cmp.Diff(want, stateOf(t, open(t, image, opts), accounts, keys)); diff != "" {
+		t.Errorf("recovered ledger differs (-before the crash +after):\n%s", diff)
+	}
+	// The checkpoint that was cut short, done now, writes the frozen
+	// generation; the next one the current.
+	if !l.CheckpointDue() {
+		t.Error("CheckpointDue() = false after a checkpoint was cut short")
+	}
+	for range 2 {
+		if err := l.Checkpoint(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if l.Pending() {
+		t.Error("Pending() = true after two checkpoints")
+	}
+	if diff := cmp.Diff(want, stateOf(t, l, accounts, keys)); diff != "" {
+		t.Errorf("lookups after the checkpoints differ (-before +after):\n%s", diff)
+	}
+	if diff := cmp.Diff(want, stateOf(t, open(t, crashImage(t, path), opts), accounts, keys)); diff != "" {
+		t.Errorf("ledger recovered after the checkpoints differs (-before +after):\n%s", diff)
+	}
+}
+
+// TestCheckpointsAlongsideWriters runs checkpoints in one goroutine while
+// another commits groups and others look up, under the race detector:
+// every group committed is in the ledger, lookups always see a state that
+// existed, and a reopen sees the same.
+func TestCheckpointsAlongsideWriters(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "wallet.db")
+	opts := ledger.Options{CheckpointInterval: time.Hour}
+	l := open(t, path, opts)
+	apply(t, l, issue("a", 1000), issue("b", 1000))
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	errs := make(chan error, 3)
+	wg.Go(func() {
+		n := 0
+		for {
+			select {
+			case <-done:
+				if n == 0 {
+					errs <- errors.New("no checkpoint ran alongside the writer")
+				}
+				return
+			default:
+			}
+			if err := l.Checkpoint(); err != nil {
+				errs <- err
+				return
+			}
+			n++
+		}
+	})
+	wg.Go(func() {
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			a, err := l.Audit()
+			if err == nil && (a.Balances != a.Issued-a.Burned || uint64(a.Receipts) != a.Seq) {
+				err = fmt.Errorf("audit %+v: balances are not the supply, or receipts are missing", a)
+			}
+			if err != nil {
+				errs <- err
+				return
+			}
+		}
+	})
+	var nonceA, nonceB uint64
+	for i := range 400 {
+		ops := []ledger.Op{}
+		nonceA++
+		ops = append(ops, keyed(transfer("a", "b", 3, nonceA), fmt.Sprintf("a%d", i)))
+		nonceB++
+		ops = append(ops, keyed(transfer("b", "a", 2, nonceB), fmt.Sprintf("b%d", i)))
+		if i%50 == 0 {
+			// A key of an earlier group, maybe frozen, maybe in the file.
+			ops = append(ops, keyed(transfer("a", "b", 3, 1), "a0"))
+		}
+		res := apply(t, l, ops...)
+		if i%50 == 0 && i > 0 && !res[2].Replayed {
+			t.Errorf("group %d: key a0 = %+v, want its record replayed", i, res[2])
+		}
+	}
+	close(done)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	keys := []string{"a0", "a399", "b399"}
+	want := stateOf(t, l, []string{"a", "b"}, keys)
+	if a := want.Accounts["a"]; a.Balance != 1000-400 || a.Nonce != 400 || want.Seq != 802 {
+		t.Errorf("account a = %+v, seq %d; want balance 600, nonce 400, seq 802", a, want.Seq)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want, stateOf(t, open(t, path, opts), []string{"a", "b"}, keys)); diff != "" {
+		t.Errorf("reopened ledger differs (-before +after):\n%s", diff)
 	}
 }
