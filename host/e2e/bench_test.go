@@ -766,7 +766,7 @@ func BenchmarkWalletTransfers(b *testing.B) {
 	fmt.Fprintf(&sb, "%-22s %12.2fms   ledger in a commit %.0f%% of the measured time\n", "commit time (mean)",
 		commits.mean()*1e3, 100*commits.sum/res.elapsed.Seconds())
 	// Commits wait for a checkpoint in progress, so the two shares overlap.
-	fmt.Fprintf(&sb, "%-22s %14d   mean %.2fms; %.0f%% of the measured time\n", "checkpoints",
+	fmt.Fprintf(&sb, "%-22s %14d   mean %.2fms; running %.0f%% of the measured time, alongside groups\n", "checkpoints",
 		checkpoints.count, checkpoints.mean()*1e3, 100*checkpoints.sum/res.elapsed.Seconds())
 	fmt.Fprintf(&sb, "%-22s %14v   p50 of 200 writes of one 4 KiB page, each followed by fdatasync, before the load\n",
 		"disk fdatasync", roundDur(syncBefore))
