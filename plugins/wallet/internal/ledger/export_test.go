@@ -34,3 +34,16 @@ func WithOpenFile(opts Options, open func(string, int, os.FileMode) (*os.File, e
 	opts.openFile = open
 	return opts
 }
+
+// ForeignRecord returns a whole log record of generation gen, as another
+// ledger's log would hold.
+func ForeignRecord(gen uint64) []byte {
+	return appendRecord(nil, gen, 0, []entry{{b: bMeta, k: []byte("foreign"), v: []byte("x")}})
+}
+
+// WithMmapSize returns opts with bbolt's initial memory map of size
+// bytes, so that a checkpoint that grows the file past it remaps.
+func WithMmapSize(opts Options, size int) Options {
+	opts.mmapSize = size
+	return opts
+}

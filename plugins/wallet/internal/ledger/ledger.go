@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -104,6 +105,9 @@ type Options struct {
 	// openFile, if set, opens the bbolt file (tests: to make its writes
 	// fail).
 	openFile func(string, int, os.FileMode) (*os.File, error)
+	// mmapSize, if set, replaces initialMmapSize (tests: to make a
+	// checkpoint remap).
+	mmapSize int
 }
 
 // Ledger is the wallet's bbolt file and its write-ahead log. It is safe
@@ -196,7 +200,7 @@ func Open(path string, opts Options) (*Ledger, error) {
 		// written by every commit: fewer pages per fsync.
 		NoFreelistSync:  true,
 		FreelistType:    bolt.FreelistMapType,
-		InitialMmapSize: initialMmapSize,
+		InitialMmapSize: cmp.Or(opts.mmapSize, initialMmapSize),
 		OpenFile:        opts.openFile,
 	})
 	if errors.Is(err, berrors.ErrTimeout) {
@@ -440,11 +444,18 @@ func (l *Ledger) write(fn func(*txState) error) (*txState, error) {
 	if err != nil {
 		return nil, l.mapErr(err)
 	}
-	defer s.close()
-	err = fn(s)
-	if err == nil {
-		err = s.flush()
-	}
+	err = func() error {
+		// The read transaction ends before the log's fdatasync and the
+		// wait for omu: a checkpoint whose commit grows bbolt's memory
+		// map waits for every read transaction, and lookups that hold
+		// omu shared wait for that remap, so a writer holding one there
+		// would close a cycle. The writes hold no bbolt memory.
+		defer s.close()
+		if err := fn(s); err != nil {
+			return err
+		}
+		return s.flush()
+	}()
 	if err == nil && len(s.writes) > 0 {
 		var n int
 		if n, err = l.log.append(s.writes); err == nil {
@@ -503,8 +514,11 @@ func (l *Ledger) clock() int64 { return int64(time.Since(l.opened)) + 1 }
 // CheckpointIn returns how long until CheckpointDue reports true by age
 // alone; at least a millisecond.
 func (l *Ledger) CheckpointIn() time.Duration {
+	if l.checkpointing.Load() {
+		return l.every
+	}
 	if l.frozen.Load() != nil {
-		return time.Millisecond
+		return time.Millisecond // a checkpoint failed before its commit
 	}
 	first := l.first.Load()
 	if first == 0 {
@@ -723,6 +737,7 @@ func (l *Ledger) Sweep(ctx context.Context, limit int) (int, error) {
 	}
 	now := uint64(l.now().UnixNano())
 	n := 0
+	limit = max(limit, 0)
 	l.wmu.Lock()
 	defer l.wmu.Unlock()
 	_, err := l.write(func(s *txState) error {

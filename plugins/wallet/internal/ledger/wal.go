@@ -110,6 +110,22 @@ func openWAL(path string, gen uint64) (*wal, [][]entry, error) {
 		return nil, nil, fmt.Errorf("open write-ahead log: sync its directory: %w", err)
 	}
 	if gen == 0 {
+		// Files left by another ledger (its bbolt file deleted, say):
+		// their first records must not pass for this one's later, as a
+		// log newer than the file, so their headers are zeroed.
+		for i, f := range w.files {
+			if len(data[i]) == 0 {
+				continue
+			}
+			if _, err := f.WriteAt(make([]byte, walHeader), 0); err != nil {
+				_ = w.close()
+				return nil, nil, fmt.Errorf("clear write-ahead log %s: %w", path+walSuffixes[i], err)
+			}
+			if err := w.sync(f); err != nil {
+				_ = w.close()
+				return nil, nil, fmt.Errorf("clear write-ahead log %s: %w", path+walSuffixes[i], err)
+			}
+		}
 		return w, nil, nil
 	}
 	var groups [][]entry

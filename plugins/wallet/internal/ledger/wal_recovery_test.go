@@ -1,6 +1,7 @@
 package ledger_test
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -705,5 +706,86 @@ func TestCheckpointsAlongsideWriters(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, stateOf(t, open(t, path, opts), []string{"a", "b"}, keys)); diff != "" {
 		t.Errorf("reopened ledger differs (-before +after):\n%s", diff)
+	}
+}
+
+// TestForeignLogFiles checks that log files another ledger left beside a
+// new bbolt file are neither replayed nor, after a clean close, taken for
+// a log newer than the file.
+func TestForeignLogFiles(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "wallet.db")
+	for _, suffix := range []string{".wal", ".wal.1"} {
+		// A generation above any a new ledger picks.
+		if err := os.WriteFile(path+suffix, ledger.ForeignRecord(1<<63), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l, err := ledger.Open(path, ledger.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	l = open(t, path, ledger.Options{CheckpointInterval: time.Hour})
+	if got := stateOf(t, l, []string{"a"}, nil); got.Seq != 0 || got.Audit.Accounts != 0 {
+		t.Errorf("new ledger beside foreign log files: seq %d, %d accounts; want an empty ledger", got.Seq, got.Audit.Accounts)
+	}
+	apply(t, l, issue("a", 1))
+	if got := account(t, open(t, crashImage(t, path), ledger.Options{}), "a"); got.Balance != 1 {
+		t.Errorf("account a after a crash = %+v, want the logged issue", got)
+	}
+}
+
+// TestCheckpointRemapsWhileGroupSyncs checks that a checkpoint whose
+// commit grows bbolt's memory map, for which bbolt waits for every read
+// transaction, finishes while a group waits for its log's fdatasync: a
+// group holding its read transaction there would deadlock with lookups,
+// which wait for the remap while the group waits for them.
+func TestCheckpointRemapsWhileGroupSyncs(t *testing.T) {
+	big := bytes.Repeat([]byte("x"), 100<<10)
+	render := func(r ledger.Result) (int, []byte) { return 200, big }
+	opts := ledger.WithMmapSize(ledger.Options{Render: render, CheckpointInterval: time.Hour}, 64<<10)
+	l := open(t, filepath.Join(t.TempDir(), "wallet.db"), opts)
+	// Records of 100 KiB each: the checkpoint of these outgrows the map.
+	for i := range 4 {
+		apply(t, l, keyed(issue("a", 1), fmt.Sprintf("k%d", i)))
+	}
+	ledger.Rotate(l)
+	entered, release := make(chan struct{}), make(chan struct{})
+	ledger.SetLogSync(l, func(f *os.File) error {
+		close(entered)
+		<-release
+		return f.Sync()
+	})
+	applied := make(chan error, 1)
+	go func() {
+		_, err := l.Apply(t.Context(), []ledger.Op{issue("b", 1)})
+		applied <- err
+	}()
+	<-entered
+	checkpointed := make(chan error, 1)
+	go func() { checkpointed <- l.Checkpoint() }()
+	done := false
+	select {
+	case err := <-checkpointed:
+		done = true
+		if err != nil {
+			t.Error(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("the checkpoint did not finish within 10 s while a group waited for fdatasync")
+	}
+	close(release)
+	if err := <-applied; err != nil {
+		t.Error(err)
+	}
+	if !done {
+		// Without the fix the three wait for each other for good: the
+		// test binary's timeout reports it, with the stacks.
+		<-checkpointed
+	}
+	if got := account(t, l, "b"); got.Balance != 1 {
+		t.Errorf("account b = %+v, want the group that waited", got)
 	}
 }
