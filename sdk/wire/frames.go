@@ -168,8 +168,7 @@ func (c *Conn) Recv() (*pluginv1.ExchangeFrame, error) {
 		}
 		buf = b.Bytes()
 	}
-	f := new(pluginv1.ExchangeFrame)
-	err := proto.Unmarshal(buf, f)
+	f, err := decodeFrame(buf)
 	if peeked {
 		_, _ = c.r.Discard(int(n))
 	}
