@@ -638,6 +638,45 @@ func loadavg() string {
 	return strings.Join(f[:3], " ")
 }
 
+// cpuTimes are the machine's CPU times from /proc/stat's "cpu" line, in
+// clock ticks: busy (user, nice, system, irq, softirq), idle (idle,
+// iowait) and steal.
+type cpuTimes struct{ busy, idle, steal uint64 }
+
+// machineCPU reads the machine's CPU times; false where /proc/stat is
+// missing or unreadable (not Linux).
+func machineCPU() (cpuTimes, bool) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return cpuTimes{}, false
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 9 || f[0] != "cpu" {
+		return cpuTimes{}, false
+	}
+	var v [8]uint64
+	for i := range v {
+		if v[i], err = strconv.ParseUint(f[i+1], 10, 64); err != nil {
+			return cpuTimes{}, false
+		}
+	}
+	return cpuTimes{busy: v[0] + v[1] + v[2] + v[5] + v[6], idle: v[3] + v[4], steal: v[7]}, true
+}
+
+func (t cpuTimes) sub(u cpuTimes) cpuTimes {
+	return cpuTimes{busy: t.busy - u.busy, idle: t.idle - u.idle, steal: t.steal - u.steal}
+}
+
+// shares returns busy, idle and steal as percentages of their sum.
+func (t cpuTimes) shares() (busy, idle, steal float64) {
+	total := float64(t.busy + t.idle + t.steal)
+	if total == 0 {
+		return 0, 0, 0
+	}
+	return 100 * float64(t.busy) / total, 100 * float64(t.idle) / total, 100 * float64(t.steal) / total
+}
+
 func fmtMB(mb float64, err error) string {
 	if err != nil {
 		return "n/a"
@@ -711,7 +750,9 @@ func BenchmarkWalletTransfers(b *testing.B) {
 	l.run(b.Context(), warmup, nil)
 	before := walletHistograms(b, h.admin)
 	c0 := cpu()
+	m0, machineOK := machineCPU()
 	l.run(b.Context(), measure, &res)
+	m1, machineOK1 := machineCPU()
 	c1 := cpu()
 	hostRSS, hostRSSErr := rssMB(hostPid)
 	walletRSS, walletRSSErr := rssMB(walletPid)
@@ -765,9 +806,17 @@ func BenchmarkWalletTransfers(b *testing.B) {
 	// otherwise the CPU is, or the clients.
 	fmt.Fprintf(&sb, "%-22s %12.2fms   ledger in a commit %.0f%% of the measured time\n", "commit time (mean)",
 		commits.mean()*1e3, 100*commits.sum/res.elapsed.Seconds())
-	// Commits wait for a checkpoint in progress, so the two shares overlap.
+	// Checkpoints run alongside commits, so the two shares overlap.
 	fmt.Fprintf(&sb, "%-22s %14d   mean %.2fms; running %.0f%% of the measured time, alongside groups\n", "checkpoints",
 		checkpoints.count, checkpoints.mean()*1e3, 100*checkpoints.sum/res.elapsed.Seconds())
+	if machineOK && machineOK1 {
+		// What the whole machine did meanwhile: idle time left means the
+		// load did not keep the cores busy; steal is time the hypervisor
+		// gave the cores to someone else, a run that says little.
+		busy, idle, steal := m1.sub(m0).shares()
+		fmt.Fprintf(&sb, "%-22s %13.0f%%   busy; idle %.0f%%, steal %.0f%% (all CPUs, /proc/stat, during the measured time)\n",
+			"machine CPU", busy, idle, steal)
+	}
 	fmt.Fprintf(&sb, "%-22s %14v   p50 of 200 writes of one 4 KiB page, each followed by fdatasync, before the load\n",
 		"disk fdatasync", roundDur(syncBefore))
 	fmt.Fprintf(&sb, "%-22s %14v   p50 of 21 SHA-256 sums of 1 MiB, before the load: compare runs by it\n",
