@@ -102,11 +102,13 @@ func BenchmarkHelloIngress(b *testing.B) {
 	inLoad.run(b.Context(), warmup, nil)
 	hostLoad.run(b.Context(), warmup, nil)
 	round := measure / time.Duration(rounds)
+	m0, machineOK := machineCPU()
 	for range rounds {
 		inRPS := measureRound(b.Context(), inLoad, round, inCPU, &in)
 		hostRPS := measureRound(b.Context(), hostLoad, round, hostCPU, &hp)
 		roundRatios = append(roundRatios, hostRPS/inRPS)
 	}
+	machine := machineLine(m0, machineOK)
 	b.StopTimer()
 	in.sort()
 	hp.sort()
@@ -165,6 +167,7 @@ func BenchmarkHelloIngress(b *testing.B) {
 		fmt.Fprintf(&sb, " %.3f", r)
 	}
 	fmt.Fprintln(&sb)
+	sb.WriteString(machine)
 	rpsVerdict := verdict(rpsRatio >= targetRPSRatio)
 	if conns != benchConns {
 		rpsVerdict = fmt.Sprintf("n/a at %d connections", conns)
@@ -668,6 +671,21 @@ func (t cpuTimes) sub(u cpuTimes) cpuTimes {
 	return cpuTimes{busy: t.busy - u.busy, idle: t.idle - u.idle, steal: t.steal - u.steal}
 }
 
+// machineLine returns the benchmarks' line on what the whole machine's
+// CPUs did since m0 was read: idle time left means the load did not keep
+// the cores busy; steal is time the hypervisor gave them to other guests,
+// and a run with much of it says little. It is "" where /proc/stat cannot
+// be read (ok false, or now).
+func machineLine(m0 cpuTimes, ok bool) string {
+	m1, ok1 := machineCPU()
+	if !ok || !ok1 {
+		return ""
+	}
+	busy, idle, steal := m1.sub(m0).shares()
+	return fmt.Sprintf("%-22s %13.0f%%   busy; idle %.0f%%, steal %.0f%% (all CPUs, /proc/stat, during the measured time)\n",
+		"machine CPU", busy, idle, steal)
+}
+
 // shares returns busy, idle and steal as percentages of their sum.
 func (t cpuTimes) shares() (busy, idle, steal float64) {
 	total := float64(t.busy + t.idle + t.steal)
@@ -752,7 +770,7 @@ func BenchmarkWalletTransfers(b *testing.B) {
 	c0 := cpu()
 	m0, machineOK := machineCPU()
 	l.run(b.Context(), measure, &res)
-	m1, machineOK1 := machineCPU()
+	machine := machineLine(m0, machineOK)
 	c1 := cpu()
 	hostRSS, hostRSSErr := rssMB(hostPid)
 	walletRSS, walletRSSErr := rssMB(walletPid)
@@ -809,14 +827,7 @@ func BenchmarkWalletTransfers(b *testing.B) {
 	// Checkpoints run alongside commits, so the two shares overlap.
 	fmt.Fprintf(&sb, "%-22s %14d   mean %.2fms; running %.0f%% of the measured time, alongside groups\n", "checkpoints",
 		checkpoints.count, checkpoints.mean()*1e3, 100*checkpoints.sum/res.elapsed.Seconds())
-	if machineOK && machineOK1 {
-		// What the whole machine did meanwhile: idle time left means the
-		// load did not keep the cores busy; steal is time the hypervisor
-		// gave the cores to someone else, a run that says little.
-		busy, idle, steal := m1.sub(m0).shares()
-		fmt.Fprintf(&sb, "%-22s %13.0f%%   busy; idle %.0f%%, steal %.0f%% (all CPUs, /proc/stat, during the measured time)\n",
-			"machine CPU", busy, idle, steal)
-	}
+	sb.WriteString(machine)
 	fmt.Fprintf(&sb, "%-22s %14v   p50 of 200 writes of one 4 KiB page, each followed by fdatasync, before the load\n",
 		"disk fdatasync", roundDur(syncBefore))
 	fmt.Fprintf(&sb, "%-22s %14v   p50 of 21 SHA-256 sums of 1 MiB, before the load: compare runs by it\n",
