@@ -390,13 +390,7 @@ breaker {
 	if got := tw.metric("wallet_breaker_state"); got != 0 {
 		t.Fatalf("wallet_breaker_state = %v, want 0 (closed): the replay must reach the committer", got)
 	}
-	again := tw.mustPost("/v1/issue", "paid", `{"to":"x","amount":3}`, 200)
-	if again.body != first.body || again.header.Get("Idempotent-Replayed") != "true" {
-		t.Errorf("replay while commits fail = %s (replayed %q), want the first response %q replayed", again, again.header.Get("Idempotent-Replayed"), first.body)
-	}
-	if r := tw.mustPost("/v1/issue", "new", `{"to":"x","amount":1}`, 503); r.errorCode() != "ledger_unavailable" {
-		t.Errorf("new key while commits fail = %s, want ledger_unavailable", r)
-	}
+	checkPaidReplayed(t, tw, first, "while commits fail")
 }
 
 // paidThenFailing starts the wallet with config, commits an issue under
@@ -409,6 +403,20 @@ func paidThenFailing(t *testing.T, config string) (*testWallet, response) {
 	first := tw.mustPost("/v1/issue", "paid", `{"to":"x","amount":3}`, 200)
 	faults.Set([]sdk.Fault{{Point: committer.FaultPoint, Error: "disk on fire"}})
 	return tw, first
+}
+
+// checkPaidReplayed checks that, while commits fail or are refused, the
+// key "paid" is still answered with its first response, and a new key
+// with 503 ledger_unavailable.
+func checkPaidReplayed(t *testing.T, tw *testWallet, first response, while string) {
+	t.Helper()
+	again := tw.mustPost("/v1/issue", "paid", `{"to":"x","amount":3}`, 200)
+	if again.body != first.body || again.header.Get("Idempotent-Replayed") != "true" {
+		t.Errorf("replay %s = %s (replayed %q), want the first response %q replayed", while, again, again.header.Get("Idempotent-Replayed"), first.body)
+	}
+	if r := tw.mustPost("/v1/issue", "new", `{"to":"x","amount":1}`, 503); r.errorCode() != "ledger_unavailable" {
+		t.Errorf("new key %s = %s, want ledger_unavailable", while, r)
+	}
 }
 
 // TestReplayWhileRefused checks that a recorded outcome is still the
@@ -425,15 +433,9 @@ breaker {
 	if got := tw.metric("wallet_breaker_state"); got != 1 {
 		t.Fatalf("wallet_breaker_state = %v, want 1 (open)", got)
 	}
-	again := tw.mustPost("/v1/issue", "paid", `{"to":"x","amount":3}`, 200)
-	if again.body != first.body || again.header.Get("Idempotent-Replayed") != "true" {
-		t.Errorf("replay while the breaker is open = %s (replayed %q), want the first response %q replayed", again, again.header.Get("Idempotent-Replayed"), first.body)
-	}
+	checkPaidReplayed(t, tw, first, "while the breaker is open")
 	if r := tw.mustPost("/v1/issue", "paid", `{"to":"x","amount":4}`, 422); r.errorCode() != "idempotency_key_reused" {
 		t.Errorf("same key, different body while the breaker is open = %s, want idempotency_key_reused", r)
-	}
-	if r := tw.mustPost("/v1/issue", "new", `{"to":"x","amount":1}`, 503); r.errorCode() != "ledger_unavailable" {
-		t.Errorf("new key while the breaker is open = %s, want ledger_unavailable", r)
 	}
 }
 

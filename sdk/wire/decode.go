@@ -206,11 +206,9 @@ func (d *frameDecoder) request(m field, r *pluginv1.ExchangeRequest, h *pluginv1
 		*dst, ok = d.str(f.off, len(f.b))
 		return ok
 	})
-	if !ok {
-		return false
+	if ok {
+		h.Body, h.Headers, ok = d.finish(h.Body, headers)
 	}
-	h.Body = cloneBytes(h.Body)
-	h.Headers, ok = d.headers(headers)
 	return ok
 }
 
@@ -237,12 +235,21 @@ func (d *frameDecoder) response(m field, r *pluginv1.ExchangeResponse, h *plugin
 		}
 		return true
 	})
-	if !ok {
-		return false
+	if ok {
+		h.Body, h.Headers, ok = d.finish(h.Body, headers)
 	}
-	h.Body = cloneBytes(h.Body)
-	h.Headers, ok = d.headers(headers)
 	return ok
+}
+
+// finish copies an HTTP message's body out of the read buffer (nil for
+// none, as proto.Unmarshal leaves an absent field) and decodes its
+// headers.
+func (d *frameDecoder) finish(body []byte, headers []field) ([]byte, []*pluginv1.Header, bool) {
+	hs, ok := d.headers(headers)
+	if body != nil {
+		body = append([]byte{}, body...)
+	}
+	return body, hs, ok
 }
 
 // inner reads an ExchangeRequest or ExchangeResponse m: it returns field
@@ -304,13 +311,4 @@ func (d *frameDecoder) headers(ms []field) ([]*pluginv1.Header, bool) {
 		out[i] = h
 	}
 	return out, true
-}
-
-// cloneBytes copies b out of the read buffer; nil for none, as
-// proto.Unmarshal leaves an absent field.
-func cloneBytes(b []byte) []byte {
-	if b == nil {
-		return nil
-	}
-	return append([]byte{}, b...)
 }

@@ -102,7 +102,7 @@ func newMetrics(reg prometheus.Registerer, c *Committer) (*metrics, error) {
 		}, []string{"result"}),
 		checkpointSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "wallet_checkpoint_seconds",
-			Help:    "Duration of one checkpoint: the bbolt transaction of the groups since the last one, with its fsyncs.",
+			Help:    "Duration of one checkpoint: switching the write-ahead log to its next generation, then the bbolt transaction of the frozen groups, with its fsyncs; groups commit alongside.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14), // 0.5ms … 4s
 		}),
 	}

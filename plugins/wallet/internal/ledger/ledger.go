@@ -254,29 +254,23 @@ func (l *Ledger) recover(db *bolt.DB, path string) error {
 			return fmt.Errorf("%w: the file was not closed cleanly and its write-ahead log %s, which may hold its last committed groups, is missing: restore it; to open the file without them, create an empty file there", ErrLogMismatch, p)
 		}
 	}
-	if gen == 0 {
-		// No log was ever used with this file: log files found there
-		// belong to another. Generations start at a random number so
-		// that their records never pass for this file's; openWAL
-		// replays nothing for gen 0.
-		gen = rand.Uint64()>>2 + 1
-		var err error
-		if l.log, _, err = openWAL(path, 0); err != nil {
-			return err
-		}
-	}
+	// For gen 0 (no log was ever used with this file) openWAL replays
+	// nothing and clears log files another ledger left there.
 	var groups [][]entry
-	if l.log == nil {
-		var err error
-		if l.log, groups, err = openWAL(path, gen); err != nil {
-			return err
-		}
+	var err error
+	if l.log, groups, err = openWAL(path, gen); err != nil {
+		return err
+	}
+	if gen == 0 {
+		// Generations start at a random number, so that records of
+		// another ledger's log never pass for this file's.
+		gen = rand.Uint64()>>2 + 1
 	}
 	// The replayed generations, gen and gen+1, are in the file once this
 	// commits: the log starts over with gen+2, in the file that held gen.
 	next := gen + 2
 	var seq uint64
-	err := db.Update(func(tx *bolt.Tx) error {
+	err = db.Update(func(tx *bolt.Tx) error {
 		if err := createBuckets(tx); err != nil {
 			return err
 		}

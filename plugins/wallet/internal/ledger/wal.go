@@ -128,6 +128,15 @@ func openWAL(path string, gen uint64) (*wal, [][]entry, error) {
 		}
 		return w, nil, nil
 	}
+	for i, d := range data {
+		if g, ok := firstGen(d); ok && g > gen+1 {
+			// Checkpoints start a generation at offset 0 only once the
+			// file names the one before it: a later one there means
+			// the file is older than its log.
+			_ = w.close()
+			return nil, nil, fmt.Errorf("%w: the write-ahead log %s starts with generation %d, but the file only reached %d: the file is older than its log (were they restored from different times?)", ErrLogMismatch, path+walSuffixes[i], g, gen)
+		}
+	}
 	var groups [][]entry
 	for g := gen; g <= gen+1; g++ {
 		for i, d := range data {
@@ -141,15 +150,6 @@ func openWAL(path string, gen uint64) (*wal, [][]entry, error) {
 				return nil, nil, fmt.Errorf("read write-ahead log %s: %w", path+walSuffixes[i], err)
 			}
 			groups = append(groups, gs...)
-		}
-	}
-	for i, d := range data {
-		if g, ok := firstGen(d); ok && g > gen+1 {
-			// Checkpoints start a generation at offset 0 only once the
-			// file names the one before it: a later one there means
-			// the file is older than its log.
-			_ = w.close()
-			return nil, nil, fmt.Errorf("%w: the write-ahead log %s starts with generation %d, but the file only reached %d: the file is older than its log (were they restored from different times?)", ErrLogMismatch, path+walSuffixes[i], g, gen)
 		}
 	}
 	return w, groups, nil

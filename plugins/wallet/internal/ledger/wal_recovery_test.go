@@ -258,9 +258,7 @@ func TestFailedLogWrite(t *testing.T) {
 	if diff := cmp.Diff(before, stateOf(t, l, accounts, keys)); diff != "" {
 		t.Errorf("lookups after the failed group differ (-before +after):\n%s", diff)
 	}
-	if diff := cmp.Diff(before, stateOf(t, open(t, crashImage(t, path), opts), accounts, keys)); diff != "" {
-		t.Errorf("a recovery replays the failed group (-before +after):\n%s", diff)
-	}
+	checkRecovered(t, path, opts, before, accounts, keys, "a recovery replays the failed group")
 
 	// The same operation again: its nonce was not used, and its receipt
 	// takes the seq the failed group did not.
@@ -275,9 +273,7 @@ func TestFailedLogWrite(t *testing.T) {
 	if err := l.Checkpoint(); err != nil {
 		t.Fatalf("Checkpoint after the failed group = %v", err)
 	}
-	if diff := cmp.Diff(after, stateOf(t, open(t, crashImage(t, path), opts), accounts, keys)); diff != "" {
-		t.Errorf("recovered ledger differs (-before the crash +after):\n%s", diff)
-	}
+	checkRecovered(t, path, opts, after, accounts, keys, "after the failed group and a checkpoint")
 }
 
 // TestLogUnrecoverable checks that when a failed log record cannot be cut
@@ -602,10 +598,7 @@ func TestCrashMidCheckpoint(t *testing.T) {
 	if a := want.Accounts["a"]; a.Balance != 950 || a.Nonce != 1 || want.Audit.Receipts != 5 {
 		t.Fatalf("lookups with a frozen generation: a = %+v, %d receipts; want balance 950, nonce 1, 5 receipts", a, want.Audit.Receipts)
 	}
-	image := crashImage(t, path)
-	if diff := cmp.Diff(want, stateOf(t, open(t, image, opts), accounts, keys)); diff != "" {
-		t.Errorf("recovered ledger differs (-before the crash +after):\n%s", diff)
-	}
+	checkRecovered(t, path, opts, want, accounts, keys, "with a frozen generation")
 	// The checkpoint that was cut short, done now, writes the frozen
 	// generation; the next one the current.
 	if !l.CheckpointDue() {
@@ -622,9 +615,7 @@ func TestCrashMidCheckpoint(t *testing.T) {
 	if diff := cmp.Diff(want, stateOf(t, l, accounts, keys)); diff != "" {
 		t.Errorf("lookups after the checkpoints differ (-before +after):\n%s", diff)
 	}
-	if diff := cmp.Diff(want, stateOf(t, open(t, crashImage(t, path), opts), accounts, keys)); diff != "" {
-		t.Errorf("ledger recovered after the checkpoints differs (-before +after):\n%s", diff)
-	}
+	checkRecovered(t, path, opts, want, accounts, keys, "after the checkpoints")
 }
 
 // TestCheckpointsAlongsideWriters runs checkpoints in one goroutine while
@@ -787,5 +778,15 @@ func TestCheckpointRemapsWhileGroupSyncs(t *testing.T) {
 	}
 	if got := account(t, l, "b"); got.Balance != 1 {
 		t.Errorf("account b = %+v, want the group that waited", got)
+	}
+}
+
+// checkRecovered opens what kill -9 would leave of the ledger at path
+// now (crashImage) and checks that lookups there show want; what says
+// when.
+func checkRecovered(t *testing.T, path string, opts ledger.Options, want state, accounts, keys []string, what string) {
+	t.Helper()
+	if diff := cmp.Diff(want, stateOf(t, open(t, crashImage(t, path), opts), accounts, keys)); diff != "" {
+		t.Errorf("%s: recovered ledger differs (-before the crash +after):\n%s", what, diff)
 	}
 }
