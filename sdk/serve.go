@@ -15,7 +15,6 @@ import (
 	"google.golang.org/grpc"
 
 	pluginv1 "github.com/plughost/plughost/proto/pluginv1"
-	"github.com/plughost/plughost/sdk/internal/kit"
 	"github.com/plughost/plughost/sdk/wire"
 )
 
@@ -45,38 +44,31 @@ func Serve(p Plugin) error {
 		Output:     os.Stderr,
 		JSONFormat: true,
 	})
+	if inherited.err != nil {
+		// The host's requests would have no way in.
+		return fmt.Errorf("plughost plugin: %w", inherited.err)
+	}
 	go watchParent(logger, os.Getppid())
 	go ignoreTerm(logger)
-	plugin.Serve(serveConfig(p, logger, dataPlane(logger)))
+	plugin.Serve(serveConfig(p, logger, inherited.conns))
 	return nil
 }
 
-// dataPlane returns the data-plane connections the host passed this
-// process, taken over when the package was initialised (takeDataPlane), and
-// logs why there are none if that failed: the host then uses Exchange
-// streams.
-func dataPlane(logger hclog.Logger) []*wire.Conn {
-	if inherited.err != nil {
-		logger.Warn("no data plane; requests will come over Exchange streams", "error", inherited.err)
-	}
-	return inherited.conns
-}
-
 func init() {
-	kit.ServeConfig = func(def any, logger hclog.Logger) (*plugin.ServeConfig, error) {
+	wire.ServeInProcess = func(def any, logger hclog.Logger, data []*wire.Conn) (*plugin.ServeConfig, error) {
 		p, ok := def.(Plugin)
 		if !ok {
-			return nil, fmt.Errorf("kit: want sdk.Plugin, got %T", def)
+			return nil, fmt.Errorf("want sdk.Plugin, got %T", def)
 		}
 		if err := p.validate(); err != nil {
 			return nil, err
 		}
-		return serveConfig(p, logger, nil), nil
+		return serveConfig(p, logger, data), nil
 	}
 }
 
 // serveConfig is the go-plugin configuration for p, shared by Serve and
-// the in-process test kit; the server it makes serves data, the process's
+// the in-process test kit; the server it makes serves data, the
 // data-plane connections.
 func serveConfig(p Plugin, logger hclog.Logger, data []*wire.Conn) *plugin.ServeConfig {
 	return &plugin.ServeConfig{
@@ -89,8 +81,7 @@ func serveConfig(p Plugin, logger hclog.Logger, data []*wire.Conn) *plugin.Serve
 		GRPCServer: func(opts []grpc.ServerOption) *grpc.Server {
 			return grpc.NewServer(append(opts,
 				grpc.MaxRecvMsgSize(wire.MaxMessageBytes),
-				grpc.MaxSendMsgSize(wire.MaxMessageBytes),
-				grpc.NumStreamWorkers(streamWorkers()))...)
+				grpc.MaxSendMsgSize(wire.MaxMessageBytes))...)
 		},
 		Logger: logger,
 	}
@@ -145,23 +136,6 @@ func gomaxprocsSet(v string) bool {
 
 // procs is the GOMAXPROCS for a default of base and extra more.
 func procs(base, extra int) int { return base + max(extra, 0) }
-
-// streamWorkers is how many goroutines the plugin's gRPC server keeps to
-// run requests. Without them grpc-go starts a goroutine per request, and
-// growing each new goroutine's stack to a handler's depth was a fifth of a
-// plugin's CPU under load; a worker keeps its grown stack between requests.
-// When every worker is busy grpc-go starts a goroutine as before, so the
-// count limits nothing. A plugin has as many requests at once as the host
-// has in flight to it, and idle workers take requests in turn: at 64
-// connections on 2 CPUs, 4 workers per CPU left stack growth at 14% of the
-// plugin's CPU, 16 at 6% and 64 at 3%. An idle worker costs only its
-// stack, which the GC shrinks; 128 of them added about 1 MB of RSS.
-//
-// grpc.NumStreamWorkers is experimental in grpc-go. If it goes away, drop
-// it: the plugin stays correct, only slower.
-func streamWorkers() uint32 { return uint32(workersPerCPU * runtime.GOMAXPROCS(0)) }
-
-const workersPerCPU = 64
 
 // ignoreTerm keeps SIGTERM from ending the plugin, as go-plugin does for
 // SIGINT. The host owns its plugins' lifecycle: when it stops, it drains

@@ -8,7 +8,6 @@ import (
 	"io"
 	"net/http"
 	"runtime/debug"
-	"strings"
 	"sync"
 	"time"
 
@@ -20,10 +19,12 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	pluginv1 "github.com/plughost/plughost/proto/pluginv1"
+	"github.com/plughost/plughost/sdk/internal/dataplane"
 	"github.com/plughost/plughost/sdk/wire"
 )
 
-// server adapts a Plugin to the gRPC contract.
+// server adapts a Plugin to the contract: the gRPC control plane, and the
+// handler that serves the data plane's requests.
 type server struct {
 	pluginv1.UnimplementedPluginServer
 
@@ -38,10 +39,8 @@ type server struct {
 	cancel context.CancelFunc
 	faults Faults
 
-	// dataConns is how many data-plane connections serveData serves, set
-	// before the server takes calls; dataWG waits for their goroutines.
-	dataConns int
-	dataWG    sync.WaitGroup
+	// dataWG waits for the goroutines serving data-plane connections.
+	dataWG sync.WaitGroup
 
 	mu         sync.Mutex
 	configured bool
@@ -71,8 +70,6 @@ func (s *server) Describe(context.Context, *pluginv1.DescribeRequest) (*pluginv1
 		Version:      s.p.Version,
 		ConfigSchema: schema,
 		SdkVersion:   Version,
-		// The host passed these with the process, before any call.
-		DataPlaneConns: uint32(s.dataConns),
 	}
 	for _, r := range s.p.Routes {
 		resp.Routes = append(resp.Routes, &pluginv1.Route{
@@ -222,99 +219,32 @@ func (s *server) Drain(ctx context.Context, req *pluginv1.DrainRequest) (*plugin
 	return &pluginv1.DrainResponse{Completed: max(started-left, 0), Abandoned: left}, nil
 }
 
-func (s *server) Handle(ctx context.Context, req *pluginv1.HTTPRequest) (*pluginv1.HTTPResponse, error) {
-	w := newBufferedWriter()
-	if err := s.serve(ctx, req, w); err != nil {
-		return nil, err
-	}
-	return &pluginv1.HTTPResponse{
-		Status:  int32(w.status),
-		Headers: wire.HeadersToProto(w.header),
-		Body:    w.body.Bytes(),
-	}, nil
-}
-
-func (s *server) HandleStream(req *pluginv1.HTTPRequest, stream pluginv1.Plugin_HandleStreamServer) error {
-	w := newStreamWriter(stream)
-	if err := s.serve(stream.Context(), req, w); err != nil {
-		return err
-	}
-	return w.finish()
-}
-
-// responseWriter is the part of both writers serve needs.
-type responseWriter interface {
-	http.ResponseWriter
-	// reset drops the response written so far and reports whether it
-	// could: once part of it has been sent, it cannot.
-	reset() bool
-}
-
-// serve runs the handler. It returns a gRPC error when the response must be
-// cut short rather than sent as if complete: the handler panicked with
-// http.ErrAbortHandler, or panicked after part of the response was sent.
-func (s *server) serve(ctx context.Context, req *pluginv1.HTTPRequest, w responseWriter) (err error) {
+// ServeHTTP runs the plugin's handler for one request from the data plane,
+// counted in flight; once a drain has begun it answers 503 instead.
+func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !s.inflight.acquire() {
 		writeError(w, http.StatusServiceUnavailable, "draining", "plugin is draining; retry on another instance or later")
-		return nil
+		return
 	}
 	defer s.inflight.release()
-
-	r, err := newRequest(ctx, req)
-	if err != nil {
-		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
-		return nil
-	}
-	defer func() {
-		v := recover()
-		if v == nil {
-			return
-		}
-		if v == http.ErrAbortHandler {
-			err = status.Error(codes.Aborted, "handler aborted the response")
-			return
-		}
-		s.logger.Error("handler panicked", "method", req.GetMethod(), "path", req.GetPath(),
-			"request_id", req.GetRequestId(), "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
-		if !w.reset() {
-			err = status.Error(codes.Aborted, "handler panicked after the response began")
-			return
-		}
-		writeError(w, http.StatusInternalServerError, "internal", "the plugin failed while handling the request")
-	}()
 	s.p.Handler.ServeHTTP(w, r)
-	return nil
 }
 
-// newRequest builds the handler's request from the host's. The empty URL
-// costs NewRequestWithContext no parsing; the path and query are set
-// directly rather than formatted into a URL only to be parsed again.
-func newRequest(ctx context.Context, req *pluginv1.HTTPRequest) (*http.Request, error) {
-	r, err := http.NewRequestWithContext(ctx, req.GetMethod(), "", nil)
-	if err != nil {
-		return nil, fmt.Errorf("build request: %w", err)
+// serveData serves each data-plane connection in conns until the host
+// closes it or it breaks, in goroutines that s.dataWG waits for. The
+// process exits without waiting for them: a connection ends when the host
+// is gone.
+func (s *server) serveData(conns []*wire.Conn) {
+	opts := dataplane.Options{Handler: s, Error: writeError, Logger: s.logger}
+	for _, c := range conns {
+		s.dataWG.Go(func() {
+			defer c.Close()
+			if err := dataplane.Serve(context.Background(), c, opts); err != nil {
+				s.logger.Error("data plane connection broke", "error", err)
+			}
+		})
 	}
-	if strings.ContainsFunc(req.GetRawQuery(), isCTL) {
-		// What url.Parse refuses; net/http refuses such a request line.
-		return nil, errors.New("build request: invalid control character in query")
-	}
-	r.URL.Path = req.GetPath()
-	r.URL.RawQuery = req.GetRawQuery()
-	r.RequestURI = r.URL.RequestURI()
-	wire.HeadersFromProto(r.Header, req.GetHeaders())
-	r.Host = req.GetHost()
-	r.RemoteAddr = req.GetRemoteAddr()
-	if body := req.GetBody(); len(body) > 0 {
-		r.Body = io.NopCloser(bytes.NewReader(body))
-		r.ContentLength = int64(len(body))
-	} else {
-		r.Body = http.NoBody
-	}
-	return r, nil
 }
-
-// isCTL reports an ASCII control character.
-func isCTL(r rune) bool { return r < ' ' || r == 0x7f }
 
 // writeError writes the platform's JSON error shape.
 func writeError(w http.ResponseWriter, code int, errCode, msg string) {

@@ -1,7 +1,8 @@
 // Package catalog finds, verifies and launches plugin binaries. It owns the
-// go-plugin client configuration: the handshake, AutoMTLS, the environment
-// allowlist, log capture and the start timeout. It does not decide when a
-// plugin runs; that is the supervisor's job.
+// go-plugin client configuration (the handshake, AutoMTLS, the environment
+// allowlist, log capture and the start timeout) and makes each process's
+// data plane, which it hands over as a dataplane.Transport. It does not
+// decide when a plugin runs; that is the supervisor's job.
 package catalog
 
 import (
@@ -13,17 +14,18 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"regexp"
 	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/go-plugin"
 	"google.golang.org/grpc"
 
+	"github.com/plughost/plughost/host/dataplane"
 	pluginv1 "github.com/plughost/plughost/proto/pluginv1"
 	"github.com/plughost/plughost/sdk/wire"
 )
@@ -73,16 +75,15 @@ type Instance struct {
 	manifest *pluginv1.DescribeResponse
 	hostID   uint32
 	stdio    []*lineLogger
-
-	dataMu sync.Mutex
-	data   []*wire.Conn // data-plane connections the plugin serves, until taken
+	data     dataplane.Transport
 }
 
 // maxDataPlaneConns caps the data-plane connections per plugin process.
 const maxDataPlaneConns = 16
 
 // dataPlaneConns is how many data-plane connections a plugin gets: one per
-// CPU the host uses, as many as it would open Exchange streams.
+// CPU the host uses, so that requests on different CPUs seldom wait for
+// the same socket.
 func dataPlaneConns() int { return min(runtime.GOMAXPROCS(0), maxDataPlaneConns) }
 
 // Verify checks that path is an executable regular file and, when want is
@@ -156,16 +157,14 @@ func Launch(ctx context.Context, path, sha string, opts Options) (*Instance, err
 	}
 	cmd.Env = allowedEnv(opts.Env)
 	cmd.SysProcAttr = sysProcAttr()
-	// The data plane is an optimisation: without it, requests go over
-	// Exchange streams.
+	// Every request travels over the data plane, so without one there is
+	// no plugin to run.
 	data, dataFiles, err := socketPairs(dataPlaneConns())
 	if err != nil {
-		opts.Logger.Warn("no data plane; requests will use Exchange streams", "error", err)
+		return nil, fmt.Errorf("data plane: %w", err)
 	}
-	if len(dataFiles) > 0 {
-		cmd.ExtraFiles = dataFiles
-		cmd.Env = append(cmd.Env, fmt.Sprintf("%s=%d", wire.DataPlaneEnv, len(dataFiles)))
-	}
+	cmd.ExtraFiles = dataFiles
+	cmd.Env = append(cmd.Env, fmt.Sprintf("%s=%d", wire.DataPlaneEnv, len(dataFiles)))
 	stdout := newLineLogger(opts.Logger, "stdout")
 	stderr := newLineLogger(opts.Logger, "stderr")
 	cfg := &plugin.ClientConfig{
@@ -193,7 +192,7 @@ func Launch(ctx context.Context, path, sha string, opts Options) (*Instance, err
 		cfg.SecureConfig = &plugin.SecureConfig{Checksum: sum, Hash: sha256.New()}
 	}
 	client := plugin.NewClient(cfg)
-	inst := &Instance{client: client, stdio: []*lineLogger{stdout, stderr}, data: data}
+	inst := &Instance{client: client, stdio: []*lineLogger{stdout, stderr}, data: dataplane.New(data)}
 	ok := false
 	defer func() {
 		if !ok {
@@ -226,7 +225,6 @@ func Launch(ctx context.Context, path, sha string, opts Options) (*Instance, err
 		return nil, fmt.Errorf("describe: %w", err)
 	}
 	inst.manifest = m
-	inst.keepData(int(m.GetDataPlaneConns()))
 
 	if opts.Host != nil {
 		inst.hostID = inst.rpc.Broker.NextId()
@@ -241,6 +239,10 @@ func Launch(ctx context.Context, path, sha string, opts Options) (*Instance, err
 	return inst, nil
 }
 
+// pluginVersion finds the plugin's protocol version in go-plugin's
+// handshake error.
+var pluginVersion = regexp.MustCompile(`Plugin version: (\d+)`)
+
 // handshakeError makes go-plugin's handshake failures say what an operator
 // needs to know.
 func handshakeError(err error) error {
@@ -248,7 +250,12 @@ func handshakeError(err error) error {
 	switch {
 	case strings.Contains(msg, "incompatible API version"):
 		// go-plugin reports "Plugin version: N, Client versions: [M]".
-		return fmt.Errorf("plugin protocol mismatch (this host speaks plughost plugin protocol %d): %w", wire.ProtocolVersion, err)
+		theirs := "another"
+		if m := pluginVersion.FindStringSubmatch(msg); m != nil {
+			theirs = m[1]
+		}
+		return fmt.Errorf("plugin protocol mismatch: the plugin speaks plughost plugin protocol %s, this host speaks protocol %d; rebuild the plugin with an SDK of this host's release: %w",
+			theirs, wire.ProtocolVersion, err)
 	case errors.Is(err, plugin.ErrChecksumsDoNotMatch):
 		return fmt.Errorf("%w: %w", ErrChecksum, err)
 	case strings.Contains(msg, "timeout while waiting for plugin to start"):
@@ -297,29 +304,9 @@ func (i *Instance) Configure(ctx context.Context, instance string, configJSON []
 	return nil
 }
 
-// keepData keeps the first n data-plane connections, those the plugin
-// said it serves, and closes the others.
-func (i *Instance) keepData(n int) {
-	i.dataMu.Lock()
-	defer i.dataMu.Unlock()
-	n = min(n, len(i.data))
-	closeAll(i.data[n:], nil)
-	i.data = i.data[:n:n]
-	if n == 0 {
-		i.data = nil
-	}
-}
-
-// TakeDataPlane hands over the data-plane connections the plugin serves
-// (none when it serves none) to the caller, who closes them; a second call
-// returns none. Connections not taken are closed by Kill.
-func (i *Instance) TakeDataPlane() []*wire.Conn {
-	i.dataMu.Lock()
-	defer i.dataMu.Unlock()
-	d := i.data
-	i.data = nil
-	return d
-}
+// Transport returns the process's data plane, which carries its requests.
+// It fails them with dataplane.ErrUnavailable once the process is gone.
+func (i *Instance) Transport() dataplane.Transport { return i.data }
 
 // closeAll closes conns and files.
 func closeAll(conns []*wire.Conn, files []*os.File) {
@@ -335,7 +322,7 @@ func closeAll(conns []*wire.Conn, files []*os.File) {
 // makes an SDK plugin exit, and force-kills it if it does not within
 // go-plugin's grace period. It blocks until the process is gone.
 func (i *Instance) Kill() {
-	closeAll(i.TakeDataPlane(), nil)
+	i.data.Close()
 	i.client.Kill()
 	for _, l := range i.stdio {
 		l.Flush()
@@ -346,7 +333,7 @@ func (i *Instance) Kill() {
 // as Kill does. The supervisor uses it when a drain deadline has passed.
 func (i *Instance) ForceKill() {
 	if i.pid > 0 {
-		_ = syscall.Kill(i.pid, syscall.SIGKILL)
+		killNow(i.pid)
 	}
 	i.Kill()
 }

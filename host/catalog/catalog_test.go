@@ -8,7 +8,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -24,6 +26,7 @@ import (
 	"google.golang.org/protobuf/testing/protocmp"
 
 	"github.com/plughost/plughost/host/catalog"
+	"github.com/plughost/plughost/host/dataplane"
 	"github.com/plughost/plughost/host/internal/testbin"
 	pluginv1 "github.com/plughost/plughost/proto/pluginv1"
 	"github.com/plughost/plughost/sdk/wire"
@@ -252,16 +255,17 @@ func TestLaunchHello(t *testing.T) {
 	default:
 	}
 
-	// The plugin answers over real gRPC.
+	// The plugin answers its control plane over gRPC and its requests
+	// over the data plane.
 	if err := inst.Configure(t.Context(), "hello", []byte(`{"greeting":"hi"}`), t.TempDir(), nil); err != nil {
 		t.Fatalf("Configure() = %v, want nil", err)
 	}
-	resp, err := inst.RPC().Handle(t.Context(), &pluginv1.HTTPRequest{Method: "GET", Path: "/"})
+	code, body, err := get(t.Context(), inst.Transport(), "/")
 	if err != nil {
-		t.Fatalf("Handle(GET /) = %v, want nil", err)
+		t.Fatalf("GET / over the data plane = %v, want nil", err)
 	}
-	if resp.GetStatus() != 200 || !strings.Contains(string(resp.GetBody()), `"greeting":"hi"`) {
-		t.Errorf("Handle(GET /) = %d %s, want 200 with greeting hi", resp.GetStatus(), resp.GetBody())
+	if code != 200 || !strings.Contains(body, `"greeting":"hi"`) {
+		t.Errorf("GET / over the data plane = %d %s, want 200 with greeting hi", code, body)
 	}
 
 	inst.Kill()
@@ -324,10 +328,10 @@ func TestLaunchFailures(t *testing.T) {
 			want:    []string{"exited", "handshake", "sdk.Serve"},
 		},
 		{
-			name:    "speaks another protocol",
+			name:    "built for protocol 1",
 			path:    filepath.Join(bin, "badproto"),
 			timeout: 30 * time.Second,
-			want:    []string{"protocol mismatch", "Plugin version: 99", "Client versions: [1]", "protocol 1"},
+			want:    []string{"protocol mismatch", "the plugin speaks plughost plugin protocol 1", "this host speaks protocol 2", "rebuild the plugin"},
 		},
 		{
 			name:    "never completes the handshake",
@@ -484,12 +488,12 @@ func TestEnvironmentAllowlist(t *testing.T) {
 			logger, logs := testLogger(t)
 			inst := launch(t, "envdump", catalog.Options{Logger: logger, Env: tt.env})
 
-			resp, err := inst.RPC().Handle(t.Context(), &pluginv1.HTTPRequest{Method: "GET", Path: "/env"})
-			if err != nil || resp.GetStatus() != 200 {
-				t.Fatalf("Handle(GET /env) = %v, %v, want 200", resp, err)
+			code, body, err := get(t.Context(), inst.Transport(), "/env")
+			if err != nil || code != 200 {
+				t.Fatalf("GET /env = %d %s, %v, want 200", code, body, err)
 			}
 			var env []string
-			if err := json.Unmarshal(resp.GetBody(), &env); err != nil {
+			if err := json.Unmarshal([]byte(body), &env); err != nil {
 				t.Fatalf("decode /env: %v", err)
 			}
 			for _, kv := range env {
@@ -523,5 +527,25 @@ func TestEnvironmentAllowlist(t *testing.T) {
 				t.Errorf("log names PLUGHOST_TEST_SECRET; the plugin saw it:\n%s", out)
 			}
 		})
+	}
+}
+
+// get sends GET path over tr and returns the status and the whole body.
+func get(ctx context.Context, tr dataplane.Transport, path string) (int, string, error) {
+	resp, err := tr.RoundTrip(ctx, &dataplane.Request{Method: http.MethodGet, Path: path})
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Close()
+	var body []byte
+	for {
+		piece, err := resp.Next()
+		if err == io.EOF {
+			return resp.Status, string(body), nil
+		}
+		if err != nil {
+			return resp.Status, string(body), err
+		}
+		body = append(body, piece...)
 	}
 }

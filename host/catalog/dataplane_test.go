@@ -3,18 +3,19 @@
 package catalog_test
 
 import (
+	"errors"
 	"os"
 	"runtime"
 	"testing"
 	"time"
 
 	"github.com/plughost/plughost/host/catalog"
+	"github.com/plughost/plughost/host/dataplane"
 )
 
-// TestDataPlane checks that an SDK plugin serves the data-plane
-// connections the host passes it, that they can be taken once, and that no
-// launch leaves a descriptor open in the host, whether its connections were
-// taken or not.
+// TestDataPlane checks that an SDK plugin serves every data-plane
+// connection the host passes it, that Kill ends them, and that no launch
+// leaves a descriptor open in the host.
 func TestDataPlane(t *testing.T) {
 	openFDs := func() int {
 		t.Helper()
@@ -30,23 +31,24 @@ func TestDataPlane(t *testing.T) {
 	before := openFDs()
 
 	inst := launch(t, "hello", catalog.Options{})
-	if got, want := int(inst.Manifest().GetDataPlaneConns()), min(runtime.GOMAXPROCS(0), 16); got != want {
-		t.Errorf("hello's Describe says it serves %d data-plane connections, want %d", got, want)
+	if got, want := inst.Transport().Live(), min(runtime.GOMAXPROCS(0), 16); got != want {
+		t.Errorf("Transport().Live() = %d data-plane connections, want %d, one per host CPU", got, want)
 	}
-	data := inst.TakeDataPlane()
-	if len(data) != int(inst.Manifest().GetDataPlaneConns()) {
-		t.Errorf("TakeDataPlane() = %d connections, want %d", len(data), inst.Manifest().GetDataPlaneConns())
-	}
-	if again := inst.TakeDataPlane(); len(again) != 0 {
-		t.Errorf("second TakeDataPlane() = %d connections, want none", len(again))
-	}
-	for _, c := range data {
-		if err := c.Close(); err != nil {
-			t.Errorf("Close() = %v", err)
+	// Every connection carries requests: one at a time in turn.
+	for i := range 2 * inst.Transport().Live() {
+		if code, _, err := get(t.Context(), inst.Transport(), "/"); err != nil || code != 200 {
+			t.Errorf("request %d over the data plane = %d, %v, want 200", i, code, err)
 		}
 	}
 	inst.Kill()
-	// Not taken: Kill closes them.
+	select {
+	case <-inst.Transport().Done():
+	default:
+		t.Error("Transport().Done() is open after Kill")
+	}
+	if _, _, err := get(t.Context(), inst.Transport(), "/"); !errors.Is(err, dataplane.ErrUnavailable) {
+		t.Errorf("a request after Kill = %v, want dataplane.ErrUnavailable", err)
+	}
 	launch(t, "hello", catalog.Options{}).Kill()
 
 	// go-plugin closes some of a killed client's connections in the

@@ -8,3 +8,6 @@ import "syscall"
 func sysProcAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 }
+
+// killNow sends SIGKILL to the process pid.
+func killNow(pid int) { _ = syscall.Kill(pid, syscall.SIGKILL) }

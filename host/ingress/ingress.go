@@ -28,6 +28,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/plughost/plughost/host/dataplane"
 	"github.com/plughost/plughost/host/metrics"
 	"github.com/plughost/plughost/host/supervisor"
 	pluginv1 "github.com/plughost/plughost/proto/pluginv1"
@@ -294,113 +295,103 @@ func (g *Ingress) serve(w http.ResponseWriter, r *http.Request, e *entry, rest s
 		}
 		return writeError(w, http.StatusBadRequest, "bad_body", "could not read the request body: "+err.Error())
 	}
-	req := &pluginv1.HTTPRequest{
+	req := &dataplane.Request{
 		Method:     r.Method,
 		Path:       rest,
 		RawQuery:   r.URL.RawQuery,
-		Headers:    requestHeaders(r.Header),
+		Header:     forwardHeader(r.Header),
 		Body:       body,
 		RemoteAddr: r.RemoteAddr,
 		Host:       r.Host,
 		Pattern:    rt.pattern,
-		RequestId:  g.requestID(r),
+		RequestID:  g.requestID(r),
+		Streaming:  rt.streaming,
 	}
 	ctx := r.Context()
+	timeout := rt.timeout
 	if rt.streaming {
-		if rt.timeout > 0 {
-			var cancel context.CancelFunc
-			ctx, cancel = context.WithTimeout(ctx, rt.timeout)
-			defer cancel()
-		}
 		// A stream lasts as long as its handler; the server's write
 		// timeout would cut it. Each write still fails if the client
-		// stops reading, since the chunk send then blocks and ctx ends.
+		// stops reading: the plugin then runs out of credit, and the
+		// client's going away ends ctx.
 		_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
-		return g.stream(ctx, w, e, conn, req)
+	} else {
+		if timeout <= 0 {
+			timeout = limits.RequestTimeout
+		}
+		if limits.WriteTimeout > 0 && timeout >= limits.WriteTimeout {
+			// Leave the plugin its whole deadline and the host time to
+			// answer after it (a 504, or a 503 when a drain deadline
+			// cuts it short).
+			_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(timeout + limits.WriteTimeout))
+		}
 	}
-	timeout := limits.RequestTimeout
-	if rt.timeout > 0 {
-		timeout = rt.timeout
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
 	}
-	if limits.WriteTimeout > 0 && timeout >= limits.WriteTimeout {
-		// Leave the plugin its whole deadline and the host time to answer
-		// after it (a 504, or a 503 when a drain deadline cuts it short).
-		_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(timeout + limits.WriteTimeout))
-	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	resp, err := conn.Handle(ctx, req)
-	if dl, ok := ctx.Deadline(); err == nil && ok && !time.Now().Before(dl) {
+	resp, err := conn.RoundTrip(ctx, req)
+	if dl, ok := ctx.Deadline(); err == nil && !rt.streaming && ok && !time.Now().Before(dl) {
 		// The answer raced the deadline, and is most likely the handler
 		// reacting to it; the contract is 504 whether or not it answered.
-		err = status.Error(codes.DeadlineExceeded, "plugin answered after the deadline")
+		resp.Close()
+		err = context.DeadlineExceeded
 	}
 	if err != nil {
-		return g.rpcError(ctx, w, e, conn, err)
+		return g.failed(ctx, w, e, conn, err)
 	}
-	h := w.Header()
-	wire.HeadersFromProto(h, resp.GetHeaders())
-	h.Set("Content-Length", strconv.Itoa(len(resp.GetBody())))
-	st := int(resp.GetStatus())
-	if st < 100 || st > 999 {
-		st = http.StatusBadGateway
-	}
-	w.WriteHeader(st)
-	_, _ = w.Write(resp.GetBody())
-	return st
+	return g.answer(w, e, conn, resp, rt.streaming)
 }
 
-func (g *Ingress) stream(ctx context.Context, w http.ResponseWriter, e *entry, conn *supervisor.Conn, req *pluginv1.HTTPRequest) int {
-	s, err := conn.RPC.HandleStream(ctx, req)
-	if err != nil {
-		return g.rpcError(ctx, w, e, conn, err)
+// answer writes a plugin's response: the head, then the body as it comes,
+// flushed piece by piece on a streaming route. A body that fails after
+// the head is out can only be cut short.
+func (g *Ingress) answer(w http.ResponseWriter, e *entry, conn *supervisor.Conn, resp *dataplane.Response, streaming bool) int {
+	defer resp.Close()
+	h := w.Header()
+	maps.Copy(h, resp.Header)
+	if resp.Size >= 0 {
+		h.Set("Content-Length", strconv.FormatInt(resp.Size, 10))
 	}
+	code := resp.Status
+	if code < 100 || code > 999 {
+		code = http.StatusBadGateway
+	}
+	w.WriteHeader(code)
 	rc := http.NewResponseController(w)
-	code := 0
+	if streaming {
+		_ = rc.Flush()
+	}
 	for {
-		c, err := s.Recv()
+		piece, err := resp.Next()
 		if err == io.EOF {
-			if code == 0 {
-				return writeError(w, http.StatusBadGateway, "bad_plugin_response", "plugin ended the stream without a response")
-			}
 			return code
 		}
 		if err != nil {
-			if code == 0 {
-				return g.rpcError(ctx, w, e, conn, err)
-			}
-			// The head is out; all we can do is cut the response short.
 			if conn.Aborted() {
 				e.metrics.aborted.Inc()
 			}
 			panic(http.ErrAbortHandler)
 		}
-		if code == 0 {
-			code = int(c.GetStatus())
-			if code < 100 || code > 999 {
-				code = http.StatusBadGateway
-			}
-			wire.HeadersFromProto(w.Header(), c.GetHeaders())
-			w.WriteHeader(code)
+		if _, err := w.Write(piece); err != nil {
+			return code // the client went away
 		}
-		if len(c.GetData()) > 0 {
-			if _, err := w.Write(c.GetData()); err != nil {
-				return code
-			}
+		if streaming {
+			_ = rc.Flush()
 		}
-		_ = rc.Flush()
 	}
 }
 
-// rpcError maps a failed plugin call to an HTTP answer.
-func (g *Ingress) rpcError(ctx context.Context, w http.ResponseWriter, e *entry, conn *supervisor.Conn, err error) int {
+// failed maps a request that got no answer to an HTTP answer.
+func (g *Ingress) failed(ctx context.Context, w http.ResponseWriter, e *entry, conn *supervisor.Conn, err error) int {
 	name := e.target.Name()
 	switch {
 	case conn.Aborted():
 		e.metrics.aborted.Inc()
 		return writeError(w, http.StatusServiceUnavailable, "drain_aborted",
 			fmt.Sprintf("plugin %q was stopped at its drain deadline before it answered", name))
-	case errors.Is(ctx.Err(), context.DeadlineExceeded) || status.Code(err) == codes.DeadlineExceeded:
+	case errors.Is(err, context.DeadlineExceeded) || errors.Is(ctx.Err(), context.DeadlineExceeded):
 		return writeError(w, http.StatusGatewayTimeout, "timeout", fmt.Sprintf("plugin %q did not answer before the deadline", name))
 	case errors.Is(ctx.Err(), context.Canceled):
 		// The client went away; nobody reads this.
@@ -494,9 +485,10 @@ var hopHeaders = map[string]bool{
 	"Upgrade":             true,
 }
 
-// requestHeaders converts the headers of a request for a plugin, leaving
-// out the hop-by-hop ones and any the Connection header names.
-func requestHeaders(h http.Header) []*pluginv1.Header {
+// forwardHeader returns the headers of a request as a plugin gets them:
+// without the hop-by-hop ones and any the Connection header names. Most
+// requests have none of those, and get h itself.
+func forwardHeader(h http.Header) http.Header {
 	var named []string
 	for _, v := range h["Connection"] {
 		for opt := range strings.SplitSeq(v, ",") {
@@ -505,24 +497,20 @@ func requestHeaders(h http.Header) []*pluginv1.Header {
 			}
 		}
 	}
-	n := 0
+	drop := func(k string) bool { return hopHeaders[k] || slices.Contains(named, k) }
+	found := false
 	for k := range h {
-		if !hopHeaders[k] && !slices.Contains(named, k) {
-			n++
+		if found = drop(k); found {
+			break
 		}
 	}
-	if n == 0 {
-		return nil
+	if !found {
+		return h
 	}
-	// One allocation for the messages and one for the pointers, rather
-	// than one per header.
-	msgs := make([]pluginv1.Header, n)
-	out := make([]*pluginv1.Header, 0, n)
+	out := make(http.Header, len(h))
 	for k, v := range h {
-		if !hopHeaders[k] && !slices.Contains(named, k) {
-			m := &msgs[len(out)]
-			m.Name, m.Values = k, v
-			out = append(out, m)
+		if !drop(k) {
+			out[k] = v
 		}
 	}
 	return out
@@ -574,9 +562,26 @@ func (g *Ingress) Call(ctx context.Context, req *pluginv1.CallRequest) (*pluginv
 	hr.RemoteAddr = "plugin"
 	rec := newBufferWriter()
 	start := time.Now()
-	code := g.serve(rec, hr, e, pr.GetPath())
+	code, err := g.serveCall(rec, hr, e, pr.GetPath())
 	e.metrics.answered(code, time.Since(start))
+	if err != nil {
+		return nil, err
+	}
 	return &pluginv1.HTTPResponse{Status: int32(rec.code), Headers: wire.HeadersToProto(rec.header), Body: rec.body}, nil
+}
+
+// serveCall is serve for Host.Call, where a response cut short after its
+// head is a failed call rather than a cut connection.
+func (g *Ingress) serveCall(w *bufferWriter, r *http.Request, e *entry, rest string) (code int, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			if v != http.ErrAbortHandler {
+				panic(v)
+			}
+			code, err = http.StatusBadGateway, status.Error(codes.Aborted, "the target plugin cut its response short")
+		}
+	}()
+	return g.serve(w, r, e, rest), nil
 }
 
 // bufferWriter collects a response for Call.

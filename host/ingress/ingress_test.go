@@ -38,7 +38,6 @@ func TestMain(m *testing.M) {
 		"./host/e2e/testdata/plugins/crasher",
 		"./host/e2e/testdata/plugins/faulty",
 		"./host/e2e/testdata/plugins/caller",
-		"./host/exchange/testdata/legacy",
 	))
 }
 

@@ -18,11 +18,10 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/plughost/plughost/host/catalog"
-	"github.com/plughost/plughost/host/exchange"
+	"github.com/plughost/plughost/host/dataplane"
 	"github.com/plughost/plughost/host/metrics"
 	pluginv1 "github.com/plughost/plughost/proto/pluginv1"
 	"github.com/plughost/plughost/sdk/backoff"
-	"github.com/plughost/plughost/sdk/wire"
 )
 
 // Spec is what the supervisor needs to run one plugin.
@@ -76,14 +75,18 @@ type Conn struct {
 	// aborted is set when the supervisor killed this process at a drain
 	// deadline, so the ingress can count the requests that failed.
 	aborted *atomic.Bool
-	// exchange carries Handle's requests; closed once the process is gone.
-	exchange *exchange.Pool
+	// data carries the process's requests; closed once the process is gone.
+	data dataplane.Transport
 	// calls counts the host's calls to the process (StartCall).
 	calls *callCount
 }
 
-func newConn(rpc pluginv1.PluginClient, data []*wire.Conn) *Conn {
-	return &Conn{RPC: rpc, aborted: &atomic.Bool{}, exchange: exchange.New(rpc, data), calls: &callCount{}}
+// NewConn returns the Conn of a ready plugin process reached through rpc
+// (its control plane) and data (its requests). The supervisor makes one
+// per process; the test kit (host/plugintest) makes one for a plugin it
+// serves in-process.
+func NewConn(rpc pluginv1.PluginClient, data dataplane.Transport) *Conn {
+	return &Conn{RPC: rpc, aborted: &atomic.Bool{}, data: data, calls: &callCount{}}
 }
 
 // StartCall counts a call to the process, from before it is sent until
@@ -152,13 +155,11 @@ func (c *callCount) wait(ctx context.Context) bool {
 // Aborted reports whether the process was killed at a drain deadline.
 func (c *Conn) Aborted() bool { return c.aborted.Load() }
 
-// Handle serves one request on an ordinary (non-streaming) route. It
-// answers as RPC.Handle does, with the response or a gRPC status error,
-// but sends the request over the process's shared Exchange streams (see
-// package exchange), or as a Handle call to a plugin built before them.
-// Once the process is gone it fails with Unavailable.
-func (c *Conn) Handle(ctx context.Context, req *pluginv1.HTTPRequest) (*pluginv1.HTTPResponse, error) {
-	return c.exchange.Handle(ctx, req)
+// RoundTrip sends one request to the process over its data plane (see
+// dataplane.Transport). Once the process is gone it fails with
+// dataplane.ErrUnavailable.
+func (c *Conn) RoundTrip(ctx context.Context, req *dataplane.Request) (*dataplane.Response, error) {
+	return c.data.RoundTrip(ctx, req)
 }
 
 // Status is a plugin's status for /readyz and /v1/plugins.
@@ -173,9 +174,7 @@ type Status struct {
 	Required  bool   `json:"required"`
 	Mount     string `json:"mount"`
 	// DataPlaneConns is how many of the running process's data-plane
-	// connections the host has not seen break; 0 means Exchange streams
-	// carry its ordinary requests (or Handle calls, for a plugin built
-	// before them).
+	// connections the host has not seen break.
 	DataPlaneConns int `json:"data_plane_conns"`
 }
 
@@ -283,7 +282,7 @@ func (p *Plugin) Status() Status {
 		s.Pid = p.inst.Pid()
 	}
 	if p.conn != nil {
-		s.DataPlaneConns = p.conn.exchange.DataPlaneConns()
+		s.DataPlaneConns = p.conn.data.Live()
 	}
 	if p.manifest != nil {
 		s.Version = p.manifest.GetVersion()
@@ -418,10 +417,10 @@ func (p *Plugin) run(ctx context.Context) {
 		p.firstDone(nil)
 		var reason error
 		if err == nil {
-			data := inst.TakeDataPlane()
-			p.logger.Info("plugin ready", "pid", inst.Pid(), "version", inst.Manifest().GetVersion(), "data_plane_conns", len(data))
+			data := inst.Transport()
+			p.logger.Info("plugin ready", "pid", inst.Pid(), "version", inst.Manifest().GetVersion(), "data_plane_conns", data.Live())
 			var cmd *command
-			conn := newConn(inst.RPC(), data)
+			conn := NewConn(inst.RPC(), data)
 			reason, cmd = p.serve(ctx, inst, conn, &bo)
 			if cmd != nil {
 				switch cmd.kind {
@@ -439,7 +438,6 @@ func (p *Plugin) run(ctx context.Context) {
 				}
 			}
 			inst.Kill()
-			conn.exchange.Close()
 			p.mu.Lock()
 			p.inst, p.conn = nil, nil
 			p.mu.Unlock()
@@ -610,6 +608,9 @@ func (p *Plugin) serve(ctx context.Context, inst *catalog.Instance, conn *Conn, 
 		select {
 		case <-inst.Exited():
 			return errors.New("plugin process exited"), nil
+		case <-conn.data.Done():
+			// No request can reach the process any more.
+			return errors.New("every data-plane connection broke"), nil
 		case cmd := <-p.cmds:
 			return nil, &cmd
 		case <-ctx.Done():
@@ -681,6 +682,5 @@ func (p *Plugin) drainAndKill(inst *catalog.Instance, conn *Conn, deadline time.
 		p.logger.Info("plugin drained", "completed", resp.GetCompleted())
 		inst.Kill()
 	}
-	conn.exchange.Close()
 	p.clearInst()
 }

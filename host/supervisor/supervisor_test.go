@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -23,6 +24,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/plughost/plughost/host/catalog"
+	"github.com/plughost/plughost/host/dataplane"
 	"github.com/plughost/plughost/host/internal/testbin"
 	"github.com/plughost/plughost/host/metrics"
 	"github.com/plughost/plughost/host/supervisor"
@@ -273,9 +275,8 @@ func TestStartReady(t *testing.T) {
 	if c.Aborted() {
 		t.Error("Conn().Aborted() = true for a running plugin")
 	}
-	resp, err := c.RPC.Handle(t.Context(), &pluginv1.HTTPRequest{Method: "GET", Path: "/"})
-	if err != nil || resp.GetStatus() != 200 || !strings.Contains(string(resp.GetBody()), `"greeting":"hi"`) {
-		t.Errorf("Handle(GET /) = %v, %v, want 200 with the configured greeting", resp, err)
+	if code, body, err := do(t.Context(), c, "GET", "/", ""); err != nil || code != 200 || !strings.Contains(string(body), `"greeting":"hi"`) {
+		t.Errorf("GET / = %d %s, %v, want 200 with the configured greeting", code, body, err)
 	}
 	if got := sleepsServed(t, f.p); got != 0 {
 		t.Errorf("hello_sleeps_total from Families() = %v, want 0", got)
@@ -329,9 +330,8 @@ func TestRestartAfterKill(t *testing.T) {
 		t.Errorf("plughost_plugin_restarts_total{plugin=hello} = %v, want 1", got)
 	}
 	waitGone(t, old.Pid)
-	resp, err := f.p.Conn().RPC.Handle(t.Context(), &pluginv1.HTTPRequest{Method: "GET", Path: "/"})
-	if err != nil || resp.GetStatus() != 200 {
-		t.Errorf("Handle(GET /) on the new process = %v, %v, want 200", resp, err)
+	if code, body, err := do(t.Context(), f.p.Conn(), "GET", "/", ""); err != nil || code != 200 {
+		t.Errorf("GET / on the new process = %d %s, %v, want 200", code, body, err)
 	}
 }
 
@@ -490,13 +490,14 @@ func TestStopKillsAtDeadline(t *testing.T) {
 	c := f.p.Conn()
 
 	type result struct {
-		resp *pluginv1.HTTPResponse
+		code int
+		body []byte
 		err  error
 	}
 	done := make(chan result, 1)
 	go func() {
-		resp, err := c.RPC.Handle(context.Background(), &pluginv1.HTTPRequest{Method: "GET", Path: "/sleep", RawQuery: "ms=5000"})
-		done <- result{resp, err}
+		code, body, err := do(context.Background(), c, "GET", "/sleep", "ms=5000")
+		done <- result{code, body, err}
 	}()
 	waitFor(t, 30*time.Second, "the /sleep request to reach the plugin", func() bool { return sleepsServed(t, f.p) == 1 })
 
@@ -504,7 +505,7 @@ func TestStopKillsAtDeadline(t *testing.T) {
 	select {
 	case r := <-done:
 		if r.err == nil {
-			t.Errorf("in-flight Handle(/sleep) = %d %s, want an error after the kill", r.resp.GetStatus(), r.resp.GetBody())
+			t.Errorf("in-flight GET /sleep = %d %s, want an error after the kill", r.code, r.body)
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("in-flight Handle(/sleep) did not return after the plugin was killed")
@@ -690,9 +691,8 @@ func TestUnhealthyRestarted(t *testing.T) {
 	f := start(t, spec(t, "faulty", "faulty", `{"label":"x","limit":3}`), pol)
 	old := waitReady(t, f.p)
 
-	resp, err := f.p.Conn().RPC.Handle(t.Context(), &pluginv1.HTTPRequest{Method: "POST", Path: "/sick"})
-	if err != nil || resp.GetStatus() != 200 {
-		t.Fatalf("Handle(POST /sick) = %v, %v, want 200", resp, err)
+	if code, body, err := do(t.Context(), f.p.Conn(), "POST", "/sick", ""); err != nil || code != 200 {
+		t.Fatalf("POST /sick = %d %s, %v, want 200", code, body, err)
 	}
 	var st supervisor.Status
 	waitFor(t, 30*time.Second, "the wedged plugin to be replaced", func() bool {
@@ -706,4 +706,25 @@ func TestUnhealthyRestarted(t *testing.T) {
 		t.Errorf("Status().LastError = %q, want it to say the plugin was unhealthy", st.LastError)
 	}
 	waitGone(t, old.Pid)
+}
+
+// do sends a request to c's process over its data plane and returns the
+// status and the whole body.
+func do(ctx context.Context, c *supervisor.Conn, method, path, rawQuery string) (int, []byte, error) {
+	resp, err := c.RoundTrip(ctx, &dataplane.Request{Method: method, Path: path, RawQuery: rawQuery})
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Close()
+	var body []byte
+	for {
+		piece, err := resp.Next()
+		if err == io.EOF {
+			return resp.Status, body, nil
+		}
+		if err != nil {
+			return resp.Status, body, err
+		}
+		body = append(body, piece...)
+	}
 }

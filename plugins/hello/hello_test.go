@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/plughost/plughost/sdk/plugintest"
+	"github.com/plughost/plughost/host/plugintest"
 )
 
 func TestGreet(t *testing.T) {

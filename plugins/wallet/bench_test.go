@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/plughost/plughost/sdk/plugintest"
+	"github.com/plughost/plughost/host/plugintest"
 )
 
 // BenchmarkTransfers measures durable transfers per second through the

@@ -3,7 +3,7 @@ package main
 import (
 	"testing"
 
-	"github.com/plughost/plughost/sdk/plugintest"
+	"github.com/plughost/plughost/host/plugintest"
 )
 
 // TestConformance runs the SDK's conformance kit on the built binary. The

@@ -18,7 +18,7 @@ import (
 
 	"github.com/plughost/plughost/plugins/wallet/internal/committer"
 	"github.com/plughost/plughost/sdk"
-	"github.com/plughost/plughost/sdk/plugintest"
+	"github.com/plughost/plughost/host/plugintest"
 )
 
 func TestMain(m *testing.M) {

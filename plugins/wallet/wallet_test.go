@@ -19,7 +19,7 @@ import (
 	"github.com/plughost/plughost/plugins/wallet/internal/committer"
 	"github.com/plughost/plughost/plugins/wallet/internal/wallettest"
 	"github.com/plughost/plughost/sdk"
-	"github.com/plughost/plughost/sdk/plugintest"
+	"github.com/plughost/plughost/host/plugintest"
 )
 
 func TestConfig(t *testing.T) {

@@ -14,7 +14,7 @@ import (
 // would be copied twice; such frames are few and their cost is the body.
 const fastDecodeMax = 8 << 10
 
-// decodeFrame decodes an ExchangeFrame. Every frame of the data plane is
+// decodeFrame decodes a Frame. Every frame of the data plane is
 // decoded here, on both sides, and proto.Unmarshal's reflection and one
 // allocation per string and message were a tenth of a plugin's CPU under
 // load. So frames as this package's peers encode them (each known field
@@ -25,13 +25,13 @@ const fastDecodeMax = 8 << 10
 // repeated message fields, which proto merges, or a malformed frame) goes
 // to proto.Unmarshal, so the result, and every error, is what
 // proto.Unmarshal gives; FuzzDecodeFrame checks that.
-func decodeFrame(b []byte) (*pluginv1.ExchangeFrame, error) {
+func decodeFrame(b []byte) (*pluginv1.Frame, error) {
 	if len(b) <= fastDecodeMax {
 		if f, ok := fastDecode(b); ok {
 			return f, nil
 		}
 	}
-	f := new(pluginv1.ExchangeFrame)
+	f := new(pluginv1.Frame)
 	if err := proto.Unmarshal(b, f); err != nil {
 		return nil, err
 	}
@@ -41,16 +41,16 @@ func decodeFrame(b []byte) (*pluginv1.ExchangeFrame, error) {
 // requestFrame and responseFrame are the messages of a frame, allocated
 // together.
 type requestFrame struct {
-	f pluginv1.ExchangeFrame
-	k pluginv1.ExchangeFrame_Request
-	r pluginv1.ExchangeRequest
+	f pluginv1.Frame
+	k pluginv1.Frame_Request
+	r pluginv1.RequestHead
 	h pluginv1.HTTPRequest
 }
 
 type responseFrame struct {
-	f pluginv1.ExchangeFrame
-	k pluginv1.ExchangeFrame_Response
-	r pluginv1.ExchangeResponse
+	f pluginv1.Frame
+	k pluginv1.Frame_Response
+	r pluginv1.ResponseHead
 	h pluginv1.HTTPResponse
 }
 
@@ -120,7 +120,7 @@ func fields(m []byte, base int, fn func(f field) bool) bool {
 	return true
 }
 
-func fastDecode(b []byte) (*pluginv1.ExchangeFrame, bool) {
+func fastDecode(b []byte) (*pluginv1.Frame, bool) {
 	d := &frameDecoder{b: b}
 	var id uint64
 	var kind field
@@ -128,7 +128,7 @@ func fastDecode(b []byte) (*pluginv1.ExchangeFrame, bool) {
 		switch {
 		case f.num == 1 && f.typ == protowire.VarintType:
 			id = f.v
-		case f.num >= 2 && f.num <= 4 && f.typ == protowire.BytesType && kind.num == 0:
+		case f.num >= 2 && f.num <= 7 && f.typ == protowire.BytesType && kind.num == 0:
 			kind = f
 		default:
 			return false
@@ -140,7 +140,7 @@ func fastDecode(b []byte) (*pluginv1.ExchangeFrame, bool) {
 	}
 	switch kind.num {
 	case 0:
-		return &pluginv1.ExchangeFrame{Id: id}, true
+		return &pluginv1.Frame{Id: id}, true
 	case 2:
 		rf := &requestFrame{}
 		if !d.request(kind, &rf.r, &rf.h) {
@@ -152,7 +152,16 @@ func fastDecode(b []byte) (*pluginv1.ExchangeFrame, bool) {
 		if len(kind.b) != 0 {
 			return nil, false
 		}
-		return &pluginv1.ExchangeFrame{Id: id, Kind: &pluginv1.ExchangeFrame_Cancel{Cancel: &pluginv1.ExchangeCancel{}}}, true
+		return &pluginv1.Frame{Id: id, Kind: &pluginv1.Frame_Cancel{Cancel: &pluginv1.Cancel{}}}, true
+	case 5:
+		return body(id, kind)
+	case 6:
+		return window(id, kind)
+	case 7:
+		if len(kind.b) != 0 {
+			return nil, false
+		}
+		return &pluginv1.Frame{Id: id, Kind: &pluginv1.Frame_Abort{Abort: &pluginv1.Abort{}}}, true
 	default:
 		rf := &responseFrame{}
 		if !d.response(kind, &rf.r, &rf.h) {
@@ -163,10 +172,53 @@ func fastDecode(b []byte) (*pluginv1.ExchangeFrame, bool) {
 	}
 }
 
-// request decodes the ExchangeRequest m into r, and its HTTPRequest, if
-// any, into h.
-func (d *frameDecoder) request(m field, r *pluginv1.ExchangeRequest, h *pluginv1.HTTPRequest) bool {
-	req, ok := inner(m, func(v uint64) { r.DeadlineUnixNano = int64(v) })
+// body decodes a Body frame: its data, copied out of the read buffer, and
+// its end flag.
+func body(id uint64, m field) (*pluginv1.Frame, bool) {
+	b := &pluginv1.Body{}
+	ok := fields(m.b, m.off, func(f field) bool {
+		switch {
+		case f.num == 1 && f.typ == protowire.BytesType:
+			b.Data = append([]byte{}, f.b...)
+		case f.num == 2 && f.typ == protowire.VarintType:
+			b.End = f.v != 0
+		default:
+			return false
+		}
+		return true
+	})
+	return &pluginv1.Frame{Id: id, Kind: &pluginv1.Frame_Body{Body: b}}, ok
+}
+
+// window decodes a Window frame.
+func window(id uint64, m field) (*pluginv1.Frame, bool) {
+	w := &pluginv1.Window{}
+	ok := fields(m.b, m.off, func(f field) bool {
+		if f.num != 1 || f.typ != protowire.VarintType {
+			return false
+		}
+		w.Bytes = uint32(f.v)
+		return true
+	})
+	return &pluginv1.Frame{Id: id, Kind: &pluginv1.Frame_Window{Window: w}}, ok
+}
+
+// request decodes the RequestHead m into r, and its HTTPRequest, if any,
+// into h.
+func (d *frameDecoder) request(m field, r *pluginv1.RequestHead, h *pluginv1.HTTPRequest) bool {
+	req, ok := inner(m, func(num protowire.Number, v uint64) bool {
+		switch num {
+		case 2:
+			r.DeadlineUnixNano = int64(v)
+		case 3:
+			r.More = v != 0
+		case 4:
+			r.Streaming = v != 0
+		default:
+			return false
+		}
+		return true
+	})
 	if !ok || req.num == 0 {
 		return ok
 	}
@@ -212,10 +264,20 @@ func (d *frameDecoder) request(m field, r *pluginv1.ExchangeRequest, h *pluginv1
 	return ok
 }
 
-// response decodes the ExchangeResponse m into r, and its HTTPResponse,
-// if any, into h.
-func (d *frameDecoder) response(m field, r *pluginv1.ExchangeResponse, h *pluginv1.HTTPResponse) bool {
-	resp, ok := inner(m, func(v uint64) { r.Aborted = v != 0 })
+// response decodes the ResponseHead m into r, and its HTTPResponse, if
+// any, into h.
+func (d *frameDecoder) response(m field, r *pluginv1.ResponseHead, h *pluginv1.HTTPResponse) bool {
+	resp, ok := inner(m, func(num protowire.Number, v uint64) bool {
+		switch num {
+		case 3:
+			r.More = v != 0
+		case 4:
+			r.Size = int64(v)
+		default:
+			return false
+		}
+		return true
+	})
 	if !ok || resp.num == 0 {
 		return ok
 	}
@@ -252,17 +314,17 @@ func (d *frameDecoder) finish(body []byte, headers []field) ([]byte, []*pluginv1
 	return body, hs, ok
 }
 
-// inner reads an ExchangeRequest or ExchangeResponse m: it returns field
-// 1, the HTTP message (num 0 if absent), and passes field 2, a varint, to
-// set.
-func inner(m field, set func(uint64)) (field, bool) {
+// inner reads a RequestHead or ResponseHead m: it returns field 1, the
+// HTTP message (num 0 if absent), and passes every varint field to set,
+// which reports whether it knows the field.
+func inner(m field, set func(protowire.Number, uint64) bool) (field, bool) {
 	var in field
 	ok := fields(m.b, m.off, func(f field) bool {
 		switch {
 		case f.num == 1 && f.typ == protowire.BytesType && in.num == 0:
 			in = f
-		case f.num == 2 && f.typ == protowire.VarintType:
-			set(f.v)
+		case f.num != 1 && f.typ == protowire.VarintType:
+			return set(f.num, f.v)
 		default:
 			return false
 		}

@@ -10,7 +10,6 @@ import (
 	"net"
 	"sync"
 
-	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 
 	pluginv1 "github.com/plughost/plughost/proto/pluginv1"
@@ -25,55 +24,22 @@ const DataPlaneEnv = "PLUGHOST_DATA_PLANE_FDS"
 // the first after standard input, output and error.
 const DataPlaneFirstFD = 3
 
-// Stream carries the frames of one exchange: a gRPC Exchange stream or a
-// data-plane connection. Encode may be called concurrently; Send by one
-// caller at a time, and Recv by one caller at a time.
-type Stream interface {
-	// Encode encodes f for Send. An error is f's alone (a message gRPC
-	// cannot encode, or one over MaxMessageBytes): the stream is fine.
-	Encode(f *pluginv1.ExchangeFrame) (Frame, error)
-	// Send writes an encoded frame. With flush false it may wait in a
-	// buffer until a later Send flushes: a caller passes false only when
-	// it knows another Send follows at once.
-	Send(fr Frame, flush bool) error
-	// Recv reads the next frame. It returns io.EOF when the peer ended
-	// the stream cleanly.
-	Recv() (*pluginv1.ExchangeFrame, error)
-}
+// PieceBytes is the most body a frame carries: a larger request or
+// response body travels as a head and Body frames of at most this much, so
+// that it does not hold up the other requests sharing its connection for
+// longer than one piece takes to write.
+const PieceBytes = 64 << 10
 
-// Frame is a frame encoded by a Stream, for that Stream's Send.
+// ResponseWindow is the credit a response starts with: how many bytes of
+// its body the plugin may send before the host grants more with Window
+// frames. It bounds what the host buffers for one response whose client
+// reads slowly, and it exceeds most whole responses, which therefore never
+// wait for credit.
+const ResponseWindow = 256 << 10
+
+// Frame is a frame encoded by Conn.Encode, for Conn.Send.
 type Frame struct {
-	pm *grpc.PreparedMsg
-	b  []byte
-}
-
-// GRPCStream adapts an Exchange stream, either side's, to Stream.
-func GRPCStream(s grpc.Stream) Stream { return grpcStream{s} }
-
-type grpcStream struct{ s grpc.Stream }
-
-func (g grpcStream) Encode(f *pluginv1.ExchangeFrame) (Frame, error) {
-	// A Send that fails for its message would end the whole stream.
-	if proto.Size(f) > MaxMessageBytes {
-		return Frame{}, ErrFrameTooLarge
-	}
-	pm := new(grpc.PreparedMsg)
-	if err := pm.Encode(g.s, f); err != nil {
-		return Frame{}, err
-	}
-	return Frame{pm: pm}, nil
-}
-
-// Send ignores flush: gRPC's transport writes whatever is queued in one go
-// by itself.
-func (g grpcStream) Send(fr Frame, _ bool) error { return g.s.SendMsg(fr.pm) }
-
-func (g grpcStream) Recv() (*pluginv1.ExchangeFrame, error) {
-	f := new(pluginv1.ExchangeFrame)
-	if err := g.s.RecvMsg(f); err != nil {
-		return nil, err
-	}
-	return f, nil
+	b []byte
 }
 
 // ErrFrameTooLarge is the error for a frame over MaxMessageBytes.
@@ -86,9 +52,11 @@ const frameHeaderBytes = 4
 // and a frame that does not is read or written straight through.
 const frameBufferBytes = 32 << 10
 
-// Conn is a data-plane connection: a Stream over a connected stream
-// socket, each frame a 4-byte big-endian length and its protobuf encoding.
-// Create it with NewConn and end it with Close.
+// Conn is a data-plane connection over a connected stream socket, each
+// frame a 4-byte big-endian length and its protobuf encoding. Encode may
+// be called concurrently, Send too (frames keep no order between concurrent
+// callers), Recv by one caller at a time. Create it with NewConn and end it
+// with Close.
 type Conn struct {
 	c net.Conn
 	r *bufio.Reader
@@ -103,8 +71,9 @@ func NewConn(c net.Conn) *Conn {
 	return &Conn{c: c, r: bufio.NewReaderSize(c, frameBufferBytes), w: bufio.NewWriterSize(c, frameBufferBytes)}
 }
 
-// Encode encodes f with its length prefix.
-func (c *Conn) Encode(f *pluginv1.ExchangeFrame) (Frame, error) {
+// Encode encodes f with its length prefix. An error is f's alone (one over
+// MaxMessageBytes): the connection is fine.
+func (c *Conn) Encode(f *pluginv1.Frame) (Frame, error) {
 	n := proto.Size(f)
 	if n > MaxMessageBytes {
 		return Frame{}, ErrFrameTooLarge
@@ -140,7 +109,7 @@ func (c *Conn) Send(fr Frame, flush bool) error {
 // Recv reads the next frame. A frame that cannot be read, or that is over
 // MaxMessageBytes, is an error after which the connection is of no use.
 // A connection that ends between frames gives io.EOF.
-func (c *Conn) Recv() (*pluginv1.ExchangeFrame, error) {
+func (c *Conn) Recv() (*pluginv1.Frame, error) {
 	var hdr [frameHeaderBytes]byte
 	if _, err := io.ReadFull(c.r, hdr[:]); err != nil {
 		if errors.Is(err, io.ErrUnexpectedEOF) {

@@ -8,8 +8,8 @@ import (
 	"os"
 )
 
-// SocketPair fails where there are no Unix socket pairs; the host then
-// uses Exchange streams.
+// SocketPair fails where there are no Unix socket pairs: the data plane,
+// and so the host, runs only on Unix.
 func SocketPair() (net.Conn, *os.File, error) {
-	return nil, nil, errors.New("socket pairs need a Unix system")
+	return nil, nil, errors.New("plughost runs plugins only on Unix: the data plane needs Unix socket pairs")
 }

@@ -1,6 +1,7 @@
-// Package wire is the go-plugin glue shared by the host and the SDK: the
-// handshake, the plugin set and the conversions between net/http values and
-// the plughost.plugin.v1 protobuf contract.
+// Package wire is the glue the host and the SDK share: the go-plugin
+// handshake and plugin set (the gRPC control plane), the data plane's
+// framing (Conn) and the conversions between net/http values and the
+// plughost.plugin.v1 protobuf contract.
 //
 // Plugin authors never import it; the sdk package hides it behind standard
 // types. It must not depend on the host or on any plugin.
@@ -10,6 +11,7 @@ import (
 	"context"
 	"net/http"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/go-plugin"
 	"google.golang.org/grpc"
 
@@ -18,11 +20,12 @@ import (
 
 // ProtocolVersion is the plugin protocol this build speaks. It is carried in
 // the go-plugin handshake; history is kept in proto/pluginv1/plugin.proto.
-const ProtocolVersion = 1
+const ProtocolVersion = 2
 
 // MaxMessageBytes bounds one gRPC message between host and plugin in both
-// directions: a request body (capped by the host's max_body_bytes) or a
-// whole unary response. gRPC's default of 4 MiB is too small for both.
+// directions (a Host.Call with its body and answer, a metrics scrape) and
+// one data-plane frame. gRPC's default of 4 MiB is too small for the
+// first.
 const MaxMessageBytes = 64 << 20
 
 // PluginKey names the single plugin kind in the go-plugin plugin set.
@@ -35,6 +38,15 @@ var Handshake = plugin.HandshakeConfig{
 	MagicCookieKey:   "PLUGHOST_PLUGIN",
 	MagicCookieValue: "6b1d4f0c-plughost-service-plugin",
 }
+
+// ServeInProcess returns the go-plugin ServeConfig that sdk.Serve would
+// use for def, which must be an sdk.Plugin, logging to logger and serving
+// data as its data-plane connections; it returns the definition's
+// validation error, if any. Package sdk sets it when it is initialised, so
+// that the test kit (host/plugintest) serves a plugin in-process through
+// exactly the code path a plugin process runs. Nothing else may set or
+// call it.
+var ServeInProcess func(def any, logger hclog.Logger, data []*Conn) (*plugin.ServeConfig, error)
 
 // Client is what the host gets from go-plugin for a running plugin.
 type Client struct {

@@ -3,7 +3,7 @@ package main
 import (
 	"testing"
 
-	"github.com/plughost/plughost/sdk/plugintest"
+	"github.com/plughost/plughost/host/plugintest"
 )
 
 func TestConformance(t *testing.T) {

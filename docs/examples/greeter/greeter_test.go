@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/plughost/plughost/sdk"
-	"github.com/plughost/plughost/sdk/plugintest"
+	"github.com/plughost/plughost/host/plugintest"
 )
 
 // call sends one request through h and returns the status and the body.

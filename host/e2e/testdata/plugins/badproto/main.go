@@ -1,5 +1,6 @@
-// Command badproto speaks a plugin protocol version no host speaks, so the
-// host must refuse it with an error naming both versions.
+// Command badproto is a plugin as built for plugin protocol 1, before the
+// data plane carried every request: the host must refuse it with an error
+// naming both versions.
 package main
 
 import (
@@ -11,13 +12,13 @@ import (
 
 func main() {
 	hs := wire.Handshake
-	hs.ProtocolVersion = 99
+	hs.ProtocolVersion = 1
 	plugin.Serve(&plugin.ServeConfig{
 		HandshakeConfig: hs,
 		VersionedPlugins: map[int]plugin.PluginSet{
 			// go-plugin registers the service before the handshake, so the
 			// plugin needs a server even though no host will call it.
-			99: {wire.PluginKey: &wire.Plugin{Impl: func(*plugin.GRPCBroker) pluginv1.PluginServer {
+			1: {wire.PluginKey: &wire.Plugin{Impl: func(*plugin.GRPCBroker) pluginv1.PluginServer {
 				return pluginv1.UnimplementedPluginServer{}
 			}}},
 		},

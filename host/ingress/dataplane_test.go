@@ -8,13 +8,11 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/plughost/plughost/host/ingress"
 )
 
-// The ingress sends requests for ordinary routes over the plugin's shared
-// Exchange streams (package exchange). These tests check, through real
-// HTTP and real plugin processes, what that must not change.
+// The ingress sends every request over the plugin's data plane (package
+// dataplane), many at once on each connection. These tests check, through
+// real HTTP and real plugin processes, what that must not change.
 
 func TestManyConcurrentRequests(t *testing.T) {
 	f := newFixture(t, defaultLimits, hello())
@@ -74,42 +72,6 @@ func TestPluginKilledWithRequestsInFlight(t *testing.T) {
 	waitFor(t, 30*time.Second, "hello to be restarted", func() bool { return p.Ready() && p.Status().Pid != pid })
 	if r := f.get(t, "/hello/"); r.code != http.StatusOK {
 		t.Errorf("GET /hello/ after the restart = %d %s, want 200", r.code, r.body)
-	}
-}
-
-// TestLegacyPlugin checks that a plugin built before Exchange, which
-// answers it Unimplemented, is served by Handle calls as before.
-func TestLegacyPlugin(t *testing.T) {
-	// The timeout cuts the 60s sleep below; every other request must
-	// beat it, twenty at once, so it must not be tight on a busy machine.
-	limits := ingress.Limits{MaxBodyBytes: 1 << 20, RequestTimeout: 2 * time.Second}
-	f := newFixture(t, limits, pluginSpec{name: "legacy", config: `{}`, required: true, maxRestarts: 5})
-	var wg sync.WaitGroup
-	results := make([]response, 20)
-	for i := range results {
-		wg.Go(func() {
-			req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, f.srv.URL+"/legacy/", nil)
-			if err != nil {
-				return
-			}
-			resp, err := f.srv.Client().Do(req)
-			if err != nil {
-				results[i] = response{body: err.Error()}
-				return
-			}
-			defer resp.Body.Close()
-			b, _ := io.ReadAll(resp.Body)
-			results[i] = response{code: resp.StatusCode, body: string(b)}
-		})
-	}
-	wg.Wait()
-	for _, r := range results {
-		if r.code != http.StatusOK || r.body != "legacy" {
-			t.Errorf("GET /legacy/ = %d %q, want 200 legacy", r.code, r.body)
-		}
-	}
-	if r := f.get(t, "/legacy/sleep?ms=60000"); r.code != http.StatusGatewayTimeout || r.errorCode() != "timeout" {
-		t.Errorf("GET /legacy/sleep past request_timeout = %d %s, want 504 timeout", r.code, r.body)
 	}
 }
 

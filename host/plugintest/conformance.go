@@ -26,6 +26,7 @@ import (
 
 	"github.com/plughost/plughost/host/catalog"
 	"github.com/plughost/plughost/host/config"
+	"github.com/plughost/plughost/host/dataplane"
 	"github.com/plughost/plughost/host/metrics"
 	"github.com/plughost/plughost/host/supervisor"
 	pluginv1 "github.com/plughost/plughost/proto/pluginv1"
@@ -348,8 +349,9 @@ func (c *conformance) health(t *testing.T) {
 	t.Logf("health answered %s in %v", resp.GetStatus(), time.Since(start).Round(time.Millisecond))
 }
 
-// malformed sends each declared route bad input straight over gRPC, as a
-// hostile client could through the host, and checks that the plugin
+// malformed sends each declared route bad input straight over the data
+// plane, past the ingress's checks, as a hostile client could through a
+// host with looser limits, and checks that the plugin
 // answers each with less than 500 and stays up.
 func (c *conformance) malformed(t *testing.T, m *pluginv1.DescribeResponse) {
 	p := c.ready(t)
@@ -441,27 +443,30 @@ func concretePath(pattern string) string {
 	return strings.Join(segs, "/")
 }
 
-// call sends req the way the host's ingress does (conn.Handle, which
-// multiplexes over Exchange), or with HandleStream when its pattern is
-// marked as streaming, and returns the status.
+// call sends req over the plugin's data plane, as a streaming route's
+// when its pattern is marked "stream:", and returns the status.
 func call(ctx context.Context, conn *supervisor.Conn, req *pluginv1.HTTPRequest) (int, error) {
-	if pat, ok := strings.CutPrefix(req.GetPattern(), "stream:"); ok {
-		req.Pattern = pat
-		s, err := conn.RPC.HandleStream(ctx, req)
-		if err != nil {
-			return 0, err
-		}
-		first, err := s.Recv()
-		if err != nil {
-			return 0, err
-		}
-		return int(first.GetStatus()), nil
-	}
-	resp, err := conn.Handle(ctx, req)
+	resp, err := roundTrip(ctx, conn, req)
 	if err != nil {
 		return 0, err
 	}
-	return int(resp.GetStatus()), nil
+	resp.Close()
+	return resp.Status, nil
+}
+
+// roundTrip sends req over the plugin's data plane and returns the head of
+// the answer; the caller closes it.
+func roundTrip(ctx context.Context, conn *supervisor.Conn, req *pluginv1.HTTPRequest) (*dataplane.Response, error) {
+	pat, streaming := strings.CutPrefix(req.GetPattern(), "stream:")
+	if !streaming {
+		pat = req.GetPattern()
+	}
+	h := http.Header{}
+	wire.HeadersFromProto(h, req.GetHeaders())
+	return conn.RoundTrip(ctx, &dataplane.Request{
+		Method: req.GetMethod(), Path: req.GetPath(), RawQuery: req.GetRawQuery(), Header: h, Body: req.GetBody(),
+		RemoteAddr: req.GetRemoteAddr(), Host: req.GetHost(), Pattern: pat, Streaming: streaming,
+	})
 }
 
 func (c *conformance) drain(t *testing.T) {
@@ -549,23 +554,17 @@ func (c *conformance) drainOnce(t *testing.T, headStart time.Duration) bool {
 	}
 	hctx, hcancel := context.WithTimeout(t.Context(), 5*time.Second)
 	defer hcancel()
-	out, err := conn.Handle(hctx, probe)
+	out, err := roundTrip(hctx, conn, probe)
 	switch {
 	case err != nil:
 		t.Errorf("a request after Drain failed: %v; a good plugin answers 503 with Retry-After", err)
-	case out.GetStatus() != http.StatusServiceUnavailable || !hasHeader(out.GetHeaders(), "Retry-After"):
-		t.Errorf("a request after Drain got %d; a good plugin refuses new work with 503 and Retry-After once draining", out.GetStatus())
+	case out.Status != http.StatusServiceUnavailable || out.Header.Get("Retry-After") == "":
+		out.Close()
+		t.Errorf("a request after Drain got %d; a good plugin refuses new work with 503 and Retry-After once draining", out.Status)
+	default:
+		out.Close()
 	}
 	return true
-}
-
-func hasHeader(hs []*pluginv1.Header, name string) bool {
-	for _, h := range hs {
-		if http.CanonicalHeaderKey(h.GetName()) == name && len(h.GetValues()) > 0 {
-			return true
-		}
-	}
-	return false
 }
 
 // parseRequest turns "METHOD /path?query" into a request.
@@ -662,7 +661,7 @@ func (c *conformance) metrics(t *testing.T, m *pluginv1.DescribeResponse) {
 	for _, r := range m.GetRoutes() {
 		if r.GetMethod() == http.MethodGet && !r.GetStreaming() && !strings.Contains(r.GetPattern(), "{") || r.GetPattern() == "/{$}" {
 			ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
-			_, _ = p.Conn().RPC.Handle(ctx, &pluginv1.HTTPRequest{Method: http.MethodGet, Path: concretePath(r.GetPattern()), Host: "conformance"})
+			_, _ = call(ctx, p.Conn(), &pluginv1.HTTPRequest{Method: http.MethodGet, Path: concretePath(r.GetPattern()), Host: "conformance"})
 			cancel()
 		}
 	}

@@ -5,9 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
+
+	"net"
 	"net/http"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -24,9 +24,12 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/plughost/plughost/host/config"
+	"github.com/plughost/plughost/host/dataplane"
+	"github.com/plughost/plughost/host/ingress"
+	"github.com/plughost/plughost/host/metrics"
+	"github.com/plughost/plughost/host/supervisor"
 	pluginv1 "github.com/plughost/plughost/proto/pluginv1"
 	"github.com/plughost/plughost/sdk"
-	"github.com/plughost/plughost/sdk/internal/kit"
 	"github.com/plughost/plughost/sdk/wire"
 )
 
@@ -53,10 +56,18 @@ type Harness struct {
 	t        testing.TB
 	rpc      *wire.Client
 	manifest *pluginv1.DescribeResponse
-	routes   *http.ServeMux
 	limits   sdk.Limits
 	logs     *buffer
+	ingress  *ingress.Ingress
 }
+
+// harnessConns is how many data-plane connections the harness gives the
+// plugin: more than one, as the host does, so that requests in parallel
+// travel on different connections.
+const harnessConns = 2
+
+// harnessMount is where the harness mounts the plugin in its ingress.
+const harnessMount = "/plugin"
 
 // New serves def in-process and configures it with opts. It fails t when
 // the definition is invalid or the plugin refuses its config; use Start to
@@ -76,10 +87,17 @@ func Start(t testing.TB, def sdk.Plugin, opts Options) (*Harness, error) {
 	t.Helper()
 	logs := &buffer{}
 	logger := hclog.New(&hclog.LoggerOptions{Name: def.Name, Level: hclog.Debug, Output: logs})
-	cfg, err := kit.ServeConfig(def, logger)
+	hostEnds, pluginEnds, err := dataPlane(harnessConns)
 	if err != nil {
+		return nil, err
+	}
+	cfg, err := wire.ServeInProcess(def, logger, pluginEnds)
+	if err != nil {
+		closeConns(hostEnds)
+		closeConns(pluginEnds)
 		return nil, fmt.Errorf("invalid plugin definition: %w", err)
 	}
+	data := dataplane.New(hostEnds)
 	ctx, cancel := context.WithCancel(context.Background())
 	reattach := make(chan *plugin.ReattachConfig, 1)
 	closed := make(chan struct{})
@@ -119,6 +137,7 @@ func Start(t testing.TB, def sdk.Plugin, opts Options) (*Harness, error) {
 		// connection; close it here.
 		cancel()
 		<-closed
+		data.Close()
 		if conn != nil {
 			_ = conn.Close()
 		}
@@ -139,7 +158,6 @@ func Start(t testing.TB, def sdk.Plugin, opts Options) (*Harness, error) {
 	if h.manifest, err = h.rpc.Describe(ctx, &pluginv1.DescribeRequest{}); err != nil {
 		return nil, fmt.Errorf("describe: %w", err)
 	}
-	h.routes = routeMux(h.manifest)
 
 	js, err := decodeConfig(opts.Config, h.manifest.GetConfigSchema())
 	if err != nil {
@@ -180,7 +198,61 @@ func Start(t testing.TB, def sdk.Plugin, opts Options) (*Harness, error) {
 	if msg := resp.GetError(); msg != "" {
 		return nil, &ConfigError{Attribute: resp.GetAttribute(), Message: msg}
 	}
+	h.ingress = ingress.New(logger.Named("ingress"), metrics.New(), ingress.Limits{
+		MaxBodyBytes:   h.limits.MaxBodyBytes,
+		RequestTimeout: h.limits.RequestTimeout,
+	})
+	h.ingress.Update([]ingress.Target{&target{
+		spec:     supervisor.Spec{Name: opts.Instance, Mount: harnessMount},
+		conn:     supervisor.NewConn(h.rpc, data),
+		manifest: h.manifest,
+	}})
 	return h, nil
+}
+
+// dataPlane returns n connected socket pairs as data-plane connections:
+// the host's ends and the plugin's.
+func dataPlane(n int) (host, plugin []*wire.Conn, err error) {
+	for range n {
+		hc, pf, err := wire.SocketPair()
+		if err != nil {
+			closeConns(host)
+			closeConns(plugin)
+			return nil, nil, fmt.Errorf("data plane: %w", err)
+		}
+		pc, err := net.FileConn(pf)
+		_ = pf.Close()
+		if err != nil {
+			_ = hc.Close()
+			closeConns(host)
+			closeConns(plugin)
+			return nil, nil, fmt.Errorf("data plane: %w", err)
+		}
+		host = append(host, wire.NewConn(hc))
+		plugin = append(plugin, wire.NewConn(pc))
+	}
+	return host, plugin, nil
+}
+
+func closeConns(cs []*wire.Conn) {
+	for _, c := range cs {
+		_ = c.Close()
+	}
+}
+
+// target is the in-process plugin as the ingress sees it: always ready.
+type target struct {
+	spec     supervisor.Spec
+	conn     *supervisor.Conn
+	manifest *pluginv1.DescribeResponse
+}
+
+func (t *target) Name() string                         { return t.spec.Name }
+func (t *target) Spec() supervisor.Spec                { return t.spec }
+func (t *target) Conn() *supervisor.Conn               { return t.conn }
+func (t *target) Manifest() *pluginv1.DescribeResponse { return t.manifest }
+func (t *target) Status() supervisor.Status {
+	return supervisor.Status{Name: t.spec.Name, State: supervisor.StateReady, Mount: t.spec.Mount}
 }
 
 // inProcess is the go-plugin runner of a plugin served in this process.
@@ -241,91 +313,25 @@ func decodeConfig(src string, schema *pluginv1.Schema) ([]byte, error) {
 	return js, nil
 }
 
-// route is a declared route, used as a ServeMux handler value.
-type route struct{ streaming bool }
-
-func (route) ServeHTTP(http.ResponseWriter, *http.Request) {}
-
-func routeMux(m *pluginv1.DescribeResponse) *http.ServeMux {
-	mux := http.NewServeMux()
-	for _, r := range m.GetRoutes() {
-		pat := r.GetPattern()
-		if r.GetMethod() != "" {
-			pat = r.GetMethod() + " " + pat
-		}
-		mux.Handle(pat, route{streaming: r.GetStreaming()})
-	}
-	return mux
-}
-
-// ServeHTTP sends r to the plugin as the host would: only declared routes
-// are forwarded (others get 404 or 405), the body is capped at
-// Limits.MaxBodyBytes (413), non-streaming routes get the request timeout,
-// and streaming routes are relayed chunk by chunk with Flush.
+// ServeHTTP sends r to the plugin through the host's own ingress and data
+// plane, as if the plugin were mounted at "/": only declared routes are
+// forwarded (others get 404 or 405), the body is capped at
+// Limits.MaxBodyBytes (413), ordinary routes get the route's timeout or
+// Limits.RequestTimeout, streaming routes are relayed as the plugin
+// flushes, and errors have the host's JSON shape.
 func (h *Harness) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	rt, pat := h.routes.Handler(&http.Request{Method: r.Method, URL: r.URL})
-	declared, ok := rt.(route)
-	if !ok || pat == "" {
-		rt.ServeHTTP(w, r)
-		return
+	r2 := new(http.Request)
+	*r2 = *r
+	u := *r.URL
+	u.Path = harnessMount + u.Path
+	if u.RawPath != "" {
+		u.RawPath = harnessMount + u.RawPath
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.limits.MaxBodyBytes))
-	if err != nil {
-		http.Error(w, "request body too large", http.StatusRequestEntityTooLarge)
-		return
+	r2.URL = &u
+	if r2.RemoteAddr == "" {
+		r2.RemoteAddr = "plugintest"
 	}
-	req := &pluginv1.HTTPRequest{
-		Method:     r.Method,
-		Path:       r.URL.Path,
-		RawQuery:   r.URL.RawQuery,
-		Headers:    wire.HeadersToProto(r.Header),
-		Body:       body,
-		RemoteAddr: r.RemoteAddr,
-		Host:       r.Host,
-		Pattern:    pat,
-	}
-	ctx := r.Context()
-	if declared.streaming {
-		h.stream(ctx, w, req)
-		return
-	}
-	ctx, cancel := context.WithTimeout(ctx, h.limits.RequestTimeout)
-	defer cancel()
-	resp, err := h.rpc.Handle(ctx, req)
-	if err != nil {
-		http.Error(w, "plugin call failed: "+err.Error(), http.StatusBadGateway)
-		return
-	}
-	wire.HeadersFromProto(w.Header(), resp.GetHeaders())
-	w.Header().Set("Content-Length", strconv.Itoa(len(resp.GetBody())))
-	w.WriteHeader(int(resp.GetStatus()))
-	_, _ = w.Write(resp.GetBody())
-}
-
-func (h *Harness) stream(ctx context.Context, w http.ResponseWriter, req *pluginv1.HTTPRequest) {
-	s, err := h.rpc.HandleStream(ctx, req)
-	if err != nil {
-		http.Error(w, "plugin call failed: "+err.Error(), http.StatusBadGateway)
-		return
-	}
-	rc := http.NewResponseController(w)
-	head := false
-	for {
-		c, err := s.Recv()
-		if err != nil {
-			if !head && !errors.Is(err, io.EOF) {
-				http.Error(w, "plugin stream failed: "+err.Error(), http.StatusBadGateway)
-			}
-			return
-		}
-		if !head {
-			head = true
-			wire.HeadersFromProto(w.Header(), c.GetHeaders())
-			w.WriteHeader(int(c.GetStatus()))
-		}
-		_, _ = w.Write(c.GetData())
-		_ = rc.Flush()
-	}
+	h.ingress.ServeHTTP(w, r2)
 }
 
 // Drain asks the plugin to drain until deadline and reports how many

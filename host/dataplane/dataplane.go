@@ -1,0 +1,558 @@
+// Package dataplane carries HTTP requests from the host to one plugin
+// process over the process's data-plane connections: Unix socket pairs the
+// host made when it started the process (see "Data plane" in
+// proto/pluginv1/plugin.proto). Each connection carries many requests at
+// once. A request goes as a head frame, with its body whole or in pieces;
+// its response comes back as a head and the body whole or in pieces, within
+// a credit window the host replenishes as its caller consumes the body, so
+// one slow reader holds up nothing but its own response.
+//
+// The Transport interface is all the rest of the host sees: no sockets,
+// frames or protobuf. It neither routes nor maps failures to HTTP answers
+// (the ingress does both), and it never starts or stops plugins (the
+// supervisor does).
+package dataplane
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+	"sync/atomic"
+
+	pluginv1 "github.com/plughost/plughost/proto/pluginv1"
+	"github.com/plughost/plughost/sdk/wire"
+)
+
+// ErrUnavailable is the error of a request whose connection broke or was
+// closed before its answer was complete, or that found no connection
+// left: the plugin process is gone or misbehaving.
+var ErrUnavailable = errors.New("plugin data plane is unavailable")
+
+// ErrAborted is the error of a request whose handler aborted its response
+// (or panicked after sending part of it), or that the plugin answered in
+// breach of the protocol.
+var ErrAborted = errors.New("plugin aborted the response")
+
+// Request is a request for a plugin: the parts of an HTTP request it sees.
+type Request struct {
+	Method string
+	// Path is relative to the plugin's mount point and starts with "/".
+	Path     string
+	RawQuery string
+	// Header is sent as it is; the caller leaves out what the plugin must
+	// not see.
+	Header     http.Header
+	Body       []byte
+	RemoteAddr string
+	Host       string
+	// Pattern is the route the host matched, relative to the mount.
+	Pattern   string
+	RequestID string
+	// Streaming routes get their response as the handler flushes it.
+	Streaming bool
+}
+
+// Response is a plugin's answer. Read its body with Next until it returns
+// an error (io.EOF at the end), or call Close to give up on the rest.
+type Response struct {
+	Status int
+	Header http.Header
+	// Size is the body's length when the plugin sent it whole or said it
+	// in advance, and -1 otherwise.
+	Size int64
+
+	c       *call
+	unacked int64 // body bytes handed out and not yet granted back
+}
+
+// Transport sends requests to one plugin process. Create it with New once
+// the process is up; call Close once it is gone. It is safe for concurrent
+// use.
+type Transport interface {
+	// RoundTrip sends req and waits for the head of its answer. ctx bounds
+	// the whole exchange, body included: its deadline becomes the
+	// handler's, and when it ends the plugin is told to cancel the
+	// request. The error is ctx's error, ErrUnavailable or ErrAborted,
+	// possibly wrapped.
+	RoundTrip(ctx context.Context, req *Request) (*Response, error)
+	// Live returns how many of the connections have not broken.
+	Live() int
+	// Done is closed once every connection has broken or been closed.
+	Done() <-chan struct{}
+	// Close closes the connections, failing the requests on them with
+	// ErrUnavailable, and waits for their receivers. It is safe to call
+	// more than once.
+	Close()
+}
+
+// New returns a Transport over conns, which it owns from now on.
+func New(conns []*wire.Conn) Transport {
+	t := &transport{done: make(chan struct{})}
+	for _, c := range conns {
+		t.conns = append(t.conns, &conn{t: t, c: c, sendLock: make(chan struct{}, 1), calls: map[uint64]*call{}})
+	}
+	t.live.Store(int64(len(conns)))
+	if len(conns) == 0 {
+		close(t.done)
+	}
+	for _, c := range t.conns {
+		t.receivers.Add(1)
+		go c.receive()
+	}
+	return t
+}
+
+type transport struct {
+	conns     []*conn
+	next      atomic.Uint64 // picks the connection for the next request
+	live      atomic.Int64
+	done      chan struct{}
+	receivers sync.WaitGroup
+}
+
+func (t *transport) Live() int             { return int(t.live.Load()) }
+func (t *transport) Done() <-chan struct{} { return t.done }
+
+func (t *transport) Close() {
+	for _, c := range t.conns {
+		c.fail(fmt.Errorf("%w: connection closed", ErrUnavailable))
+	}
+	t.receivers.Wait()
+}
+
+func (t *transport) RoundTrip(ctx context.Context, req *Request) (*Response, error) {
+	n := uint64(len(t.conns))
+	start := t.next.Add(1)
+	for i := range n {
+		c := t.conns[(start+i)%n]
+		cl, err := c.register(ctx)
+		if err != nil {
+			continue // broken: try the next one
+		}
+		return cl.roundTrip(req)
+	}
+	return nil, fmt.Errorf("%w: no connection left", ErrUnavailable)
+}
+
+// conn is one data-plane connection.
+type conn struct {
+	t *transport
+	c *wire.Conn
+
+	// sendLock serialises sends, so that a request's frames go out one
+	// after another and a sender can stop waiting when its context ends.
+	sendLock chan struct{}
+	// cancels counts the ids queued in cancelIDs, read without mu.
+	cancels atomic.Int32
+
+	mu        sync.Mutex
+	nextID    uint64
+	calls     map[uint64]*call // requests awaiting (part of) an answer; nil once broken
+	err       error            // why the connection broke
+	cancelIDs []uint64         // cancel frames not yet sent
+}
+
+// call is one request's state on its connection.
+type call struct {
+	c   *conn
+	id  uint64
+	ctx context.Context
+
+	mu       sync.Mutex
+	head     *pluginv1.ResponseHead
+	pieces   [][]byte // body pieces not yet handed out
+	buffered int64    // their bytes, with the head's body, against the window
+	end      bool     // the last piece has arrived
+	err      error    // the request failed
+	ready    chan struct{}
+}
+
+// register allocates a request id on c. It fails once c has broken.
+func (c *conn) register(ctx context.Context) (*call, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.calls == nil {
+		return nil, c.err
+	}
+	c.nextID++
+	cl := &call{c: c, id: c.nextID, ctx: ctx, ready: make(chan struct{}, 1)}
+	c.calls[cl.id] = cl
+	return cl, nil
+}
+
+// roundTrip sends req as cl and waits for the head of the answer.
+func (cl *call) roundTrip(req *Request) (*Response, error) {
+	if err := cl.send(req); err != nil {
+		return nil, err
+	}
+	for {
+		cl.mu.Lock()
+		head, err := cl.head, cl.err
+		cl.mu.Unlock()
+		if head != nil {
+			return cl.response(head), nil
+		}
+		if err != nil {
+			cl.c.forget(cl.id)
+			return nil, err
+		}
+		select {
+		case <-cl.ready:
+		case <-cl.ctx.Done():
+			cl.giveUp()
+			return nil, cl.ctx.Err()
+		}
+	}
+}
+
+// send sends the request's head with its body, or the body's first piece
+// and then the rest in Body frames, each taking the send lock on its own
+// so that other requests' frames go out between them.
+func (cl *call) send(req *Request) error {
+	body := req.Body
+	first := body[:min(len(body), wire.PieceBytes)]
+	body = body[len(first):]
+	head := &pluginv1.RequestHead{
+		Request: &pluginv1.HTTPRequest{
+			Method:     req.Method,
+			Path:       req.Path,
+			RawQuery:   req.RawQuery,
+			Headers:    wire.HeadersToProto(req.Header),
+			Body:       first,
+			RemoteAddr: req.RemoteAddr,
+			Host:       req.Host,
+			Pattern:    req.Pattern,
+			RequestId:  req.RequestID,
+		},
+		More:      len(body) > 0,
+		Streaming: req.Streaming,
+	}
+	if dl, ok := cl.ctx.Deadline(); ok {
+		head.DeadlineUnixNano = dl.UnixNano()
+	}
+	if err := cl.sendFrame(&pluginv1.Frame{Id: cl.id, Kind: &pluginv1.Frame_Request{Request: head}}, false); err != nil {
+		return err
+	}
+	for len(body) > 0 {
+		piece := body[:min(len(body), wire.PieceBytes)]
+		body = body[len(piece):]
+		f := &pluginv1.Frame{Id: cl.id, Kind: &pluginv1.Frame_Body{Body: &pluginv1.Body{Data: piece, End: len(body) == 0}}}
+		if err := cl.sendFrame(f, true); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// sendFrame sends one frame of the request. started says the plugin has
+// its head already, so a request given up here must be cancelled there.
+func (cl *call) sendFrame(f *pluginv1.Frame, started bool) error {
+	c := cl.c
+	// Encode before taking the send lock, so the lock covers only the
+	// write, and so that a frame that cannot be encoded fails this
+	// request alone. Frames stay far below the message limit: bodies go
+	// in pieces, and headers are capped by the HTTP server and, for
+	// Host.Call, by the Host service's message limit.
+	fr, err := c.c.Encode(f)
+	if err != nil {
+		cl.c.forget(cl.id)
+		if started {
+			c.sendCancel(cl.id)
+		}
+		return fmt.Errorf("encode request: %w", err)
+	}
+	select {
+	case c.sendLock <- struct{}{}:
+	case <-cl.ctx.Done():
+		if c.forget(cl.id) && started {
+			c.sendCancel(cl.id)
+		}
+		return cl.ctx.Err()
+	}
+	err = c.c.Send(fr, true)
+	<-c.sendLock
+	if err != nil {
+		// The connection is broken; its receiver fails every request
+		// waiting on it, this one too.
+		c.fail(err)
+		return cl.result()
+	}
+	if c.cancels.Load() > 0 {
+		c.flushCancels()
+	}
+	return nil
+}
+
+// result returns cl's error once its connection has failed it.
+func (cl *call) result() error {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	if cl.err != nil {
+		return cl.err
+	}
+	return ErrUnavailable
+}
+
+// response builds the Response for head; its body's first piece is the
+// head's.
+func (cl *call) response(head *pluginv1.ResponseHead) *Response {
+	hr := head.GetResponse()
+	r := &Response{Status: int(hr.GetStatus()), Header: http.Header{}, Size: -1, c: cl}
+	wire.HeadersFromProto(r.Header, hr.GetHeaders())
+	switch {
+	case !head.GetMore():
+		r.Size = int64(len(hr.GetBody()))
+	case head.GetSize() > 0:
+		r.Size = head.GetSize()
+	}
+	return r
+}
+
+// Next returns the next piece of the body, waiting for it until the
+// request's context ends. It returns io.EOF after the last piece, or the
+// request's error: ctx's, ErrUnavailable or ErrAborted.
+func (r *Response) Next() ([]byte, error) {
+	cl := r.c
+	for {
+		cl.mu.Lock()
+		if hb := cl.head.GetResponse().GetBody(); hb != nil {
+			cl.head.Response.Body = nil
+			cl.buffered -= int64(len(hb))
+			cl.mu.Unlock()
+			r.unacked += int64(len(hb))
+			if len(hb) > 0 {
+				return hb, nil
+			}
+			continue
+		}
+		if len(cl.pieces) > 0 {
+			p := cl.pieces[0]
+			cl.pieces[0] = nil
+			cl.pieces = cl.pieces[1:]
+			cl.buffered -= int64(len(p))
+			cl.mu.Unlock()
+			r.grant(false)
+			r.unacked += int64(len(p))
+			return p, nil
+		}
+		end, err := cl.end, cl.err
+		cl.mu.Unlock()
+		if err != nil {
+			return nil, err
+		}
+		if end {
+			return nil, io.EOF
+		}
+		// Nothing is buffered: whatever was handed out has been
+		// consumed, so the plugin may have all its credit back.
+		r.grant(true)
+		select {
+		case <-cl.ready:
+		case <-cl.ctx.Done():
+			cl.giveUp()
+			return nil, cl.ctx.Err()
+		}
+	}
+}
+
+// grant gives the plugin back the credit for the body handed out before
+// the piece about to be: in one Window frame per quarter of the window,
+// or whatever there is when all is set.
+func (r *Response) grant(all bool) {
+	if r.unacked == 0 || (!all && r.unacked < wire.ResponseWindow/4) {
+		return
+	}
+	n := r.unacked
+	r.unacked = 0
+	r.c.c.sendControl(&pluginv1.Frame{Id: r.c.id, Kind: &pluginv1.Frame_Window{Window: &pluginv1.Window{Bytes: uint32(n)}}})
+}
+
+// Close gives up on the rest of the body: the plugin is told to cancel
+// the request if it has not sent all of it.
+func (r *Response) Close() {
+	r.c.giveUp()
+}
+
+// giveUp forgets cl and, if the plugin still owes part of its answer,
+// tells it to cancel the request.
+func (cl *call) giveUp() {
+	if cl.c.forget(cl.id) {
+		cl.c.sendCancel(cl.id)
+	}
+}
+
+// forget unregisters id and reports whether it was still awaiting part
+// of its answer.
+func (c *conn) forget(id uint64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.calls[id]; !ok {
+		return false
+	}
+	delete(c.calls, id)
+	return true
+}
+
+// sendCancel tells the plugin that the caller of id gave up. It never
+// waits: the cancel is queued, and sent now if no one else is sending, or
+// else by whoever is, once its own frame is out.
+func (c *conn) sendCancel(id uint64) {
+	c.mu.Lock()
+	c.cancelIDs = append(c.cancelIDs, id)
+	c.cancels.Add(1)
+	c.mu.Unlock()
+	c.flushCancels()
+}
+
+// sendControl sends a small frame (a Window) without waiting for the
+// request's context: it waits for the send lock, which a sender holds
+// only while it writes.
+func (c *conn) sendControl(f *pluginv1.Frame) {
+	fr, err := c.c.Encode(f)
+	if err != nil {
+		return // cannot happen: an id and a number
+	}
+	c.sendLock <- struct{}{}
+	err = c.c.Send(fr, true)
+	<-c.sendLock
+	if err != nil {
+		c.fail(err)
+		return
+	}
+	if c.cancels.Load() > 0 {
+		c.flushCancels()
+	}
+}
+
+// flushCancels sends the queued cancel frames if the send lock is free.
+// A sender checks for queued cancels after releasing the lock, and a
+// canceller queues before trying it, so no cancel is left behind.
+func (c *conn) flushCancels() {
+	for c.cancels.Load() > 0 {
+		select {
+		case c.sendLock <- struct{}{}:
+		default:
+			return // the holder flushes them after its send
+		}
+		c.mu.Lock()
+		ids := c.cancelIDs
+		c.cancelIDs = nil
+		c.cancels.Store(0)
+		c.mu.Unlock()
+		for i, id := range ids {
+			fr, err := c.c.Encode(&pluginv1.Frame{Id: id, Kind: &pluginv1.Frame_Cancel{Cancel: &pluginv1.Cancel{}}})
+			// A failed Send means the connection has ended, which
+			// cancels every request on it anyway.
+			if err != nil || c.c.Send(fr, i == len(ids)-1) != nil {
+				break
+			}
+		}
+		<-c.sendLock
+	}
+}
+
+// receive hands each frame to its request until the connection breaks,
+// then fails the requests still waiting.
+func (c *conn) receive() {
+	defer c.t.receivers.Done()
+	for {
+		f, err := c.c.Recv()
+		if err != nil {
+			c.fail(err)
+			return
+		}
+		c.mu.Lock()
+		cl := c.calls[f.GetId()]
+		c.mu.Unlock()
+		if cl == nil {
+			continue // its caller gave up, or it has ended
+		}
+		if !cl.deliver(f) {
+			// Finished, aborted or in breach of the protocol.
+			c.forget(cl.id)
+		}
+	}
+}
+
+// deliver hands a frame from the plugin to cl and reports whether cl
+// still expects more.
+func (cl *call) deliver(f *pluginv1.Frame) bool {
+	cl.mu.Lock()
+	more := true
+	switch k := f.GetKind().(type) {
+	case *pluginv1.Frame_Response:
+		if cl.head != nil {
+			cl.err, more = fmt.Errorf("%w: a second response head", ErrAborted), false
+			break
+		}
+		cl.head = k.Response
+		cl.buffered = int64(len(k.Response.GetResponse().GetBody()))
+		cl.end = !k.Response.GetMore()
+		more = !cl.end
+	case *pluginv1.Frame_Body:
+		data := k.Body.GetData()
+		switch {
+		case cl.head == nil:
+			cl.err, more = fmt.Errorf("%w: a body piece before the response head", ErrAborted), false
+		case cl.buffered+int64(len(data)) > wire.ResponseWindow:
+			cl.err, more = fmt.Errorf("%w: it sent more than its window", ErrAborted), false
+		default:
+			if len(data) > 0 {
+				cl.pieces = append(cl.pieces, data)
+				cl.buffered += int64(len(data))
+			}
+			cl.end = k.Body.GetEnd()
+			more = !cl.end
+		}
+	case *pluginv1.Frame_Abort:
+		cl.err, more = ErrAborted, false
+	default:
+		// Requests, cancels and windows flow only from the host.
+		cl.mu.Unlock()
+		return true
+	}
+	cl.mu.Unlock()
+	select {
+	case cl.ready <- struct{}{}:
+	default:
+	}
+	return more
+}
+
+// fail marks c broken, closes it and fails every request awaiting part of
+// its answer on it.
+func (c *conn) fail(err error) {
+	c.mu.Lock()
+	if c.calls == nil {
+		c.mu.Unlock()
+		return
+	}
+	if !errors.Is(err, ErrUnavailable) {
+		if err == io.EOF {
+			err = fmt.Errorf("%w: plugin closed the connection", ErrUnavailable)
+		} else {
+			err = fmt.Errorf("%w: %w", ErrUnavailable, err)
+		}
+	}
+	calls := c.calls
+	c.calls, c.err = nil, err
+	c.mu.Unlock()
+	_ = c.c.Close()
+	for _, cl := range calls {
+		cl.mu.Lock()
+		if cl.err == nil {
+			cl.err = err
+		}
+		cl.mu.Unlock()
+		select {
+		case cl.ready <- struct{}{}:
+		default:
+		}
+	}
+	if c.t.live.Add(-1) == 0 {
+		close(c.t.done)
+	}
+}

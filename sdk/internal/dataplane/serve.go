@@ -1,0 +1,346 @@
+// Package dataplane is the plugin's side of the data plane: it serves the
+// HTTP requests the host sends over one data-plane connection (wire.Conn),
+// many at once, with an http.Handler. It rebuilds each request from its
+// head and Body frames, runs the handler in a worker goroutine, and sends
+// the response back as a head and Body frames: whole once the handler
+// returns on ordinary routes, as the handler flushes on streaming ones,
+// within the credit the host grants (Window frames). A Cancel frame, the
+// request's deadline or the end of the connection cancels the request's
+// context.
+//
+// It knows nothing of gRPC, of the plugin's lifecycle or of draining; the
+// sdk package wraps the handler for those. See "Data plane" in
+// proto/pluginv1/plugin.proto for the frames.
+package dataplane
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"runtime"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	pluginv1 "github.com/plughost/plughost/proto/pluginv1"
+	"github.com/plughost/plughost/sdk/wire"
+)
+
+// Options configure Serve.
+type Options struct {
+	// Handler serves every request.
+	Handler http.Handler
+	// Error writes the platform's JSON error body; Serve uses it for a
+	// request it cannot rebuild (400) and for a handler that panicked
+	// before its response was sent (500).
+	Error func(w http.ResponseWriter, status int, code, message string)
+	// Logger receives a record for each panic and each response that
+	// could not be sent.
+	Logger hclog.Logger
+}
+
+// Serve serves the requests arriving on c until the host closes it or it
+// breaks, then cancels the requests still running and waits for their
+// handlers. It returns nil when the host closed the connection cleanly,
+// and the read error otherwise. ctx is the parent of every request's
+// context. Serve does not close c.
+func Serve(ctx context.Context, c *wire.Conn, opts Options) error {
+	ctx, cancel := context.WithCancel(ctx)
+	s := &server{
+		c:       c,
+		opts:    opts,
+		calls:   map[uint64]*call{},
+		work:    make(chan *call),
+		maxIdle: maxIdleWorkers(),
+	}
+	defer func() {
+		cancel()
+		close(s.work)
+		s.workers.Wait()
+	}()
+	for {
+		f, err := c.Recv()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if err := s.dispatch(ctx, f); err != nil {
+			return err
+		}
+	}
+}
+
+// workersPerCPU sizes the idle workers a connection keeps (maxIdleWorkers).
+const workersPerCPU = 64
+
+// maxIdleWorkers returns how many idle workers a connection keeps for its
+// next requests; a worker that finishes a request when this many are idle
+// exits. A fresh goroutine per request would grow its stack to a
+// handler's depth again each time; a kept worker has grown it already.
+// The host bounds how many requests are in flight, and so how many
+// workers are busy.
+func maxIdleWorkers() int64 { return int64(workersPerCPU * runtime.GOMAXPROCS(0)) }
+
+// server is the state of one connection.
+type server struct {
+	c    *wire.Conn
+	opts Options
+
+	// sendMu orders senders; holding it across the write is its purpose.
+	sendMu sync.Mutex
+	// sending counts the goroutines sending or waiting to: a sender that
+	// knows another follows leaves its frame in the connection's buffer
+	// for that one to flush.
+	sending atomic.Int32
+
+	mu    sync.Mutex
+	calls map[uint64]*call // requests being served, by id
+
+	// work hands a request to an idle worker; unbuffered, so a send
+	// succeeds only when one is waiting.
+	work    chan *call
+	idle    atomic.Int64
+	maxIdle int64
+	workers sync.WaitGroup
+}
+
+// dispatch handles one frame from the host. An error ends the connection.
+func (s *server) dispatch(ctx context.Context, f *pluginv1.Frame) error {
+	id := f.GetId()
+	switch k := f.GetKind().(type) {
+	case *pluginv1.Frame_Request:
+		return s.start(ctx, id, k.Request)
+	case *pluginv1.Frame_Cancel:
+		if c := s.lookup(id); c != nil {
+			c.cancel()
+		}
+	case *pluginv1.Frame_Body:
+		// A piece for a request that has finished is dropped: its
+		// handler returned without reading the whole body.
+		if c := s.lookup(id); c != nil && c.body != nil {
+			c.body.push(k.Body.GetData(), k.Body.GetEnd())
+		}
+	case *pluginv1.Frame_Window:
+		if c := s.lookup(id); c != nil {
+			c.grant(int64(k.Window.GetBytes()))
+		}
+	}
+	// Responses and aborts flow only from the plugin; the host sends none.
+	return nil
+}
+
+func (s *server) lookup(id uint64) *call {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.calls[id]
+}
+
+// call is one request being served.
+type call struct {
+	id        uint64
+	ctx       context.Context
+	cancel    context.CancelFunc
+	req       *pluginv1.HTTPRequest
+	streaming bool
+	body      *pipe // the rest of the body, when it comes in pieces
+
+	mu     sync.Mutex
+	credit int64         // response bytes the plugin may still send
+	more   chan struct{} // signalled when credit grows
+}
+
+// grant adds credit from a Window frame.
+func (c *call) grant(n int64) {
+	c.mu.Lock()
+	c.credit += n
+	c.mu.Unlock()
+	select {
+	case c.more <- struct{}{}:
+	default:
+	}
+}
+
+// spend waits until n bytes of credit are available, or the request's
+// context ends, and takes them.
+func (c *call) spend(n int64) error {
+	for {
+		c.mu.Lock()
+		if c.credit >= n {
+			c.credit -= n
+			c.mu.Unlock()
+			return nil
+		}
+		c.mu.Unlock()
+		select {
+		case <-c.more:
+		case <-c.ctx.Done():
+			return c.ctx.Err()
+		}
+	}
+}
+
+// start registers a request and hands it to a worker: an idle one, or a
+// new one.
+func (s *server) start(ctx context.Context, id uint64, head *pluginv1.RequestHead) error {
+	var cancel context.CancelFunc
+	if d := head.GetDeadlineUnixNano(); d > 0 {
+		ctx, cancel = context.WithDeadline(ctx, time.Unix(0, d))
+	} else {
+		ctx, cancel = context.WithCancel(ctx)
+	}
+	c := &call{
+		id: id, ctx: ctx, cancel: cancel, req: head.GetRequest(), streaming: head.GetStreaming(),
+		credit: wire.ResponseWindow, more: make(chan struct{}, 1),
+	}
+	if head.GetMore() {
+		c.body = newPipe(ctx, c.req.GetBody())
+	}
+	s.mu.Lock()
+	if _, dup := s.calls[id]; dup {
+		s.mu.Unlock()
+		cancel()
+		// The host never reuses an id on a connection; ending the
+		// connection makes such a bug loud rather than leaving a caller
+		// waiting.
+		return fmt.Errorf("request id %d is already in flight on this connection", id)
+	}
+	s.calls[id] = c
+	s.mu.Unlock()
+	select {
+	case s.work <- c:
+	default:
+		s.workers.Go(func() { s.worker(c) })
+	}
+	return nil
+}
+
+// worker serves c, then further requests until the connection ends or
+// enough other workers are idle.
+func (s *server) worker(c *call) {
+	for {
+		s.serve(c)
+		if s.idle.Add(1) > s.maxIdle {
+			s.idle.Add(-1)
+			return
+		}
+		next, ok := <-s.work
+		s.idle.Add(-1)
+		if !ok {
+			return
+		}
+		c = next
+	}
+}
+
+// serve runs the handler for c and sends its response.
+func (s *server) serve(c *call) {
+	defer func() {
+		s.mu.Lock()
+		delete(s.calls, c.id)
+		s.mu.Unlock()
+		c.cancel()
+	}()
+	w := &writer{s: s, c: c, header: http.Header{}, status: http.StatusOK}
+	r, err := newRequest(c)
+	if err != nil {
+		s.opts.Error(w, http.StatusBadRequest, "bad_request", err.Error())
+		w.finish()
+		return
+	}
+	if !s.run(w, r) {
+		w.abort()
+		return
+	}
+	w.finish()
+}
+
+// run calls the handler and reports whether its response may be sent:
+// false when the handler aborted it (http.ErrAbortHandler) or panicked
+// after part of it was sent. A handler that panicked earlier gets its
+// response replaced by a 500.
+func (s *server) run(w *writer, r *http.Request) (ok bool) {
+	defer func() {
+		v := recover()
+		if v == nil {
+			return
+		}
+		ok = false
+		if v == http.ErrAbortHandler {
+			return
+		}
+		s.opts.Logger.Error("handler panicked", "method", r.Method, "path", r.URL.Path,
+			"request_id", w.c.req.GetRequestId(), "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+		if w.reset() {
+			s.opts.Error(w, http.StatusInternalServerError, "internal", "the plugin failed while handling the request")
+			ok = true
+		}
+	}()
+	s.opts.Handler.ServeHTTP(w, r)
+	return true
+}
+
+// send encodes f and writes it. Only the last of several goroutines
+// sending at once flushes the connection's buffer; the others leave their
+// frames in it. It reports false when f could not be sent: the connection
+// is broken (the receive loop then ends too) or f is too large.
+func (s *server) send(f *pluginv1.Frame) bool {
+	fr, err := s.c.Encode(f)
+	if err != nil {
+		return false
+	}
+	s.sending.Add(1)
+	s.sendMu.Lock()
+	defer s.sendMu.Unlock()
+	// Every goroutine counted in sending takes the lock after this one;
+	// the last of them flushes.
+	flush := s.sending.Add(-1) == 0
+	return s.c.Send(fr, flush) == nil
+}
+
+// newRequest builds the handler's request from the host's. The empty URL
+// costs NewRequestWithContext no parsing; the path and query are set
+// directly rather than formatted into a URL only to be parsed again.
+func newRequest(c *call) (*http.Request, error) {
+	req := c.req
+	r, err := http.NewRequestWithContext(c.ctx, req.GetMethod(), "", nil)
+	if err != nil {
+		return nil, fmt.Errorf("build request: %w", err)
+	}
+	if strings.ContainsFunc(req.GetRawQuery(), isCTL) {
+		// What url.Parse refuses; net/http refuses such a request line.
+		return nil, errors.New("build request: invalid control character in query")
+	}
+	r.URL.Path = req.GetPath()
+	r.URL.RawQuery = req.GetRawQuery()
+	r.RequestURI = r.URL.RequestURI()
+	wire.HeadersFromProto(r.Header, req.GetHeaders())
+	r.Host = req.GetHost()
+	r.RemoteAddr = req.GetRemoteAddr()
+	switch body := req.GetBody(); {
+	case c.body != nil:
+		r.Body = c.body
+		r.ContentLength = -1
+		if n, err := strconv.ParseInt(r.Header.Get("Content-Length"), 10, 64); err == nil && n >= 0 {
+			r.ContentLength = n
+		}
+	case len(body) > 0:
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		r.ContentLength = int64(len(body))
+	default:
+		r.Body = http.NoBody
+	}
+	return r, nil
+}
+
+// isCTL reports an ASCII control character.
+func isCTL(r rune) bool { return r < ' ' || r == 0x7f }

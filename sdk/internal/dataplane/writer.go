@@ -1,0 +1,173 @@
+package dataplane
+
+import (
+	"bytes"
+	"errors"
+	"net/http"
+
+	pluginv1 "github.com/plughost/plughost/proto/pluginv1"
+	"github.com/plughost/plughost/sdk/wire"
+)
+
+// errBroken is what writes fail with once a frame could not be sent.
+var errBroken = errors.New("data-plane connection is broken")
+
+// writer is the handler's http.ResponseWriter. On an ordinary route it
+// collects the whole response and sends it once the handler returns, so a
+// panic can still replace it with a 500 and the host can set
+// Content-Length. On a streaming route it sends the head and what is
+// buffered on each Flush, and a piece whenever wire.PieceBytes have
+// accumulated. Either way the body goes out in pieces of at most
+// wire.PieceBytes, each within the request's credit (call.spend).
+type writer struct {
+	s *server
+	c *call
+
+	header      http.Header
+	status      int
+	wroteHeader bool
+	buf         bytes.Buffer // the body not yet sent
+	sentHead    bool
+	err         error // the first send failure; later writes fail with it
+}
+
+func (w *writer) Header() http.Header { return w.header }
+
+func (w *writer) WriteHeader(code int) {
+	if w.wroteHeader {
+		return
+	}
+	w.wroteHeader = true
+	w.status = code
+}
+
+func (w *writer) Write(b []byte) (int, error) {
+	if w.err != nil {
+		return 0, w.err
+	}
+	w.WriteHeader(http.StatusOK)
+	if !w.c.streaming {
+		return w.buf.Write(b)
+	}
+	n := 0
+	for len(b) > 0 {
+		k := min(len(b), wire.PieceBytes-w.buf.Len())
+		w.buf.Write(b[:k])
+		b, n = b[k:], n+k
+		if w.buf.Len() >= wire.PieceBytes {
+			if err := w.flush(false); err != nil {
+				return n, err
+			}
+		}
+	}
+	return n, nil
+}
+
+// Flush sends the head and what is buffered on a streaming route; on an
+// ordinary route the response goes whole when the handler returns.
+func (w *writer) Flush() {
+	w.WriteHeader(http.StatusOK)
+	if w.c.streaming {
+		_ = w.flush(false)
+	}
+}
+
+// reset drops the response written so far and reports whether it could:
+// once the head has been sent, it cannot.
+func (w *writer) reset() bool {
+	if w.sentHead {
+		return false
+	}
+	w.header = http.Header{}
+	w.status = http.StatusOK
+	w.wroteHeader = false
+	w.buf.Reset()
+	return true
+}
+
+// finish sends the rest of the response once the handler has returned. A
+// request whose context has ended is left unanswered when nothing of it
+// was sent: its caller has given up.
+func (w *writer) finish() {
+	if !w.sentHead && w.c.ctx.Err() != nil {
+		return
+	}
+	w.WriteHeader(http.StatusOK)
+	if w.err == nil {
+		_ = w.flush(true)
+	}
+}
+
+// abort ends the response unfinished: the host answers 503 if it had no
+// head yet, or cuts the response off.
+func (w *writer) abort() {
+	if !w.sentHead && w.c.ctx.Err() != nil {
+		return
+	}
+	w.s.send(&pluginv1.Frame{Id: w.c.id, Kind: &pluginv1.Frame_Abort{Abort: &pluginv1.Abort{}}})
+}
+
+// flush sends the head if it has not gone yet and the buffered body, in
+// pieces; end marks the last of the response.
+func (w *writer) flush(end bool) error {
+	if w.err != nil {
+		return w.err
+	}
+	body := w.buf.Bytes()
+	if w.sentHead && len(body) == 0 && !end {
+		return nil
+	}
+	if !w.sentHead {
+		piece := body[:min(len(body), wire.PieceBytes)]
+		more := !end || len(piece) < len(body)
+		head := &pluginv1.ResponseHead{
+			Response: &pluginv1.HTTPResponse{Status: int32(w.status), Headers: wire.HeadersToProto(w.header), Body: piece},
+			More:     more,
+		}
+		if end && more {
+			head.Size = int64(len(body))
+		}
+		if err := w.sendPiece(&pluginv1.Frame{Id: w.c.id, Kind: &pluginv1.Frame_Response{Response: head}}, len(piece)); err != nil {
+			return err
+		}
+		w.sentHead = true
+		body = body[len(piece):]
+		if !more {
+			w.buf.Reset()
+			return nil
+		}
+	}
+	for len(body) > 0 || end {
+		piece := body[:min(len(body), wire.PieceBytes)]
+		body = body[len(piece):]
+		last := end && len(body) == 0
+		// Encoding copies the piece, so the buffer may be reused.
+		f := &pluginv1.Frame{Id: w.c.id, Kind: &pluginv1.Frame_Body{Body: &pluginv1.Body{Data: piece, End: last}}}
+		if err := w.sendPiece(f, len(piece)); err != nil {
+			return err
+		}
+		if last {
+			break
+		}
+	}
+	w.buf.Reset()
+	return nil
+}
+
+// sendPiece spends n bytes of credit and sends f, which carries them.
+func (w *writer) sendPiece(f *pluginv1.Frame, n int) error {
+	if err := w.c.ctx.Err(); err != nil {
+		// The host gave up on the request: stop producing for it.
+		w.err = err
+		return err
+	}
+	if err := w.c.spend(int64(n)); err != nil {
+		w.err = err
+		return err
+	}
+	if !w.s.send(f) {
+		w.err = errBroken
+		return w.err
+	}
+	return nil
+}
