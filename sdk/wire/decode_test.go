@@ -13,8 +13,8 @@ import (
 )
 
 // transferFrames are the frames of one exchange of a small JSON POST.
-func transferFrames() (req, resp *pluginv1.ExchangeFrame) {
-	req = &pluginv1.ExchangeFrame{Id: 42, Kind: &pluginv1.ExchangeFrame_Request{Request: &pluginv1.ExchangeRequest{
+func transferFrames() (req, resp *pluginv1.Frame) {
+	req = &pluginv1.Frame{Id: 42, Kind: &pluginv1.Frame_Request{Request: &pluginv1.RequestHead{
 		Request: &pluginv1.HTTPRequest{
 			Method: "POST", Path: "/v1/transfer", RawQuery: "a=1&b=ü", Pattern: "POST /v1/transfer",
 			RemoteAddr: "127.0.0.1:53412", Host: "127.0.0.1:8080", RequestId: "3k9x",
@@ -28,7 +28,7 @@ func transferFrames() (req, resp *pluginv1.ExchangeFrame) {
 		},
 		DeadlineUnixNano: 1_700_000_000_000_000_000,
 	}}}
-	resp = &pluginv1.ExchangeFrame{Id: 42, Kind: &pluginv1.ExchangeFrame_Response{Response: &pluginv1.ExchangeResponse{
+	resp = &pluginv1.Frame{Id: 42, Kind: &pluginv1.Frame_Response{Response: &pluginv1.ResponseHead{
 		Response: &pluginv1.HTTPResponse{
 			Status:  200,
 			Headers: []*pluginv1.Header{{Name: "Content-Type", Values: []string{"application/json"}}},
@@ -42,12 +42,15 @@ func transferFrames() (req, resp *pluginv1.ExchangeFrame) {
 // others that proto.Unmarshal reads differently or refuses.
 func decodeSeeds(t testing.TB) (canonical, other [][]byte) {
 	req, resp := transferFrames()
-	for _, f := range []*pluginv1.ExchangeFrame{
+	for _, f := range []*pluginv1.Frame{
 		req, resp, {Id: 7},
-		{Id: 1<<64 - 1, Kind: &pluginv1.ExchangeFrame_Cancel{Cancel: &pluginv1.ExchangeCancel{}}},
-		{Id: 3, Kind: &pluginv1.ExchangeFrame_Response{Response: &pluginv1.ExchangeResponse{Aborted: true}}},
-		{Id: 4, Kind: &pluginv1.ExchangeFrame_Request{Request: &pluginv1.ExchangeRequest{DeadlineUnixNano: -5}}},
-		{Id: 5, Kind: &pluginv1.ExchangeFrame_Response{Response: &pluginv1.ExchangeResponse{Response: &pluginv1.HTTPResponse{Status: -1}}}},
+		{Id: 1<<64 - 1, Kind: &pluginv1.Frame_Cancel{Cancel: &pluginv1.Cancel{}}},
+		{Id: 3, Kind: &pluginv1.Frame_Response{Response: &pluginv1.ResponseHead{More: true, Size: 1 << 20}}},
+		{Id: 4, Kind: &pluginv1.Frame_Request{Request: &pluginv1.RequestHead{DeadlineUnixNano: -5, More: true, Streaming: true}}},
+		{Id: 6, Kind: &pluginv1.Frame_Body{Body: &pluginv1.Body{Data: []byte("piece"), End: true}}},
+		{Id: 8, Kind: &pluginv1.Frame_Window{Window: &pluginv1.Window{Bytes: 65536}}},
+		{Id: 9, Kind: &pluginv1.Frame_Abort{Abort: &pluginv1.Abort{}}},
+		{Id: 5, Kind: &pluginv1.Frame_Response{Response: &pluginv1.ResponseHead{Response: &pluginv1.HTTPResponse{Status: -1}}}},
 	} {
 		b, err := proto.Marshal(f)
 		if err != nil {
@@ -74,7 +77,7 @@ func decodeSeeds(t testing.TB) (canonical, other [][]byte) {
 func TestFastDecodeCanonical(t *testing.T) {
 	canonical, _ := decodeSeeds(t)
 	for i, b := range canonical {
-		want := new(pluginv1.ExchangeFrame)
+		want := new(pluginv1.Frame)
 		if err := proto.Unmarshal(b, want); err != nil {
 			t.Fatal(err)
 		}
@@ -94,7 +97,7 @@ func FuzzDecodeFrame(f *testing.F) {
 		f.Add(b)
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		want := new(pluginv1.ExchangeFrame)
+		want := new(pluginv1.Frame)
 		werr := proto.Unmarshal(b, want)
 		if fast, ok := fastDecode(b); ok && (werr != nil || !proto.Equal(fast, want)) {
 			t.Fatalf("fastDecode = %v; proto.Unmarshal = %v, %v", fast, want, werr)
@@ -124,7 +127,7 @@ func BenchmarkFrames(b *testing.B) {
 	c := NewConn(&bufConn{})
 	b.ReportAllocs()
 	for b.Loop() {
-		for _, f := range []*pluginv1.ExchangeFrame{req, resp} {
+		for _, f := range []*pluginv1.Frame{req, resp} {
 			fr, err := c.Encode(f)
 			if err != nil {
 				b.Fatal(err)
@@ -159,7 +162,7 @@ func BenchmarkDecodeFrame(b *testing.B) {
 		name   string
 		decode func([]byte) error
 	}{
-		{"proto.Unmarshal", func(in []byte) error { return proto.Unmarshal(in, new(pluginv1.ExchangeFrame)) }},
+		{"proto.Unmarshal", func(in []byte) error { return proto.Unmarshal(in, new(pluginv1.Frame)) }},
 		{"decodeFrame", func(in []byte) error { _, err := decodeFrame(in); return err }},
 	} {
 		b.Run(bc.name, func(b *testing.B) {

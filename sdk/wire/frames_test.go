@@ -20,9 +20,9 @@ import (
 
 // frames returns one frame of each kind, one of them larger than a Conn's
 // buffers.
-func frames() []*pluginv1.ExchangeFrame {
-	return []*pluginv1.ExchangeFrame{
-		{Id: 1, Kind: &pluginv1.ExchangeFrame_Request{Request: &pluginv1.ExchangeRequest{
+func frames() []*pluginv1.Frame {
+	return []*pluginv1.Frame{
+		{Id: 1, Kind: &pluginv1.Frame_Request{Request: &pluginv1.RequestHead{
 			Request: &pluginv1.HTTPRequest{
 				Method: "POST", Path: "/wallet/v1/transfer", RawQuery: "a=b",
 				Headers: []*pluginv1.Header{{Name: "Idempotency-Key", Values: []string{"k1"}}},
@@ -30,12 +30,14 @@ func frames() []*pluginv1.ExchangeFrame {
 			},
 			DeadlineUnixNano: 1234567890,
 		}}},
-		{Id: 2, Kind: &pluginv1.ExchangeFrame_Cancel{Cancel: &pluginv1.ExchangeCancel{}}},
-		{Id: 3, Kind: &pluginv1.ExchangeFrame_Response{Response: &pluginv1.ExchangeResponse{
+		{Id: 2, Kind: &pluginv1.Frame_Cancel{Cancel: &pluginv1.Cancel{}}},
+		{Id: 3, Kind: &pluginv1.Frame_Response{Response: &pluginv1.ResponseHead{
 			Response: &pluginv1.HTTPResponse{Status: 200, Body: bytes.Repeat([]byte("x"), 100<<10)},
 		}}},
-		{Id: 4, Kind: &pluginv1.ExchangeFrame_Response{Response: &pluginv1.ExchangeResponse{Aborted: true}}},
-		{Id: 5, Kind: &pluginv1.ExchangeFrame_Response{Response: &pluginv1.ExchangeResponse{
+		{Id: 4, Kind: &pluginv1.Frame_Abort{Abort: &pluginv1.Abort{}}},
+		{Id: 6, Kind: &pluginv1.Frame_Body{Body: &pluginv1.Body{Data: []byte("rest"), End: true}}},
+		{Id: 7, Kind: &pluginv1.Frame_Window{Window: &pluginv1.Window{Bytes: 4096}}},
+		{Id: 5, Kind: &pluginv1.Frame_Response{Response: &pluginv1.ResponseHead{
 			Response: &pluginv1.HTTPResponse{Status: 204},
 		}}},
 	}
@@ -73,7 +75,7 @@ func TestConnRoundTrip(t *testing.T) {
 	if err := send.Send(last, true); err != nil {
 		t.Fatalf("Send(last frame) = %v", err)
 	}
-	got := map[uint64]*pluginv1.ExchangeFrame{}
+	got := map[uint64]*pluginv1.Frame{}
 	for range want {
 		f, err := recv.Recv()
 		if err != nil {
@@ -134,7 +136,7 @@ func header(n int) []byte { return binary.BigEndian.AppendUint32(nil, uint32(n))
 
 func TestConnEncodeTooLarge(t *testing.T) {
 	a, _ := wiretest.SocketPair(t)
-	f := &pluginv1.ExchangeFrame{Id: 1, Kind: &pluginv1.ExchangeFrame_Response{Response: &pluginv1.ExchangeResponse{
+	f := &pluginv1.Frame{Id: 1, Kind: &pluginv1.Frame_Response{Response: &pluginv1.ResponseHead{
 		Response: &pluginv1.HTTPResponse{Status: 200, Body: make([]byte, wire.MaxMessageBytes)},
 	}}}
 	if _, err := wire.NewConn(a).Encode(f); !errors.Is(err, wire.ErrFrameTooLarge) {
@@ -193,7 +195,7 @@ func FuzzConnRecv(f *testing.F) {
 			if err != nil {
 				t.Fatalf("re-encoding a received frame: %v", err)
 			}
-			var back pluginv1.ExchangeFrame
+			var back pluginv1.Frame
 			if err := proto.Unmarshal(enc, &back); err != nil || !proto.Equal(&back, fr) {
 				t.Fatalf("frame %v did not survive a round trip: %v", fr, err)
 			}
