@@ -13,7 +13,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -621,7 +620,7 @@ func (c *conformance) exit(t *testing.T) {
 			_ = cmd.Wait()
 			t.Fatalf("could not read the plugin's pid from the stand-in host")
 		}
-		t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
+		t.Cleanup(func() { kill(pid) })
 		// Wait for the handshake line: the plugin is serving.
 		if !sc.Scan() {
 			t.Fatalf("the plugin printed no handshake line under the stand-in host")
@@ -637,22 +636,6 @@ func (c *conformance) exit(t *testing.T) {
 			time.Sleep(10 * time.Millisecond)
 		}
 	})
-}
-
-// alive reports whether pid is a live, non-zombie process.
-func alive(pid int) bool {
-	if syscall.Kill(pid, 0) != nil {
-		return false
-	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return !errors.Is(err, os.ErrNotExist)
-	}
-	s := string(b)
-	if i := strings.LastIndexByte(s, ')'); i >= 0 && i+2 < len(s) {
-		return s[i+2] != 'Z'
-	}
-	return true
 }
 
 func (c *conformance) metrics(t *testing.T, m *pluginv1.DescribeResponse) {
