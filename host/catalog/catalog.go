@@ -11,9 +11,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -60,6 +62,11 @@ type Options struct {
 	// Env names the host environment variables passed on; default
 	// DefaultEnv.
 	Env []string
+	// ExtraEnv holds variables set in the plugin's environment on top of
+	// those Env passes on, replacing a passed-on variable of the same name:
+	// the operator's env block of this plugin. Variables the handshake
+	// needs are set after them and win; the config refuses their names.
+	ExtraEnv map[string]string
 	// Host is served to the plugin over the go-plugin broker; nil serves
 	// nothing (for Describe-only launches).
 	Host pluginv1.HostServer
@@ -154,7 +161,7 @@ func Launch(ctx context.Context, path, sha string, opts Options) (*Instance, err
 		}
 		return cmd.Process.Kill()
 	}
-	cmd.Env = allowedEnv(opts.Env)
+	cmd.Env = pluginEnv(opts.Env, opts.ExtraEnv)
 	cmd.SysProcAttr = sysProcAttr()
 	// The data plane is an optimisation: without it, requests go over
 	// Exchange streams.
@@ -351,12 +358,21 @@ func (i *Instance) ForceKill() {
 	i.Kill()
 }
 
-func allowedEnv(names []string) []string {
+// pluginEnv is a plugin's environment before the handshake variables: the
+// host variables names allows, then extra, sorted by name, each replacing
+// an allowed variable of the same name.
+func pluginEnv(names []string, extra map[string]string) []string {
 	var env []string
 	for _, n := range names {
+		if _, set := extra[n]; set {
+			continue
+		}
 		if v, ok := os.LookupEnv(n); ok {
 			env = append(env, n+"="+v)
 		}
+	}
+	for _, n := range slices.Sorted(maps.Keys(extra)) {
+		env = append(env, n+"="+extra[n])
 	}
 	return env
 }
