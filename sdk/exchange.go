@@ -58,8 +58,6 @@ func (s *server) serveData(conns []*wire.Conn) {
 // server's stream workers (see streamWorkers): a fresh goroutine per
 // request grows its stack to a handler's depth again. The host bounds how
 // many requests are in flight at once, and so how many workers are busy.
-// It is read when a stream starts, after Serve has applied
-// Plugin.ExtraProcs.
 func maxIdleExchangeWorkers() int64 { return int64(workersPerCPU * runtime.GOMAXPROCS(0)) }
 
 // exchange is the state of one Exchange stream.

@@ -166,33 +166,16 @@ func definition() sdk.Plugin { return newDefinition(&wallet{}) }
 // its ledger.
 func newDefinition(w *wallet) sdk.Plugin {
 	return sdk.Plugin{
-		Name:       "wallet",
-		Version:    version,
-		Routes:     api.Routes(),
-		Config:     schema(),
-		Handler:    w,
-		Configure:  w.configure,
-		Drain:      w.drain,
-		Health:     w.health,
-		GCPercent:  gcPercent,
-		ExtraProcs: extraProcs,
+		Name:      "wallet",
+		Version:   version,
+		Routes:    api.Routes(),
+		Config:    schema(),
+		Handler:   w,
+		Configure: w.configure,
+		Drain:     w.drain,
+		Health:    w.health,
 	}
 }
-
-// extraProcs gives the wallet one P more than CPUs. Its throughput is
-// bounded by the commit, one group at a time; each commit blocks in
-// fdatasync twice, and a goroutine back from a system call needs a P to
-// go on, as do the handlers the committer wakes. In alternating runs of BenchmarkWalletTransfers (64 clients,
-// 2 CPUs), 3 Ps against the default 2 gave more transfers/s in 5 of 6
-// pairs (-1% to +94%, median +20%), the mean commit shorter; 4 Ps gained
-// less.
-const extraProcs = 1
-
-// gcPercent is the wallet's GOGC, four times the SDK's default. Each
-// commit materializes bbolt nodes for every page it touches, so the wallet
-// allocates tens of KB per operation while its live heap stays a few MB:
-// at the SDK's 200 it collected many times a second under load.
-const gcPercent = 800
 
 // configure opens the ledger and starts the committers and the sweeper.
 // An error refuses the config; nothing is left running.
