@@ -2,8 +2,8 @@
 // config file, supervises them, routes HTTP ingress to them, exposes
 // metrics and an admin API, and drains them on shutdown.
 //
-//	plughost run -config FILE        run the host
-//	plughost validate -config FILE   check a config, launching plugins only as far as Describe
+//	plughost run [-config FILE]        run the host (FILE defaults to config.hcl)
+//	plughost validate [-config FILE]   check a config, launching plugins only as far as Describe
 //	plughost plugin info [-json] PATH  print a plugin binary's manifest
 //	plughost version                 print versions
 package main
@@ -55,11 +55,17 @@ func setGCPercent() {
 	}
 }
 
+// defaultConfig is the config file run and validate read without -config.
+const defaultConfig = "config.hcl"
+
 const usage = `usage:
-  plughost run -config FILE [-log-level LEVEL] [-log-json]
-  plughost validate -config FILE
+  plughost run [-config FILE] [-log-level LEVEL] [-log-json]
+  plughost validate [-config FILE]
   plughost plugin info [-json] PATH
   plughost version
+
+-config defaults to ` + defaultConfig + ` in the working directory.
+Run "plughost run -h" for every flag of a command.
 `
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -70,7 +76,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cmd, args := args[0], args[1:]
 	fs := flag.NewFlagSet("plughost "+cmd, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	cfgPath := fs.String("config", "config.hcl", "path of the HCL config file")
+	cfgPath := fs.String("config", defaultConfig, "path of the HCL config file")
 	level := fs.String("log-level", "info", "log level: trace, debug, info, warn or error")
 	jsonLogs := fs.Bool("log-json", false, "write logs as JSON lines")
 	switch cmd {
@@ -87,7 +93,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stderr, "unknown command %q\n%s", cmd, usage)
 		return errReported
 	}
+	// Parse prints its own error; the flags follow it on stderr, or on
+	// stdout for -h, which is not an error.
+	fs.Usage = func() {}
 	if err := fs.Parse(args); err != nil {
+		out := stderr
+		if errors.Is(err, flag.ErrHelp) {
+			out = stdout
+		}
+		fmt.Fprintf(out, "usage of plughost %s:\n", cmd)
+		fs.SetOutput(out)
+		fs.PrintDefaults()
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
 		return errReported
 	}
 	if fs.NArg() > 0 {

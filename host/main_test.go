@@ -52,12 +52,15 @@ func TestCommandLine(t *testing.T) {
 		wantStdout *regexp.Regexp // nil: empty
 		wantStderr []string       // substrings
 	}{
-		{name: "no arguments", args: nil, wantErr: true, wantStderr: []string{"usage:", "plughost run -config FILE", "plughost validate -config FILE"}},
+		{name: "no arguments", args: nil, wantErr: true, wantStderr: []string{"usage:", "plughost run [-config FILE]", "plughost validate [-config FILE]", "-config defaults to config.hcl"}},
 		{name: "version", args: []string{"version"}, wantStdout: versionRE},
 		{name: "--version", args: []string{"--version"}, wantStdout: versionRE},
-		{name: "help", args: []string{"help"}, wantStdout: regexp.MustCompile(`^usage:\n(.|\n)*plughost version\n$`)},
+		{name: "help", args: []string{"help"}, wantStdout: regexp.MustCompile(`^usage:\n(.|\n)*plughost version\n(.|\n)*-config defaults to config.hcl`)},
+		{name: "-h", args: []string{"-h"}, wantStdout: regexp.MustCompile(`^usage:\n(.|\n)*-config defaults to config.hcl`)},
+		{name: "run -h", args: []string{"run", "-h"}, wantStdout: regexp.MustCompile(`^usage of plughost run:\n(.|\n)*-config string\n\s+path of the HCL config file \(default "config.hcl"\)\n(.|\n)*-log-level`)},
+		{name: "validate -help", args: []string{"validate", "-help"}, wantStdout: regexp.MustCompile(`^usage of plughost validate:\n(.|\n)*\(default "config.hcl"\)`)},
 		{name: "unknown command", args: []string{"frob"}, wantErr: true, wantStderr: []string{`unknown command "frob"`, "usage:"}},
-		{name: "unknown flag for validate", args: []string{"validate", "-bogus"}, wantErr: true, wantStderr: []string{"flag provided but not defined: -bogus"}},
+		{name: "unknown flag for validate", args: []string{"validate", "-bogus"}, wantErr: true, wantStderr: []string{"flag provided but not defined: -bogus", "usage of plughost validate:", `(default "config.hcl")`}},
 		{name: "unknown flag for run", args: []string{"run", "-frob=1"}, wantErr: true, wantStderr: []string{"flag provided but not defined: -frob"}},
 		{name: "flag without value", args: []string{"validate", "-config"}, wantErr: true, wantStderr: []string{"flag needs an argument: -config"}},
 		{name: "extra arguments", args: []string{"validate", "-config", "x.hcl", "extra"}, wantErr: true, wantStderr: []string{"unexpected arguments: [extra]", "usage:"}},
