@@ -3,7 +3,8 @@
 // metrics and an admin API, and drains them on shutdown.
 //
 //	plughost run [-config FILE]        run the host (FILE defaults to config.hcl)
-//	plughost validate [-config FILE]   check a config, launching plugins only as far as Describe
+//	plughost validate [-config FILE]   check a config, launching plugins only as far as Describe;
+//	                                   prints only diagnostics (logs below warn unless -log-level)
 //	plughost plugin info [-json] PATH  print a plugin binary's manifest
 //	plughost version                 print versions
 package main
@@ -118,6 +119,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stderr, "unknown -log-level %q\n", *level)
 		return errReported
 	}
+	// validate's output is its diagnostics: the routine records of
+	// launching each plugin as far as Describe and killing it (go-plugin's
+	// "plugin process exited") would bury them. Warnings and errors still
+	// show, and an explicit -log-level wins.
+	if cmd == "validate" && !flagSet(fs, "log-level") {
+		lvl = hclog.Warn
+	}
 	logger := hclog.New(&hclog.LoggerOptions{
 		Name:       "plughost",
 		Level:      lvl,
@@ -128,4 +136,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return validate(ctx, logger, *cfgPath, stdout, stderr)
 	}
 	return serve(ctx, logger, *cfgPath, stderr)
+}
+
+// flagSet reports whether the command line set the flag called name.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -17,8 +18,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/hcl/v2"
 	"go.uber.org/goleak"
 
+	"github.com/plughost/plughost/host/config"
 	"github.com/plughost/plughost/host/internal/testbin"
 )
 
@@ -140,8 +143,50 @@ plugin "other" {
 	if want := cfg + ": valid (2 plugins)\n"; stdout != want {
 		t.Errorf("validate stdout = %q, want %q", stdout, want)
 	}
-	if strings.Contains(stderr, "Error") || strings.Contains(stderr, "Warning") {
-		t.Errorf("validate stderr = %s, want no diagnostics", stderr)
+	// Nothing else either: no log records of the plugins it launched.
+	if stderr != "" {
+		t.Errorf("validate stderr = %q, want nothing", stderr)
+	}
+}
+
+// TestValidateOutputIsDiagnostics checks that validate prints its
+// diagnostics and summary and nothing else, warnings included, and that
+// -log-level brings the host's records back.
+func TestValidateOutputIsDiagnostics(t *testing.T) {
+	cfg := writeConfig(t, `
+plugin "hello" {
+  path = "hello"
+  env {
+    gogc = "800"
+  }
+}
+`)
+	c, diags := config.Load(cfg)
+	if len(diags) != 1 || diags[0].Severity != hcl.DiagWarning {
+		t.Fatalf("config.Load(%s) diagnostics = %v, want one warning", cfg, diags)
+	}
+	var want bytes.Buffer
+	if err := config.WriteDiagnostics(&want, c.Files, diags); err != nil {
+		t.Fatal(err)
+	}
+
+	stdout, stderr, err := runCmd(t, "validate", "-config", cfg)
+	if err != nil {
+		t.Fatalf("validate %s = %v, want nil; stderr:\n%s", cfg, err, stderr)
+	}
+	if want := cfg + ": valid (1 plugin)\n"; stdout != want {
+		t.Errorf("validate stdout = %q, want %q", stdout, want)
+	}
+	if stderr != want.String() {
+		t.Errorf("validate stderr =\n%s\nwant exactly the diagnostics:\n%s", stderr, want.String())
+	}
+
+	_, stderr, err = runCmd(t, "validate", "-log-level", "info", "-config", cfg)
+	if err != nil {
+		t.Fatalf("validate -log-level info %s = %v, want nil", cfg, err)
+	}
+	if !strings.Contains(stderr, "plugin process exited") {
+		t.Errorf("validate -log-level info stderr = %q, want go-plugin's records too", stderr)
 	}
 }
 
