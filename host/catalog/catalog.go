@@ -183,7 +183,7 @@ func Launch(ctx context.Context, path, sha string, opts Options) (*Instance, err
 		AutoMTLS:         true,
 		SkipHostEnv:      true,
 		StartTimeout:     opts.StartTimeout,
-		Logger:           opts.Logger,
+		Logger:           goPluginLogger{opts.Logger},
 		SyncStdout:       stdout,
 		SyncStderr:       stderr,
 		Stderr:           io.Discard,
