@@ -346,6 +346,7 @@ func TestWriteDiagnosticsGolden(t *testing.T) {
 	}{
 		{"invalid", "testdata/invalid.hcl", "testdata/invalid.golden"},
 		{"env", "testdata/env.hcl", "testdata/env.golden"},
+		{"unknown keys", "testdata/keys.hcl", "testdata/keys.golden"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -157,6 +157,7 @@ func parse(src []byte, filename string) (*Config, hcl.Diagnostics) {
 
 	var fb fileBody
 	diags = append(diags, gohcl.DecodeBody(file.Body, nil, &fb)...)
+	suggestKeys(file.Body, diags)
 
 	d := &decoder{diags: diags}
 	base, err := filepath.Abs(filepath.Dir(filename))
