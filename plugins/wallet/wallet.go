@@ -208,7 +208,12 @@ func (w *wallet) configure(_ context.Context, rt *sdk.Runtime) (err error) {
 		Name: "bus_lagged_total",
 		Help: "Values dropped for slow subscribers of a bus, by bus.",
 	}, []string{"bus"})
-	events := bus.New[*ledger.Receipt](s.eventsBuffer, lagged.WithLabelValues("events"))
+	eventsDropped := prometheus.NewCounter(prometheus.CounterOpts{
+		Name:        committer.QueueDroppedName,
+		Help:        committer.QueueDroppedHelp,
+		ConstLabels: prometheus.Labels{"queue": "events"},
+	})
+	events := bus.New[*ledger.Receipt](s.eventsBuffer, lagged.WithLabelValues("events"), eventsDropped)
 	v := view.New(view.Options{Source: l, Window: s.stalenessWindow, Stop: rt.Context().Done()}, l.Seq())
 	faults := w.faults
 	if faults == nil {
@@ -249,7 +254,12 @@ func (w *wallet) configure(_ context.Context, rt *sdk.Runtime) (err error) {
 			ConstLabels: prometheus.Labels{"queue": queue},
 		}, func() float64 { return float64(f()) })
 	}
-	for _, col := range []prometheus.Collector{lagged, depth("commit", cm.QueueLen), depth("events", events.Buffered)} {
+	sweepers := prometheus.NewCounter(prometheus.CounterOpts{
+		Name:        committer.TasksSpawnedName,
+		Help:        committer.TasksSpawnedHelp,
+		ConstLabels: prometheus.Labels{"kind": "sweeper"},
+	})
+	for _, col := range []prometheus.Collector{lagged, eventsDropped, sweepers, depth("commit", cm.QueueLen), depth("events", events.Buffered)} {
 		if err := rt.Registerer.Register(col); err != nil {
 			return fmt.Errorf("register metrics: %w", err)
 		}
@@ -270,6 +280,7 @@ func (w *wallet) configure(_ context.Context, rt *sdk.Runtime) (err error) {
 	}
 
 	sweeper := group.New(rt.Context(), group.Options{Logger: rt.Logger.Named("sweeper")})
+	sweepers.Inc()
 	sweeper.Go("idempotency-sweeper", func(ctx context.Context) error { return sweep(ctx, l, rt.Logger) })
 
 	w.running.Store(&running{logger: rt.Logger, ledger: l, committer: cm, api: a, sweeper: sweeper})
