@@ -4,6 +4,8 @@ PLUGINS   := $(notdir $(wildcard plugins/*))
 PROTO_SRC := $(wildcard proto/*/*.proto)
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS   := -X main.version=$(VERSION)
+# CONFIG is the config file make run runs the host on: make run CONFIG=other.hcl.
+CONFIG    ?= config.hcl
 
 .PHONY: all build run test bench proto clean
 
@@ -17,7 +19,7 @@ build:
 	done
 
 run: build
-	$(BIN)/plughost run -config config.hcl
+	$(BIN)/plughost run -config $(CONFIG)
 
 # test also checks docs/examples/greeter, a module of its own that ./... does
 # not enter.
@@ -28,7 +30,7 @@ test:
 		if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 20m ./...
-	cd docs/examples/greeter && $(GO) vet ./... && $(GO) test -race -timeout 10m ./...
+	cd docs/examples/greeter && $(GO) vet ./... && $(GO) test -race -count=1 -timeout 10m ./...
 
 bench: build
 	$(GO) test -run '^$$' -bench '^Benchmark(HelloIngress|WalletTransfers)$$' -benchtime 1x -count 1 -timeout 5m ./host/e2e

@@ -2,8 +2,9 @@
 // config file, supervises them, routes HTTP ingress to them, exposes
 // metrics and an admin API, and drains them on shutdown.
 //
-//	plughost run -config FILE        run the host
-//	plughost validate -config FILE   check a config, launching plugins only as far as Describe
+//	plughost run [-config FILE]        run the host (FILE defaults to config.hcl)
+//	plughost validate [-config FILE]   check a config, launching plugins only as far as Describe;
+//	                                   prints only diagnostics (logs below warn unless -log-level)
 //	plughost plugin info [-json] PATH  print a plugin binary's manifest
 //	plughost version                 print versions
 package main
@@ -55,11 +56,17 @@ func setGCPercent() {
 	}
 }
 
+// defaultConfig is the config file run and validate read without -config.
+const defaultConfig = "config.hcl"
+
 const usage = `usage:
-  plughost run -config FILE [-log-level LEVEL] [-log-json]
-  plughost validate -config FILE
+  plughost run [-config FILE] [-log-level LEVEL] [-log-json]
+  plughost validate [-config FILE]
   plughost plugin info [-json] PATH
   plughost version
+
+-config defaults to ` + defaultConfig + ` in the working directory.
+Run "plughost run -h" for every flag of a command.
 `
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -70,7 +77,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cmd, args := args[0], args[1:]
 	fs := flag.NewFlagSet("plughost "+cmd, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	cfgPath := fs.String("config", "config.hcl", "path of the HCL config file")
+	cfgPath := fs.String("config", defaultConfig, "path of the HCL config file")
 	level := fs.String("log-level", "info", "log level: trace, debug, info, warn or error")
 	jsonLogs := fs.Bool("log-json", false, "write logs as JSON lines")
 	switch cmd {
@@ -87,7 +94,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stderr, "unknown command %q\n%s", cmd, usage)
 		return errReported
 	}
+	// Parse prints its own error; the flags follow it on stderr, or on
+	// stdout for -h, which is not an error.
+	fs.Usage = func() {}
 	if err := fs.Parse(args); err != nil {
+		out := stderr
+		if errors.Is(err, flag.ErrHelp) {
+			out = stdout
+		}
+		fmt.Fprintf(out, "usage of plughost %s:\n", cmd)
+		fs.SetOutput(out)
+		fs.PrintDefaults()
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
 		return errReported
 	}
 	if fs.NArg() > 0 {
@@ -99,6 +119,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stderr, "unknown -log-level %q\n", *level)
 		return errReported
 	}
+	// validate's output is its diagnostics: the routine records of
+	// launching each plugin as far as Describe and killing it (go-plugin's
+	// "plugin process exited") would bury them. Warnings and errors still
+	// show, and an explicit -log-level wins.
+	if cmd == "validate" && !flagSet(fs, "log-level") {
+		lvl = hclog.Warn
+	}
 	logger := hclog.New(&hclog.LoggerOptions{
 		Name:       "plughost",
 		Level:      lvl,
@@ -109,4 +136,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return validate(ctx, logger, *cfgPath, stdout, stderr)
 	}
 	return serve(ctx, logger, *cfgPath, stderr)
+}
+
+// flagSet reports whether the command line set the flag called name.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }

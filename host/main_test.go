@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -17,8 +18,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/hcl/v2"
 	"go.uber.org/goleak"
 
+	"github.com/plughost/plughost/host/config"
 	"github.com/plughost/plughost/host/internal/testbin"
 )
 
@@ -52,12 +55,15 @@ func TestCommandLine(t *testing.T) {
 		wantStdout *regexp.Regexp // nil: empty
 		wantStderr []string       // substrings
 	}{
-		{name: "no arguments", args: nil, wantErr: true, wantStderr: []string{"usage:", "plughost run -config FILE", "plughost validate -config FILE"}},
+		{name: "no arguments", args: nil, wantErr: true, wantStderr: []string{"usage:", "plughost run [-config FILE]", "plughost validate [-config FILE]", "-config defaults to config.hcl"}},
 		{name: "version", args: []string{"version"}, wantStdout: versionRE},
 		{name: "--version", args: []string{"--version"}, wantStdout: versionRE},
-		{name: "help", args: []string{"help"}, wantStdout: regexp.MustCompile(`^usage:\n(.|\n)*plughost version\n$`)},
+		{name: "help", args: []string{"help"}, wantStdout: regexp.MustCompile(`^usage:\n(.|\n)*plughost version\n(.|\n)*-config defaults to config.hcl`)},
+		{name: "-h", args: []string{"-h"}, wantStdout: regexp.MustCompile(`^usage:\n(.|\n)*-config defaults to config.hcl`)},
+		{name: "run -h", args: []string{"run", "-h"}, wantStdout: regexp.MustCompile(`^usage of plughost run:\n(.|\n)*-config string\n\s+path of the HCL config file \(default "config.hcl"\)\n(.|\n)*-log-level`)},
+		{name: "validate -help", args: []string{"validate", "-help"}, wantStdout: regexp.MustCompile(`^usage of plughost validate:\n(.|\n)*\(default "config.hcl"\)`)},
 		{name: "unknown command", args: []string{"frob"}, wantErr: true, wantStderr: []string{`unknown command "frob"`, "usage:"}},
-		{name: "unknown flag for validate", args: []string{"validate", "-bogus"}, wantErr: true, wantStderr: []string{"flag provided but not defined: -bogus"}},
+		{name: "unknown flag for validate", args: []string{"validate", "-bogus"}, wantErr: true, wantStderr: []string{"flag provided but not defined: -bogus", "usage of plughost validate:", `(default "config.hcl")`}},
 		{name: "unknown flag for run", args: []string{"run", "-frob=1"}, wantErr: true, wantStderr: []string{"flag provided but not defined: -frob"}},
 		{name: "flag without value", args: []string{"validate", "-config"}, wantErr: true, wantStderr: []string{"flag needs an argument: -config"}},
 		{name: "extra arguments", args: []string{"validate", "-config", "x.hcl", "extra"}, wantErr: true, wantStderr: []string{"unexpected arguments: [extra]", "usage:"}},
@@ -137,8 +143,50 @@ plugin "other" {
 	if want := cfg + ": valid (2 plugins)\n"; stdout != want {
 		t.Errorf("validate stdout = %q, want %q", stdout, want)
 	}
-	if strings.Contains(stderr, "Error") || strings.Contains(stderr, "Warning") {
-		t.Errorf("validate stderr = %s, want no diagnostics", stderr)
+	// Nothing else either: no log records of the plugins it launched.
+	if stderr != "" {
+		t.Errorf("validate stderr = %q, want nothing", stderr)
+	}
+}
+
+// TestValidateOutputIsDiagnostics checks that validate prints its
+// diagnostics and summary and nothing else, warnings included, and that
+// -log-level brings the host's records back.
+func TestValidateOutputIsDiagnostics(t *testing.T) {
+	cfg := writeConfig(t, `
+plugin "hello" {
+  path = "hello"
+  env {
+    gogc = "800"
+  }
+}
+`)
+	c, diags := config.Load(cfg)
+	if len(diags) != 1 || diags[0].Severity != hcl.DiagWarning {
+		t.Fatalf("config.Load(%s) diagnostics = %v, want one warning", cfg, diags)
+	}
+	var want bytes.Buffer
+	if err := config.WriteDiagnostics(&want, c.Files, diags); err != nil {
+		t.Fatal(err)
+	}
+
+	stdout, stderr, err := runCmd(t, "validate", "-config", cfg)
+	if err != nil {
+		t.Fatalf("validate %s = %v, want nil; stderr:\n%s", cfg, err, stderr)
+	}
+	if want := cfg + ": valid (1 plugin)\n"; stdout != want {
+		t.Errorf("validate stdout = %q, want %q", stdout, want)
+	}
+	if stderr != want.String() {
+		t.Errorf("validate stderr =\n%s\nwant exactly the diagnostics:\n%s", stderr, want.String())
+	}
+
+	_, stderr, err = runCmd(t, "validate", "-log-level", "info", "-config", cfg)
+	if err != nil {
+		t.Fatalf("validate -log-level info %s = %v, want nil", cfg, err)
+	}
+	if !strings.Contains(stderr, "plugin process exited") {
+		t.Errorf("validate -log-level info stderr = %q, want go-plugin's records too", stderr)
 	}
 }
 

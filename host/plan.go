@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"sync"
 
 	"github.com/hashicorp/go-hclog"
@@ -68,6 +70,7 @@ func describeAll(ctx context.Context, logger hclog.Logger, cfg *config.Config, p
 			inst, err := catalog.Launch(ctx, p.Path, p.SHA256, catalog.Options{
 				Logger:       logger.Named(p.Name).With("plugin", p.Name),
 				StartTimeout: cfg.Limits.StartTimeout,
+				ExtraEnv:     p.Env,
 			})
 			if err != nil {
 				sev := hcl.DiagWarning
@@ -109,6 +112,7 @@ func specFor(cfg *config.Config, p config.Plugin) supervisor.Spec {
 		MaxInflight: p.MaxInflight,
 		Required:    p.Required,
 		DataDir:     p.DataDir,
+		Env:         p.Env,
 		Decode: func(schema *pluginv1.Schema) ([]byte, error) {
 			if err := config.CheckSchema(schema); err != nil {
 				return nil, err
@@ -124,10 +128,14 @@ func specFor(cfg *config.Config, p config.Plugin) supervisor.Spec {
 }
 
 // fingerprint changes when anything that needs a restart changes: the
-// block's settings, the config block's source text, or the binary itself.
+// block's settings, its env variables, the config block's source text, or
+// the binary itself.
 func fingerprint(cfg *config.Config, p config.Plugin) string {
 	h := sha256.New()
 	fmt.Fprintf(h, "%s\x00%s\x00%s\x00%d\x00%t\x00%s\x00", p.Path, p.SHA256, p.Mount, p.MaxInflight, p.Required, p.DataDir)
+	for _, k := range slices.Sorted(maps.Keys(p.Env)) {
+		fmt.Fprintf(h, "env\x00%s\x00%s\x00", k, p.Env[k])
+	}
 	if b, ok := p.Config.(*hclsyntax.Body); ok {
 		if f := cfg.Files[b.SrcRange.Filename]; f != nil && b.SrcRange.End.Byte <= len(f.Bytes) {
 			h.Write(f.Bytes[b.SrcRange.Start.Byte:b.SrcRange.End.Byte])

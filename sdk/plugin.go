@@ -43,23 +43,6 @@ type Plugin struct {
 	// Health, if set, reports readiness; it must answer within the host's
 	// health timeout. Without it the plugin is ready once configured.
 	Health func(ctx context.Context) Health
-
-	// GCPercent is the plugin process's GC target (GOGC) unless its
-	// environment sets one, which it does not when the host starts it;
-	// zero means 200. Serve applies it; the plugintest harness leaves the
-	// test process's own alone. Raise it for a plugin that allocates much
-	// per request over a small live heap, at the cost of a larger heap.
-	GCPercent int
-
-	// ExtraProcs is how many Ps (GOMAXPROCS) the plugin process gets
-	// beyond Go's default, at most 64, unless its environment sets
-	// GOMAXPROCS to a positive number; zero adds none. Serve applies it; the plugintest harness
-	// leaves the test process's own alone. A plugin whose critical path
-	// blocks in system calls, such as a commit's fsync, may want one: a
-	// goroutine back from a system call runs only once it gets a P, and
-	// with every P busy with other goroutines it waits for one. Setting
-	// it stops Go from following later changes of the CPU limit.
-	ExtraProcs int
 }
 
 // Route is one route a plugin serves.

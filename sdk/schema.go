@@ -201,12 +201,6 @@ func (p *Plugin) validate() error {
 	if p.Handler == nil {
 		return fmt.Errorf("plugin %q: handler is nil", p.Name)
 	}
-	if p.GCPercent < 0 {
-		return fmt.Errorf("plugin %q: GCPercent %d is negative; zero means the default", p.Name, p.GCPercent)
-	}
-	if p.ExtraProcs < 0 || p.ExtraProcs > maxExtraProcs {
-		return fmt.Errorf("plugin %q: ExtraProcs %d is not between 0 and %d", p.Name, p.ExtraProcs, maxExtraProcs)
-	}
 	if len(p.Routes) == 0 {
 		return fmt.Errorf("plugin %q: no routes", p.Name)
 	}

@@ -39,11 +39,6 @@ func TestPluginValidate(t *testing.T) {
 		{"name with slash", func(p *Plugin) { p.Name = "a/b" }, `plugin name "a/b"`},
 		{"no version", func(p *Plugin) { p.Version = "" }, "version is empty"},
 		{"nil handler", func(p *Plugin) { p.Handler = nil }, "handler is nil"},
-		{"GC percent", func(p *Plugin) { p.GCPercent = 800 }, ""},
-		{"negative GC percent", func(p *Plugin) { p.GCPercent = -1 }, "GCPercent -1 is negative"},
-		{"extra procs", func(p *Plugin) { p.ExtraProcs = 1 }, ""},
-		{"negative extra procs", func(p *Plugin) { p.ExtraProcs = -1 }, "ExtraProcs -1 is not between 0 and 64"},
-		{"too many extra procs", func(p *Plugin) { p.ExtraProcs = 65 }, "ExtraProcs 65 is not between 0 and 64"},
 		{"no routes", func(p *Plugin) { p.Routes = nil }, "no routes"},
 		{"pattern without slash", func(p *Plugin) { p.Routes = []Route{{Pattern: "items"}} }, `route "items": pattern must start with /`},
 		{"negative timeout", func(p *Plugin) { p.Routes = []Route{{Pattern: "/x", Timeout: -time.Second}} }, "negative timeout"},
@@ -138,32 +133,6 @@ func TestListOfMapOf(t *testing.T) {
 		}
 		if !validType(tt.got) {
 			t.Errorf("validType(%q) = false, want true", tt.got)
-		}
-	}
-}
-
-func TestProcs(t *testing.T) {
-	for _, tt := range []struct{ base, extra, want int }{{2, 0, 2}, {2, 1, 3}, {1, 64, 65}} {
-		if got := procs(tt.base, tt.extra); got != tt.want {
-			t.Errorf("procs(%d, %d) = %d, want %d", tt.base, tt.extra, got, tt.want)
-		}
-	}
-}
-
-func TestGOMAXPROCSSet(t *testing.T) {
-	for v, want := range map[string]bool{"": false, "0": false, "-1": false, "x": false, "1": true, "8": true} {
-		if got := gomaxprocsSet(v); got != want {
-			t.Errorf("gomaxprocsSet(%q) = %v, want %v", v, got, want)
-		}
-	}
-}
-
-func TestPluginGCPercent(t *testing.T) {
-	for _, tt := range []struct{ set, want int }{{0, defaultGCPercent}, {800, 800}, {50, 50}} {
-		p := validPlugin()
-		p.GCPercent = tt.set
-		if got := p.gcPercent(); got != tt.want {
-			t.Errorf("Plugin{GCPercent: %d}.gcPercent() = %d, want %d", tt.set, got, tt.want)
 		}
 	}
 }

@@ -4,9 +4,6 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"runtime"
-	"runtime/debug"
-	"strconv"
 	"syscall"
 	"time"
 
@@ -34,8 +31,6 @@ func Serve(p Plugin) error {
 	if err := p.validate(); err != nil {
 		return err
 	}
-	setGCPercent(p.gcPercent())
-	setProcs(p.ExtraProcs)
 	// The host parses JSON records on stderr and re-logs them under the
 	// plugin's name, keeping their level and fields.
 	logger := hclog.New(&hclog.LoggerOptions{
@@ -86,56 +81,6 @@ func serveConfig(p Plugin, logger hclog.Logger, data []*wire.Conn) *plugin.Serve
 		Logger: logger,
 	}
 }
-
-// defaultGCPercent is a plugin's GOGC unless its environment sets one or
-// its definition sets Plugin.GCPercent. The host does not pass GOGC on (it
-// is not in its environment allowlist), so this is what plugins run with.
-// Each request allocates short-lived gRPC and net/http state, little of
-// which survives, so the heap stays small and the default of 100 collects
-// it often: GC was several percent of a plugin's CPU under load, and each
-// cycle also shrinks the stacks of idle stream workers, which the next
-// requests grow again. Doubling the allowed growth halves how often it
-// runs, for a few MB more heap under load.
-const defaultGCPercent = 200
-
-// gcPercent is the GOGC the plugin asks for.
-func (p *Plugin) gcPercent() int {
-	if p.GCPercent > 0 {
-		return p.GCPercent
-	}
-	return defaultGCPercent
-}
-
-// setGCPercent applies percent when GOGC is not set, so that an operator's
-// GOGC (or GOGC=off) still wins.
-func setGCPercent(percent int) {
-	if _, ok := os.LookupEnv("GOGC"); !ok {
-		debug.SetGCPercent(percent)
-	}
-}
-
-// maxExtraProcs bounds Plugin.ExtraProcs.
-const maxExtraProcs = 64
-
-// setProcs adds extra Ps to GOMAXPROCS unless the environment sets
-// GOMAXPROCS to a number the runtime obeys, so that an operator's setting
-// still wins.
-func setProcs(extra int) {
-	if !gomaxprocsSet(os.Getenv("GOMAXPROCS")) && extra > 0 {
-		runtime.GOMAXPROCS(procs(runtime.GOMAXPROCS(0), extra))
-	}
-}
-
-// gomaxprocsSet reports whether the runtime takes v, the GOMAXPROCS
-// variable, as the number of Ps: a positive integer. It ignores anything
-// else and uses its default.
-func gomaxprocsSet(v string) bool {
-	n, err := strconv.Atoi(v)
-	return err == nil && n > 0
-}
-
-// procs is the GOMAXPROCS for a default of base and extra more.
-func procs(base, extra int) int { return base + max(extra, 0) }
 
 // ignoreTerm keeps SIGTERM from ending the plugin, as go-plugin does for
 // SIGINT. The host owns its plugins' lifecycle: when it stops, it drains

@@ -12,10 +12,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"regexp"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -62,6 +64,11 @@ type Options struct {
 	// Env names the host environment variables passed on; default
 	// DefaultEnv.
 	Env []string
+	// ExtraEnv holds variables set in the plugin's environment on top of
+	// those Env passes on, replacing a passed-on variable of the same name:
+	// the operator's env block of this plugin. Variables the handshake
+	// needs are set after them and win; the config refuses their names.
+	ExtraEnv map[string]string
 	// Host is served to the plugin over the go-plugin broker; nil serves
 	// nothing (for Describe-only launches).
 	Host pluginv1.HostServer
@@ -155,7 +162,7 @@ func Launch(ctx context.Context, path, sha string, opts Options) (*Instance, err
 		}
 		return cmd.Process.Kill()
 	}
-	cmd.Env = allowedEnv(opts.Env)
+	cmd.Env = pluginEnv(opts.Env, opts.ExtraEnv)
 	cmd.SysProcAttr = sysProcAttr()
 	// Every request travels over the data plane, so without one there is
 	// no plugin to run.
@@ -175,7 +182,7 @@ func Launch(ctx context.Context, path, sha string, opts Options) (*Instance, err
 		AutoMTLS:         true,
 		SkipHostEnv:      true,
 		StartTimeout:     opts.StartTimeout,
-		Logger:           opts.Logger,
+		Logger:           goPluginLogger{opts.Logger},
 		SyncStdout:       stdout,
 		SyncStderr:       stderr,
 		Stderr:           io.Discard,
@@ -338,12 +345,21 @@ func (i *Instance) ForceKill() {
 	i.Kill()
 }
 
-func allowedEnv(names []string) []string {
+// pluginEnv is a plugin's environment before the handshake variables: the
+// host variables names allows, then extra, sorted by name, each replacing
+// an allowed variable of the same name.
+func pluginEnv(names []string, extra map[string]string) []string {
 	var env []string
 	for _, n := range names {
+		if _, set := extra[n]; set {
+			continue
+		}
 		if v, ok := os.LookupEnv(n); ok {
 			env = append(env, n+"="+v)
 		}
+	}
+	for _, n := range slices.Sorted(maps.Keys(extra)) {
+		env = append(env, n+"="+extra[n])
 	}
 	return env
 }

@@ -466,9 +466,11 @@ func TestEnvironmentAllowlist(t *testing.T) {
 
 	tests := []struct {
 		name    string
-		env     []string // Options.Env
-		allowed []string // names the plugin may see besides goPlugin
-		want    []string // NAME=value pairs the plugin must see
+		env     []string          // Options.Env
+		extra   map[string]string // Options.ExtraEnv
+		allowed []string          // names the plugin may see besides goPlugin
+		want    []string          // NAME=value pairs the plugin must see
+		absent  []string          // NAME=value pairs it must not see
 	}{
 		{
 			name:    "default allowlist",
@@ -482,11 +484,21 @@ func TestEnvironmentAllowlist(t *testing.T) {
 			allowed: []string{"PLUGHOST_TEST_ALLOWED"},
 			want:    []string{"PLUGHOST_TEST_ALLOWED=yes"},
 		},
+		{
+			// The operator's env block: added to what the allowlist passes
+			// on, and replacing an allowed variable of the same name.
+			name:    "env block",
+			env:     []string{"PLUGHOST_TEST_ALLOWED"},
+			extra:   map[string]string{"GOGC": "800", "PLUGHOST_TEST_ALLOWED": "from the block"},
+			allowed: []string{"PLUGHOST_TEST_ALLOWED", "GOGC"},
+			want:    []string{"GOGC=800", "PLUGHOST_TEST_ALLOWED=from the block"},
+			absent:  []string{"PLUGHOST_TEST_ALLOWED=yes"},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			logger, logs := testLogger(t)
-			inst := launch(t, "envdump", catalog.Options{Logger: logger, Env: tt.env})
+			inst := launch(t, "envdump", catalog.Options{Logger: logger, Env: tt.env, ExtraEnv: tt.extra})
 
 			code, body, err := get(t.Context(), inst.Transport(), "/env")
 			if err != nil || code != 200 {
@@ -508,6 +520,11 @@ func TestEnvironmentAllowlist(t *testing.T) {
 			for _, w := range tt.want {
 				if !slices.Contains(env, w) {
 					t.Errorf("plugin environment = %q, want it to hold %q", env, w)
+				}
+			}
+			for _, a := range tt.absent {
+				if slices.Contains(env, a) {
+					t.Errorf("plugin environment = %q, want it without %q", env, a)
 				}
 			}
 

@@ -132,6 +132,13 @@ type Plugin struct {
 	Required bool
 	// DataDir is the plugin's own directory, Config.DataDir/Name.
 	DataDir string
+	// Env holds the variables of the plugin's env block, set in the
+	// plugin's environment only, on top of the host variables it inherits
+	// (catalog.DefaultEnv); nil when the block is absent or empty. Names
+	// are valid environment variable names outside the handshake's
+	// PLUGHOST_ and PLUGIN_ prefixes. Meant for runtime settings such as
+	// GOGC or GOMEMLIMIT; a secret set here is visible to that plugin.
+	Env map[string]string
 	// Config is the body of the plugin's config block, for
 	// DecodePluginConfig. When the block is absent it is an empty body whose
 	// missing-item range is DeclRange, so that "missing required argument"

@@ -68,6 +68,7 @@ type comparePlugin struct {
 	Required                                   bool
 	DeclLine, PathLine, SHA256Line, ConfigLine int
 	ConfigStartLine                            int
+	Env                                        map[string]string
 }
 
 func plainPlugin(p Plugin) comparePlugin {
@@ -77,6 +78,7 @@ func plainPlugin(p Plugin) comparePlugin {
 		DeclLine: p.DeclRange.Start.Line, PathLine: p.PathRange.Start.Line,
 		SHA256Line: p.SHA256Range.Start.Line, ConfigLine: p.ConfigRange.Start.Line,
 		ConfigStartLine: p.Config.MissingItemRange().Start.Line,
+		Env:             p.Env,
 	}
 }
 
@@ -156,6 +158,7 @@ func TestLoad(t *testing.T) {
 			MaxInflight: 512,
 			Required:    true,
 			DataDir:     "/var/lib/plughost/kv_store-2",
+			Env:         map[string]string{"GOGC": "400", "GOMEMLIMIT": "256MiB", "EMPTY": ""},
 			Config:      emptyBody(rng(48)),
 			DeclRange:   rng(48),
 			PathRange:   rng(49),
@@ -284,6 +287,17 @@ var parseErrorCases = []struct {
 	{"explicit mount on default", "plugin \"a\" {\n  path = \"a\"\n}\nplugin \"b\" {\n  path  = \"b\"\n  mount = \"/a\"\n}\n", 6, "Duplicate mount"},
 	{"default mount on explicit", "plugin \"a\" {\n  path  = \"a\"\n  mount = \"/b\"\n}\nplugin \"b\" {\n  path = \"b\"\n}\n", 5, "Duplicate mount"},
 	{"nested mount", "plugin \"a\" {\n  path  = \"a\"\n  mount = \"/api\"\n}\nplugin \"b\" {\n  path  = \"b\"\n  mount = \"/api/v1\"\n}\n", 7, "Overlapping mounts"},
+	{"env number", "plugin \"a\" {\n  path = \"a\"\n  env {\n    GOGC = 800\n  }\n}\n", 4, "Invalid environment value"},
+	{"env list", "plugin \"a\" {\n  path = \"a\"\n  env {\n    GOGC = [\"800\"]\n  }\n}\n", 4, "Invalid environment value"},
+	{"env variable reference", "plugin \"a\" {\n  path = \"a\"\n  env {\n    GOGC = x\n  }\n}\n", 4, "Variables not allowed"},
+	{"env name with dash", "plugin \"a\" {\n  path = \"a\"\n  env {\n    MY-VAR = \"1\"\n  }\n}\n", 4, "Invalid environment variable name"},
+	{"env handshake cookie", "plugin \"a\" {\n  path = \"a\"\n  env {\n    PLUGHOST_PLUGIN = \"x\"\n  }\n}\n", 4, "Reserved environment variable"},
+	{"env data plane", "plugin \"a\" {\n  path = \"a\"\n  env {\n    PLUGHOST_DATA_PLANE_FDS = \"0\"\n  }\n}\n", 4, "Reserved environment variable"},
+	{"env go-plugin port", "plugin \"a\" {\n  path = \"a\"\n  env {\n    PLUGIN_MIN_PORT = \"1\"\n  }\n}\n", 4, "Reserved environment variable"},
+	{"env go-plugin lowercase", "plugin \"a\" {\n  path = \"a\"\n  env {\n    plugin_client_cert = \"\"\n  }\n}\n", 4, "Reserved environment variable"},
+	{"env nested block", "plugin \"a\" {\n  path = \"a\"\n  env {\n    inner {\n    }\n  }\n}\n", 4, "Unexpected \"inner\" block"},
+	{"env twice", "plugin \"a\" {\n  path = \"a\"\n  env {\n  }\n  env {\n  }\n}\n", 5, "Duplicate env block"},
+	{"env duplicate name", "plugin \"a\" {\n  path = \"a\"\n  env {\n    GOGC = \"1\"\n    GOGC = \"2\"\n  }\n}\n", 5, "Attribute redefined"},
 	{"enclosing mount", "plugin \"a\" {\n  path  = \"a\"\n  mount = \"/api/v1\"\n}\nplugin \"b\" {\n  path  = \"b\"\n  mount = \"/api\"\n}\n", 7, "Overlapping mounts"},
 }
 
@@ -331,6 +345,8 @@ func TestWriteDiagnosticsGolden(t *testing.T) {
 		golden string
 	}{
 		{"invalid", "testdata/invalid.hcl", "testdata/invalid.golden"},
+		{"env", "testdata/env.hcl", "testdata/env.golden"},
+		{"unknown keys", "testdata/keys.hcl", "testdata/keys.golden"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

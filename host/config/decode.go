@@ -104,7 +104,14 @@ type pluginBody struct {
 	Mount       *hcl.Attribute `hcl:"mount,optional"`
 	MaxInflight *hcl.Attribute `hcl:"max_inflight,optional"`
 	Required    *hcl.Attribute `hcl:"required,optional"`
+	Env         *envBody       `hcl:"env,block"`
 	Config      *configBody    `hcl:"config,block"`
+}
+
+// envBody is a plugin's env block: attributes only, whose names are not
+// known in advance.
+type envBody struct {
+	Body hcl.Body `hcl:",remain"`
 }
 
 type configBody struct {
@@ -150,6 +157,7 @@ func parse(src []byte, filename string) (*Config, hcl.Diagnostics) {
 
 	var fb fileBody
 	diags = append(diags, gohcl.DecodeBody(file.Body, nil, &fb)...)
+	suggestKeys(file.Body, diags)
 
 	d := &decoder{diags: diags}
 	base, err := filepath.Abs(filepath.Dir(filename))
@@ -349,6 +357,9 @@ func (d *decoder) plugins(c *Config, blocks []*pluginBody) {
 		decodeInt(d, pb.MaxInflight, &p.MaxInflight, 1)
 		decodeAttr(d, pb.Required, &p.Required)
 
+		if pb.Env != nil {
+			p.Env = d.env(pb.Env.Body)
+		}
 		if pb.Config != nil {
 			p.Config = pb.Config.Body
 			p.ConfigRange = pb.Config.DeclRange

@@ -877,8 +877,9 @@ func sha256Time() time.Duration {
 	return lat[len(lat)/2]
 }
 
-// walletBenchHostConfig runs the wallet with its documented defaults
-// under the host's defaults, both listeners on ephemeral 127.0.0.1 ports.
+// walletBenchHostConfig runs the wallet with its documented defaults and
+// the env block of the repository's config.hcl, under the host's
+// defaults, both listeners on ephemeral 127.0.0.1 ports.
 func walletBenchHostConfig(dir string) string {
 	return fmt.Sprintf(`
 listen     = "127.0.0.1:0"
@@ -890,6 +891,9 @@ admin {
 plugin "wallet" {
   path     = "wallet"
   required = true
+  env {
+    GOGC = "800"
+  }
 }
 `, filepath.Join(dir, "data"), bins.plugins)
 }

@@ -191,4 +191,7 @@ func TestValidateGoodConfig(t *testing.T) {
 	if !strings.Contains(res.stdout, "valid") {
 		t.Errorf("plughost validate: stdout = %q, want it to say valid", res.stdout)
 	}
+	if res.stderr != "" {
+		t.Errorf("plughost validate: stderr = %q, want nothing (no log records of the plugins it launched)", res.stderr)
+	}
 }

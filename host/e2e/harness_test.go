@@ -47,7 +47,8 @@ func runTests(m *testing.M) int {
 	return m.Run()
 }
 
-// build compiles the host, every plugin in plugins/ and the test plugins.
+// build compiles the host, every plugin in plugins/, the test plugins and
+// the catalog's envdump.
 func build(dir string) error {
 	root, err := filepath.Abs("../..")
 	if err != nil {
@@ -73,6 +74,7 @@ func build(dir string) error {
 			targets[filepath.Join(dir, "plugins", e.Name())] = "./host/e2e/testdata/plugins/" + e.Name()
 		}
 	}
+	targets[filepath.Join(dir, "plugins", "envdump")] = "./host/catalog/testdata/envdump"
 	for out, pkg := range targets {
 		cmd := exec.Command("go", "build", "-o", out, pkg)
 		cmd.Dir = root

@@ -1,9 +1,11 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -121,5 +123,47 @@ func TestSIGHUPReload(t *testing.T) {
 	}
 	if code, body := h.greeting(); code != http.StatusOK || !strings.Contains(body, `"greeting":"two"`) {
 		t.Errorf("GET /hello/ at the end = %d %s, want 200 with greeting two", code, body)
+	}
+}
+
+// envdumpEnv returns the environment the envdump plugin was started with.
+func envdumpEnv(t *testing.T, h *hostProc) []string {
+	t.Helper()
+	code, body := h.get(h.ingress + "/envdump/env")
+	if code != http.StatusOK {
+		t.Fatalf("GET /envdump/env = %d %s, want 200", code, body)
+	}
+	var env []string
+	if err := json.Unmarshal([]byte(body), &env); err != nil {
+		t.Fatalf("decode GET /envdump/env: %v", err)
+	}
+	return env
+}
+
+// TestPluginEnvBlock checks that a plugin block's env variables reach
+// that plugin's process, from the config file through the supervisor, and
+// that changing them restarts the plugin on reload.
+func TestPluginEnvBlock(t *testing.T) {
+	base := baseConfig("2s")
+	block := func(gogc string) string {
+		return pluginBlock("envdump", "envdump", "  env {\n    GOGC = \""+gogc+"\"\n  }")
+	}
+	h := startHost(t, base+block("800")+helloWith("one"))
+	if env := envdumpEnv(t, h); !slices.Contains(env, "GOGC=800") {
+		t.Fatalf("envdump environment = %q, want it to hold GOGC=800", env)
+	}
+	ps := h.plugins()
+	pid1, helloPid := ps["envdump"].Pid, ps["hello"].Pid
+
+	h.reload(base+block("400")+helloWith("one"), "config reloaded")
+	waitFor(t, 10*time.Second, "envdump to restart with GOGC=400", func() bool {
+		p := h.plugins()["envdump"]
+		return p.State == "ready" && p.Pid != pid1
+	})
+	if env := envdumpEnv(t, h); !slices.Contains(env, "GOGC=400") || slices.Contains(env, "GOGC=800") {
+		t.Errorf("envdump environment after the reload = %q, want GOGC=400 only", env)
+	}
+	if pid := h.plugins()["hello"].Pid; pid != helloPid {
+		t.Errorf("hello pid after envdump's env changed = %d, want %d unchanged", pid, helloPid)
 	}
 }

@@ -33,6 +33,9 @@ type Spec struct {
 	MaxInflight int
 	Required    bool
 	DataDir     string
+	// Env holds variables set in the plugin's environment on top of the
+	// host variables it inherits (catalog.Options.ExtraEnv).
+	Env map[string]string
 	// Decode turns the plugin's declared schema into its config JSON. It
 	// is called after every Describe, since a restarted binary may declare
 	// a different schema. Its error is a config error.
@@ -549,6 +552,7 @@ func (p *Plugin) launch(ctx context.Context) (*catalog.Instance, error) {
 	inst, err := catalog.Launch(ctx, p.spec.Path, p.spec.SHA256, catalog.Options{
 		Logger:       p.opts.Logger.Named(p.spec.Name).With("plugin", p.spec.Name),
 		StartTimeout: p.opts.Policy.StartTimeout,
+		ExtraEnv:     p.spec.Env,
 		Host:         p.opts.Host,
 	})
 	if err != nil {

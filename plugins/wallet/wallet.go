@@ -166,33 +166,16 @@ func definition() sdk.Plugin { return newDefinition(&wallet{}) }
 // its ledger.
 func newDefinition(w *wallet) sdk.Plugin {
 	return sdk.Plugin{
-		Name:       "wallet",
-		Version:    version,
-		Routes:     api.Routes(),
-		Config:     schema(),
-		Handler:    w,
-		Configure:  w.configure,
-		Drain:      w.drain,
-		Health:     w.health,
-		GCPercent:  gcPercent,
-		ExtraProcs: extraProcs,
+		Name:      "wallet",
+		Version:   version,
+		Routes:    api.Routes(),
+		Config:    schema(),
+		Handler:   w,
+		Configure: w.configure,
+		Drain:     w.drain,
+		Health:    w.health,
 	}
 }
-
-// extraProcs gives the wallet one P more than CPUs. Its throughput is
-// bounded by the commit, one group at a time; each commit blocks in
-// fdatasync twice, and a goroutine back from a system call needs a P to
-// go on, as do the handlers the committer wakes. In alternating runs of BenchmarkWalletTransfers (64 clients,
-// 2 CPUs), 3 Ps against the default 2 gave more transfers/s in 5 of 6
-// pairs (-1% to +94%, median +20%), the mean commit shorter; 4 Ps gained
-// less.
-const extraProcs = 1
-
-// gcPercent is the wallet's GOGC, four times the SDK's default. Each
-// commit materializes bbolt nodes for every page it touches, so the wallet
-// allocates tens of KB per operation while its live heap stays a few MB:
-// at the SDK's 200 it collected many times a second under load.
-const gcPercent = 800
 
 // configure opens the ledger and starts the committers and the sweeper.
 // An error refuses the config; nothing is left running.
@@ -225,7 +208,12 @@ func (w *wallet) configure(_ context.Context, rt *sdk.Runtime) (err error) {
 		Name: "bus_lagged_total",
 		Help: "Values dropped for slow subscribers of a bus, by bus.",
 	}, []string{"bus"})
-	events := bus.New[*ledger.Receipt](s.eventsBuffer, lagged.WithLabelValues("events"))
+	eventsDropped := prometheus.NewCounter(prometheus.CounterOpts{
+		Name:        committer.QueueDroppedName,
+		Help:        committer.QueueDroppedHelp,
+		ConstLabels: prometheus.Labels{"queue": "events"},
+	})
+	events := bus.New[*ledger.Receipt](s.eventsBuffer, lagged.WithLabelValues("events"), eventsDropped)
 	v := view.New(view.Options{Source: l, Window: s.stalenessWindow, Stop: rt.Context().Done()}, l.Seq())
 	faults := w.faults
 	if faults == nil {
@@ -266,7 +254,12 @@ func (w *wallet) configure(_ context.Context, rt *sdk.Runtime) (err error) {
 			ConstLabels: prometheus.Labels{"queue": queue},
 		}, func() float64 { return float64(f()) })
 	}
-	for _, col := range []prometheus.Collector{lagged, depth("commit", cm.QueueLen), depth("events", events.Buffered)} {
+	sweepers := prometheus.NewCounter(prometheus.CounterOpts{
+		Name:        committer.TasksSpawnedName,
+		Help:        committer.TasksSpawnedHelp,
+		ConstLabels: prometheus.Labels{"kind": "sweeper"},
+	})
+	for _, col := range []prometheus.Collector{lagged, eventsDropped, sweepers, depth("commit", cm.QueueLen), depth("events", events.Buffered)} {
 		if err := rt.Registerer.Register(col); err != nil {
 			return fmt.Errorf("register metrics: %w", err)
 		}
@@ -287,6 +280,7 @@ func (w *wallet) configure(_ context.Context, rt *sdk.Runtime) (err error) {
 	}
 
 	sweeper := group.New(rt.Context(), group.Options{Logger: rt.Logger.Named("sweeper")})
+	sweepers.Inc()
 	sweeper.Go("idempotency-sweeper", func(ctx context.Context) error { return sweep(ctx, l, rt.Logger) })
 
 	w.running.Store(&running{logger: rt.Logger, ledger: l, committer: cm, api: a, sweeper: sweeper})

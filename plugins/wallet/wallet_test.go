@@ -321,6 +321,9 @@ commit_timeout = "1m"`, gate, "")
 	if got := tw.metric(`busy_rejections_total{endpoint="issue"}`); got != 1 {
 		t.Errorf(`busy_rejections_total{endpoint="issue"} = %v, want 1`, got)
 	}
+	if got := tw.metric(`queue_dropped_total{queue="commit"}`); got != 1 {
+		t.Errorf(`queue_dropped_total{queue="commit"} = %v, want 1`, got)
+	}
 	gate.Open()
 	for _, ch := range []<-chan response{held, queued} {
 		if r := recv(t, ch); r.code != 200 {
@@ -452,12 +455,16 @@ breaker {
   probes = 1
 }`, faults, "")
 	tw.mustPost("/v1/issue", "a", `{"to":"x","amount":1}`, 503)
-	if got := tw.metric(`backoff_retries_total{op="ledger_commit"}`); got < 1 {
-		t.Errorf(`backoff_retries_total{op="ledger_commit"} = %v, want retries before giving up`, got)
+	if got := tw.metric(`backoff_retries_total{op="ledger_commit",svc="ledger"}`); got < 1 {
+		t.Errorf(`backoff_retries_total{op="ledger_commit",svc="ledger"} = %v, want retries before giving up`, got)
 	}
+	refused := tw.metric(`upstream_fail_total{svc="ledger"}`)
 	r := tw.mustPost("/v1/issue", "b", `{"to":"x","amount":1}`, 503)
 	if r.errorCode() != "ledger_unavailable" || r.header.Get("Retry-After") == "" {
 		t.Errorf("POST while the breaker is open = %s (Retry-After %q), want ledger_unavailable with Retry-After", r, r.header.Get("Retry-After"))
+	}
+	if got := tw.metric(`upstream_fail_total{svc="ledger"}`); got != refused+1 {
+		t.Errorf(`upstream_fail_total{svc="ledger"} = %v after a POST the open breaker refused, want %v`, got, refused+1)
 	}
 	health, err := tw.h.Health(t.Context())
 	if err != nil || health.Status != sdk.StatusDegraded || health.Reason == "" {
@@ -551,6 +558,10 @@ func TestDrainAbortsAtDeadline(t *testing.T) {
 	}
 	if got := tw.metric(`tasks_aborted_total{kind="commit"}`); got != 3 {
 		t.Errorf(`tasks_aborted_total{kind="commit"} = %v, want 3`, got)
+	}
+	// The stuck group's commit was the one in progress.
+	if got := tw.metric(`tasks_canceled_total{kind="commit"}`); got != 1 {
+		t.Errorf(`tasks_canceled_total{kind="commit"} = %v, want 1`, got)
 	}
 }
 
@@ -689,6 +700,9 @@ func TestEventsLagged(t *testing.T) {
 	if got := tw.metric(`bus_lagged_total{bus="events"}`); got < 4 {
 		t.Errorf(`bus_lagged_total{bus="events"} = %v, want at least 4`, got)
 	}
+	if got, lag := tw.metric(`queue_dropped_total{queue="events"}`), tw.metric(`bus_lagged_total{bus="events"}`); got != lag {
+		t.Errorf(`queue_dropped_total{queue="events"} = %v, want %v, as bus_lagged_total`, got, lag)
+	}
 }
 
 func TestEventsResume(t *testing.T) {
@@ -760,11 +774,40 @@ func TestHealthReady(t *testing.T) {
 	}
 	for _, series := range []string{
 		`queue_depth{queue="commit"}`, `queue_depth{queue="events"}`, `busy_rejections_total{endpoint="transfer"}`,
-		`worker_inflight`, `io_timeouts_total{op="ledger_commit"}`, `backoff_retries_total{op="ledger_commit"}`,
+		`worker_inflight`, `io_timeouts_total{op="ledger_commit"}`, `backoff_retries_total{op="ledger_commit",svc="ledger"}`,
 		`bus_lagged_total{bus="events"}`, `tasks_aborted_total{kind="commit"}`,
 		`wallet_commits_total{kind="batch",result="committed"}`, `wallet_commit_batch_size_count`,
 		`wallet_commit_seconds_count`, `wallet_breaker_state`,
 	} {
 		tw.metric(series) // fails the test if missing
+	}
+}
+
+// TestSeedMetrics checks that the wallet exports every metric its design
+// seed names, with the seed's name, and that the tasks it starts are
+// counted. The other families move in the tests of the events they count
+// (TestQueueFull, TestBreaker, TestLedgerStall, TestDrainAbortsAtDeadline,
+// TestEventsLagged).
+func TestSeedMetrics(t *testing.T) {
+	tw := start(t, "committers = 2", nil, "")
+	text, err := tw.h.Metrics(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{
+		"queue_depth", "queue_dropped_total", "busy_rejections_total",
+		"tasks_spawned_total", "tasks_aborted_total", "tasks_canceled_total",
+		"io_timeouts_total", "backoff_retries_total", "bus_lagged_total",
+		"worker_inflight", "upstream_fail_total",
+	} {
+		if !strings.Contains(text, "\n# TYPE "+name+" ") && !strings.HasPrefix(text, "# TYPE "+name+" ") {
+			t.Errorf("metrics have no family %s; the seed names it:\n%s", name, text)
+		}
+	}
+	if got := tw.metric(`tasks_spawned_total{kind="committer"}`); got != 2 {
+		t.Errorf(`tasks_spawned_total{kind="committer"} = %v, want 2 (committers = 2)`, got)
+	}
+	if got := tw.metric(`tasks_spawned_total{kind="sweeper"}`); got != 1 {
+		t.Errorf(`tasks_spawned_total{kind="sweeper"} = %v, want 1`, got)
 	}
 }

@@ -47,4 +47,9 @@ plugin "hello" {
 
 plugin "kv_store-2" {
   path = "/opt/plughost/kv"
+  env {
+    GOGC       = "400"
+    GOMEMLIMIT = "256MiB"
+    EMPTY      = ""
+  }
 }

@@ -19,7 +19,7 @@ import (
 // Bus fans values out to subscribers. It is safe for concurrent use.
 type Bus[T any] struct {
 	capacity int
-	lagged   prometheus.Counter
+	dropped  []prometheus.Counter
 
 	// mu guards subs. Lock order: Bus.mu before Subscription.mu. Neither
 	// is held across anything that blocks.
@@ -28,10 +28,11 @@ type Bus[T any] struct {
 }
 
 // New returns a bus whose subscribers each buffer up to capacity values
-// (at least 1). lagged, if not nil, counts the values dropped for slow
-// subscribers.
-func New[T any](capacity int, lagged prometheus.Counter) *Bus[T] {
-	return &Bus[T]{capacity: max(capacity, 1), lagged: lagged, subs: map[*Subscription[T]]struct{}{}}
+// (at least 1). Each of dropped that is not nil counts the values dropped
+// for slow subscribers: the wallet counts them both as the bus lagging and
+// as its events queue dropping.
+func New[T any](capacity int, dropped ...prometheus.Counter) *Bus[T] {
+	return &Bus[T]{capacity: max(capacity, 1), dropped: dropped, subs: map[*Subscription[T]]struct{}{}}
 }
 
 // Subscribe returns a subscription that receives every value published
@@ -56,8 +57,12 @@ func (b *Bus[T]) Publish(vs ...T) {
 		dropped += s.push(vs)
 	}
 	b.mu.Unlock()
-	if dropped > 0 && b.lagged != nil {
-		b.lagged.Add(float64(dropped))
+	if dropped > 0 {
+		for _, c := range b.dropped {
+			if c != nil {
+				c.Add(float64(dropped))
+			}
+		}
 	}
 }
 

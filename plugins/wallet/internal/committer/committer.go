@@ -201,6 +201,7 @@ func New(opts Options) (*Committer, error) {
 	// The group outlives no request: only Close ends it.
 	c.workers = group.New(context.Background(), group.Options{Logger: c.logger.Named("committer")})
 	for i := range c.n {
+		c.m.spawned.Inc()
 		c.workers.Go(fmt.Sprintf("committer-%d", i), c.work)
 	}
 	return c, nil
@@ -212,11 +213,13 @@ func New(opts Options) (*Committer, error) {
 // the error wraps ErrUnavailable (breaker open), ErrBusy or ErrDraining.
 func (c *Committer) Submit(op ledger.Op, done func(ledger.Result, error)) error {
 	if c.breaker.State() == breaker.StateOpen {
+		c.m.upstreamFail.Inc()
 		return fmt.Errorf("%w: circuit breaker open after repeated commit failures", ErrUnavailable)
 	}
 	err := c.q.TryEnqueue(&job{op: op, done: done})
 	switch {
 	case errors.Is(err, queue.ErrBusy):
+		c.m.dropped.Inc()
 		return fmt.Errorf("%w: %d operations waiting: %w", ErrBusy, c.q.Cap(), err)
 	case errors.Is(err, queue.ErrClosed):
 		return fmt.Errorf("%w: %w", ErrDraining, err)
@@ -478,8 +481,10 @@ func (c *Committer) apply(ctx context.Context, ops []ledger.Op) ([]ledger.Result
 		}
 		switch {
 		case ctx.Err() != nil:
+			c.m.canceled.Inc()
 			return nil, fmt.Errorf("%w: commit abandoned: %w", ErrDraining, ctx.Err())
 		case errors.Is(err, breaker.ErrOpen):
+			c.m.upstreamFail.Inc()
 			return nil, fmt.Errorf("%w: circuit breaker open after repeated commit failures", ErrUnavailable)
 		case errors.Is(err, context.DeadlineExceeded):
 			// Retrying would keep every queued caller waiting another
@@ -492,6 +497,7 @@ func (c *Committer) apply(ctx context.Context, ops []ledger.Op) ([]ledger.Result
 		d := b.Next()
 		c.logger.Warn("ledger commit failed; retrying", "attempt", attempt, "delay", d, "error", err)
 		if err := backoff.Sleep(ctx, d); err != nil {
+			c.m.canceled.Inc()
 			return nil, fmt.Errorf("%w: commit abandoned: %w", ErrDraining, err)
 		}
 	}

@@ -10,6 +10,16 @@ import (
 	"github.com/plughost/plughost/sdk/breaker"
 )
 
+// The names and help of the families the wallet fills from more than one
+// place, each with its own constant label value: the committer's queue
+// and goroutines here, the events bus and the sweeper in package main.
+const (
+	QueueDroppedName = "queue_dropped_total"
+	QueueDroppedHelp = "Items a bounded queue did not deliver, by queue: refused when full (commit) or dropped oldest for a slow reader (events)."
+	TasksSpawnedName = "tasks_spawned_total"
+	TasksSpawnedHelp = "Goroutines started, by kind."
+)
+
 // Values of the result label of wallet_commits_total.
 const (
 	resultCommitted         = "committed"
@@ -45,17 +55,25 @@ func resultLabel(r ledger.Result) string {
 	}
 }
 
-// metrics are the committer's series. Names follow the seed's concurrency
-// metrics; the op label of the retry and timeout counters is
-// "ledger_commit", the kind label of the aborted counter "commit".
+// metrics are the committer's series, named by the plugin guide's rule:
+// the seed's concurrency metrics by their seed names, the wallet's own
+// with the wallet_ prefix. The label values are the committer's: op
+// "ledger_commit", svc "ledger", kind "commit" for abandoned operations
+// and group commits and "committer" for goroutines, queue "commit". Families the wallet
+// also fills elsewhere (queue_dropped_total, tasks_spawned_total) carry
+// the label as a constant, so that each registration owns its series.
 type metrics struct {
-	inflight  prometheus.Gauge
-	timeouts  prometheus.Counter
-	retries   prometheus.Counter
-	aborted   prometheus.Counter
-	commits   *prometheus.CounterVec
-	batchSize prometheus.Histogram
-	seconds   prometheus.Histogram
+	inflight     prometheus.Gauge
+	timeouts     prometheus.Counter
+	retries      prometheus.Counter
+	aborted      prometheus.Counter
+	dropped      prometheus.Counter
+	spawned      prometheus.Counter
+	canceled     prometheus.Counter
+	upstreamFail prometheus.Counter
+	commits      *prometheus.CounterVec
+	batchSize    prometheus.Histogram
+	seconds      prometheus.Histogram
 
 	checkpoints       *prometheus.CounterVec
 	checkpointSeconds prometheus.Histogram
@@ -68,8 +86,16 @@ func newMetrics(reg prometheus.Registerer, c *Committer) (*metrics, error) {
 	}, []string{"op"})
 	retries := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "backoff_retries_total",
-		Help: "Retries after a backoff delay, by operation.",
-	}, []string{"op"})
+		Help: "Retries after a backoff delay, by service and operation.",
+	}, []string{"svc", "op"})
+	canceled := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tasks_canceled_total",
+		Help: "Work in progress stopped by cancellation, by kind: group commits abandoned at the drain deadline (commit).",
+	}, []string{"kind"})
+	upstreamFail := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "upstream_fail_total",
+		Help: "Operations refused because a service's circuit breaker was open, by service.",
+	}, []string{"svc"})
 	aborted := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "tasks_aborted_total",
 		Help: "Accepted work abandoned at the drain deadline, by kind.",
@@ -79,9 +105,21 @@ func newMetrics(reg prometheus.Registerer, c *Committer) (*metrics, error) {
 			Name: "worker_inflight",
 			Help: "Committer goroutines committing a group now.",
 		}),
-		timeouts: timeouts.WithLabelValues("ledger_commit"),
-		retries:  retries.WithLabelValues("ledger_commit"),
-		aborted:  aborted.WithLabelValues("commit"),
+		timeouts:     timeouts.WithLabelValues("ledger_commit"),
+		retries:      retries.WithLabelValues("ledger", "ledger_commit"),
+		aborted:      aborted.WithLabelValues("commit"),
+		canceled:     canceled.WithLabelValues("commit"),
+		upstreamFail: upstreamFail.WithLabelValues("ledger"),
+		dropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name:        QueueDroppedName,
+			Help:        QueueDroppedHelp,
+			ConstLabels: prometheus.Labels{"queue": "commit"},
+		}),
+		spawned: prometheus.NewCounter(prometheus.CounterOpts{
+			Name:        TasksSpawnedName,
+			Help:        TasksSpawnedHelp,
+			ConstLabels: prometheus.Labels{"kind": "committer"},
+		}),
 		commits: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "wallet_commits_total",
 			Help: "Operations through the commit pipeline, by kind and result.",
@@ -130,7 +168,7 @@ func newMetrics(reg prometheus.Registerer, c *Committer) (*metrics, error) {
 			return 0
 		}
 	})
-	for _, col := range []prometheus.Collector{m.inflight, timeouts, retries, aborted, m.commits, m.batchSize, m.seconds, m.checkpoints, m.checkpointSeconds, state} {
+	for _, col := range []prometheus.Collector{m.inflight, timeouts, retries, aborted, canceled, upstreamFail, m.dropped, m.spawned, m.commits, m.batchSize, m.seconds, m.checkpoints, m.checkpointSeconds, state} {
 		if err := reg.Register(col); err != nil {
 			return nil, fmt.Errorf("register metrics: %w", err)
 		}

@@ -1,0 +1,67 @@
+package catalog
+
+import "github.com/hashicorp/go-hclog"
+
+// goPluginKeys renames the keys go-plugin puts in its records that clash
+// with the keys of the logger it is given: it logs "plugin process exited"
+// with plugin=PATH on a logger the supervisor tagged plugin=NAME.
+var goPluginKeys = map[string]string{"plugin": "path"}
+
+// goPluginLogger is the logger go-plugin's client gets: the launch's
+// logger, with go-plugin's clashing keys renamed (goPluginKeys), so that no
+// record carries a key twice.
+type goPluginLogger struct{ hclog.Logger }
+
+// Log logs at level with the keys of args renamed.
+func (l goPluginLogger) Log(level hclog.Level, msg string, args ...any) {
+	l.Logger.Log(level, msg, renameKeys(args)...)
+}
+
+// Trace logs at trace level with the keys of args renamed.
+func (l goPluginLogger) Trace(msg string, args ...any) { l.Logger.Trace(msg, renameKeys(args)...) }
+
+// Debug logs at debug level with the keys of args renamed.
+func (l goPluginLogger) Debug(msg string, args ...any) { l.Logger.Debug(msg, renameKeys(args)...) }
+
+// Info logs at info level with the keys of args renamed.
+func (l goPluginLogger) Info(msg string, args ...any) { l.Logger.Info(msg, renameKeys(args)...) }
+
+// Warn logs at warn level with the keys of args renamed.
+func (l goPluginLogger) Warn(msg string, args ...any) { l.Logger.Warn(msg, renameKeys(args)...) }
+
+// Error logs at error level with the keys of args renamed.
+func (l goPluginLogger) Error(msg string, args ...any) { l.Logger.Error(msg, renameKeys(args)...) }
+
+// With returns a sub-logger with args, keys renamed, that renames too.
+func (l goPluginLogger) With(args ...any) hclog.Logger {
+	return goPluginLogger{l.Logger.With(renameKeys(args)...)}
+}
+
+// Named returns a named sub-logger that renames too.
+func (l goPluginLogger) Named(name string) hclog.Logger {
+	return goPluginLogger{l.Logger.Named(name)}
+}
+
+// ResetNamed returns a sub-logger with name as its name that renames too.
+func (l goPluginLogger) ResetNamed(name string) hclog.Logger {
+	return goPluginLogger{l.Logger.ResetNamed(name)}
+}
+
+// renameKeys returns args, key/value pairs, with the keys in goPluginKeys
+// renamed; it copies args only when it renames one.
+func renameKeys(args []any) []any {
+	out, copied := args, false
+	for i := 0; i+1 < len(args); i += 2 {
+		k, ok := args[i].(string)
+		if !ok {
+			continue
+		}
+		if to, clash := goPluginKeys[k]; clash {
+			if !copied {
+				out, copied = append([]any(nil), args...), true
+			}
+			out[i] = to
+		}
+	}
+	return out
+}
