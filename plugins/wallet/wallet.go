@@ -179,19 +179,19 @@ func newDefinition(w *wallet) sdk.Plugin {
 	}
 }
 
-// extraProcs gives the wallet one P more than CPUs. Its throughput is
-// bounded by the commit, one group at a time; each commit blocks in
-// fdatasync twice, and a goroutine back from a system call needs a P to
-// go on, as do the handlers the committer wakes. In alternating runs of BenchmarkWalletTransfers (64 clients,
-// 2 CPUs), 3 Ps against the default 2 gave more transfers/s in 5 of 6
-// pairs (-1% to +94%, median +20%), the mean commit shorter; 4 Ps gained
-// less.
+// extraProcs gives the wallet one P more than CPUs. Groups commit one at
+// a time, each blocking in one fdatasync of the write-ahead log, while a
+// checkpoint may block in bbolt's fdatasyncs alongside; a goroutine back
+// from a system call needs a P to go on, as do the handlers the committer
+// wakes, and with every core busy it waits for one. Measure a change with
+// BenchmarkWalletTransfers (make bench) in alternating runs.
 const extraProcs = 1
 
-// gcPercent is the wallet's GOGC, four times the SDK's default. Each
-// commit materializes bbolt nodes for every page it touches, so the wallet
-// allocates tens of KB per operation while its live heap stays a few MB:
-// at the SDK's 200 it collected many times a second under load.
+// gcPercent is the wallet's GOGC. The wallet allocates much per operation
+// (decoding, log records, overlay entries, and the bbolt nodes a
+// checkpoint materializes) while its live heap stays small, so a low
+// target collects many times a second under load. Its cost in RSS and
+// CPU shows in BenchmarkWalletTransfers (make bench).
 const gcPercent = 800
 
 // configure opens the ledger and starts the committers and the sweeper.
