@@ -41,11 +41,11 @@ func main() {
 }
 
 // defaultGCPercent is the host's GOGC unless the environment sets one.
-// Every request allocates short-lived gRPC and HTTP state and little of it
-// survives, so the heap stays small and the default of 100 collects it
-// often: GC was several percent of the host's CPU under load. Doubling the
-// allowed growth halves how often it runs, for a few MB more heap under
-// load; idle RSS does not change.
+// Every request allocates short-lived state and little of it survives, so
+// the heap stays small and Go's default of 100 collects it often under
+// load. Doubling the allowed growth halves how often the collector runs,
+// for a little more heap under load; make bench shows the host's CPU per
+// request and its RSS.
 const defaultGCPercent = 200
 
 // setGCPercent applies defaultGCPercent when GOGC is not set, so that an

@@ -819,7 +819,7 @@ func BenchmarkWalletTransfers(b *testing.B) {
 	fmt.Fprintf(&sb, "%-22s %14d   mean %.1f ops/commit; p50 %s, p90 %s, p99 %s ops (histogram buckets)\n",
 		"group commits", batches.count, batches.mean(), batches.bucketOf(0.50), batches.bucketOf(0.90), batches.bucketOf(0.99))
 	fmt.Fprintf(&sb, "%-22s %s\n", "commits by ops", batches.distribution())
-	// The ledger commits one group at a time, fsyncs included: when it is
+	// The ledger commits one group at a time, fdatasync included: when it is
 	// busy nearly all the time, the commit is what limits throughput;
 	// otherwise the CPU is, or the clients.
 	fmt.Fprintf(&sb, "%-22s %12.2fms   ledger in a commit %.0f%% of the measured time\n", "commit time (mean)",
@@ -836,7 +836,8 @@ func BenchmarkWalletTransfers(b *testing.B) {
 }
 
 // fdatasyncLatency returns the median time to overwrite one 4 KiB page of
-// a file in dir and fdatasync it, as each group commit does a few times.
+// a file in dir and fdatasync it, about what a small group commit's
+// write-ahead log record costs.
 func fdatasyncLatency(tb testing.TB, dir string) time.Duration {
 	tb.Helper()
 	f, err := os.CreateTemp(dir, "fdatasync-*")

@@ -197,7 +197,8 @@ func Open(path string, opts Options) (*Ledger, error) {
 	db, err := bolt.Open(path, 0o600, &bolt.Options{
 		Timeout: timeout,
 		// The freelist is rebuilt by a scan at open instead of being
-		// written by every commit: fewer pages per fsync.
+		// written by every bbolt commit (each checkpoint): fewer pages
+		// per fdatasync.
 		NoFreelistSync:  true,
 		FreelistType:    bolt.FreelistMapType,
 		InitialMmapSize: cmp.Or(opts.mmapSize, initialMmapSize),
