@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/plughost/plughost/host/dataplane"
 	pluginv1 "github.com/plughost/plughost/proto/pluginv1"
 )
 
@@ -53,12 +54,12 @@ func TestSetFaultsRPC(t *testing.T) {
 	if _, err := tp.client.Configure(ctx, &pluginv1.ConfigureRequest{}); err != nil {
 		t.Fatal(err)
 	}
-	call := func() int32 {
-		resp, err := tp.client.Handle(ctx, &pluginv1.HTTPRequest{Method: "GET", Path: "/"})
+	call := func() int {
+		resp, err := tp.handle(ctx, &dataplane.Request{Method: "GET", Path: "/"})
 		if err != nil {
 			t.Fatal(err)
 		}
-		return resp.GetStatus()
+		return resp.status
 	}
 	if got := call(); got != http.StatusOK {
 		t.Fatalf("before faults: status %d, want 200", got)

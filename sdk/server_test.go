@@ -25,6 +25,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/testing/protocmp"
 
+	"github.com/plughost/plughost/host/dataplane"
 	pluginv1 "github.com/plughost/plughost/proto/pluginv1"
 	"github.com/plughost/plughost/sdk/internal/wiretest"
 	"github.com/plughost/plughost/sdk/wire"
@@ -65,22 +66,23 @@ func (b *syncBuffer) records(t *testing.T, msg string) []map[string]any {
 	return out
 }
 
-// testPlugin is a plugin served by the SDK's gRPC server on a loopback
-// listener, and a client connected to it.
+// testPlugin is a plugin served by the SDK: its gRPC control plane on a
+// loopback listener with a client connected to it, and its data plane
+// over socket pairs with the host's Transport on the other ends.
 type testPlugin struct {
 	client pluginv1.PluginClient
-	logs   *syncBuffer
-	calls  sync.WaitGroup
-	// data holds the host's ends of data-plane connections the plugin
-	// serves, not yet used by a test.
-	data []*net.UnixConn
+	// data carries requests to the plugin, as the host's does.
+	data  dataplane.Transport
+	logs  *syncBuffer
+	calls sync.WaitGroup
 }
 
 // testDataConns is how many data-plane connections startPlugin makes.
 const testDataConns = 2
 
-// startPlugin serves p on 127.0.0.1 with a real gRPC server. Cleanup closes
-// the client, stops the server and waits for every call started with
+// startPlugin serves p on 127.0.0.1 with a real gRPC server and on
+// data-plane socket pairs. Cleanup closes the client and the data plane,
+// stops the server and waits for every call started with goCall or
 // goHandle.
 func startPlugin(t *testing.T, p Plugin) *testPlugin {
 	t.Helper()
@@ -97,34 +99,36 @@ func startPlugin(t *testing.T, p Plugin) *testPlugin {
 	}
 	gs := grpc.NewServer(grpc.WaitForHandlers(true))
 	srv := newServer(p, logger, nil)
-	var pluginEnds []*wire.Conn
+	var hostEnds, pluginEnds []*wire.Conn
 	for range testDataConns {
 		h, pe := wiretest.SocketPair(t)
-		tp.data = append(tp.data, h)
+		hostEnds = append(hostEnds, wire.NewConn(h))
 		pluginEnds = append(pluginEnds, wire.NewConn(pe))
 	}
 	srv.serveData(pluginEnds)
+	tp.data = dataplane.New(hostEnds)
 	pluginv1.RegisterPluginServer(gs, srv)
 	served := make(chan error, 1)
 	go func() { served <- gs.Serve(lis) }()
 
 	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
+		tp.data.Close()
+		srv.dataWG.Wait()
 		gs.Stop()
 		<-served
 		t.Fatalf("grpc.NewClient(%s) = %v", lis.Addr(), err)
 	}
 	tp.client = pluginv1.NewPluginClient(conn)
 	t.Cleanup(func() {
-		// Closing the connection cancels the server side of any call
-		// still running, so handlers that honour r.Context() return.
+		// Closing the data plane fails the requests still waiting and
+		// cancels their handlers' contexts, so handlers that honour
+		// r.Context() return; the plugin's side ends with it.
+		tp.data.Close()
+		srv.dataWG.Wait()
 		if err := conn.Close(); err != nil {
 			t.Errorf("conn.Close() = %v", err)
 		}
-		for _, c := range tp.data {
-			_ = c.Close() // ends the plugin's side of the unused ones
-		}
-		srv.dataWG.Wait()
 		tp.calls.Wait()
 		gs.Stop()
 		if err := <-served; err != nil {
@@ -134,37 +138,94 @@ func startPlugin(t *testing.T, p Plugin) *testPlugin {
 	return tp
 }
 
-// call is a Handle call running in its own goroutine.
+// reply is a whole response from the data plane.
+type reply struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+// handle sends req over the data plane, as the host does, and reads the
+// whole response.
+func (tp *testPlugin) handle(ctx context.Context, req *dataplane.Request) (*reply, error) {
+	resp, err := tp.data.RoundTrip(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Close()
+	r := &reply{status: resp.Status, header: resp.Header}
+	for {
+		b, err := resp.Next()
+		if err == io.EOF {
+			return r, nil
+		}
+		if err != nil {
+			return r, err
+		}
+		r.body = append(r.body, b...)
+	}
+}
+
+// handleStream sends req over the data plane and returns the response's
+// head and its body's pieces as Next returns them, with the error that
+// ended them (nil at io.EOF).
+func (tp *testPlugin) handleStream(ctx context.Context, req *dataplane.Request) (*dataplane.Response, [][]byte, error) {
+	resp, err := tp.data.RoundTrip(ctx, req)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer resp.Close()
+	pieces, err := readPieces(resp)
+	return resp, pieces, err
+}
+
+// readPieces reads the rest of resp's body, piece by piece, and returns
+// the error that ended it (nil at io.EOF).
+func readPieces(resp *dataplane.Response) ([][]byte, error) {
+	var pieces [][]byte
+	for {
+		b, err := resp.Next()
+		if err == io.EOF {
+			return pieces, nil
+		}
+		if err != nil {
+			return pieces, err
+		}
+		pieces = append(pieces, b)
+	}
+}
+
+// call is a request running in its own goroutine.
 type call struct {
 	done chan struct{}
-	resp *pluginv1.HTTPResponse
+	resp *reply
 	err  error
 }
 
 // goCall runs fn in a goroutine that the plugin's cleanup waits for. fn
-// must return once the client connection is closed.
+// must return once the data plane or the client connection is closed.
 func (tp *testPlugin) goCall(fn func()) {
 	tp.calls.Go(fn)
 }
 
-// goHandle starts a Handle call.
-func (tp *testPlugin) goHandle(ctx context.Context, req *pluginv1.HTTPRequest) *call {
+// goHandle starts a request.
+func (tp *testPlugin) goHandle(ctx context.Context, req *dataplane.Request) *call {
 	c := &call{done: make(chan struct{})}
 	tp.goCall(func() {
 		defer close(c.done)
-		c.resp, c.err = tp.client.Handle(ctx, req)
+		c.resp, c.err = tp.handle(ctx, req)
 	})
 	return c
 }
 
 // wait returns the call's result, failing the test if it takes over 10s.
-func (c *call) wait(t *testing.T) (*pluginv1.HTTPResponse, error) {
+func (c *call) wait(t *testing.T) (*reply, error) {
 	t.Helper()
 	select {
 	case <-c.done:
 		return c.resp, c.err
 	case <-time.After(10 * time.Second):
-		t.Fatal("Handle did not return within 10s")
+		t.Fatal("the request did not return within 10s")
 		return nil, nil
 	}
 }
@@ -203,14 +264,6 @@ func waitFor[T any](t *testing.T, ch <-chan T, what string) T {
 		var zero T
 		return zero
 	}
-}
-
-func headerOf(hs []*pluginv1.Header) http.Header {
-	h := http.Header{}
-	for _, x := range hs {
-		h[http.CanonicalHeaderKey(x.GetName())] = append(h[http.CanonicalHeaderKey(x.GetName())], x.GetValues()...)
-	}
-	return h
 }
 
 // errorBody is the platform's JSON error shape.
@@ -280,10 +333,9 @@ func TestDescribe(t *testing.T) {
 		t.Fatalf("Describe() = %v", err)
 	}
 	want := &pluginv1.DescribeResponse{
-		Name:           "hello",
-		Version:        "0.3.0",
-		SdkVersion:     Version,
-		DataPlaneConns: testDataConns, // startPlugin passes these
+		Name:       "hello",
+		Version:    "0.3.0",
+		SdkVersion: Version,
 		Routes: []*pluginv1.Route{
 			{Method: "GET", Pattern: "/{$}"},
 			{Method: "POST", Pattern: "/items/{id}", TimeoutMs: 1500},
@@ -537,24 +589,26 @@ func echoHandler() http.Handler {
 func TestHandleRequest(t *testing.T) {
 	tests := []struct {
 		name string
-		req  *pluginv1.HTTPRequest
+		req  *dataplane.Request
 		want echo
 	}{
 		{
 			name: "post with body, query and headers",
-			req: &pluginv1.HTTPRequest{
+			req: &dataplane.Request{
 				Method:   "POST",
 				Path:     "/items/42",
 				RawQuery: "a=1&b=two%20words&a=3",
-				Headers: []*pluginv1.Header{
-					{Name: "content-type", Values: []string{"application/json"}},
-					{Name: "X-Multi", Values: []string{"1", "2"}},
+				// Names as the host may send them: the plugin
+				// canonicalises them.
+				Header: http.Header{
+					"content-type": {"application/json"},
+					"X-Multi":      {"1", "2"},
 				},
 				Body:       []byte(`{"x":1}`),
 				RemoteAddr: "203.0.113.7:5555",
 				Host:       "example.com",
 				Pattern:    "POST /items/{id}",
-				RequestId:  "req-1",
+				RequestID:  "req-1",
 			},
 			want: echo{
 				Method:        "POST",
@@ -571,7 +625,7 @@ func TestHandleRequest(t *testing.T) {
 		},
 		{
 			name: "get without body",
-			req:  &pluginv1.HTTPRequest{Method: "GET", Path: "/", RemoteAddr: "[::1]:1"},
+			req:  &dataplane.Request{Method: "GET", Path: "/", RemoteAddr: "[::1]:1"},
 			want: echo{
 				Method:     "GET",
 				Path:       "/",
@@ -584,7 +638,7 @@ func TestHandleRequest(t *testing.T) {
 		},
 		{
 			name: "path needing escapes",
-			req:  &pluginv1.HTTPRequest{Method: "DELETE", Path: "/files/a b/ü"},
+			req:  &dataplane.Request{Method: "DELETE", Path: "/files/a b/ü"},
 			want: echo{
 				Method:     "DELETE",
 				Path:       "/files/a b/ü",
@@ -594,24 +648,39 @@ func TestHandleRequest(t *testing.T) {
 				NoBody:     true,
 			},
 		},
+		{
+			// Over a piece: the body comes in pieces, and without a
+			// Content-Length header its length is unknown.
+			name: "body in pieces",
+			req:  &dataplane.Request{Method: "PUT", Path: "/blob", Body: bytes.Repeat([]byte("x"), wire.PieceBytes+1)},
+			want: echo{
+				Method:        "PUT",
+				Path:          "/blob",
+				RequestURI:    "/blob",
+				Query:         map[string][]string{},
+				Header:        http.Header{},
+				Body:          strings.Repeat("x", wire.PieceBytes+1),
+				ContentLength: -1,
+			},
+		},
 	}
 	tp := startPlugin(t, pluginWith(echoHandler()))
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			resp, err := tp.client.Handle(t.Context(), tt.req)
+			resp, err := tp.handle(t.Context(), tt.req)
 			if err != nil {
-				t.Fatalf("Handle(%s %s) = %v", tt.req.GetMethod(), tt.req.GetPath(), err)
+				t.Fatalf("handle(%s %s) = %v", tt.req.Method, tt.req.Path, err)
 			}
-			if resp.GetStatus() != http.StatusCreated {
-				t.Errorf("Handle(%s %s).status = %d, want %d; body %q", tt.req.GetMethod(), tt.req.GetPath(), resp.GetStatus(), http.StatusCreated, resp.GetBody())
+			if resp.status != http.StatusCreated {
+				t.Errorf("handle(%s %s).status = %d, want %d; body %q", tt.req.Method, tt.req.Path, resp.status, http.StatusCreated, resp.body)
 			}
 			wantHeader := http.Header{"Content-Type": {"application/json"}, "Set-Cookie": {"a=1", "b=2"}}
-			if diff := cmp.Diff(wantHeader, headerOf(resp.GetHeaders())); diff != "" {
-				t.Errorf("Handle(%s %s) headers mismatch (-want +got):\n%s", tt.req.GetMethod(), tt.req.GetPath(), diff)
+			if diff := cmp.Diff(wantHeader, resp.header); diff != "" {
+				t.Errorf("handle(%s %s) headers mismatch (-want +got):\n%s", tt.req.Method, tt.req.Path, diff)
 			}
 			var got echo
-			if err := json.Unmarshal(resp.GetBody(), &got); err != nil {
-				t.Fatalf("Handle(%s %s).body = %q, not JSON: %v", tt.req.GetMethod(), tt.req.GetPath(), resp.GetBody(), err)
+			if err := json.Unmarshal(resp.body, &got); err != nil {
+				t.Fatalf("handle(%s %s).body = %q, not JSON: %v", tt.req.Method, tt.req.Path, resp.body, err)
 			}
 			if diff := cmp.Diff(tt.want, got); diff != "" {
 				t.Errorf("request seen by the handler mismatch (-want +got):\n%s", diff)
@@ -622,15 +691,15 @@ func TestHandleRequest(t *testing.T) {
 
 func TestHandleBadRequest(t *testing.T) {
 	tp := startPlugin(t, pluginWith(echoHandler()))
-	resp, err := tp.client.Handle(t.Context(), &pluginv1.HTTPRequest{Method: "BAD METHOD", Path: "/"})
+	resp, err := tp.handle(t.Context(), &dataplane.Request{Method: "BAD METHOD", Path: "/"})
 	if err != nil {
-		t.Fatalf("Handle(BAD METHOD) = %v", err)
+		t.Fatalf("handle(BAD METHOD) = %v", err)
 	}
-	if resp.GetStatus() != http.StatusBadRequest {
-		t.Errorf("Handle(BAD METHOD).status = %d, want %d", resp.GetStatus(), http.StatusBadRequest)
+	if resp.status != http.StatusBadRequest {
+		t.Errorf("handle(BAD METHOD).status = %d, want %d", resp.status, http.StatusBadRequest)
 	}
-	if got := decodeError(t, resp.GetBody()).Error.Code; got != "bad_request" {
-		t.Errorf("Handle(BAD METHOD) error code = %q, want %q", got, "bad_request")
+	if got := decodeError(t, resp.body).Error.Code; got != "bad_request" {
+		t.Errorf("handle(BAD METHOD) error code = %q, want %q", got, "bad_request")
 	}
 }
 
@@ -638,7 +707,7 @@ func TestHandleResponse(t *testing.T) {
 	tests := []struct {
 		name       string
 		handler    http.HandlerFunc
-		wantStatus int32
+		wantStatus int
 		wantHeader http.Header
 		wantBody   string
 	}{
@@ -695,18 +764,18 @@ func TestHandleResponse(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			tp := startPlugin(t, pluginWith(tt.handler))
-			resp, err := tp.client.Handle(t.Context(), &pluginv1.HTTPRequest{Method: "GET", Path: "/"})
+			resp, err := tp.handle(t.Context(), &dataplane.Request{Method: "GET", Path: "/"})
 			if err != nil {
-				t.Fatalf("Handle() = %v", err)
+				t.Fatalf("handle() = %v", err)
 			}
-			if resp.GetStatus() != tt.wantStatus {
-				t.Errorf("Handle().status = %d, want %d", resp.GetStatus(), tt.wantStatus)
+			if resp.status != tt.wantStatus {
+				t.Errorf("handle().status = %d, want %d", resp.status, tt.wantStatus)
 			}
-			if diff := cmp.Diff(tt.wantHeader, headerOf(resp.GetHeaders())); diff != "" {
-				t.Errorf("Handle() headers mismatch (-want +got):\n%s", diff)
+			if diff := cmp.Diff(tt.wantHeader, resp.header); diff != "" {
+				t.Errorf("handle() headers mismatch (-want +got):\n%s", diff)
 			}
-			if string(resp.GetBody()) != tt.wantBody {
-				t.Errorf("Handle().body = %q, want %q", resp.GetBody(), tt.wantBody)
+			if string(resp.body) != tt.wantBody {
+				t.Errorf("handle().body = %q, want %q", resp.body, tt.wantBody)
 			}
 		})
 	}
@@ -728,26 +797,26 @@ func TestHandleDeadline(t *testing.T) {
 		want := time.Now().Add(30 * time.Second)
 		ctx, cancel := context.WithDeadline(t.Context(), want)
 		defer cancel()
-		resp, err := tp.client.Handle(ctx, &pluginv1.HTTPRequest{Method: "GET", Path: "/"})
+		resp, err := tp.handle(ctx, &dataplane.Request{Method: "GET", Path: "/"})
 		if err != nil {
-			t.Fatalf("Handle() = %v", err)
+			t.Fatalf("handle() = %v", err)
 		}
-		got, err := time.Parse(time.RFC3339Nano, string(resp.GetBody()))
+		got, err := time.Parse(time.RFC3339Nano, string(resp.body))
 		if err != nil {
-			t.Fatalf("handler saw deadline %q, want one near %v", resp.GetBody(), want)
+			t.Fatalf("handler saw deadline %q, want %v", resp.body, want)
 		}
-		// gRPC sends a timeout rounded up to its wire unit, not a time,
-		// so the deadline moves by transit time and rounding.
-		if d := got.Sub(want).Abs(); d > time.Second {
-			t.Errorf("r.Context().Deadline() = %v, want within 1s of %v", got, want)
+		// The deadline travels as a time, to the nanosecond: host and
+		// plugin share a clock.
+		if !got.Equal(want) {
+			t.Errorf("r.Context().Deadline() = %v, want %v", got, want)
 		}
 	})
 	t.Run("no deadline", func(t *testing.T) {
-		resp, err := tp.client.Handle(t.Context(), &pluginv1.HTTPRequest{Method: "GET", Path: "/"})
+		resp, err := tp.handle(t.Context(), &dataplane.Request{Method: "GET", Path: "/"})
 		if err != nil {
-			t.Fatalf("Handle() = %v", err)
+			t.Fatalf("handle() = %v", err)
 		}
-		if got := string(resp.GetBody()); got != noDeadline {
+		if got := string(resp.body); got != noDeadline {
 			t.Errorf("r.Context().Deadline() = %s, want no deadline", got)
 		}
 	})
@@ -764,11 +833,11 @@ func TestHandleCancel(t *testing.T) {
 	tp := startPlugin(t, pluginWith(h))
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	c := tp.goHandle(ctx, &pluginv1.HTTPRequest{Method: "GET", Path: "/"})
+	c := tp.goHandle(ctx, &dataplane.Request{Method: "GET", Path: "/"})
 	waitFor(t, started, "the handler to start")
 	cancel()
-	if _, err := c.wait(t); status.Code(err) != codes.Canceled {
-		t.Errorf("Handle() after cancel = %v, want code %v", err, codes.Canceled)
+	if _, err := c.wait(t); !errors.Is(err, context.Canceled) {
+		t.Errorf("handle() after cancel = %v, want %v", err, context.Canceled)
 	}
 	if err := waitFor(t, ended, "the handler to see the cancellation"); !errors.Is(err, context.Canceled) {
 		t.Errorf("r.Context().Err() = %v, want %v", err, context.Canceled)
@@ -803,6 +872,17 @@ func TestHandlePanic(t *testing.T) {
 				panic(fmt.Errorf("boom"))
 			},
 		},
+		{
+			// An ordinary route's response goes whole when the handler
+			// returns: Flush sends nothing, so it can still be replaced.
+			name: "after flushing",
+			handler: func(w http.ResponseWriter, _ *http.Request) {
+				w.Header().Set("X-Partial", "yes")
+				io.WriteString(w, "partial")
+				w.(http.Flusher).Flush()
+				panic("boom")
+			},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -811,19 +891,19 @@ func TestHandlePanic(t *testing.T) {
 			mux.Handle("/ok", okHandler())
 			tp := startPlugin(t, pluginWith(mux))
 
-			resp, err := tp.client.Handle(t.Context(), &pluginv1.HTTPRequest{Method: "GET", Path: "/panic", RequestId: "req-9"})
+			resp, err := tp.handle(t.Context(), &dataplane.Request{Method: "GET", Path: "/panic", RequestID: "req-9"})
 			if err != nil {
-				t.Fatalf("Handle(/panic) = %v, want a 500 response", err)
+				t.Fatalf("handle(/panic) = %v, want a 500 response", err)
 			}
-			if resp.GetStatus() != http.StatusInternalServerError {
-				t.Errorf("Handle(/panic).status = %d, want %d", resp.GetStatus(), http.StatusInternalServerError)
+			if resp.status != http.StatusInternalServerError {
+				t.Errorf("handle(/panic).status = %d, want %d", resp.status, http.StatusInternalServerError)
 			}
 			wantHeader := http.Header{"Content-Type": {"application/json"}}
-			if diff := cmp.Diff(wantHeader, headerOf(resp.GetHeaders())); diff != "" {
-				t.Errorf("Handle(/panic) headers mismatch (-want +got):\n%s", diff)
+			if diff := cmp.Diff(wantHeader, resp.header); diff != "" {
+				t.Errorf("handle(/panic) headers mismatch (-want +got):\n%s", diff)
 			}
-			if got := decodeError(t, resp.GetBody()).Error.Code; got != "internal" {
-				t.Errorf("Handle(/panic) error code = %q, want %q; body %q", got, "internal", resp.GetBody())
+			if got := decodeError(t, resp.body).Error.Code; got != "internal" {
+				t.Errorf("handle(/panic) error code = %q, want %q; body %q", got, "internal", resp.body)
 			}
 
 			recs := tp.logs.records(t, "handler panicked")
@@ -838,9 +918,9 @@ func TestHandlePanic(t *testing.T) {
 				t.Errorf("panic log stack = %q, want the handler's stack", stack)
 			}
 
-			resp, err = tp.client.Handle(t.Context(), &pluginv1.HTTPRequest{Method: "GET", Path: "/ok"})
-			if err != nil || resp.GetStatus() != http.StatusOK || string(resp.GetBody()) != "ok" {
-				t.Errorf("Handle(/ok) after a panic = %v, %v, want 200 ok", resp, err)
+			resp, err = tp.handle(t.Context(), &dataplane.Request{Method: "GET", Path: "/ok"})
+			if err != nil || resp.status != http.StatusOK || string(resp.body) != "ok" {
+				t.Errorf("handle(/ok) after a panic = %v, %v, want 200 ok", resp, err)
 			}
 		})
 	}
@@ -852,28 +932,11 @@ func TestHandleAbort(t *testing.T) {
 		io.WriteString(w, "half")
 		panic(http.ErrAbortHandler)
 	})))
-	_, err := tp.client.Handle(t.Context(), &pluginv1.HTTPRequest{Method: "GET", Path: "/"})
-	if got := status.Code(err); got != codes.Aborted {
-		t.Errorf("Handle() of a handler that panics with http.ErrAbortHandler = %v, want code %v", err, codes.Aborted)
+	if _, err := tp.handle(t.Context(), &dataplane.Request{Method: "GET", Path: "/"}); !errors.Is(err, dataplane.ErrAborted) {
+		t.Errorf("handle() of a handler that panics with http.ErrAbortHandler = %v, want %v", err, dataplane.ErrAborted)
 	}
 	if recs := tp.logs.records(t, "handler panicked"); len(recs) != 0 {
 		t.Errorf("log has %d %q records for http.ErrAbortHandler, want 0", len(recs), "handler panicked")
-	}
-}
-
-// recvAll reads a stream to its end.
-func recvAll(t *testing.T, s grpc.ServerStreamingClient[pluginv1.HTTPResponseChunk]) ([]*pluginv1.HTTPResponseChunk, error) {
-	t.Helper()
-	var out []*pluginv1.HTTPResponseChunk
-	for {
-		c, err := s.Recv()
-		if err == io.EOF {
-			return out, nil
-		}
-		if err != nil {
-			return out, err
-		}
-		out = append(out, c)
 	}
 }
 
@@ -897,66 +960,80 @@ func TestHandleStreamFlush(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
-	s, err := tp.client.HandleStream(ctx, &pluginv1.HTTPRequest{Method: "GET", Path: "/events"})
+	resp, err := tp.data.RoundTrip(ctx, &dataplane.Request{Method: "GET", Path: "/events", Streaming: true})
 	if err != nil {
-		t.Fatalf("HandleStream() = %v", err)
+		t.Fatalf("RoundTrip() = %v", err)
 	}
-	first, err := s.Recv()
+	defer resp.Close()
+	first, err := resp.Next()
 	if err != nil {
-		t.Fatalf("first Recv() = %v, want the flushed head", err)
+		t.Fatalf("first Next() = %v, want the flushed piece", err)
 	}
 	select {
 	case <-finished:
-		t.Fatal("handler finished before the client got the first chunk")
+		t.Fatal("handler finished before the client got the first piece")
 	default:
 	}
-	if first.GetStatus() != http.StatusAccepted || string(first.GetData()) != "first\n" {
-		t.Errorf("first chunk = status %d data %q, want status %d data %q", first.GetStatus(), first.GetData(), http.StatusAccepted, "first\n")
+	if resp.Status != http.StatusAccepted || string(first) != "first\n" {
+		t.Errorf("first piece = status %d data %q, want status %d data %q", resp.Status, first, http.StatusAccepted, "first\n")
 	}
-	if diff := cmp.Diff(http.Header{"Content-Type": {"text/event-stream"}}, headerOf(first.GetHeaders())); diff != "" {
-		t.Errorf("first chunk headers mismatch (-want +got):\n%s", diff)
+	if diff := cmp.Diff(http.Header{"Content-Type": {"text/event-stream"}}, resp.Header); diff != "" {
+		t.Errorf("headers mismatch (-want +got):\n%s", diff)
 	}
 	flushed.open()
 
-	rest, err := recvAll(t, s)
+	rest, err := readPieces(resp)
 	if err != nil {
-		t.Fatalf("Recv() = %v, want the rest of the stream", err)
+		t.Fatalf("Next() = %v, want the rest of the stream", err)
 	}
 	var data []string
-	for _, c := range rest {
-		if c.GetStatus() != 0 || len(c.GetHeaders()) != 0 {
-			t.Errorf("later chunk has status %d headers %v, want only data", c.GetStatus(), c.GetHeaders())
-		}
-		data = append(data, string(c.GetData()))
+	for _, b := range rest {
+		data = append(data, string(b))
 	}
 	if diff := cmp.Diff([]string{"second\n", "third\n"}, data); diff != "" {
-		t.Errorf("chunks after the head mismatch (-want +got):\n%s", diff)
+		t.Errorf("pieces after the first mismatch (-want +got):\n%s", diff)
 	}
 	waitFor(t, finished, "the handler to finish")
 }
 
-func TestHandleStreamChunks(t *testing.T) {
+func TestHandleStreamPieces(t *testing.T) {
+	const piece = wire.PieceBytes
 	tests := []struct {
-		name       string
-		write      func(w io.Writer, data []byte)
-		size       int
-		wantChunks int
+		name      string
+		streaming bool
+		write     func(w io.Writer, data []byte)
+		size      int
+		// wantPieces is how many pieces Next returns; wantSize is
+		// Response.Size, -1 when unknown.
+		wantPieces int
+		wantSize   int64
 	}{
-		{"empty", func(io.Writer, []byte) {}, 0, 1},
-		{"small", func(w io.Writer, b []byte) { w.Write(b) }, 100, 1},
-		// A full buffer is sent at once, so the end adds no empty chunk:
-		// 100 KiB goes as 32+32+32+4 KiB.
-		{"one write of exactly a chunk", func(w io.Writer, b []byte) { w.Write(b) }, streamChunkSize, 1},
-		{"one big write", func(w io.Writer, b []byte) { w.Write(b) }, 100 << 10, 4},
-		{"many small writes", func(w io.Writer, b []byte) {
+		{"empty", true, func(io.Writer, []byte) {}, 0, 0, 0},
+		{"small", true, func(w io.Writer, b []byte) { w.Write(b) }, 100, 1, 100},
+		// A full buffer is sent at once, so the end adds no piece.
+		{"one write of exactly a piece", true, func(w io.Writer, b []byte) { w.Write(b) }, piece, 1, -1},
+		{"one big write", true, func(w io.Writer, b []byte) { w.Write(b) }, 100 << 10, 2, -1},
+		{"many small writes", true, func(w io.Writer, b []byte) {
 			for len(b) > 0 {
 				n := min(len(b), 1000)
 				w.Write(b[:n])
 				b = b[n:]
 			}
-		}, 100 << 10, 4},
-		// Larger than gRPC's default 4 MiB receive limit in one write.
-		{"one write beyond the gRPC message limit", func(w io.Writer, b []byte) { w.Write(b) }, 4<<20 + 1, 4<<20/streamChunkSize + 1},
+		}, 100 << 10, 2, -1},
+		// Beyond the response window: the handler waits for credit as
+		// the client reads.
+		{"one write beyond the window", true, func(w io.Writer, b []byte) { w.Write(b) }, 4<<20 + 1, 4<<20/piece + 1, -1},
+		// An ordinary route sends the whole response when the handler
+		// returns, in pieces, with its length.
+		{"ordinary route, many small writes", false, func(w io.Writer, b []byte) {
+			for len(b) > 0 {
+				n := min(len(b), 1000)
+				w.Write(b[:n])
+				w.(http.Flusher).Flush()
+				b = b[n:]
+			}
+		}, 100 << 10, 2, 100 << 10},
+		{"ordinary route beyond the window", false, func(w io.Writer, b []byte) { w.Write(b) }, 4<<20 + 1, 4<<20/piece + 1, 4<<20 + 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -966,34 +1043,28 @@ func TestHandleStreamChunks(t *testing.T) {
 				tt.write(w, data)
 			})
 			p := pluginWith(h)
-			p.Routes = []Route{{Pattern: "/", Streaming: true}}
+			p.Routes = []Route{{Pattern: "/", Streaming: tt.streaming}}
 			tp := startPlugin(t, p)
-			s, err := tp.client.HandleStream(t.Context(), &pluginv1.HTTPRequest{Method: "GET", Path: "/"})
+			resp, pieces, err := tp.handleStream(t.Context(), &dataplane.Request{Method: "GET", Path: "/", Streaming: tt.streaming})
 			if err != nil {
-				t.Fatalf("HandleStream() = %v", err)
+				t.Fatalf("handleStream() = %v after %d pieces", err, len(pieces))
 			}
-			chunks, err := recvAll(t, s)
-			if err != nil {
-				t.Fatalf("Recv() = %v after %d chunks", err, len(chunks))
+			if resp.Status != http.StatusOK || resp.Header.Get("Content-Type") != "application/octet-stream" {
+				t.Errorf("head = status %d headers %v, want status 200 and the handler's header", resp.Status, resp.Header)
 			}
-			if len(chunks) != tt.wantChunks {
-				t.Errorf("got %d chunks, want %d", len(chunks), tt.wantChunks)
+			if resp.Size != tt.wantSize {
+				t.Errorf("Response.Size = %d, want %d", resp.Size, tt.wantSize)
 			}
-			var got []byte
-			for i, c := range chunks {
-				if len(c.GetData()) > streamChunkSize {
-					t.Errorf("chunk %d has %d bytes, want at most %d", i, len(c.GetData()), streamChunkSize)
+			if len(pieces) != tt.wantPieces {
+				t.Errorf("got %d pieces, want %d", len(pieces), tt.wantPieces)
+			}
+			for i, b := range pieces {
+				if len(b) > piece {
+					t.Errorf("piece %d has %d bytes, want at most %d", i, len(b), piece)
 				}
-				if i == 0 && (c.GetStatus() != http.StatusOK || len(c.GetHeaders()) != 1) {
-					t.Errorf("chunk 0 = status %d headers %v, want status 200 and the handler's header", c.GetStatus(), c.GetHeaders())
-				}
-				if i > 0 && (c.GetStatus() != 0 || len(c.GetHeaders()) != 0) {
-					t.Errorf("chunk %d = status %d headers %v, want data only", i, c.GetStatus(), c.GetHeaders())
-				}
-				got = append(got, c.GetData()...)
 			}
-			if !bytes.Equal(got, data) {
-				t.Errorf("streamed body has %d bytes, want the %d written", len(got), len(data))
+			if got := bytes.Join(pieces, nil); !bytes.Equal(got, data) {
+				t.Errorf("body has %d bytes, want the %d written", len(got), len(data))
 			}
 		})
 	}
@@ -1019,14 +1090,16 @@ func TestHandleStreamCallerGone(t *testing.T) {
 	tp := startPlugin(t, p)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	s, err := tp.client.HandleStream(ctx, &pluginv1.HTTPRequest{Method: "GET", Path: "/"})
+	resp, err := tp.data.RoundTrip(ctx, &dataplane.Request{Method: "GET", Path: "/", Streaming: true})
 	if err != nil {
-		t.Fatalf("HandleStream() = %v", err)
+		t.Fatalf("RoundTrip() = %v", err)
 	}
-	if _, err := s.Recv(); err != nil {
-		t.Fatalf("first Recv() = %v", err)
+	if _, err := resp.Next(); err != nil {
+		t.Fatalf("first Next() = %v", err)
 	}
 	cancel()
+	// The host gives up on the request as it reads on or closes it.
+	resp.Close()
 	if err := waitFor(t, writeErr, "the handler to stop writing"); err == nil {
 		t.Errorf("Write() after the caller went away = nil for 10s, want an error")
 	}
@@ -1037,17 +1110,16 @@ func TestHandleStreamPanic(t *testing.T) {
 		name string
 		// handler panics with "boom" or http.ErrAbortHandler.
 		handler http.HandlerFunc
-		// wantHead is the status of the only head sent.
-		wantHead int32
-		// wantCode is the stream's final gRPC code.
-		wantCode codes.Code
-		wantLog  bool
+		// wantHead is the status of the response.
+		wantHead int
+		// wantErr is the error that ends its body, nil for its end.
+		wantErr error
+		wantLog bool
 	}{
 		{
 			name:     "before writing",
 			handler:  func(http.ResponseWriter, *http.Request) { panic("boom") },
 			wantHead: http.StatusInternalServerError,
-			wantCode: codes.OK,
 			wantLog:  true,
 		},
 		{
@@ -1058,12 +1130,11 @@ func TestHandleStreamPanic(t *testing.T) {
 				panic("boom")
 			},
 			wantHead: http.StatusInternalServerError,
-			wantCode: codes.OK,
 			wantLog:  true,
 		},
 		{
-			// The head is out: the only honest end is a broken stream, so
-			// that the host cuts the response short.
+			// The head is out: the only honest end is an aborted
+			// response, so that the host cuts it short.
 			name: "after flushing",
 			handler: func(w http.ResponseWriter, _ *http.Request) {
 				w.WriteHeader(http.StatusAccepted)
@@ -1072,7 +1143,7 @@ func TestHandleStreamPanic(t *testing.T) {
 				panic("boom")
 			},
 			wantHead: http.StatusAccepted,
-			wantCode: codes.Aborted,
+			wantErr:  dataplane.ErrAborted,
 			wantLog:  true,
 		},
 		{
@@ -1083,7 +1154,7 @@ func TestHandleStreamPanic(t *testing.T) {
 				panic(http.ErrAbortHandler)
 			},
 			wantHead: http.StatusOK,
-			wantCode: codes.Aborted,
+			wantErr:  dataplane.ErrAborted,
 		},
 	}
 	for _, tt := range tests {
@@ -1091,31 +1162,23 @@ func TestHandleStreamPanic(t *testing.T) {
 			p := pluginWith(tt.handler)
 			p.Routes = []Route{{Pattern: "/", Streaming: true}}
 			tp := startPlugin(t, p)
-			s, err := tp.client.HandleStream(t.Context(), &pluginv1.HTTPRequest{Method: "GET", Path: "/"})
-			if err != nil {
-				t.Fatalf("HandleStream() = %v", err)
+			resp, pieces, err := tp.handleStream(t.Context(), &dataplane.Request{Method: "GET", Path: "/", Streaming: true})
+			if resp == nil {
+				t.Fatalf("handleStream() = %v, want a response", err)
 			}
-			chunks, err := recvAll(t, s)
-			if got := status.Code(err); got != tt.wantCode {
-				t.Errorf("HandleStream() ended with %v, want code %v", err, tt.wantCode)
+			if !errors.Is(err, tt.wantErr) || (tt.wantErr == nil && err != nil) {
+				t.Errorf("handleStream() body ended with %v, want %v", err, tt.wantErr)
 			}
-			var heads []int32
-			for _, c := range chunks {
-				if c.GetStatus() != 0 {
-					heads = append(heads, c.GetStatus())
-				}
+			if resp.Status != tt.wantHead {
+				t.Errorf("status = %d, want %d", resp.Status, tt.wantHead)
 			}
-			if diff := cmp.Diff([]int32{tt.wantHead}, heads); diff != "" {
-				t.Errorf("statuses sent mismatch (-want +got):\n%s", diff)
-			}
+			body := bytes.Join(pieces, nil)
 			if tt.wantHead == http.StatusInternalServerError {
-				var body []byte
-				for _, c := range chunks {
-					body = append(body, c.GetData()...)
-				}
 				if got := decodeError(t, body).Error.Code; got != "internal" {
-					t.Errorf("HandleStream() error code = %q, want %q", got, "internal")
+					t.Errorf("handleStream() error code = %q, want %q", got, "internal")
 				}
+			} else if string(body) != "partial" {
+				t.Errorf("body = %q, want the part flushed", body)
 			}
 			recs := tp.logs.records(t, "handler panicked")
 			if got := len(recs) == 1; got != tt.wantLog {
@@ -1146,7 +1209,7 @@ func TestDrainWaitsForInFlight(t *testing.T) {
 	}
 	tp := startPlugin(t, p)
 
-	slow := tp.goHandle(t.Context(), &pluginv1.HTTPRequest{Method: "GET", Path: "/slow"})
+	slow := tp.goHandle(t.Context(), &dataplane.Request{Method: "GET", Path: "/slow"})
 	waitFor(t, started, "the slow handler to start")
 
 	// Far off: the checks below run while the slow request holds the
@@ -1168,20 +1231,16 @@ func TestDrainWaitsForInFlight(t *testing.T) {
 
 	// While draining: new requests get 503, streaming ones too, and
 	// health says why.
-	resp, err := tp.client.Handle(t.Context(), &pluginv1.HTTPRequest{Method: "GET", Path: "/fast"})
+	resp, err := tp.handle(t.Context(), &dataplane.Request{Method: "GET", Path: "/fast"})
 	if err != nil {
-		t.Fatalf("Handle(/fast) while draining = %v", err)
+		t.Fatalf("handle(/fast) while draining = %v", err)
 	}
-	checkDraining(t, "Handle(/fast)", resp.GetStatus(), headerOf(resp.GetHeaders()), resp.GetBody())
-	s, err := tp.client.HandleStream(t.Context(), &pluginv1.HTTPRequest{Method: "GET", Path: "/events"})
-	if err != nil {
-		t.Fatalf("HandleStream(/events) while draining = %v", err)
+	checkDraining(t, "handle(/fast)", resp.status, resp.header, resp.body)
+	head, pieces, err := tp.handleStream(t.Context(), &dataplane.Request{Method: "GET", Path: "/events", Streaming: true})
+	if err != nil || len(pieces) != 1 {
+		t.Fatalf("handleStream(/events) while draining = %d pieces, %v, want 1 piece", len(pieces), err)
 	}
-	chunks, err := recvAll(t, s)
-	if err != nil || len(chunks) != 1 {
-		t.Fatalf("HandleStream(/events) while draining = %d chunks, %v, want 1 chunk", len(chunks), err)
-	}
-	checkDraining(t, "HandleStream(/events)", chunks[0].GetStatus(), headerOf(chunks[0].GetHeaders()), chunks[0].GetData())
+	checkDraining(t, "handleStream(/events)", head.Status, head.Header, pieces[0])
 	health, err := tp.client.Health(t.Context(), &pluginv1.HealthRequest{})
 	if err != nil || health.GetStatus() != pluginv1.HealthResponse_STATUS_NOT_READY || health.GetReason() != "draining" {
 		t.Errorf("Health() while draining = %v, %v, want NOT_READY draining", health, err)
@@ -1193,9 +1252,9 @@ func TestDrainWaitsForInFlight(t *testing.T) {
 	}
 
 	release.open()
-	resp, err = slow.wait(t)
-	if err != nil || resp.GetStatus() != http.StatusOK || string(resp.GetBody()) != "slow done" {
-		t.Errorf("in-flight Handle(/slow) = %v, %v, want 200 slow done", resp, err)
+	sresp, err := slow.wait(t)
+	if err != nil || sresp.status != http.StatusOK || string(sresp.body) != "slow done" {
+		t.Errorf("in-flight handle(/slow) = %v, %v, want 200 slow done", sresp, err)
 	}
 	waitFor(t, drained, "Drain to return")
 	if drainErr != nil {
@@ -1206,7 +1265,7 @@ func TestDrainWaitsForInFlight(t *testing.T) {
 	}
 }
 
-func checkDraining(t *testing.T, call string, st int32, h http.Header, body []byte) {
+func checkDraining(t *testing.T, call string, st int, h http.Header, body []byte) {
 	t.Helper()
 	if st != http.StatusServiceUnavailable {
 		t.Errorf("%s while draining: status = %d, want %d", call, st, http.StatusServiceUnavailable)
@@ -1226,7 +1285,7 @@ func TestDrainAbandons(t *testing.T) {
 		close(started)
 		stuck.wait(r)
 	})))
-	c := tp.goHandle(t.Context(), &pluginv1.HTTPRequest{Method: "GET", Path: "/"})
+	c := tp.goHandle(t.Context(), &dataplane.Request{Method: "GET", Path: "/"})
 	waitFor(t, started, "the handler to start")
 
 	const grace = 200 * time.Millisecond
@@ -1244,8 +1303,8 @@ func TestDrainAbandons(t *testing.T) {
 	}
 	// An abandoned request may still finish; the host kills the plugin.
 	stuck.open()
-	if resp, err := c.wait(t); err != nil || resp.GetStatus() != http.StatusOK {
-		t.Errorf("abandoned Handle() = %v, %v, want 200 once released", resp, err)
+	if resp, err := c.wait(t); err != nil || resp.status != http.StatusOK {
+		t.Errorf("abandoned handle() = %v, %v, want 200 once released", resp, err)
 	}
 }
 

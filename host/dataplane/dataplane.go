@@ -161,6 +161,10 @@ type call struct {
 	id  uint64
 	ctx context.Context
 
+	// stop ends the watch that gives up on the request when ctx ends,
+	// even while nobody waits on it.
+	stop func() bool
+
 	mu       sync.Mutex
 	head     *pluginv1.ResponseHead
 	pieces   [][]byte // body pieces not yet handed out
@@ -185,7 +189,9 @@ func (c *conn) register(ctx context.Context) (*call, error) {
 
 // roundTrip sends req as cl and waits for the head of the answer.
 func (cl *call) roundTrip(req *Request) (*Response, error) {
+	cl.stop = context.AfterFunc(cl.ctx, cl.giveUp)
 	if err := cl.send(req); err != nil {
+		cl.stop()
 		return nil, err
 	}
 	for {
@@ -196,12 +202,14 @@ func (cl *call) roundTrip(req *Request) (*Response, error) {
 			return cl.response(head), nil
 		}
 		if err != nil {
+			cl.stop()
 			cl.c.forget(cl.id)
 			return nil, err
 		}
 		select {
 		case <-cl.ready:
 		case <-cl.ctx.Done():
+			cl.stop()
 			cl.giveUp()
 			return nil, cl.ctx.Err()
 		}
@@ -317,6 +325,12 @@ func (cl *call) response(head *pluginv1.ResponseHead) *Response {
 func (r *Response) Next() ([]byte, error) {
 	cl := r.c
 	for {
+		if err := cl.ctx.Err(); err != nil {
+			// Hand out nothing more, buffered or not: the caller has
+			// given up.
+			cl.giveUp()
+			return nil, err
+		}
 		cl.mu.Lock()
 		if hb := cl.head.GetResponse().GetBody(); hb != nil {
 			cl.head.Response.Body = nil
@@ -371,8 +385,10 @@ func (r *Response) grant(all bool) {
 }
 
 // Close gives up on the rest of the body: the plugin is told to cancel
-// the request if it has not sent all of it.
+// the request if it has not sent all of it. Call it once done with the
+// response.
 func (r *Response) Close() {
+	r.c.stop()
 	r.c.giveUp()
 }
 
@@ -470,35 +486,45 @@ func (c *conn) receive() {
 		if cl == nil {
 			continue // its caller gave up, or it has ended
 		}
-		if !cl.deliver(f) {
-			// Finished, aborted or in breach of the protocol.
+		switch more, breach := cl.deliver(f); {
+		case breach:
+			// The plugin's answer is unusable; stop its handler.
+			if c.forget(cl.id) {
+				c.sendCancel(cl.id)
+			}
+		case !more:
+			// Answered, or aborted.
 			c.forget(cl.id)
 		}
 	}
 }
 
 // deliver hands a frame from the plugin to cl and reports whether cl
-// still expects more.
-func (cl *call) deliver(f *pluginv1.Frame) bool {
+// still expects more, and whether the frame broke the protocol.
+func (cl *call) deliver(f *pluginv1.Frame) (more, breach bool) {
 	cl.mu.Lock()
-	more := true
+	more = true
 	switch k := f.GetKind().(type) {
 	case *pluginv1.Frame_Response:
-		if cl.head != nil {
-			cl.err, more = fmt.Errorf("%w: a second response head", ErrAborted), false
-			break
+		body := int64(len(k.Response.GetResponse().GetBody()))
+		switch {
+		case cl.head != nil:
+			cl.err, breach = fmt.Errorf("%w: a second response head", ErrAborted), true
+		case body > wire.ResponseWindow:
+			cl.err, breach = fmt.Errorf("%w: it sent more than its window", ErrAborted), true
+		default:
+			cl.head = k.Response
+			cl.buffered = body
+			cl.end = !k.Response.GetMore()
+			more = !cl.end
 		}
-		cl.head = k.Response
-		cl.buffered = int64(len(k.Response.GetResponse().GetBody()))
-		cl.end = !k.Response.GetMore()
-		more = !cl.end
 	case *pluginv1.Frame_Body:
 		data := k.Body.GetData()
 		switch {
 		case cl.head == nil:
-			cl.err, more = fmt.Errorf("%w: a body piece before the response head", ErrAborted), false
+			cl.err, breach = fmt.Errorf("%w: a body piece before the response head", ErrAborted), true
 		case cl.buffered+int64(len(data)) > wire.ResponseWindow:
-			cl.err, more = fmt.Errorf("%w: it sent more than its window", ErrAborted), false
+			cl.err, breach = fmt.Errorf("%w: it sent more than its window", ErrAborted), true
 		default:
 			if len(data) > 0 {
 				cl.pieces = append(cl.pieces, data)
@@ -512,14 +538,17 @@ func (cl *call) deliver(f *pluginv1.Frame) bool {
 	default:
 		// Requests, cancels and windows flow only from the host.
 		cl.mu.Unlock()
-		return true
+		return true, false
+	}
+	if breach {
+		more = false
 	}
 	cl.mu.Unlock()
 	select {
 	case cl.ready <- struct{}{}:
 	default:
 	}
-	return more
+	return more, breach
 }
 
 // fail marks c broken, closes it and fails every request awaiting part of
