@@ -16,9 +16,9 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/plughost/plughost/host/plugintest"
 	"github.com/plughost/plughost/plugins/wallet/internal/committer"
 	"github.com/plughost/plughost/sdk"
-	"github.com/plughost/plughost/host/plugintest"
 )
 
 func TestMain(m *testing.M) {

@@ -16,10 +16,10 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/plughost/plughost/host/plugintest"
 	"github.com/plughost/plughost/plugins/wallet/internal/committer"
 	"github.com/plughost/plughost/plugins/wallet/internal/wallettest"
 	"github.com/plughost/plughost/sdk"
-	"github.com/plughost/plughost/host/plugintest"
 )
 
 func TestConfig(t *testing.T) {

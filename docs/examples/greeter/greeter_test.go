@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/plughost/plughost/sdk"
 	"github.com/plughost/plughost/host/plugintest"
+	"github.com/plughost/plughost/sdk"
 )
 
 // call sends one request through h and returns the status and the body.
