@@ -12,9 +12,24 @@ func validPlugin() Plugin {
 	return Plugin{
 		Name:    "hello",
 		Version: "0.1.0",
-		Routes:  []Route{{Method: "GET", Pattern: "/{$}"}},
-		Handler: http.NotFoundHandler(),
+		Routes:  muxWith(func(m *Mux) { m.Handle("GET /{$}", http.NotFoundHandler()) }),
 	}
+}
+
+// muxWith returns a new Mux after register has declared its routes.
+func muxWith(register func(m *Mux)) *Mux {
+	m := NewMux()
+	register(m)
+	return m
+}
+
+// routesOf returns a Mux that serves each pattern with a NotFoundHandler.
+func routesOf(patterns ...string) *Mux {
+	return muxWith(func(m *Mux) {
+		for _, p := range patterns {
+			m.Handle(p, http.NotFoundHandler())
+		}
+	})
 }
 
 func TestPluginValidate(t *testing.T) {
@@ -26,34 +41,38 @@ func TestPluginValidate(t *testing.T) {
 		{"minimal", func(*Plugin) {}, ""},
 		{"name with dash and digits", func(p *Plugin) { p.Name = "hello-2_b" }, ""},
 		{"every route kind", func(p *Plugin) {
-			p.Routes = []Route{
-				{Method: "GET", Pattern: "/{$}"},
-				{Method: "POST", Pattern: "/items/{id}", Timeout: time.Second},
-				{Pattern: "/static/"},
-				{Method: "GET", Pattern: "/events", Streaming: true},
-			}
+			p.Routes = muxWith(func(m *Mux) {
+				m.Handle("GET /{$}", http.NotFoundHandler())
+				m.Handle("POST /items/{id}", http.NotFoundHandler(), Timeout(time.Second))
+				m.Handle("/static/", http.NotFoundHandler())
+				m.Handle("GET /events", http.NotFoundHandler(), Streaming())
+			})
 		}, ""},
 		{"empty name", func(p *Plugin) { p.Name = "" }, `plugin name ""`},
 		{"upper-case name", func(p *Plugin) { p.Name = "Hello" }, `plugin name "Hello"`},
 		{"name starting with digit", func(p *Plugin) { p.Name = "1hello" }, `plugin name "1hello"`},
 		{"name with slash", func(p *Plugin) { p.Name = "a/b" }, `plugin name "a/b"`},
 		{"no version", func(p *Plugin) { p.Version = "" }, "version is empty"},
-		{"nil handler", func(p *Plugin) { p.Handler = nil }, "handler is nil"},
+		{"nil handler", func(p *Plugin) { p.Routes.Handle("GET /x", nil) }, `route "GET /x": handler is nil`},
+		{"nil handler func", func(p *Plugin) { p.Routes.HandleFunc("GET /x", nil) }, `route "GET /x": handler is nil`},
 		{"GC percent", func(p *Plugin) { p.GCPercent = 800 }, ""},
 		{"negative GC percent", func(p *Plugin) { p.GCPercent = -1 }, "GCPercent -1 is negative"},
 		{"extra procs", func(p *Plugin) { p.ExtraProcs = 1 }, ""},
 		{"negative extra procs", func(p *Plugin) { p.ExtraProcs = -1 }, "ExtraProcs -1 is not between 0 and 64"},
 		{"too many extra procs", func(p *Plugin) { p.ExtraProcs = 65 }, "ExtraProcs 65 is not between 0 and 64"},
-		{"no routes", func(p *Plugin) { p.Routes = nil }, "no routes"},
-		{"pattern without slash", func(p *Plugin) { p.Routes = []Route{{Pattern: "items"}} }, `route "items": pattern must start with /`},
-		{"negative timeout", func(p *Plugin) { p.Routes = []Route{{Pattern: "/x", Timeout: -time.Second}} }, "negative timeout"},
-		{"bad wildcard", func(p *Plugin) { p.Routes = []Route{{Pattern: "/items/{id"}} }, `route "/items/{id"`},
-		{"duplicate route", func(p *Plugin) {
-			p.Routes = []Route{{Method: "GET", Pattern: "/x"}, {Method: "GET", Pattern: "/x"}}
-		}, `route "GET /x"`},
-		{"method with space", func(p *Plugin) { p.Routes = []Route{{Method: "GE T", Pattern: "/x"}} }, `method "GE T" is not an HTTP token`},
-		{"method with slash", func(p *Plugin) { p.Routes = []Route{{Method: "GET/x", Pattern: "/x"}} }, "not an HTTP token"},
-		{"extension method", func(p *Plugin) { p.Routes = []Route{{Method: "PROPFIND", Pattern: "/x"}} }, ""},
+		{"no mux", func(p *Plugin) { p.Routes = nil }, "no routes"},
+		{"no routes", func(p *Plugin) { p.Routes = NewMux() }, "no routes"},
+		{"pattern without slash", func(p *Plugin) { p.Routes = routesOf("items") }, `route "items": pattern must start with /`},
+		{"host in pattern", func(p *Plugin) { p.Routes = routesOf("example.com/x") }, "pattern must start with /"},
+		{"negative timeout", func(p *Plugin) {
+			p.Routes = muxWith(func(m *Mux) { m.Handle("/x", http.NotFoundHandler(), Timeout(-time.Second)) })
+		}, "negative timeout"},
+		{"bad wildcard", func(p *Plugin) { p.Routes = routesOf("/items/{id") }, `route "/items/{id"`},
+		{"duplicate route", func(p *Plugin) { p.Routes = routesOf("GET /x", "GET /x") }, `route "GET /x"`},
+		{"every bad route named", func(p *Plugin) { p.Routes = routesOf("GET /x", "items", "GET /x") }, `route "GET /x"`},
+		{"method that is not a token", func(p *Plugin) { p.Routes = routesOf("GE(T) /x") }, `method "GE(T)" is not an HTTP token`},
+		{"method with slash", func(p *Plugin) { p.Routes = routesOf("GET/x /x") }, "not an HTTP token"},
+		{"extension method", func(p *Plugin) { p.Routes = routesOf("PROPFIND /x") }, ""},
 		{"bad schema", func(p *Plugin) {
 			p.Config = Schema{Attrs: []Attr{{Name: "Greeting", Type: TypeString}}}
 		}, `config schema: attribute name "Greeting"`},

@@ -73,14 +73,7 @@ func (s *server) Describe(context.Context, *pluginv1.DescribeRequest) (*pluginv1
 		SdkVersion:   Version,
 		// The host passed these with the process, before any call.
 		DataPlaneConns: uint32(s.dataConns),
-	}
-	for _, r := range s.p.Routes {
-		resp.Routes = append(resp.Routes, &pluginv1.Route{
-			Method:    r.Method,
-			Pattern:   r.Pattern,
-			Streaming: r.Streaming,
-			TimeoutMs: r.Timeout.Milliseconds(),
-		})
+		Routes:         wire.RoutesToProto(s.p.Routes.Routes()),
 	}
 	return resp, nil
 }
@@ -282,7 +275,7 @@ func (s *server) serve(ctx context.Context, req *pluginv1.HTTPRequest, w respons
 		}
 		writeError(w, http.StatusInternalServerError, "internal", "the plugin failed while handling the request")
 	}()
-	s.p.Handler.ServeHTTP(w, r)
+	s.p.Routes.ServeHTTP(w, r)
 	return nil
 }
 

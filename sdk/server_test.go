@@ -234,12 +234,12 @@ func okHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
 }
 
+// pluginWith returns a plugin that serves every path with h.
 func pluginWith(h http.Handler) Plugin {
 	return Plugin{
 		Name:    "test",
 		Version: "1.2.3",
-		Routes:  []Route{{Pattern: "/"}},
-		Handler: h,
+		Routes:  muxWith(func(m *Mux) { m.Handle("/", h) }),
 	}
 }
 
@@ -247,11 +247,11 @@ func TestDescribe(t *testing.T) {
 	p := Plugin{
 		Name:    "hello",
 		Version: "0.3.0",
-		Routes: []Route{
-			{Method: "GET", Pattern: "/{$}"},
-			{Method: "POST", Pattern: "/items/{id}", Timeout: 1500 * time.Millisecond},
-			{Pattern: "/events", Streaming: true},
-		},
+		Routes: muxWith(func(m *Mux) {
+			m.Handle("GET /{$}", http.NotFoundHandler())
+			m.Handle("POST /items/{id}", http.NotFoundHandler(), Timeout(1500*time.Millisecond))
+			m.Handle("/events", http.NotFoundHandler(), Streaming())
+		}),
 		Config: Schema{
 			Attrs: []Attr{
 				{Name: "greeting", Type: TypeString, Default: "hello", Description: "what to say"},
@@ -272,7 +272,6 @@ func TestDescribe(t *testing.T) {
 				}},
 			},
 		},
-		Handler: http.NotFoundHandler(),
 	}
 	tp := startPlugin(t, p)
 	got, err := tp.client.Describe(t.Context(), &pluginv1.DescribeRequest{})
@@ -892,7 +891,7 @@ func TestHandleStreamFlush(t *testing.T) {
 		io.WriteString(w, "third\n")
 	})
 	p := pluginWith(h)
-	p.Routes = []Route{{Pattern: "/events", Streaming: true}}
+	p.Routes = muxWith(func(m *Mux) { m.Handle("/events", h, Streaming()) })
 	tp := startPlugin(t, p)
 
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
@@ -966,7 +965,7 @@ func TestHandleStreamChunks(t *testing.T) {
 				tt.write(w, data)
 			})
 			p := pluginWith(h)
-			p.Routes = []Route{{Pattern: "/", Streaming: true}}
+			p.Routes = muxWith(func(m *Mux) { m.Handle("/", h, Streaming()) })
 			tp := startPlugin(t, p)
 			s, err := tp.client.HandleStream(t.Context(), &pluginv1.HTTPRequest{Method: "GET", Path: "/"})
 			if err != nil {
@@ -1015,7 +1014,7 @@ func TestHandleStreamCallerGone(t *testing.T) {
 		writeErr <- nil
 	})
 	p := pluginWith(h)
-	p.Routes = []Route{{Pattern: "/", Streaming: true}}
+	p.Routes = muxWith(func(m *Mux) { m.Handle("/", h, Streaming()) })
 	tp := startPlugin(t, p)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
@@ -1089,7 +1088,7 @@ func TestHandleStreamPanic(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			p := pluginWith(tt.handler)
-			p.Routes = []Route{{Pattern: "/", Streaming: true}}
+			p.Routes = muxWith(func(m *Mux) { m.Handle("/", tt.handler, Streaming()) })
 			tp := startPlugin(t, p)
 			s, err := tp.client.HandleStream(t.Context(), &pluginv1.HTTPRequest{Method: "GET", Path: "/"})
 			if err != nil {
@@ -1137,7 +1136,11 @@ func TestDrainWaitsForInFlight(t *testing.T) {
 	})
 	mux.Handle("/fast", okHandler())
 	p := pluginWith(mux)
-	p.Routes = []Route{{Pattern: "/slow"}, {Pattern: "/fast"}, {Pattern: "/events", Streaming: true}}
+	p.Routes = muxWith(func(m *Mux) {
+		m.Handle("/slow", mux)
+		m.Handle("/fast", mux)
+		m.Handle("/events", mux, Streaming())
+	})
 	p.Health = func(context.Context) Health { return Health{Status: StatusReady} }
 	p.Drain = func(ctx context.Context) error {
 		dl, _ := ctx.Deadline()

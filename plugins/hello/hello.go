@@ -26,26 +26,22 @@ type config struct {
 type hello struct {
 	greeting atomic.Pointer[string]
 	sleeps   prometheus.Counter
-	mux      *http.ServeMux
+	mux      *sdk.Mux
 }
 
 func definition() sdk.Plugin {
-	h := &hello{mux: http.NewServeMux()}
+	h := &hello{mux: sdk.NewMux()}
 	g := "hello"
 	h.greeting.Store(&g)
 	h.mux.HandleFunc("GET /{$}", h.greet)
-	h.mux.HandleFunc("GET /sleep", h.sleep)
+	h.mux.HandleFunc("GET /sleep", h.sleep, sdk.Timeout(maxSleep))
 	return sdk.Plugin{
 		Name:    "hello",
 		Version: "0.1.0",
-		Routes: []sdk.Route{
-			{Method: "GET", Pattern: "/{$}"},
-			{Method: "GET", Pattern: "/sleep", Timeout: maxSleep},
-		},
+		Routes:  h.mux,
 		Config: sdk.Schema{Attrs: []sdk.Attr{
 			{Name: "greeting", Type: sdk.TypeString, Default: "hello", Description: "what GET / answers"},
 		}},
-		Handler:   h.mux,
 		Configure: h.configure,
 	}
 }

@@ -27,6 +27,7 @@ import (
 	pluginv1 "github.com/plughost/plughost/proto/pluginv1"
 	"github.com/plughost/plughost/sdk"
 	"github.com/plughost/plughost/sdk/internal/kit"
+	"github.com/plughost/plughost/sdk/route"
 	"github.com/plughost/plughost/sdk/wire"
 )
 
@@ -53,7 +54,7 @@ type Harness struct {
 	t        testing.TB
 	rpc      *wire.Client
 	manifest *pluginv1.DescribeResponse
-	routes   *http.ServeMux
+	routes   *route.Table
 	limits   sdk.Limits
 	logs     *buffer
 }
@@ -139,7 +140,7 @@ func Start(t testing.TB, def sdk.Plugin, opts Options) (*Harness, error) {
 	if h.manifest, err = h.rpc.Describe(ctx, &pluginv1.DescribeRequest{}); err != nil {
 		return nil, fmt.Errorf("describe: %w", err)
 	}
-	h.routes = routeMux(h.manifest)
+	h.routes = routeTable(h.manifest)
 
 	js, err := decodeConfig(opts.Config, h.manifest.GetConfigSchema())
 	if err != nil {
@@ -241,21 +242,14 @@ func decodeConfig(src string, schema *pluginv1.Schema) ([]byte, error) {
 	return js, nil
 }
 
-// route is a declared route, used as a ServeMux handler value.
-type route struct{ streaming bool }
-
-func (route) ServeHTTP(http.ResponseWriter, *http.Request) {}
-
-func routeMux(m *pluginv1.DescribeResponse) *http.ServeMux {
-	mux := http.NewServeMux()
-	for _, r := range m.GetRoutes() {
-		pat := r.GetPattern()
-		if r.GetMethod() != "" {
-			pat = r.GetMethod() + " " + pat
-		}
-		mux.Handle(pat, route{streaming: r.GetStreaming()})
+// routeTable matches requests to the plugin's declared routes as the host
+// does. The SDK has checked them; a route the host would ignore is ignored.
+func routeTable(m *pluginv1.DescribeResponse) *route.Table {
+	t := &route.Table{}
+	for _, r := range wire.RoutesFromProto(m.GetRoutes()) {
+		_ = t.Add(r)
 	}
-	return mux
+	return t
 }
 
 // ServeHTTP sends r to the plugin as the host would: only declared routes
@@ -263,10 +257,13 @@ func routeMux(m *pluginv1.DescribeResponse) *http.ServeMux {
 // Limits.MaxBodyBytes (413), non-streaming routes get the request timeout,
 // and streaming routes are relayed chunk by chunk with Flush.
 func (h *Harness) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	rt, pat := h.routes.Handler(&http.Request{Method: r.Method, URL: r.URL})
-	declared, ok := rt.(route)
-	if !ok || pat == "" {
-		rt.ServeHTTP(w, r)
+	declared, pat, err := h.routes.Match(r.Method, r.URL.Path)
+	switch {
+	case errors.Is(err, route.ErrMethodNotAllowed):
+		http.Error(w, http.StatusText(http.StatusMethodNotAllowed), http.StatusMethodNotAllowed)
+		return
+	case err != nil:
+		http.NotFound(w, r)
 		return
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.limits.MaxBodyBytes))
@@ -285,7 +282,7 @@ func (h *Harness) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		Pattern:    pat,
 	}
 	ctx := r.Context()
-	if declared.streaming {
+	if declared.Streaming {
 		h.stream(ctx, w, req)
 		return
 	}

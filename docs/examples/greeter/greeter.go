@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"path/filepath"
 	"time"
 
@@ -33,8 +32,8 @@ type config struct {
 	Cooldown     sdk.Duration `json:"cooldown"`
 }
 
-// greeter serves the plugin's routes. configure sets every field but mux
-// before the host sends the first request, and nothing changes them
+// greeter serves the plugin's routes. configure sets every field before
+// the host sends the first request, and nothing changes them
 // afterwards, so handlers read them without locks.
 type greeter struct {
 	cfg       config
@@ -42,35 +41,29 @@ type greeter struct {
 	path      string // where drain saves the custom greetings
 	store     *store
 	greetings *prometheus.CounterVec
-	mux       *http.ServeMux
 }
 
 // definition describes the plugin. main serves it; the tests serve it
 // in-process with plugintest.
 func definition() sdk.Plugin {
-	g := &greeter{mux: http.NewServeMux()}
-	g.mux.HandleFunc("GET /{$}", g.root)
-	g.mux.HandleFunc("GET /greet/{name}", g.greet)
-	g.mux.HandleFunc("POST /greetings", g.setGreeting)
-	g.mux.HandleFunc("GET /slow", slow)
+	g := &greeter{}
+	mux := sdk.NewMux()
+	mux.HandleFunc("GET /{$}", g.root)
+	mux.HandleFunc("GET /greet/{name}", g.greet)
+	mux.HandleFunc("POST /greetings", g.setGreeting)
+	// Its own deadline, so the longest sleep fits whatever the operator's
+	// request_timeout is.
+	mux.HandleFunc("GET /slow", slow, sdk.Timeout(maxSlow+time.Second))
 	return sdk.Plugin{
 		Name:    "greeter",
 		Version: "0.1.0",
-		Routes: []sdk.Route{
-			{Method: "GET", Pattern: "/{$}"},
-			{Method: "GET", Pattern: "/greet/{name}"},
-			{Method: "POST", Pattern: "/greetings"},
-			// Its own deadline, so the longest sleep fits whatever the
-			// operator's request_timeout is.
-			{Method: "GET", Pattern: "/slow", Timeout: maxSlow + time.Second},
-		},
+		Routes:  mux,
 		Config: sdk.Schema{Attrs: []sdk.Attr{
 			{Name: "greeting", Type: sdk.TypeString, Default: "hello", Description: "what GET / answers and names are greeted with"},
 			{Name: "max_name_len", Type: sdk.TypeNumber, Default: 64, Description: "longest name accepted, in characters"},
 			{Name: "max_greetings", Type: sdk.TypeNumber, Default: 10000, Description: "most custom greetings kept"},
 			{Name: "cooldown", Type: sdk.TypeDuration, Default: "5s", Description: "how soon a custom greeting may change again"},
 		}},
-		Handler:   g.mux,
 		Configure: g.configure,
 		Drain:     g.drain,
 		Health:    g.health,
