@@ -248,14 +248,14 @@ type responseWriter interface {
 // http.ErrAbortHandler, or panicked after part of the response was sent.
 func (s *server) serve(ctx context.Context, req *pluginv1.HTTPRequest, w responseWriter) (err error) {
 	if !s.inflight.acquire() {
-		writeError(w, http.StatusServiceUnavailable, "draining", "plugin is draining; retry on another instance or later")
+		WriteError(w, http.StatusServiceUnavailable, "draining", "plugin is draining; retry on another instance or later")
 		return nil
 	}
 	defer s.inflight.release()
 
 	r, err := newRequest(ctx, req)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, "bad_request", err.Error())
+		WriteError(w, http.StatusBadRequest, "bad_request", err.Error())
 		return nil
 	}
 	defer func() {
@@ -273,7 +273,7 @@ func (s *server) serve(ctx context.Context, req *pluginv1.HTTPRequest, w respons
 			err = status.Error(codes.Aborted, "handler panicked after the response began")
 			return
 		}
-		writeError(w, http.StatusInternalServerError, "internal", "the plugin failed while handling the request")
+		WriteError(w, http.StatusInternalServerError, "internal", "the plugin failed while handling the request")
 	}()
 	s.p.Routes.ServeHTTP(w, r)
 	return nil
@@ -308,17 +308,6 @@ func newRequest(ctx context.Context, req *pluginv1.HTTPRequest) (*http.Request, 
 
 // isCTL reports an ASCII control character.
 func isCTL(r rune) bool { return r < ' ' || r == 0x7f }
-
-// writeError writes the platform's JSON error shape.
-func writeError(w http.ResponseWriter, code int, errCode, msg string) {
-	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	if code == http.StatusServiceUnavailable || code == http.StatusTooManyRequests {
-		h.Set("Retry-After", "1")
-	}
-	w.WriteHeader(code)
-	fmt.Fprintf(w, `{"error":{"code":%q,"message":%q}}`+"\n", errCode, msg)
-}
 
 // inflight counts requests being served and refuses new ones once a drain
 // has begun.

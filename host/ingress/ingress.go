@@ -30,6 +30,7 @@ import (
 	"github.com/plughost/plughost/host/metrics"
 	"github.com/plughost/plughost/host/supervisor"
 	pluginv1 "github.com/plughost/plughost/proto/pluginv1"
+	"github.com/plughost/plughost/sdk"
 	"github.com/plughost/plughost/sdk/route"
 	"github.com/plughost/plughost/sdk/wire"
 )
@@ -537,12 +538,12 @@ func (b *bufferWriter) Write(p []byte) (int, error) {
 }
 func (b *bufferWriter) Flush() {}
 
-// writeError writes the platform's JSON error and returns code.
+// writeError writes the platform's JSON error and returns code. Like
+// every answer the host writes whole, it states its length.
 func writeError(w http.ResponseWriter, code int, errCode, msg string) int {
-	if code == http.StatusServiceUnavailable || code == http.StatusTooManyRequests {
-		w.Header().Set("Retry-After", "1")
-	}
-	writeJSON(w, code, map[string]any{"error": map[string]string{"code": errCode, "message": msg}})
+	body := sdk.ErrorBody(errCode, msg, nil)
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	sdk.WriteErrorBody(w, code, body)
 	return code
 }
 

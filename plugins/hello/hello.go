@@ -70,9 +70,7 @@ func (h *hello) greet(w http.ResponseWriter, _ *http.Request) {
 func (h *hello) sleep(w http.ResponseWriter, r *http.Request) {
 	ms, err := strconv.ParseInt(r.URL.Query().Get("ms"), 10, 64)
 	if err != nil || ms < 0 || ms > maxSleep.Milliseconds() {
-		writeJSON(w, http.StatusBadRequest, map[string]any{"error": map[string]string{
-			"code": "bad_request", "message": "ms must be an integer from 0 to 600000",
-		}})
+		sdk.WriteError(w, http.StatusBadRequest, "bad_request", "ms must be an integer from 0 to 600000")
 		return
 	}
 	if h.sleeps != nil {
@@ -85,9 +83,7 @@ func (h *hello) sleep(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]any{"slept_ms": ms})
 	case <-r.Context().Done():
 		// The caller is gone or its deadline passed; nobody reads this.
-		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"error": map[string]string{
-			"code": "cancelled", "message": r.Context().Err().Error(),
-		}})
+		sdk.WriteError(w, http.StatusServiceUnavailable, "cancelled", r.Context().Err().Error())
 	}
 }
 

@@ -260,10 +260,10 @@ func (h *Harness) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	declared, pat, err := h.routes.Match(r.Method, r.URL.Path)
 	switch {
 	case errors.Is(err, route.ErrMethodNotAllowed):
-		http.Error(w, http.StatusText(http.StatusMethodNotAllowed), http.StatusMethodNotAllowed)
+		sdk.WriteError(w, http.StatusMethodNotAllowed, "method_not_allowed", fmt.Sprintf("%s is not allowed here", r.Method))
 		return
 	case err != nil:
-		http.NotFound(w, r)
+		sdk.WriteError(w, http.StatusNotFound, "not_found", fmt.Sprintf("plugin has no route for %s %s", r.Method, r.URL.Path))
 		return
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.limits.MaxBodyBytes))
