@@ -49,7 +49,7 @@ func ExampleServe() {
 				return err
 			}
 			if cfg.MaxSleep.Std() <= 0 {
-				return &sdk.AttrError{Attr: "max_sleep", Err: errors.New("must be positive")}
+				return &sdk.ConfigError{Attribute: "max_sleep", Message: "must be positive"}
 			}
 			rt.Logger.Info("configured", "greeting", cfg.Greeting)
 			return nil
@@ -153,9 +153,9 @@ func ExampleRuntime_DecodeConfig() {
 	// decode config: json: unknown field "colour"
 }
 
-// An AttrError points the host's diagnostic at one attribute of the
+// A ConfigError points the host's diagnostic at one attribute of the
 // operator's config block.
-func ExampleAttrError() {
+func ExampleConfigError() {
 	p := sdk.Plugin{
 		Name:    "hello",
 		Version: "0.1.0",
@@ -169,15 +169,15 @@ func ExampleAttrError() {
 				return err
 			}
 			if cfg.Port < 1 || cfg.Port > 65535 {
-				return &sdk.AttrError{Attr: "port", Err: fmt.Errorf("%d is not a TCP port", cfg.Port)}
+				return &sdk.ConfigError{Attribute: "port", Message: fmt.Sprintf("%d is not a TCP port", cfg.Port)}
 			}
 			return nil
 		},
 	}
 	err := sdk.ConfigureForExample(p, `{"port":70000}`)
-	var ae *sdk.AttrError
-	if errors.As(err, &ae) {
-		fmt.Printf("attribute %s: %v\n", ae.Attr, ae.Err)
+	var ce *sdk.ConfigError
+	if errors.As(err, &ce) {
+		fmt.Printf("attribute %s: %v\n", ce.Attribute, ce.Message)
 	}
 	// Output:
 	// attribute port: 70000 is not a TCP port

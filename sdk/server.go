@@ -107,9 +107,9 @@ func (s *server) Configure(ctx context.Context, req *pluginv1.ConfigureRequest) 
 	}
 	if s.p.Configure != nil {
 		if err := s.hook("configure", func() error { return s.p.Configure(ctx, rt) }); err != nil {
-			var ae *AttrError
-			if errors.As(err, &ae) {
-				return &pluginv1.ConfigureResponse{Error: ae.Err.Error(), Attribute: ae.Attr}, nil
+			var ce *ConfigError
+			if errors.As(err, &ce) {
+				return &pluginv1.ConfigureResponse{Error: ce.message(), Attribute: ce.Attribute}, nil
 			}
 			return &pluginv1.ConfigureResponse{Error: err.Error()}, nil
 		}
@@ -145,19 +145,6 @@ func (s *server) SetFaults(_ context.Context, req *pluginv1.SetFaultsRequest) (*
 	}
 	return resp, nil
 }
-
-// AttrError is an error from a Configure hook about one config attribute;
-// the host points its diagnostic at that attribute.
-type AttrError struct {
-	Attr string
-	Err  error
-}
-
-// Error returns the attribute and the message.
-func (e *AttrError) Error() string { return fmt.Sprintf("%s: %v", e.Attr, e.Err) }
-
-// Unwrap returns the underlying error.
-func (e *AttrError) Unwrap() error { return e.Err }
 
 func (s *server) Health(ctx context.Context, _ *pluginv1.HealthRequest) (*pluginv1.HealthResponse, error) {
 	h := Health{Status: StatusReady}

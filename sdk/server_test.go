@@ -382,8 +382,10 @@ func TestConfigure(t *testing.T) {
 			wantError: "database unreachable",
 		},
 		{
-			name:      "attribute error",
-			hook:      func(context.Context, *Runtime) error { return &AttrError{Attr: "greeting", Err: errRejected} },
+			name: "attribute error",
+			hook: func(context.Context, *Runtime) error {
+				return &ConfigError{Attribute: "greeting", Message: errRejected.Error()}
+			},
 			config:    `{}`,
 			wantError: "must not be empty",
 			wantAttr:  "greeting",
@@ -391,7 +393,7 @@ func TestConfigure(t *testing.T) {
 		{
 			name: "wrapped attribute error",
 			hook: func(context.Context, *Runtime) error {
-				return fmt.Errorf("check greeting: %w", &AttrError{Attr: "greeting", Err: errRejected})
+				return fmt.Errorf("check greeting: %w", &ConfigError{Attribute: "greeting", Message: errRejected.Error()})
 			},
 			config:    `{}`,
 			wantError: "must not be empty",

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"net/http"
 	"strconv"
 	"sync/atomic"
@@ -52,7 +51,7 @@ func (h *hello) configure(_ context.Context, rt *sdk.Runtime) error {
 		return err
 	}
 	if c.Greeting == "" {
-		return &sdk.AttrError{Attr: "greeting", Err: errors.New("must not be empty")}
+		return &sdk.ConfigError{Attribute: "greeting", Message: "must not be empty"}
 	}
 	h.greeting.Store(&c.Greeting)
 	h.sleeps = prometheus.NewCounter(prometheus.CounterOpts{

@@ -99,7 +99,7 @@ func (c config) check() (settings, error) {
 			return 0
 		}
 		if v != math.Trunc(v) || v < float64(lo) || v > float64(hi) {
-			err = &sdk.AttrError{Attr: name, Err: fmt.Errorf("must be a whole number from %d to %d, got %v", lo, hi, v)}
+			err = &sdk.ConfigError{Attribute: name, Message: fmt.Sprintf("must be a whole number from %d to %d, got %v", lo, hi, v)}
 			return 0
 		}
 		return int(v)
@@ -109,7 +109,7 @@ func (c config) check() (settings, error) {
 			return 0
 		}
 		if d.Std() < lo || d.Std() > hi {
-			err = &sdk.AttrError{Attr: name, Err: fmt.Errorf("must be from %v to %v, got %v", lo, hi, d.Std())}
+			err = &sdk.ConfigError{Attribute: name, Message: fmt.Sprintf("must be from %v to %v, got %v", lo, hi, d.Std())}
 			return 0
 		}
 		return d.Std()

@@ -29,6 +29,7 @@ import (
 	"github.com/plughost/plughost/host/metrics"
 	"github.com/plughost/plughost/host/supervisor"
 	pluginv1 "github.com/plughost/plughost/proto/pluginv1"
+	"github.com/plughost/plughost/sdk"
 	"github.com/plughost/plughost/sdk/wire"
 )
 
@@ -262,7 +263,7 @@ func (c *conformance) configs(t *testing.T, m *pluginv1.DescribeResponse) {
 	}
 	for name, src := range violations {
 		_, err := c.start(t, src)
-		var ce *supervisor.ConfigError
+		var ce *sdk.ConfigError
 		if !errors.As(err, &ce) {
 			t.Errorf("%s: the host accepted a config that violates the declared schema (err = %v); declare precise types and mark required attributes Required", name, err)
 		}

@@ -113,15 +113,15 @@ func (g *greeter) configure(_ context.Context, rt *sdk.Runtime) error {
 // that the host points its diagnostic at it.
 func (c config) check() error {
 	if err := checkGreeting(c.Greeting); err != nil {
-		return &sdk.AttrError{Attr: "greeting", Err: err}
+		return &sdk.ConfigError{Attribute: "greeting", Message: err.Error()}
 	}
 	switch {
 	case c.MaxNameLen < 1 || c.MaxNameLen > 1024:
-		return &sdk.AttrError{Attr: "max_name_len", Err: fmt.Errorf("must be from 1 to 1024, got %d", c.MaxNameLen)}
+		return &sdk.ConfigError{Attribute: "max_name_len", Message: fmt.Sprintf("must be from 1 to 1024, got %d", c.MaxNameLen)}
 	case c.MaxGreetings < 1:
-		return &sdk.AttrError{Attr: "max_greetings", Err: fmt.Errorf("must be at least 1, got %d", c.MaxGreetings)}
+		return &sdk.ConfigError{Attribute: "max_greetings", Message: fmt.Sprintf("must be at least 1, got %d", c.MaxGreetings)}
 	case c.Cooldown < 0:
-		return &sdk.AttrError{Attr: "cooldown", Err: fmt.Errorf("must not be negative, got %v", c.Cooldown.Std())}
+		return &sdk.ConfigError{Attribute: "cooldown", Message: fmt.Sprintf("must not be negative, got %v", c.Cooldown.Std())}
 	}
 	return nil
 }
