@@ -3,6 +3,7 @@ package sdk
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"regexp"
 	"strings"
 	"time"
@@ -17,11 +18,52 @@ type Type string
 const (
 	TypeString Type = "string"
 	TypeNumber Type = "number"
-	TypeBool   Type = "bool"
+	// TypeInt is a whole number; decode it into an int or an int64.
+	TypeInt  Type = "int"
+	TypeBool Type = "bool"
 	// TypeDuration is a string that time.ParseDuration accepts, such as
 	// "250ms"; decode it into a Duration.
 	TypeDuration Type = "duration"
 )
+
+// Shape is how a Type holds its values.
+type Shape int
+
+// Shapes of a Type.
+const (
+	// ShapeScalar is one value of a scalar type.
+	ShapeScalar Shape = iota
+	// ShapeList is list(T): a JSON array of T.
+	ShapeList
+	// ShapeMap is map(T): a JSON object from string to T.
+	ShapeMap
+)
+
+// ParseType parses the type grammar of config attributes, the one parser
+// the SDK and the host share: a scalar type (string, number, int, bool,
+// duration), or list(T) or map(T) of a scalar type T. It returns the shape
+// and the scalar type.
+func ParseType(t Type) (Shape, Type, error) {
+	shape, inner := ShapeScalar, t
+	for _, c := range []struct {
+		prefix string
+		shape  Shape
+	}{{"list(", ShapeList}, {"map(", ShapeMap}} {
+		if rest, ok := strings.CutPrefix(string(t), c.prefix); ok {
+			rest, ok = strings.CutSuffix(rest, ")")
+			if !ok {
+				return 0, "", fmt.Errorf("unknown type %q", t)
+			}
+			shape, inner = c.shape, Type(rest)
+			break
+		}
+	}
+	switch inner {
+	case TypeString, TypeNumber, TypeInt, TypeBool, TypeDuration:
+		return shape, inner, nil
+	}
+	return 0, "", fmt.Errorf("unknown type %q", t)
+}
 
 // ListOf returns the type of a list of t, a scalar type.
 func ListOf(t Type) Type { return "list(" + t + ")" }
@@ -72,8 +114,8 @@ func (s Schema) toProto() (*pluginv1.Schema, error) {
 			return nil, fmt.Errorf("attribute %q declared twice", a.Name)
 		}
 		seen[a.Name] = true
-		if !validType(a.Type) {
-			return nil, fmt.Errorf("attribute %q: unknown type %q", a.Name, a.Type)
+		if _, _, err := ParseType(a.Type); err != nil {
+			return nil, fmt.Errorf("attribute %q: %w", a.Name, err)
 		}
 		pa := &pluginv1.Attribute{Name: a.Name, Type: string(a.Type), Required: a.Required, Description: a.Description}
 		if a.Default != nil {
@@ -124,6 +166,37 @@ func checkDefault(t Type, b []byte) error {
 }
 
 func checkValue(t Type, v any) error {
+	shape, scalar, err := ParseType(t)
+	if err != nil {
+		return err
+	}
+	switch shape {
+	case ShapeList:
+		if list, ok := v.([]any); ok {
+			for _, e := range list {
+				if err := checkScalar(scalar, e); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+	case ShapeMap:
+		if m, ok := v.(map[string]any); ok {
+			for _, e := range m {
+				if err := checkScalar(scalar, e); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+	default:
+		return checkScalar(scalar, v)
+	}
+	return fmt.Errorf("does not match type %s", t)
+}
+
+// checkScalar checks a decoded JSON value against a scalar type.
+func checkScalar(t Type, v any) error {
 	switch t {
 	case TypeString:
 		if _, ok := v.(string); ok {
@@ -131,6 +204,13 @@ func checkValue(t Type, v any) error {
 		}
 	case TypeNumber:
 		if _, ok := v.(float64); ok {
+			return nil
+		}
+	case TypeInt:
+		if f, ok := v.(float64); ok {
+			if f != math.Trunc(f) {
+				return fmt.Errorf("%v is not a whole number", f)
+			}
 			return nil
 		}
 	case TypeBool:
@@ -144,47 +224,8 @@ func checkValue(t Type, v any) error {
 			}
 			return nil
 		}
-	default:
-		if inner, ok := strings.CutPrefix(string(t), "list("); ok {
-			list, ok := v.([]any)
-			if !ok {
-				break
-			}
-			for _, e := range list {
-				if err := checkValue(Type(strings.TrimSuffix(inner, ")")), e); err != nil {
-					return err
-				}
-			}
-			return nil
-		}
-		if inner, ok := strings.CutPrefix(string(t), "map("); ok {
-			m, ok := v.(map[string]any)
-			if !ok {
-				break
-			}
-			for _, e := range m {
-				if err := checkValue(Type(strings.TrimSuffix(inner, ")")), e); err != nil {
-					return err
-				}
-			}
-			return nil
-		}
 	}
 	return fmt.Errorf("does not match type %s", t)
-}
-
-func validType(t Type) bool {
-	switch t {
-	case TypeString, TypeNumber, TypeBool, TypeDuration:
-		return true
-	}
-	for _, pre := range []string{"list(", "map("} {
-		if inner, ok := strings.CutPrefix(string(t), pre); ok {
-			inner, ok = strings.CutSuffix(inner, ")")
-			return ok && validType(Type(inner)) && !strings.Contains(inner, "(")
-		}
-	}
-	return false
 }
 
 func (p *Plugin) validate() error {

@@ -108,7 +108,11 @@ func TestSchemaToProtoErrors(t *testing.T) {
 		{"attr name with dash", Schema{Attrs: []Attr{{Name: "max-size", Type: TypeNumber}}}, `attribute name "max-size"`},
 		{"attr name empty", Schema{Attrs: []Attr{{Name: "", Type: TypeNumber}}}, `attribute name ""`},
 		{"attr declared twice", Schema{Attrs: []Attr{{Name: "a", Type: TypeString}, {Name: "a", Type: TypeNumber}}}, `attribute "a" declared twice`},
-		{"unknown type", Schema{Attrs: []Attr{{Name: "a", Type: "int"}}}, `attribute "a": unknown type "int"`},
+		{"unknown type", Schema{Attrs: []Attr{{Name: "a", Type: "integer"}}}, `attribute "a": unknown type "integer"`},
+		{"int", Schema{Attrs: []Attr{{Name: "a", Type: TypeInt, Default: 3}}}, ""},
+		{"list of int", Schema{Attrs: []Attr{{Name: "a", Type: ListOf(TypeInt), Default: []int{1, 2}}}}, ""},
+		{"fractional int default", Schema{Attrs: []Attr{{Name: "a", Type: TypeInt, Default: 1.5}}}, "1.5 is not a whole number"},
+		{"fractional map(int) default", Schema{Attrs: []Attr{{Name: "a", Type: MapOf(TypeInt), Default: map[string]float64{"x": 0.5}}}}, "not a whole number"},
 		{"empty type", Schema{Attrs: []Attr{{Name: "a"}}}, `unknown type ""`},
 		{"list of list", Schema{Attrs: []Attr{{Name: "a", Type: ListOf(ListOf(TypeString))}}}, `unknown type "list(list(string))"`},
 		{"map of list", Schema{Attrs: []Attr{{Name: "a", Type: MapOf(ListOf(TypeString))}}}, "unknown type"},
@@ -124,7 +128,7 @@ func TestSchemaToProtoErrors(t *testing.T) {
 		{"block name bad", Schema{Blocks: []Block{{Name: "Upstream"}}}, `block name "Upstream"`},
 		{"block clashes with attr", Schema{Attrs: []Attr{{Name: "a", Type: TypeString}}, Blocks: []Block{{Name: "a"}}}, `name "a" declared twice`},
 		{"block declared twice", Schema{Blocks: []Block{{Name: "b"}, {Name: "b", List: true}}}, `name "b" declared twice`},
-		{"error inside block", Schema{Blocks: []Block{{Name: "b", Schema: Schema{Attrs: []Attr{{Name: "x", Type: "int"}}}}}}, `block "b": attribute "x": unknown type "int"`},
+		{"error inside block", Schema{Blocks: []Block{{Name: "b", Schema: Schema{Attrs: []Attr{{Name: "x", Type: "integer"}}}}}}, `block "b": attribute "x": unknown type "integer"`},
 		{"same name in nested block is fine", Schema{Attrs: []Attr{{Name: "a", Type: TypeString}}, Blocks: []Block{{Name: "b", Schema: Schema{Attrs: []Attr{{Name: "a", Type: TypeString}}}}}}, ""},
 	}
 	for _, tt := range tests {
@@ -150,14 +154,53 @@ func TestListOfMapOf(t *testing.T) {
 		{ListOf(TypeDuration), "list(duration)"},
 		{MapOf(TypeNumber), "map(number)"},
 		{MapOf(TypeBool), "map(bool)"},
+		{ListOf(TypeInt), "list(int)"},
 	}
 	for _, tt := range tests {
 		if tt.got != tt.want {
 			t.Errorf("type = %q, want %q", tt.got, tt.want)
 		}
-		if !validType(tt.got) {
-			t.Errorf("validType(%q) = false, want true", tt.got)
+		if _, _, err := ParseType(tt.got); err != nil {
+			t.Errorf("ParseType(%q) = %v, want nil", tt.got, err)
 		}
+	}
+}
+
+func TestParseType(t *testing.T) {
+	tests := []struct {
+		in         Type
+		wantShape  Shape
+		wantScalar Type
+		wantErr    bool
+	}{
+		{in: "string", wantShape: ShapeScalar, wantScalar: TypeString},
+		{in: "number", wantShape: ShapeScalar, wantScalar: TypeNumber},
+		{in: "int", wantShape: ShapeScalar, wantScalar: TypeInt},
+		{in: "bool", wantShape: ShapeScalar, wantScalar: TypeBool},
+		{in: "duration", wantShape: ShapeScalar, wantScalar: TypeDuration},
+		{in: "list(int)", wantShape: ShapeList, wantScalar: TypeInt},
+		{in: "map(duration)", wantShape: ShapeMap, wantScalar: TypeDuration},
+		{in: "", wantErr: true},
+		{in: "integer", wantErr: true},
+		{in: "list(list(int))", wantErr: true},
+		{in: "list(int", wantErr: true},
+		{in: "list()", wantErr: true},
+		{in: "list(int)x", wantErr: true},
+		{in: "set(int)", wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(string(tt.in), func(t *testing.T) {
+			shape, scalar, err := ParseType(tt.in)
+			if tt.wantErr {
+				if err == nil {
+					t.Errorf("ParseType(%q) = %v, %q, nil, want an error", tt.in, shape, scalar)
+				}
+				return
+			}
+			if err != nil || shape != tt.wantShape || scalar != tt.wantScalar {
+				t.Errorf("ParseType(%q) = %v, %q, %v, want %v, %q, nil", tt.in, shape, scalar, err, tt.wantShape, tt.wantScalar)
+			}
+		})
 	}
 }
 

@@ -316,7 +316,7 @@ func TestDescribe(t *testing.T) {
 
 func TestDescribeBadSchema(t *testing.T) {
 	p := pluginWith(okHandler())
-	p.Config = Schema{Attrs: []Attr{{Name: "a", Type: "int"}}}
+	p.Config = Schema{Attrs: []Attr{{Name: "a", Type: "integer"}}}
 	tp := startPlugin(t, p)
 	_, err := tp.client.Describe(t.Context(), &pluginv1.DescribeRequest{})
 	if got := status.Code(err); got != codes.Internal {

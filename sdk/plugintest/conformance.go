@@ -256,6 +256,8 @@ func (c *conformance) configs(t *testing.T, m *pluginv1.DescribeResponse) {
 			violations["wrong type for "+a.GetName()] = withAttr(c.config, a.GetName(), `["not", "a", "`+a.GetType()+`"]`)
 		case "duration":
 			violations["bad duration for "+a.GetName()] = withAttr(c.config, a.GetName(), `"not-a-duration"`)
+		case "int":
+			violations["fraction for "+a.GetName()] = withAttr(c.config, a.GetName(), `1.5`)
 		}
 		if a.GetRequired() {
 			violations["missing required "+a.GetName()] = withoutAttr(c.config, a.GetName())
