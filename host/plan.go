@@ -19,6 +19,7 @@ import (
 	"github.com/plughost/plughost/host/config"
 	"github.com/plughost/plughost/host/supervisor"
 	pluginv1 "github.com/plughost/plughost/proto/pluginv1"
+	"github.com/plughost/plughost/sdk"
 )
 
 // diagError carries config diagnostics up to where they are printed.
@@ -154,7 +155,7 @@ func configErrDiag(p config.Plugin, err error) hcl.Diagnostics {
 		return de.diags
 	}
 	subject := p.ConfigRange
-	var ce *supervisor.ConfigError
+	var ce *sdk.ConfigError
 	if errors.As(err, &ce) && ce.Attribute != "" {
 		if b, ok := p.Config.(*hclsyntax.Body); ok {
 			if a, ok := b.Attributes[ce.Attribute]; ok {

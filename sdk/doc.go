@@ -6,20 +6,28 @@
 //
 //	func main() {
 //		h := &hello{}
+//		mux := sdk.NewMux()
+//		mux.HandleFunc("GET /{$}", h.greet)
+//		mux.HandleFunc("GET /events", h.events, sdk.Streaming())
 //		if err := sdk.Serve(sdk.Plugin{
 //			Name:    "hello",
 //			Version: "0.1.0",
-//			Routes:  []sdk.Route{{Method: "GET", Pattern: "/{$}"}},
+//			Routes:  mux,
 //			Config: sdk.Schema{Attrs: []sdk.Attr{
 //				{Name: "greeting", Type: sdk.TypeString, Default: "hello"},
 //			}},
-//			Handler:   h,
 //			Configure: h.configure,
 //		}); err != nil {
 //			fmt.Fprintln(os.Stderr, err)
 //			os.Exit(1)
 //		}
 //	}
+//
+// A route is declared once, where its handler is registered on the Mux,
+// with net/http ServeMux patterns relative to the plugin's mount point.
+// Describe reports the Mux's routes to the host, which forwards only
+// requests that match one of them, matching them with the same route.Table
+// the Mux dispatches with. Streaming and Timeout set a route's options.
 //
 // The lifecycle of one plugin process, in order:
 //
@@ -30,10 +38,10 @@
 //     config, a logger, a prometheus.Registerer, the data directory and a
 //     Host to call other plugins. A returned error is shown to the operator
 //     as a config diagnostic.
-//  3. Serve: Handler serves requests. Paths are relative to the plugin's
+//  3. Serve: the Mux serves requests. Paths are relative to the plugin's
 //     mount point: a plugin mounted at /hello sees GET /hello/sleep as
 //     GET /sleep. Each request's context carries the caller's deadline and
-//     is cancelled when the caller goes away. A panic in Handler becomes a
+//     is cancelled when the caller goes away. A panic in a handler becomes a
 //     500 for that request (or, once a streamed response has been flushed,
 //     cuts it short) and is logged with its stack; the plugin keeps
 //     serving.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"strings"
 	"time"
@@ -22,7 +23,7 @@ func ExampleServe() {
 	}
 	var cfg config // set by Configure, before any request
 
-	mux := http.NewServeMux()
+	mux := sdk.NewMux()
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintln(w, cfg.Greeting)
 	})
@@ -33,26 +34,22 @@ func ExampleServe() {
 		case <-r.Context().Done():
 			// The caller went away or its deadline passed.
 		}
-	})
+	}, sdk.Timeout(10*time.Second))
 
 	err := sdk.Serve(sdk.Plugin{
 		Name:    "hello",
 		Version: "0.1.0",
-		Routes: []sdk.Route{
-			{Method: "GET", Pattern: "/{$}"},
-			{Method: "GET", Pattern: "/sleep", Timeout: 10 * time.Second},
-		},
+		Routes:  mux,
 		Config: sdk.Schema{Attrs: []sdk.Attr{
 			{Name: "greeting", Type: sdk.TypeString, Default: "hello"},
 			{Name: "max_sleep", Type: sdk.TypeDuration, Default: "1s"},
 		}},
-		Handler: mux,
 		Configure: func(ctx context.Context, rt *sdk.Runtime) error {
 			if err := rt.DecodeConfig(&cfg); err != nil {
 				return err
 			}
 			if cfg.MaxSleep.Std() <= 0 {
-				return &sdk.AttrError{Attr: "max_sleep", Err: errors.New("must be positive")}
+				return &sdk.ConfigError{Attribute: "max_sleep", Message: "must be positive"}
 			}
 			rt.Logger.Info("configured", "greeting", cfg.Greeting)
 			return nil
@@ -65,6 +62,35 @@ func ExampleServe() {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+}
+
+// A Mux declares each route once, where its handler is registered: the
+// host learns the routes from it and forwards only requests that match one,
+// and the SDK serves each with the route's handler. Options mark a route
+// streaming or give it its own deadline.
+func ExampleMux() {
+	mux := sdk.NewMux()
+	mux.HandleFunc("GET /items/{id}", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "item %s\n", r.PathValue("id"))
+	})
+	mux.HandleFunc("POST /items/", func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusCreated)
+	}, sdk.Timeout(30*time.Second))
+	mux.HandleFunc("GET /events", func(w http.ResponseWriter, r *http.Request) {
+		// Write and flush events until r.Context() ends.
+	}, sdk.Streaming())
+
+	for _, r := range mux.Routes() {
+		fmt.Printf("%-16s streaming=%t timeout=%v\n", r, r.Streaming, r.Timeout)
+	}
+	rec := httptest.NewRecorder()
+	mux.ServeHTTP(rec, httptest.NewRequest("GET", "/items/42", nil))
+	fmt.Print(rec.Body)
+	// Output:
+	// GET /items/{id}  streaming=false timeout=0s
+	// POST /items/     streaming=false timeout=30s
+	// GET /events      streaming=true timeout=0s
+	// item 42
 }
 
 // DecodeConfig fills a struct whose json tags name the schema's
@@ -83,7 +109,7 @@ func ExampleRuntime_DecodeConfig() {
 	p := sdk.Plugin{
 		Name:    "hello",
 		Version: "0.1.0",
-		Routes:  []sdk.Route{{Method: "GET", Pattern: "/{$}"}},
+		Routes:  sdk.NewMux(),
 		Config: sdk.Schema{
 			Attrs: []sdk.Attr{
 				{Name: "greeting", Type: sdk.TypeString, Default: "hello"},
@@ -96,7 +122,6 @@ func ExampleRuntime_DecodeConfig() {
 				Schema: sdk.Schema{Attrs: []sdk.Attr{{Name: "url", Type: sdk.TypeString, Required: true}}},
 			}},
 		},
-		Handler: http.NotFoundHandler(),
 		Configure: func(ctx context.Context, rt *sdk.Runtime) error {
 			var cfg config
 			if err := rt.DecodeConfig(&cfg); err != nil {
@@ -128,15 +153,14 @@ func ExampleRuntime_DecodeConfig() {
 	// decode config: json: unknown field "colour"
 }
 
-// An AttrError points the host's diagnostic at one attribute of the
+// A ConfigError points the host's diagnostic at one attribute of the
 // operator's config block.
-func ExampleAttrError() {
+func ExampleConfigError() {
 	p := sdk.Plugin{
 		Name:    "hello",
 		Version: "0.1.0",
-		Routes:  []sdk.Route{{Pattern: "/"}},
+		Routes:  sdk.NewMux(),
 		Config:  sdk.Schema{Attrs: []sdk.Attr{{Name: "port", Type: sdk.TypeNumber, Required: true}}},
-		Handler: http.NotFoundHandler(),
 		Configure: func(ctx context.Context, rt *sdk.Runtime) error {
 			var cfg struct {
 				Port int `json:"port"`
@@ -145,15 +169,15 @@ func ExampleAttrError() {
 				return err
 			}
 			if cfg.Port < 1 || cfg.Port > 65535 {
-				return &sdk.AttrError{Attr: "port", Err: fmt.Errorf("%d is not a TCP port", cfg.Port)}
+				return &sdk.ConfigError{Attribute: "port", Message: fmt.Sprintf("%d is not a TCP port", cfg.Port)}
 			}
 			return nil
 		},
 	}
 	err := sdk.ConfigureForExample(p, `{"port":70000}`)
-	var ae *sdk.AttrError
-	if errors.As(err, &ae) {
-		fmt.Printf("attribute %s: %v\n", ae.Attr, ae.Err)
+	var ce *sdk.ConfigError
+	if errors.As(err, &ce) {
+		fmt.Printf("attribute %s: %v\n", ce.Attribute, ce.Message)
 	}
 	// Output:
 	// attribute port: 70000 is not a TCP port

@@ -25,7 +25,7 @@ func ConfigureForExample(p Plugin, configJSON string) error {
 	case resp.GetError() == "":
 		return nil
 	case resp.GetAttribute() != "":
-		return &AttrError{Attr: resp.GetAttribute(), Err: errors.New(resp.GetError())}
+		return &ConfigError{Attribute: resp.GetAttribute(), Message: resp.GetError()}
 	default:
 		return errors.New(resp.GetError())
 	}

@@ -15,22 +15,20 @@ import (
 // Version is the SDK version reported to the host in Describe.
 const Version = "0.1.0"
 
-// Plugin defines a plugin. Name, Version, Routes and Handler are required;
-// the hooks are optional.
+// Plugin defines a plugin. Name, Version and Routes are required; the hooks
+// are optional.
 type Plugin struct {
 	// Name is the plugin's kind, e.g. "hello". Operators may run it under
 	// another instance name.
 	Name string
 	// Version is the plugin's own version, shown by the host.
 	Version string
-	// Routes lists every route Handler serves, relative to the mount point.
-	// The host only forwards requests that match one of them.
-	Routes []Route
+	// Routes declares and serves the plugin's routes, relative to the
+	// mount point. The host forwards only requests that match one of them.
+	Routes *Mux
 	// Config declares the plugin's config block. The host checks the
 	// operator's block against it before Configure is called.
 	Config Schema
-	// Handler serves the routes.
-	Handler http.Handler
 
 	// Configure, if set, is called once before any request with the
 	// decoded config. Returning an error refuses the config; the host shows
@@ -43,23 +41,6 @@ type Plugin struct {
 	// Health, if set, reports readiness; it must answer within the host's
 	// health timeout. Without it the plugin is ready once configured.
 	Health func(ctx context.Context) Health
-}
-
-// Route is one route a plugin serves.
-type Route struct {
-	// Method is an HTTP method such as "GET"; empty matches any method.
-	Method string
-	// Pattern is a net/http ServeMux path pattern relative to the mount
-	// point, starting with "/": "/{$}" is the mount itself, "/items/{id}"
-	// a wildcard segment and "/static/" a subtree.
-	Pattern string
-	// Streaming routes may write their response in chunks with
-	// http.Flusher (long polls, server-sent events). They get no default
-	// deadline; they end when the handler returns or the caller goes away.
-	Streaming bool
-	// Timeout overrides the host's request_timeout for this route; zero
-	// keeps the host's.
-	Timeout time.Duration
 }
 
 // HealthStatus is a plugin's readiness.

@@ -3,6 +3,7 @@ package sdk
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -139,14 +140,25 @@ func TestRuntimeDecodeConfig(t *testing.T) {
 	}
 }
 
-func TestAttrError(t *testing.T) {
-	base := errors.New("must be positive")
-	err := error(&AttrError{Attr: "max_items", Err: base})
-	if got, want := err.Error(), "max_items: must be positive"; got != want {
-		t.Errorf("AttrError.Error() = %q, want %q", got, want)
+func TestConfigError(t *testing.T) {
+	tests := []struct {
+		err  *ConfigError
+		want string
+	}{
+		{&ConfigError{Attribute: "max_items", Message: "must be positive"}, "max_items: must be positive"},
+		{&ConfigError{Message: "no"}, "no"},
+		{&ConfigError{Attribute: "port"}, "port: config refused"},
+		{&ConfigError{}, "config refused"},
 	}
-	if !errors.Is(err, base) {
-		t.Errorf("errors.Is(%v, %v) = false, want true", err, base)
+	for _, tt := range tests {
+		if got := tt.err.Error(); got != tt.want {
+			t.Errorf("%#v.Error() = %q, want %q", tt.err, got, tt.want)
+		}
+	}
+	wrapped := fmt.Errorf("check: %w", &ConfigError{Attribute: "port", Message: "too big"})
+	var ce *ConfigError
+	if !errors.As(wrapped, &ce) || ce.Attribute != "port" {
+		t.Errorf("errors.As(%v, *ConfigError) = %v, want the port error", wrapped, ce)
 	}
 }
 

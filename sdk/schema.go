@@ -3,7 +3,7 @@ package sdk
 import (
 	"encoding/json"
 	"fmt"
-	"net/http"
+	"math"
 	"regexp"
 	"strings"
 	"time"
@@ -18,11 +18,52 @@ type Type string
 const (
 	TypeString Type = "string"
 	TypeNumber Type = "number"
-	TypeBool   Type = "bool"
+	// TypeInt is a whole number; decode it into an int or an int64.
+	TypeInt  Type = "int"
+	TypeBool Type = "bool"
 	// TypeDuration is a string that time.ParseDuration accepts, such as
 	// "250ms"; decode it into a Duration.
 	TypeDuration Type = "duration"
 )
+
+// Shape is how a Type holds its values.
+type Shape int
+
+// Shapes of a Type.
+const (
+	// ShapeScalar is one value of a scalar type.
+	ShapeScalar Shape = iota
+	// ShapeList is list(T): a JSON array of T.
+	ShapeList
+	// ShapeMap is map(T): a JSON object from string to T.
+	ShapeMap
+)
+
+// ParseType parses the type grammar of config attributes, the one parser
+// the SDK and the host share: a scalar type (string, number, int, bool,
+// duration), or list(T) or map(T) of a scalar type T. It returns the shape
+// and the scalar type.
+func ParseType(t Type) (Shape, Type, error) {
+	shape, inner := ShapeScalar, t
+	for _, c := range []struct {
+		prefix string
+		shape  Shape
+	}{{"list(", ShapeList}, {"map(", ShapeMap}} {
+		if rest, ok := strings.CutPrefix(string(t), c.prefix); ok {
+			rest, ok = strings.CutSuffix(rest, ")")
+			if !ok {
+				return 0, "", fmt.Errorf("unknown type %q", t)
+			}
+			shape, inner = c.shape, Type(rest)
+			break
+		}
+	}
+	switch inner {
+	case TypeString, TypeNumber, TypeInt, TypeBool, TypeDuration:
+		return shape, inner, nil
+	}
+	return 0, "", fmt.Errorf("unknown type %q", t)
+}
 
 // ListOf returns the type of a list of t, a scalar type.
 func ListOf(t Type) Type { return "list(" + t + ")" }
@@ -62,9 +103,6 @@ type Block struct {
 
 var nameRE = regexp.MustCompile(`^[a-z][a-z0-9_]*$`)
 
-// methodRE matches an RFC 9110 token, which is what an HTTP method is.
-var methodRE = regexp.MustCompile("^[!#$%&'*+\\-.^_`|~0-9A-Za-z]+$")
-
 func (s Schema) toProto() (*pluginv1.Schema, error) {
 	out := &pluginv1.Schema{}
 	seen := map[string]bool{}
@@ -76,8 +114,8 @@ func (s Schema) toProto() (*pluginv1.Schema, error) {
 			return nil, fmt.Errorf("attribute %q declared twice", a.Name)
 		}
 		seen[a.Name] = true
-		if !validType(a.Type) {
-			return nil, fmt.Errorf("attribute %q: unknown type %q", a.Name, a.Type)
+		if _, _, err := ParseType(a.Type); err != nil {
+			return nil, fmt.Errorf("attribute %q: %w", a.Name, err)
 		}
 		pa := &pluginv1.Attribute{Name: a.Name, Type: string(a.Type), Required: a.Required, Description: a.Description}
 		if a.Default != nil {
@@ -128,6 +166,37 @@ func checkDefault(t Type, b []byte) error {
 }
 
 func checkValue(t Type, v any) error {
+	shape, scalar, err := ParseType(t)
+	if err != nil {
+		return err
+	}
+	switch shape {
+	case ShapeList:
+		if list, ok := v.([]any); ok {
+			for _, e := range list {
+				if err := checkScalar(scalar, e); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+	case ShapeMap:
+		if m, ok := v.(map[string]any); ok {
+			for _, e := range m {
+				if err := checkScalar(scalar, e); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+	default:
+		return checkScalar(scalar, v)
+	}
+	return fmt.Errorf("does not match type %s", t)
+}
+
+// checkScalar checks a decoded JSON value against a scalar type.
+func checkScalar(t Type, v any) error {
 	switch t {
 	case TypeString:
 		if _, ok := v.(string); ok {
@@ -135,6 +204,13 @@ func checkValue(t Type, v any) error {
 		}
 	case TypeNumber:
 		if _, ok := v.(float64); ok {
+			return nil
+		}
+	case TypeInt:
+		if f, ok := v.(float64); ok {
+			if f != math.Trunc(f) {
+				return fmt.Errorf("%v is not a whole number", f)
+			}
 			return nil
 		}
 	case TypeBool:
@@ -148,47 +224,8 @@ func checkValue(t Type, v any) error {
 			}
 			return nil
 		}
-	default:
-		if inner, ok := strings.CutPrefix(string(t), "list("); ok {
-			list, ok := v.([]any)
-			if !ok {
-				break
-			}
-			for _, e := range list {
-				if err := checkValue(Type(strings.TrimSuffix(inner, ")")), e); err != nil {
-					return err
-				}
-			}
-			return nil
-		}
-		if inner, ok := strings.CutPrefix(string(t), "map("); ok {
-			m, ok := v.(map[string]any)
-			if !ok {
-				break
-			}
-			for _, e := range m {
-				if err := checkValue(Type(strings.TrimSuffix(inner, ")")), e); err != nil {
-					return err
-				}
-			}
-			return nil
-		}
 	}
 	return fmt.Errorf("does not match type %s", t)
-}
-
-func validType(t Type) bool {
-	switch t {
-	case TypeString, TypeNumber, TypeBool, TypeDuration:
-		return true
-	}
-	for _, pre := range []string{"list(", "map("} {
-		if inner, ok := strings.CutPrefix(string(t), pre); ok {
-			inner, ok = strings.CutSuffix(inner, ")")
-			return ok && validType(Type(inner)) && !strings.Contains(inner, "(")
-		}
-	}
-	return false
 }
 
 func (p *Plugin) validate() error {
@@ -198,47 +235,14 @@ func (p *Plugin) validate() error {
 	if p.Version == "" {
 		return fmt.Errorf("plugin %q: version is empty", p.Name)
 	}
-	if p.Handler == nil {
-		return fmt.Errorf("plugin %q: handler is nil", p.Name)
-	}
-	if len(p.Routes) == 0 {
+	if p.Routes == nil {
 		return fmt.Errorf("plugin %q: no routes", p.Name)
 	}
-	mux := http.NewServeMux()
-	for _, r := range p.Routes {
-		if err := registerRoute(mux, r); err != nil {
-			return fmt.Errorf("plugin %q: %w", p.Name, err)
-		}
+	if err := p.Routes.err(); err != nil {
+		return fmt.Errorf("plugin %q: %w", p.Name, err)
 	}
 	if _, err := p.Config.toProto(); err != nil {
 		return fmt.Errorf("plugin %q config schema: %w", p.Name, err)
 	}
-	return nil
-}
-
-// registerRoute checks a route the way the host will: ServeMux panics on a
-// bad or conflicting pattern, and that panic becomes an error here.
-func registerRoute(mux *http.ServeMux, r Route) (err error) {
-	if !strings.HasPrefix(r.Pattern, "/") {
-		return fmt.Errorf("route %q: pattern must start with /", r.Pattern)
-	}
-	if r.Timeout < 0 {
-		return fmt.Errorf("route %q: negative timeout", r.Pattern)
-	}
-	// ServeMux reads "GE T /x" as method GE and host "T ": a route that
-	// never matches rather than an error.
-	if r.Method != "" && !methodRE.MatchString(r.Method) {
-		return fmt.Errorf("route %q: method %q is not an HTTP token", r.Pattern, r.Method)
-	}
-	pat := r.Pattern
-	if r.Method != "" {
-		pat = r.Method + " " + pat
-	}
-	defer func() {
-		if v := recover(); v != nil {
-			err = fmt.Errorf("route %q: %v", pat, v)
-		}
-	}()
-	mux.Handle(pat, http.NotFoundHandler())
 	return nil
 }

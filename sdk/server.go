@@ -70,14 +70,7 @@ func (s *server) Describe(context.Context, *pluginv1.DescribeRequest) (*pluginv1
 		Version:      s.p.Version,
 		ConfigSchema: schema,
 		SdkVersion:   Version,
-	}
-	for _, r := range s.p.Routes {
-		resp.Routes = append(resp.Routes, &pluginv1.Route{
-			Method:    r.Method,
-			Pattern:   r.Pattern,
-			Streaming: r.Streaming,
-			TimeoutMs: r.Timeout.Milliseconds(),
-		})
+		Routes:       wire.RoutesToProto(s.p.Routes.Routes()),
 	}
 	return resp, nil
 }
@@ -111,9 +104,9 @@ func (s *server) Configure(ctx context.Context, req *pluginv1.ConfigureRequest) 
 	}
 	if s.p.Configure != nil {
 		if err := s.hook("configure", func() error { return s.p.Configure(ctx, rt) }); err != nil {
-			var ae *AttrError
-			if errors.As(err, &ae) {
-				return &pluginv1.ConfigureResponse{Error: ae.Err.Error(), Attribute: ae.Attr}, nil
+			var ce *ConfigError
+			if errors.As(err, &ce) {
+				return &pluginv1.ConfigureResponse{Error: ce.message(), Attribute: ce.Attribute}, nil
 			}
 			return &pluginv1.ConfigureResponse{Error: err.Error()}, nil
 		}
@@ -149,19 +142,6 @@ func (s *server) SetFaults(_ context.Context, req *pluginv1.SetFaultsRequest) (*
 	}
 	return resp, nil
 }
-
-// AttrError is an error from a Configure hook about one config attribute;
-// the host points its diagnostic at that attribute.
-type AttrError struct {
-	Attr string
-	Err  error
-}
-
-// Error returns the attribute and the message.
-func (e *AttrError) Error() string { return fmt.Sprintf("%s: %v", e.Attr, e.Err) }
-
-// Unwrap returns the underlying error.
-func (e *AttrError) Unwrap() error { return e.Err }
 
 func (s *server) Health(ctx context.Context, _ *pluginv1.HealthRequest) (*pluginv1.HealthResponse, error) {
 	h := Health{Status: StatusReady}
@@ -223,11 +203,11 @@ func (s *server) Drain(ctx context.Context, req *pluginv1.DrainRequest) (*plugin
 // counted in flight; once a drain has begun it answers 503 instead.
 func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !s.inflight.acquire() {
-		writeError(w, http.StatusServiceUnavailable, "draining", "plugin is draining; retry on another instance or later")
+		WriteError(w, http.StatusServiceUnavailable, "draining", "plugin is draining; retry on another instance or later")
 		return
 	}
 	defer s.inflight.release()
-	s.p.Handler.ServeHTTP(w, r)
+	s.p.Routes.ServeHTTP(w, r)
 }
 
 // serveData serves each data-plane connection in conns until the host
@@ -235,7 +215,7 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // process exits without waiting for them: a connection ends when the host
 // is gone.
 func (s *server) serveData(conns []*wire.Conn) {
-	opts := dataplane.Options{Handler: s, Error: writeError, Logger: s.logger}
+	opts := dataplane.Options{Handler: s, Error: WriteError, Logger: s.logger}
 	for _, c := range conns {
 		s.dataWG.Go(func() {
 			defer c.Close()
@@ -246,16 +226,6 @@ func (s *server) serveData(conns []*wire.Conn) {
 	}
 }
 
-// writeError writes the platform's JSON error shape.
-func writeError(w http.ResponseWriter, code int, errCode, msg string) {
-	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	if code == http.StatusServiceUnavailable || code == http.StatusTooManyRequests {
-		h.Set("Retry-After", "1")
-	}
-	w.WriteHeader(code)
-	fmt.Fprintf(w, `{"error":{"code":%q,"message":%q}}`+"\n", errCode, msg)
-}
 
 // inflight counts requests being served and refuses new ones once a drain
 // has begun.

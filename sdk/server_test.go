@@ -287,12 +287,12 @@ func okHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
 }
 
+// pluginWith returns a plugin that serves every path with h.
 func pluginWith(h http.Handler) Plugin {
 	return Plugin{
 		Name:    "test",
 		Version: "1.2.3",
-		Routes:  []Route{{Pattern: "/"}},
-		Handler: h,
+		Routes:  muxWith(func(m *Mux) { m.Handle("/", h) }),
 	}
 }
 
@@ -300,11 +300,11 @@ func TestDescribe(t *testing.T) {
 	p := Plugin{
 		Name:    "hello",
 		Version: "0.3.0",
-		Routes: []Route{
-			{Method: "GET", Pattern: "/{$}"},
-			{Method: "POST", Pattern: "/items/{id}", Timeout: 1500 * time.Millisecond},
-			{Pattern: "/events", Streaming: true},
-		},
+		Routes: muxWith(func(m *Mux) {
+			m.Handle("GET /{$}", http.NotFoundHandler())
+			m.Handle("POST /items/{id}", http.NotFoundHandler(), Timeout(1500*time.Millisecond))
+			m.Handle("/events", http.NotFoundHandler(), Streaming())
+		}),
 		Config: Schema{
 			Attrs: []Attr{
 				{Name: "greeting", Type: TypeString, Default: "hello", Description: "what to say"},
@@ -325,7 +325,6 @@ func TestDescribe(t *testing.T) {
 				}},
 			},
 		},
-		Handler: http.NotFoundHandler(),
 	}
 	tp := startPlugin(t, p)
 	got, err := tp.client.Describe(t.Context(), &pluginv1.DescribeRequest{})
@@ -369,7 +368,7 @@ func TestDescribe(t *testing.T) {
 
 func TestDescribeBadSchema(t *testing.T) {
 	p := pluginWith(okHandler())
-	p.Config = Schema{Attrs: []Attr{{Name: "a", Type: "int"}}}
+	p.Config = Schema{Attrs: []Attr{{Name: "a", Type: "integer"}}}
 	tp := startPlugin(t, p)
 	_, err := tp.client.Describe(t.Context(), &pluginv1.DescribeRequest{})
 	if got := status.Code(err); got != codes.Internal {
@@ -435,8 +434,10 @@ func TestConfigure(t *testing.T) {
 			wantError: "database unreachable",
 		},
 		{
-			name:      "attribute error",
-			hook:      func(context.Context, *Runtime) error { return &AttrError{Attr: "greeting", Err: errRejected} },
+			name: "attribute error",
+			hook: func(context.Context, *Runtime) error {
+				return &ConfigError{Attribute: "greeting", Message: errRejected.Error()}
+			},
 			config:    `{}`,
 			wantError: "must not be empty",
 			wantAttr:  "greeting",
@@ -444,7 +445,7 @@ func TestConfigure(t *testing.T) {
 		{
 			name: "wrapped attribute error",
 			hook: func(context.Context, *Runtime) error {
-				return fmt.Errorf("check greeting: %w", &AttrError{Attr: "greeting", Err: errRejected})
+				return fmt.Errorf("check greeting: %w", &ConfigError{Attribute: "greeting", Message: errRejected.Error()})
 			},
 			config:    `{}`,
 			wantError: "must not be empty",
@@ -955,7 +956,7 @@ func TestHandleStreamFlush(t *testing.T) {
 		io.WriteString(w, "third\n")
 	})
 	p := pluginWith(h)
-	p.Routes = []Route{{Pattern: "/events", Streaming: true}}
+	p.Routes = muxWith(func(m *Mux) { m.Handle("/events", h, Streaming()) })
 	tp := startPlugin(t, p)
 
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
@@ -1043,7 +1044,11 @@ func TestHandleStreamPieces(t *testing.T) {
 				tt.write(w, data)
 			})
 			p := pluginWith(h)
-			p.Routes = []Route{{Pattern: "/", Streaming: tt.streaming}}
+			opts := []RouteOption{}
+			if tt.streaming {
+				opts = append(opts, Streaming())
+			}
+			p.Routes = muxWith(func(m *Mux) { m.Handle("/", h, opts...) })
 			tp := startPlugin(t, p)
 			resp, pieces, err := tp.handleStream(t.Context(), &dataplane.Request{Method: "GET", Path: "/", Streaming: tt.streaming})
 			if err != nil {
@@ -1086,7 +1091,7 @@ func TestHandleStreamCallerGone(t *testing.T) {
 		writeErr <- nil
 	})
 	p := pluginWith(h)
-	p.Routes = []Route{{Pattern: "/", Streaming: true}}
+	p.Routes = muxWith(func(m *Mux) { m.Handle("/", h, Streaming()) })
 	tp := startPlugin(t, p)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
@@ -1160,7 +1165,7 @@ func TestHandleStreamPanic(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			p := pluginWith(tt.handler)
-			p.Routes = []Route{{Pattern: "/", Streaming: true}}
+			p.Routes = muxWith(func(m *Mux) { m.Handle("/", tt.handler, Streaming()) })
 			tp := startPlugin(t, p)
 			resp, pieces, err := tp.handleStream(t.Context(), &dataplane.Request{Method: "GET", Path: "/", Streaming: true})
 			if resp == nil {
@@ -1200,7 +1205,11 @@ func TestDrainWaitsForInFlight(t *testing.T) {
 	})
 	mux.Handle("/fast", okHandler())
 	p := pluginWith(mux)
-	p.Routes = []Route{{Pattern: "/slow"}, {Pattern: "/fast"}, {Pattern: "/events", Streaming: true}}
+	p.Routes = muxWith(func(m *Mux) {
+		m.Handle("/slow", mux)
+		m.Handle("/fast", mux)
+		m.Handle("/events", mux, Streaming())
+	})
 	p.Health = func(context.Context) Health { return Health{Status: StatusReady} }
 	p.Drain = func(ctx context.Context) error {
 		dl, _ := ctx.Deadline()

@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/plughost/plughost/host/supervisor"
+	"github.com/plughost/plughost/sdk"
 )
 
 // Plugins is what the admin API needs from the host's plugin set.
@@ -81,14 +82,14 @@ func New(g prometheus.Gatherer, plugins Plugins, opts Options) http.Handler {
 	api.HandleFunc("POST /v1/plugins/{name}/restart", func(w http.ResponseWriter, r *http.Request) {
 		name := r.PathValue("name")
 		if !plugins.Restart(name) {
-			writeError(w, http.StatusNotFound, "not_found", "no plugin named "+strconv.Quote(name))
+			sdk.WriteError(w, http.StatusNotFound, "not_found", "no plugin named "+strconv.Quote(name))
 			return
 		}
 		writeJSON(w, http.StatusAccepted, map[string]string{"status": "restarting", "plugin": name})
 	})
 	faults := func(w http.ResponseWriter, r *http.Request, list []Fault) {
 		if !opts.Faults {
-			writeError(w, http.StatusForbidden, "faults_disabled", "fault injection is off; enable it with debug { faults = true } in the host config")
+			sdk.WriteError(w, http.StatusForbidden, "faults_disabled", "fault injection is off; enable it with debug { faults = true } in the host config")
 			return
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
@@ -97,16 +98,16 @@ func New(g prometheus.Gatherer, plugins Plugins, opts Options) http.Handler {
 		set, err := plugins.SetFaults(ctx, name, list)
 		switch {
 		case errors.Is(err, ErrNoPlugin):
-			writeError(w, http.StatusNotFound, "not_found", "no plugin named "+strconv.Quote(name))
+			sdk.WriteError(w, http.StatusNotFound, "not_found", "no plugin named "+strconv.Quote(name))
 			return
 		case errors.Is(err, ErrNoFaultPoints):
-			writeError(w, http.StatusNotImplemented, "no_fault_points", fmt.Sprintf("plugin %q was built without fault points (its SDK predates them)", name))
+			sdk.WriteError(w, http.StatusNotImplemented, "no_fault_points", fmt.Sprintf("plugin %q was built without fault points (its SDK predates them)", name))
 			return
 		case errors.Is(err, ErrNotReady):
-			writeError(w, http.StatusServiceUnavailable, "plugin_unavailable", fmt.Sprintf("plugin %q is not ready", name))
+			sdk.WriteError(w, http.StatusServiceUnavailable, "plugin_unavailable", fmt.Sprintf("plugin %q is not ready", name))
 			return
 		case err != nil:
-			writeError(w, http.StatusBadGateway, "plugin_error", err.Error())
+			sdk.WriteError(w, http.StatusBadGateway, "plugin_error", err.Error())
 			return
 		}
 		out := make([]faultJSON, 0, len(set))
@@ -130,25 +131,25 @@ func New(g prometheus.Gatherer, plugins Plugins, opts Options) http.Handler {
 		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&body); err != nil {
-			writeError(w, http.StatusBadRequest, "bad_request", "body must be {\"faults\":[{\"point\":...,\"delay\":\"2s\",\"error\":...}]}: "+err.Error())
+			sdk.WriteError(w, http.StatusBadRequest, "bad_request", "body must be {\"faults\":[{\"point\":...,\"delay\":\"2s\",\"error\":...}]}: "+err.Error())
 			return
 		}
 		list := make([]Fault, 0, len(body.Faults))
 		for _, f := range body.Faults {
 			if f.Point == "" {
-				writeError(w, http.StatusBadRequest, "bad_request", "every fault needs a point")
+				sdk.WriteError(w, http.StatusBadRequest, "bad_request", "every fault needs a point")
 				return
 			}
 			var d time.Duration
 			if f.Delay != "" {
 				var err error
 				if d, err = time.ParseDuration(f.Delay); err != nil || d < time.Millisecond {
-					writeError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("fault %q: delay must be a duration of at least 1ms, such as \"2s\"", f.Point))
+					sdk.WriteError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("fault %q: delay must be a duration of at least 1ms, such as \"2s\"", f.Point))
 					return
 				}
 			}
 			if d == 0 && f.Error == "" {
-				writeError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("fault %q: set a delay, an error or both", f.Point))
+				sdk.WriteError(w, http.StatusBadRequest, "bad_request", fmt.Sprintf("fault %q: set a delay, an error or both", f.Point))
 				return
 			}
 			list = append(list, Fault{Point: f.Point, Delay: d, Error: f.Error})
@@ -160,7 +161,7 @@ func New(g prometheus.Gatherer, plugins Plugins, opts Options) http.Handler {
 	})
 	mux.Handle("/v1/", auth(token, api))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusNotFound, "not_found", "no admin endpoint at "+r.URL.Path)
+		sdk.WriteError(w, http.StatusNotFound, "not_found", "no admin endpoint at "+r.URL.Path)
 	})
 	return mux
 }
@@ -174,7 +175,7 @@ func auth(token string, next http.Handler) http.Handler {
 		got := []byte(r.Header.Get("Authorization"))
 		if subtle.ConstantTimeCompare(got, want) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="plughost admin"`)
-			writeError(w, http.StatusUnauthorized, "unauthorized", "admin API requests need Authorization: Bearer <token>")
+			sdk.WriteError(w, http.StatusUnauthorized, "unauthorized", "admin API requests need Authorization: Bearer <token>")
 			return
 		}
 		notFoundJSON(next).ServeHTTP(w, r)
@@ -187,18 +188,14 @@ func notFoundJSON(mux http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if _, pat := m.Handler(r); pat == "" {
 			if strings.HasSuffix(r.URL.Path, "/restart") || strings.HasSuffix(r.URL.Path, "/faults") || r.URL.Path == "/v1/plugins" {
-				writeError(w, http.StatusMethodNotAllowed, "method_not_allowed", r.Method+" is not allowed here")
+				sdk.WriteError(w, http.StatusMethodNotAllowed, "method_not_allowed", r.Method+" is not allowed here")
 				return
 			}
-			writeError(w, http.StatusNotFound, "not_found", "no admin endpoint at "+r.URL.Path)
+			sdk.WriteError(w, http.StatusNotFound, "not_found", "no admin endpoint at "+r.URL.Path)
 			return
 		}
 		m.ServeHTTP(w, r)
 	})
-}
-
-func writeError(w http.ResponseWriter, code int, errCode, msg string) {
-	writeJSON(w, code, map[string]any{"error": map[string]string{"code": errCode, "message": msg}})
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

@@ -29,6 +29,7 @@ import (
 
 	"github.com/plughost/plughost/host/dataplane"
 	pluginv1 "github.com/plughost/plughost/proto/pluginv1"
+	"github.com/plughost/plughost/sdk"
 	"github.com/plughost/plughost/sdk/wire"
 )
 
@@ -39,21 +40,6 @@ var DefaultEnv = []string{"PATH", "HOME", "TMPDIR", "TZ", "LANG", "LC_ALL", "GOD
 
 // ErrChecksum is returned when a binary does not match its sha256 pin.
 var ErrChecksum = errors.New("checksum mismatch")
-
-// ConfigError is a plugin's refusal of its config in Configure.
-type ConfigError struct {
-	// Attribute names the attribute the plugin blamed, or is empty.
-	Attribute string
-	Message   string
-}
-
-// Error returns the plugin's message.
-func (e *ConfigError) Error() string {
-	if e.Attribute != "" {
-		return fmt.Sprintf("plugin rejected config: %s: %s", e.Attribute, e.Message)
-	}
-	return "plugin rejected config: " + e.Message
-}
 
 // Options configure Launch.
 type Options struct {
@@ -293,7 +279,8 @@ func (i *Instance) Pid() int { return i.pid }
 // Exited is closed when the plugin process exits.
 func (i *Instance) Exited() <-chan struct{} { return i.rpc.Exited.Done() }
 
-// Configure sends the decoded config. A plugin's refusal is a *ConfigError.
+// Configure sends the decoded config. A plugin's refusal wraps an
+// *sdk.ConfigError: "plugin rejected config: ATTRIBUTE: MESSAGE".
 func (i *Instance) Configure(ctx context.Context, instance string, configJSON []byte, dataDir string, limits *pluginv1.Limits) error {
 	resp, err := i.rpc.Configure(ctx, &pluginv1.ConfigureRequest{
 		ConfigJson:   configJSON,
@@ -306,7 +293,7 @@ func (i *Instance) Configure(ctx context.Context, instance string, configJSON []
 		return fmt.Errorf("configure: %w", err)
 	}
 	if resp.GetError() != "" {
-		return &ConfigError{Attribute: resp.GetAttribute(), Message: resp.GetError()}
+		return fmt.Errorf("plugin rejected config: %w", &sdk.ConfigError{Attribute: resp.GetAttribute(), Message: resp.GetError()})
 	}
 	return nil
 }

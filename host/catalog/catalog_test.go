@@ -29,6 +29,7 @@ import (
 	"github.com/plughost/plughost/host/dataplane"
 	"github.com/plughost/plughost/host/internal/testbin"
 	pluginv1 "github.com/plughost/plughost/proto/pluginv1"
+	"github.com/plughost/plughost/sdk"
 	"github.com/plughost/plughost/sdk/wire"
 )
 
@@ -399,9 +400,11 @@ func TestConfigure(t *testing.T) {
 		config   string
 		wantAttr string // "" with wantErr false: success
 		wantErr  bool
+		wantMsg  string // the whole message, if given
 	}{
 		{name: "valid", config: `{"greeting":"hi"}`},
-		{name: "empty greeting", config: `{"greeting":""}`, wantAttr: "greeting", wantErr: true},
+		{name: "empty greeting", config: `{"greeting":""}`, wantAttr: "greeting", wantErr: true,
+			wantMsg: "plugin rejected config: greeting: must not be empty"},
 		{name: "unknown field", config: `{"colour":"blue"}`, wantErr: true},
 	}
 	for _, tt := range tests {
@@ -414,15 +417,18 @@ func TestConfigure(t *testing.T) {
 				}
 				return
 			}
-			var ce *catalog.ConfigError
+			var ce *sdk.ConfigError
 			if !errors.As(err, &ce) {
-				t.Fatalf("Configure(%s) = %v (%T), want *ConfigError", tt.config, err, err)
+				t.Fatalf("Configure(%s) = %v (%T), want an *sdk.ConfigError", tt.config, err, err)
 			}
 			if ce.Attribute != tt.wantAttr {
 				t.Errorf("Configure(%s) Attribute = %q, want %q", tt.config, ce.Attribute, tt.wantAttr)
 			}
-			if ce.Message == "" || !strings.Contains(ce.Error(), "plugin rejected config") {
-				t.Errorf("Configure(%s) = %q, want a message under %q", tt.config, ce.Error(), "plugin rejected config")
+			if ce.Message == "" || !strings.HasPrefix(err.Error(), "plugin rejected config: ") {
+				t.Errorf("Configure(%s) = %q, want a message under %q", tt.config, err, "plugin rejected config")
+			}
+			if tt.wantMsg != "" && err.Error() != tt.wantMsg {
+				t.Errorf("Configure(%s) = %q, want %q", tt.config, err, tt.wantMsg)
 			}
 		})
 	}
@@ -434,26 +440,11 @@ func TestConfigure(t *testing.T) {
 			t.Fatalf("first Configure() = %v, want nil", err)
 		}
 		err := inst.Configure(t.Context(), "hello", cfg, t.TempDir(), nil)
-		var ce *catalog.ConfigError
+		var ce *sdk.ConfigError
 		if err == nil || errors.As(err, &ce) {
-			t.Errorf("second Configure() = %v, want a transport error that is not a *ConfigError", err)
+			t.Errorf("second Configure() = %v, want a transport error that is not an *sdk.ConfigError", err)
 		}
 	})
-}
-
-func TestConfigErrorMessage(t *testing.T) {
-	tests := []struct {
-		err  *catalog.ConfigError
-		want string
-	}{
-		{&catalog.ConfigError{Attribute: "greeting", Message: "must not be empty"}, "plugin rejected config: greeting: must not be empty"},
-		{&catalog.ConfigError{Message: "no"}, "plugin rejected config: no"},
-	}
-	for _, tt := range tests {
-		if got := tt.err.Error(); got != tt.want {
-			t.Errorf("%#v.Error() = %q, want %q", tt.err, got, tt.want)
-		}
-	}
 }
 
 func TestEnvironmentAllowlist(t *testing.T) {

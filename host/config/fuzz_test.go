@@ -132,6 +132,8 @@ func FuzzDecodePluginConfig(f *testing.F) {
 		"colour = \"blue\"\n",
 		"greeting = var.x\n",
 		"greeting = null\nbackoffs = [null, \"1s\"]\n",
+		"greeting = \"hi\"\nstart = 1.5\ncounts = { a = 2, b = 0.5 }\n",
+		"greeting = \"hi\"\nstart = -7\ncounts = { a = 1e300 }\n",
 	} {
 		f.Add([]byte(seed))
 	}

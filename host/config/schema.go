@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/hashicorp/hcl/v2"
@@ -14,6 +13,7 @@ import (
 	ctyjson "github.com/zclconf/go-cty/cty/json"
 
 	"github.com/plughost/plughost/proto/pluginv1"
+	"github.com/plughost/plughost/sdk"
 )
 
 // ErrInvalidSchema is wrapped by every error CheckSchema returns.
@@ -147,15 +147,16 @@ func checkName(name string, taken hcldec.ObjectSpec) error {
 	return nil
 }
 
-// attrSpec builds the spec of one attribute: its type, its default and, for
-// durations, a check of the operator's value.
+// attrSpec builds the spec of one attribute: its type, its default and,
+// for durations and ints, a check of the operator's value.
 func attrSpec(a *pluginv1.Attribute) (hcldec.Spec, error) {
-	ty, isDuration, err := parseType(a.GetType())
+	ty, scalar, err := parseType(a.GetType())
 	if err != nil {
 		return nil, err
 	}
 	as := &hcldec.AttrSpec{Name: a.GetName(), Type: ty, Required: a.GetRequired()}
 	var spec hcldec.Spec = as
+	check := valueCheck(scalar)
 
 	if dj := a.GetDefaultJson(); dj != "" {
 		if a.GetRequired() {
@@ -165,26 +166,25 @@ func attrSpec(a *pluginv1.Attribute) (hcldec.Spec, error) {
 		if err != nil {
 			return nil, fmt.Errorf("default_json %q: %w", dj, err)
 		}
-		if isDuration {
-			if err := checkDurations(v); err != nil {
+		if check != nil {
+			if err := check.fn(v); err != nil {
 				return nil, fmt.Errorf("default_json %q: %w", dj, err)
 			}
 		}
 		spec = &hcldec.DefaultSpec{Primary: as, Default: &hcldec.LiteralSpec{Value: v}}
 	}
 
-	if isDuration {
+	if check != nil {
 		name := a.GetName()
 		spec = &hcldec.ValidateSpec{
 			Wrapped: spec,
 			// The subject defaults to the attribute's expression.
 			Func: func(v cty.Value) hcl.Diagnostics {
-				if err := checkDurations(v); err != nil {
+				if err := check.fn(v); err != nil {
 					return hcl.Diagnostics{{
 						Severity: hcl.DiagError,
-						Summary:  "Invalid duration",
-						Detail: fmt.Sprintf("%s must be a duration such as \"500ms\", \"5s\" or \"1m\"; %s.",
-							name, err),
+						Summary:  check.summary,
+						Detail:   fmt.Sprintf("%s must be %s; %s.", name, check.want, err),
 					}}
 				}
 				return nil
@@ -194,47 +194,73 @@ func attrSpec(a *pluginv1.Attribute) (hcldec.Spec, error) {
 	return spec, nil
 }
 
-// parseType parses a schema type string and reports whether its values are
-// (or its elements are) durations.
-func parseType(s string) (ty cty.Type, isDuration bool, err error) {
-	for _, c := range []struct {
-		prefix string
-		wrap   func(cty.Type) cty.Type
-	}{
-		{"list(", cty.List},
-		{"map(", cty.Map},
-	} {
-		inner, ok := strings.CutPrefix(s, c.prefix)
-		if !ok {
-			continue
-		}
-		inner, ok = strings.CutSuffix(inner, ")")
-		if !ok {
-			break
-		}
-		if et, isDuration, ok := scalarType(inner); ok {
-			return c.wrap(et), isDuration, nil
-		}
-		break
+// parseType parses a schema type string with the SDK's grammar and returns
+// its cty type and its scalar type.
+func parseType(s string) (cty.Type, sdk.Type, error) {
+	shape, scalar, err := sdk.ParseType(sdk.Type(s))
+	if err != nil {
+		return cty.NilType, "", err
 	}
-	if ty, isDuration, ok := scalarType(s); ok {
-		return ty, isDuration, nil
+	var ty cty.Type
+	switch scalar {
+	case sdk.TypeString, sdk.TypeDuration:
+		ty = cty.String
+	case sdk.TypeNumber, sdk.TypeInt:
+		ty = cty.Number
+	case sdk.TypeBool:
+		ty = cty.Bool
+	default:
+		return cty.NilType, "", fmt.Errorf("unknown type %q", s)
 	}
-	return cty.NilType, false, fmt.Errorf("unknown type %q", s)
+	switch shape {
+	case sdk.ShapeList:
+		ty = cty.List(ty)
+	case sdk.ShapeMap:
+		ty = cty.Map(ty)
+	}
+	return ty, scalar, nil
 }
 
-func scalarType(s string) (ty cty.Type, isDuration bool, ok bool) {
-	switch s {
-	case "string":
-		return cty.String, false, true
-	case "number":
-		return cty.Number, false, true
-	case "bool":
-		return cty.Bool, false, true
-	case "duration":
-		return cty.String, true, true
+// check is a check of values beyond their cty type.
+type check struct {
+	fn      func(cty.Value) error
+	summary string // of the diagnostic
+	want    string // what the value must be, after "NAME must be "
+}
+
+// valueCheck returns the check of a scalar type's values, or nil.
+func valueCheck(scalar sdk.Type) *check {
+	switch scalar {
+	case sdk.TypeDuration:
+		return &check{fn: checkDurations, summary: "Invalid duration", want: `a duration such as "500ms", "5s" or "1m"`}
+	case sdk.TypeInt:
+		return &check{fn: checkWhole, summary: "Invalid whole number", want: "a whole number"}
 	}
-	return cty.NilType, false, false
+	return nil
+}
+
+// checkWhole checks that v, a number or a collection of numbers, holds
+// only whole numbers. Null values pass: absence is the schema's business.
+func checkWhole(v cty.Value) error {
+	if v.IsNull() || !v.IsKnown() {
+		return nil
+	}
+	if v.Type() == cty.Number {
+		if !v.AsBigFloat().IsInt() {
+			return fmt.Errorf("got %s", v.AsBigFloat().Text('g', -1))
+		}
+		return nil
+	}
+	if !v.CanIterateElements() {
+		return fmt.Errorf("%s is not a number", v.Type().FriendlyName())
+	}
+	for it := v.ElementIterator(); it.Next(); {
+		_, ev := it.Element()
+		if err := checkWhole(ev); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // checkDurations checks that v, a string or a collection of strings, holds

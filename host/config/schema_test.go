@@ -23,6 +23,8 @@ func greeterSchema() *pluginv1.Schema {
 			{Name: "tags", Type: "list(string)"},
 			{Name: "weights", Type: "map(number)"},
 			{Name: "backoffs", Type: "list(duration)", DefaultJson: `["1s"]`},
+			{Name: "start", Type: "int", DefaultJson: "0"},
+			{Name: "counts", Type: "map(int)"},
 		},
 		Blocks: []*pluginv1.Block{
 			{
@@ -59,7 +61,7 @@ func TestDecodePluginConfig(t *testing.T) {
 	requiredList := &pluginv1.Schema{Blocks: []*pluginv1.Block{
 		{Name: "upstream", Nesting: pluginv1.Block_NESTING_LIST, Required: true},
 	}}
-	badSchema := &pluginv1.Schema{Attributes: []*pluginv1.Attribute{{Name: "port", Type: "int"}}}
+	badSchema := &pluginv1.Schema{Attributes: []*pluginv1.Attribute{{Name: "port", Type: "integer"}}}
 
 	tests := []struct {
 		name   string
@@ -74,7 +76,7 @@ func TestDecodePluginConfig(t *testing.T) {
 			name:   "defaults",
 			src:    hostFile("    greeting = \"hi\"\n"),
 			schema: greeterSchema(),
-			want:   `{"backoffs":["1s"],"greeting":"hi","loud":false,"repeat":1,"tags":null,"timeout":"5s","tls":null,"upstream":[],"weights":null}`,
+			want:   `{"backoffs":["1s"],"counts":null,"greeting":"hi","loud":false,"repeat":1,"start":0,"tags":null,"timeout":"5s","tls":null,"upstream":[],"weights":null}`,
 		},
 		{
 			name: "every value set",
@@ -98,7 +100,7 @@ func TestDecodePluginConfig(t *testing.T) {
     }
 `),
 			schema: greeterSchema(),
-			want:   `{"backoffs":["1s","2m"],"greeting":"hi","loud":true,"repeat":2.5,"tags":["a","b"],"timeout":"250ms","tls":{"cert":"c.pem","key":"k.pem"},"upstream":[{"url":"http://a","weight":1},{"url":"http://b","weight":3}],"weights":{"east":1,"west":2}}`,
+			want:   `{"backoffs":["1s","2m"],"counts":null,"greeting":"hi","loud":true,"repeat":2.5,"start":0,"tags":["a","b"],"timeout":"250ms","tls":{"cert":"c.pem","key":"k.pem"},"upstream":[{"url":"http://a","weight":1},{"url":"http://b","weight":3}],"weights":{"east":1,"west":2}}`,
 		},
 		{
 			name:   "nil schema, no config block",
@@ -167,6 +169,33 @@ func TestDecodePluginConfig(t *testing.T) {
 			src:     hostFile("    greeting = \"hi\"\n    timeout  = \"soon\"\n"),
 			schema:  greeterSchema(),
 			summary: "Invalid duration",
+			line:    5,
+		},
+		{
+			name:   "ints",
+			src:    hostFile("    greeting = \"hi\"\n    start = -3\n    counts = { a = 1, b = 1e3 }\n"),
+			schema: greeterSchema(),
+			want:   `{"backoffs":["1s"],"counts":{"a":1,"b":1000},"greeting":"hi","loud":false,"repeat":1,"start":-3,"tags":null,"timeout":"5s","tls":null,"upstream":[],"weights":null}`,
+		},
+		{
+			name:    "fractional int",
+			src:     hostFile("    greeting = \"hi\"\n    start = 1.5\n"),
+			schema:  greeterSchema(),
+			summary: "Invalid whole number",
+			line:    5,
+		},
+		{
+			name:    "fractional int in map",
+			src:     hostFile("    greeting = \"hi\"\n    counts = {\n      a = 1\n      b = 0.25\n    }\n"),
+			schema:  greeterSchema(),
+			summary: "Invalid whole number",
+			line:    5,
+		},
+		{
+			name:    "int that is a string",
+			src:     hostFile("    greeting = \"hi\"\n    start = \"one\"\n"),
+			schema:  greeterSchema(),
+			summary: "Incorrect attribute value type",
 			line:    5,
 		},
 		{
@@ -298,10 +327,13 @@ func TestCheckSchema(t *testing.T) {
 		{"empty", &pluginv1.Schema{}, ""},
 		{"every type", greeterSchema(), ""},
 		{"map of durations", attrs(&pluginv1.Attribute{Name: "d", Type: "map(duration)", DefaultJson: `{"a":"1s"}`}), ""},
+		{"list of ints", attrs(&pluginv1.Attribute{Name: "n", Type: "list(int)", DefaultJson: `[1,2]`}), ""},
+		{"default not a whole number", attrs(&pluginv1.Attribute{Name: "n", Type: "int", DefaultJson: `1.5`}), `attribute "n": default_json "1.5": got 1.5`},
+		{"default map element not whole", attrs(&pluginv1.Attribute{Name: "n", Type: "map(int)", DefaultJson: `{"a":0.5}`}), `attribute "n": default_json`},
 		{"null default", attrs(&pluginv1.Attribute{Name: "s", Type: "string", DefaultJson: "null"}), ""},
-		{"unknown type", attrs(&pluginv1.Attribute{Name: "port", Type: "int"}), `attribute "port": unknown type "int"`},
+		{"unknown type", attrs(&pluginv1.Attribute{Name: "port", Type: "integer"}), `attribute "port": unknown type "integer"`},
 		{"empty type", attrs(&pluginv1.Attribute{Name: "port"}), `attribute "port": unknown type ""`},
-		{"list of unknown", attrs(&pluginv1.Attribute{Name: "l", Type: "list(int)"}), `unknown type "list(int)"`},
+		{"list of unknown", attrs(&pluginv1.Attribute{Name: "l", Type: "list(integer)"}), `unknown type "list(integer)"`},
 		{"list of list", attrs(&pluginv1.Attribute{Name: "l", Type: "list(list(string))"}), `unknown type "list(list(string))"`},
 		{"unclosed list", attrs(&pluginv1.Attribute{Name: "l", Type: "list(string"}), `unknown type "list(string"`},
 		{"object type", attrs(&pluginv1.Attribute{Name: "o", Type: "object({a=string})"}), "unknown type"},

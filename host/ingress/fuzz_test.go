@@ -1,6 +1,7 @@
 package ingress
 
 import (
+	"errors"
 	"net/http"
 	"strings"
 	"testing"
@@ -10,6 +11,7 @@ import (
 	"github.com/plughost/plughost/host/metrics"
 	"github.com/plughost/plughost/host/supervisor"
 	pluginv1 "github.com/plughost/plughost/proto/pluginv1"
+	"github.com/plughost/plughost/sdk/route"
 )
 
 // fakeTarget is a Target with a fixed mount and manifest and no process:
@@ -96,24 +98,24 @@ func FuzzLookup(f *testing.F) {
 		f.Add(s.method, s.path)
 	}
 	g := fuzzIngress()
-	mux := g.table.Load().byName["hello"].mux
+	routes := g.table.Load().byName["hello"].routes
 	f.Fuzz(func(t *testing.T, method, path string) {
-		rt, code := lookup(mux, method, path)
-		switch code {
-		case 0:
-			if rt.pattern == "" {
-				t.Fatalf("lookup(%q, %q) matched a route with no pattern", method, path)
+		rt, pattern, err := routes.Match(method, path)
+		switch {
+		case err == nil:
+			if pattern == "" || rt == nil || rt.String() != pattern {
+				t.Fatalf("Match(%q, %q) = %v, %q, want a route and its pattern", method, path, rt, pattern)
 			}
-		case http.StatusNotFound, http.StatusMethodNotAllowed:
+		case errors.Is(err, route.ErrNotFound), errors.Is(err, route.ErrMethodNotAllowed):
 		default:
-			t.Fatalf("lookup(%q, %q) = %d, want 0, 404 or 405", method, path, code)
+			t.Fatalf("Match(%q, %q) = %v, want a route, ErrNotFound or ErrMethodNotAllowed", method, path, err)
 		}
 	})
 }
 
-// FuzzBuildMux checks that routes a plugin declares, which the host does
+// FuzzBuildRoutes checks that routes a plugin declares, which the host does
 // not trust, never crash the host, however malformed.
-func FuzzBuildMux(f *testing.F) {
+func FuzzBuildRoutes(f *testing.F) {
 	for _, s := range []struct{ method, pattern, path string }{
 		{"GET", "/{$}", "/"},
 		{"", "/items/{id}", "/items/1"},
@@ -133,11 +135,11 @@ func FuzzBuildMux(f *testing.F) {
 			{Method: "GET", Pattern: "/ok"}, // a second route still registers
 			{Method: method, Pattern: pattern},
 		}}
-		mux := g.buildMux("fuzz", m)
+		routes := g.buildRoutes("fuzz", m)
 		// A malformed or conflicting route is dropped, not the others.
-		if _, code := lookup(mux, http.MethodGet, "/ok"); code != 0 {
-			t.Fatalf("after buildMux with route %q %q, lookup(GET, /ok) = %d, want the valid route", method, pattern, code)
+		if _, _, err := routes.Match(http.MethodGet, "/ok"); err != nil {
+			t.Fatalf("after buildRoutes with route %q %q, Match(GET, /ok) = %v, want the valid route", method, pattern, err)
 		}
-		_, _ = lookup(mux, method, path)
+		_, _, _ = routes.Match(method, path)
 	})
 }

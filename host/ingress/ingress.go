@@ -14,7 +14,6 @@ import (
 	"maps"
 	"net/http"
 	"net/textproto"
-	"net/url"
 	"slices"
 	"sort"
 	"strconv"
@@ -32,6 +31,8 @@ import (
 	"github.com/plughost/plughost/host/metrics"
 	"github.com/plughost/plughost/host/supervisor"
 	pluginv1 "github.com/plughost/plughost/proto/pluginv1"
+	"github.com/plughost/plughost/sdk"
+	"github.com/plughost/plughost/sdk/route"
 	"github.com/plughost/plughost/sdk/wire"
 )
 
@@ -91,7 +92,7 @@ type table struct {
 type entry struct {
 	target   Target
 	mount    string
-	mux      *http.ServeMux // nil until the plugin has described itself
+	routes   *route.Table // nil until the plugin has described itself
 	inflight *atomic.Int64
 	max      int64
 	metrics  *pluginMetrics
@@ -153,15 +154,6 @@ func (pm *pluginMetrics) requestsFor(code int) prometheus.Counter {
 	return c
 }
 
-// route is what a matched pattern resolves to.
-type route struct {
-	pattern   string
-	streaming bool
-	timeout   time.Duration
-}
-
-func (route) ServeHTTP(http.ResponseWriter, *http.Request) {}
-
 // Update rebuilds the routing table from the current plugins. Call it when
 // plugins are added or removed or a manifest changes.
 func (g *Ingress) Update(targets []Target) {
@@ -173,7 +165,7 @@ func (g *Ingress) Update(targets []Target) {
 		e := &entry{target: tg, mount: spec.Mount, inflight: g.counter(spec.Name), max: int64(spec.MaxInflight),
 			metrics: newPluginMetrics(g.metrics, spec.Name)}
 		if m := tg.Manifest(); m != nil {
-			e.mux = g.buildMux(spec.Name, m)
+			e.routes = g.buildRoutes(spec.Name, m)
 		}
 		t.entries = append(t.entries, e)
 		t.byName[spec.Name] = e
@@ -193,24 +185,17 @@ func (g *Ingress) counter(name string) *atomic.Int64 {
 	return c
 }
 
-func (g *Ingress) buildMux(name string, m *pluginv1.DescribeResponse) *http.ServeMux {
-	mux := http.NewServeMux()
-	for _, r := range m.GetRoutes() {
-		pat := r.GetPattern()
-		if r.GetMethod() != "" {
-			pat = r.GetMethod() + " " + pat
+// buildRoutes builds a plugin's route table from its manifest. The host
+// does not trust the plugin: a route it cannot use is logged and left out,
+// and the others still serve.
+func (g *Ingress) buildRoutes(name string, m *pluginv1.DescribeResponse) *route.Table {
+	t := &route.Table{}
+	for _, r := range wire.RoutesFromProto(m.GetRoutes()) {
+		if err := t.Add(r); err != nil {
+			g.logger.Error("plugin declared an unusable route; ignoring it", "plugin", name, "route", r.String(), "error", err)
 		}
-		rt := route{pattern: pat, streaming: r.GetStreaming(), timeout: time.Duration(r.GetTimeoutMs()) * time.Millisecond}
-		func() {
-			defer func() {
-				if v := recover(); v != nil {
-					g.logger.Error("plugin declared an unusable route; ignoring it", "plugin", name, "route", pat, "error", fmt.Sprint(v))
-				}
-			}()
-			mux.Handle(pat, rt)
-		}()
 	}
-	return mux
+	return t
 }
 
 // SetDraining makes /readyz answer 503 from now on.
@@ -255,14 +240,14 @@ func (t *table) match(p string) (*entry, string) {
 func (g *Ingress) serve(w http.ResponseWriter, r *http.Request, e *entry, rest string) int {
 	name := e.target.Name()
 	conn := e.target.Conn()
-	if conn == nil || e.mux == nil {
+	if conn == nil || e.routes == nil {
 		return writeError(w, http.StatusServiceUnavailable, "plugin_unavailable",
 			fmt.Sprintf("plugin %q is %s", name, e.target.Status().State))
 	}
-	rt, code := lookup(e.mux, r.Method, rest)
-	if code != 0 {
-		if code == http.StatusMethodNotAllowed {
-			return writeError(w, code, "method_not_allowed", fmt.Sprintf("%s is not allowed here", r.Method))
+	rt, pattern, err := e.routes.Match(r.Method, rest)
+	if err != nil {
+		if errors.Is(err, route.ErrMethodNotAllowed) {
+			return writeError(w, http.StatusMethodNotAllowed, "method_not_allowed", fmt.Sprintf("%s is not allowed here", r.Method))
 		}
 		return writeError(w, http.StatusNotFound, "not_found", fmt.Sprintf("plugin %q has no route for %s %s", name, r.Method, rest))
 	}
@@ -303,13 +288,13 @@ func (g *Ingress) serve(w http.ResponseWriter, r *http.Request, e *entry, rest s
 		Body:       body,
 		RemoteAddr: r.RemoteAddr,
 		Host:       r.Host,
-		Pattern:    rt.pattern,
+		Pattern:    pattern,
 		RequestID:  g.requestID(r),
-		Streaming:  rt.streaming,
+		Streaming:  rt.Streaming,
 	}
 	ctx := r.Context()
-	timeout := rt.timeout
-	if rt.streaming {
+	timeout := rt.Timeout
+	if rt.Streaming {
 		// A stream lasts as long as its handler; the server's write
 		// timeout would cut it. Each write still fails if the client
 		// stops reading: the plugin then runs out of credit, and the
@@ -332,7 +317,7 @@ func (g *Ingress) serve(w http.ResponseWriter, r *http.Request, e *entry, rest s
 		defer cancel()
 	}
 	resp, err := conn.RoundTrip(ctx, req)
-	if dl, ok := ctx.Deadline(); err == nil && !rt.streaming && ok && !time.Now().Before(dl) {
+	if dl, ok := ctx.Deadline(); err == nil && !rt.Streaming && ok && !time.Now().Before(dl) {
 		// The answer raced the deadline, and is most likely the handler
 		// reacting to it; the contract is 504 whether or not it answered.
 		resp.Close()
@@ -341,7 +326,7 @@ func (g *Ingress) serve(w http.ResponseWriter, r *http.Request, e *entry, rest s
 	if err != nil {
 		return g.failed(ctx, w, e, conn, err)
 	}
-	return g.answer(w, e, conn, resp, rt.streaming)
+	return g.answer(w, e, conn, resp, rt.Streaming)
 }
 
 // answer writes a plugin's response: the head, then the body as it comes,
@@ -402,54 +387,6 @@ func (g *Ingress) failed(ctx context.Context, w http.ResponseWriter, e *entry, c
 			fmt.Sprintf("plugin %q could not be reached", name))
 	}
 }
-
-// lookup matches method and path against a plugin's routes. It returns a
-// non-zero status when nothing matches.
-func lookup(mux *http.ServeMux, method, path string) (route, int) {
-	l := lookupPool.Get().(*lookupRequest)
-	defer l.release()
-	l.r.Method, l.u.Path = method, path
-	h, pat := mux.Handler(&l.r)
-	if rt, ok := h.(route); ok && pat != "" {
-		return rt, 0
-	}
-	// ServeMux answers 405 itself; detect it without writing.
-	rec := &statusRecorder{header: http.Header{}}
-	h.ServeHTTP(rec, &l.r)
-	if rec.code == http.StatusMethodNotAllowed {
-		return route{}, http.StatusMethodNotAllowed
-	}
-	return route{}, http.StatusNotFound
-}
-
-// lookupRequest is the request lookup matches: ServeMux matches only an
-// *http.Request, and allocating one with its URL on every request was a
-// measurable share of the ingress's allocations. ServeMux.Handler reads
-// the request and keeps nothing of it, so one can be reused.
-type lookupRequest struct {
-	r http.Request
-	u url.URL
-}
-
-var lookupPool = sync.Pool{New: func() any {
-	l := &lookupRequest{}
-	l.r.URL = &l.u
-	return l
-}}
-
-func (l *lookupRequest) release() {
-	l.r.Method, l.u.Path = "", ""
-	lookupPool.Put(l)
-}
-
-type statusRecorder struct {
-	header http.Header
-	code   int
-}
-
-func (s *statusRecorder) Header() http.Header         { return s.header }
-func (s *statusRecorder) Write(b []byte) (int, error) { return len(b), nil }
-func (s *statusRecorder) WriteHeader(code int)        { s.code = code }
 
 func (g *Ingress) requestID(r *http.Request) string {
 	if id := r.Header.Get("X-Request-Id"); id != "" && len(id) <= 128 {
@@ -606,12 +543,12 @@ func (b *bufferWriter) Write(p []byte) (int, error) {
 }
 func (b *bufferWriter) Flush() {}
 
-// writeError writes the platform's JSON error and returns code.
+// writeError writes the platform's JSON error and returns code. Like
+// every answer the host writes whole, it states its length.
 func writeError(w http.ResponseWriter, code int, errCode, msg string) int {
-	if code == http.StatusServiceUnavailable || code == http.StatusTooManyRequests {
-		w.Header().Set("Retry-After", "1")
-	}
-	writeJSON(w, code, map[string]any{"error": map[string]string{"code": errCode, "message": msg}})
+	body := sdk.ErrorBody(errCode, msg, nil)
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	sdk.WriteErrorBody(w, code, body)
 	return code
 }
 

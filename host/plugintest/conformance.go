@@ -29,6 +29,7 @@ import (
 	"github.com/plughost/plughost/host/metrics"
 	"github.com/plughost/plughost/host/supervisor"
 	pluginv1 "github.com/plughost/plughost/proto/pluginv1"
+	"github.com/plughost/plughost/sdk"
 	"github.com/plughost/plughost/sdk/wire"
 )
 
@@ -255,6 +256,8 @@ func (c *conformance) configs(t *testing.T, m *pluginv1.DescribeResponse) {
 			violations["wrong type for "+a.GetName()] = withAttr(c.config, a.GetName(), `["not", "a", "`+a.GetType()+`"]`)
 		case "duration":
 			violations["bad duration for "+a.GetName()] = withAttr(c.config, a.GetName(), `"not-a-duration"`)
+		case "int":
+			violations["fraction for "+a.GetName()] = withAttr(c.config, a.GetName(), `1.5`)
 		}
 		if a.GetRequired() {
 			violations["missing required "+a.GetName()] = withoutAttr(c.config, a.GetName())
@@ -262,7 +265,7 @@ func (c *conformance) configs(t *testing.T, m *pluginv1.DescribeResponse) {
 	}
 	for name, src := range violations {
 		_, err := c.start(t, src)
-		var ce *supervisor.ConfigError
+		var ce *sdk.ConfigError
 		if !errors.As(err, &ce) {
 			t.Errorf("%s: the host accepted a config that violates the declared schema (err = %v); declare precise types and mark required attributes Required", name, err)
 		}

@@ -81,8 +81,9 @@ func New(t testing.TB, def sdk.Plugin, opts Options) *Harness {
 	return h
 }
 
-// Start is New returning the plugin's refusal of its config (or a schema
-// violation, as config diagnostics) instead of failing t.
+// Start is New returning the plugin's refusal of its config (an error
+// wrapping an *sdk.ConfigError) or a schema violation (config diagnostics)
+// instead of failing t.
 func Start(t testing.TB, def sdk.Plugin, opts Options) (*Harness, error) {
 	t.Helper()
 	logs := &buffer{}
@@ -196,7 +197,7 @@ func Start(t testing.TB, def sdk.Plugin, opts Options) (*Harness, error) {
 		return nil, fmt.Errorf("configure: %w", err)
 	}
 	if msg := resp.GetError(); msg != "" {
-		return nil, &ConfigError{Attribute: resp.GetAttribute(), Message: msg}
+		return nil, fmt.Errorf("plugin refused its config: %w", &sdk.ConfigError{Attribute: resp.GetAttribute(), Message: msg})
 	}
 	h.ingress = ingress.New(logger.Named("ingress"), metrics.New(), ingress.Limits{
 		MaxBodyBytes:   h.limits.MaxBodyBytes,
@@ -280,20 +281,6 @@ func (p *inProcess) PluginToHost(network, addr string) (string, string, error) {
 
 func (p *inProcess) HostToPlugin(network, addr string) (string, string, error) {
 	return network, addr, nil
-}
-
-// ConfigError is a plugin's refusal of its config in Configure.
-type ConfigError struct {
-	Attribute string
-	Message   string
-}
-
-// Error returns the plugin's message.
-func (e *ConfigError) Error() string {
-	if e.Attribute != "" {
-		return fmt.Sprintf("plugin refused its config: %s: %s", e.Attribute, e.Message)
-	}
-	return "plugin refused its config: " + e.Message
 }
 
 // decodeConfig parses an HCL config body and decodes it against schema as

@@ -21,6 +21,7 @@ import (
 	"github.com/plughost/plughost/host/dataplane"
 	"github.com/plughost/plughost/host/metrics"
 	pluginv1 "github.com/plughost/plughost/proto/pluginv1"
+	"github.com/plughost/plughost/sdk"
 	"github.com/plughost/plughost/sdk/backoff"
 )
 
@@ -407,7 +408,7 @@ func (p *Plugin) run(ctx context.Context) {
 	for {
 		p.setState(StateStarting, nil)
 		inst, err := p.launch(ctx)
-		var cfgErr *ConfigError
+		var cfgErr *sdk.ConfigError
 		if errors.As(err, &cfgErr) {
 			p.logger.Error("plugin refused its config", "error", err)
 			p.firstDone(err)
@@ -532,22 +533,19 @@ func (p *Plugin) sleep(ctx context.Context, d time.Duration) *command {
 	}
 }
 
-// ConfigError is a config the plugin's schema or its Configure refused.
-type ConfigError struct {
-	Plugin string
-	// Attribute is the attribute the plugin blamed, if any.
-	Attribute string
-	Err       error
+// schemaError is a config the plugin's declared schema refused. It is an
+// *sdk.ConfigError to errors.As, like the plugin's own refusals, and keeps
+// the decoder's error (its diagnostics) for errors.Is and errors.As.
+type schemaError struct{ err error }
+
+func (e *schemaError) Error() string { return e.err.Error() }
+
+func (e *schemaError) Unwrap() []error {
+	return []error{e.err, &sdk.ConfigError{Message: e.err.Error()}}
 }
 
-// Error names the plugin and the problem.
-func (e *ConfigError) Error() string {
-	return fmt.Sprintf("plugin %q config: %v", e.Plugin, e.Err)
-}
-
-// Unwrap returns the underlying error.
-func (e *ConfigError) Unwrap() error { return e.Err }
-
+// launch starts the plugin and configures it. A config that the schema or
+// the plugin refused is an error wrapping an *sdk.ConfigError.
 func (p *Plugin) launch(ctx context.Context) (*catalog.Instance, error) {
 	inst, err := catalog.Launch(ctx, p.spec.Path, p.spec.SHA256, catalog.Options{
 		Logger:       p.opts.Logger.Named(p.spec.Name).With("plugin", p.spec.Name),
@@ -567,7 +565,7 @@ func (p *Plugin) launch(ctx context.Context) (*catalog.Instance, error) {
 	if err != nil {
 		inst.Kill()
 		p.clearInst()
-		return nil, &ConfigError{Plugin: p.spec.Name, Err: err}
+		return nil, fmt.Errorf("plugin %q config: %w", p.spec.Name, &schemaError{err: err})
 	}
 	if err := os.MkdirAll(p.spec.DataDir, 0o750); err != nil {
 		inst.Kill()
@@ -579,9 +577,9 @@ func (p *Plugin) launch(ctx context.Context) (*catalog.Instance, error) {
 	if err := inst.Configure(cctx, p.spec.Name, cfg, p.spec.DataDir, p.opts.Policy.Limits); err != nil {
 		inst.Kill()
 		p.clearInst()
-		var ce *catalog.ConfigError
+		var ce *sdk.ConfigError
 		if errors.As(err, &ce) {
-			return nil, &ConfigError{Plugin: p.spec.Name, Attribute: ce.Attribute, Err: err}
+			return nil, fmt.Errorf("plugin %q config: %w", p.spec.Name, err)
 		}
 		return nil, err
 	}

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"net/http"
 	"strconv"
 	"sync/atomic"
@@ -26,26 +25,22 @@ type config struct {
 type hello struct {
 	greeting atomic.Pointer[string]
 	sleeps   prometheus.Counter
-	mux      *http.ServeMux
+	mux      *sdk.Mux
 }
 
 func definition() sdk.Plugin {
-	h := &hello{mux: http.NewServeMux()}
+	h := &hello{mux: sdk.NewMux()}
 	g := "hello"
 	h.greeting.Store(&g)
 	h.mux.HandleFunc("GET /{$}", h.greet)
-	h.mux.HandleFunc("GET /sleep", h.sleep)
+	h.mux.HandleFunc("GET /sleep", h.sleep, sdk.Timeout(maxSleep))
 	return sdk.Plugin{
 		Name:    "hello",
 		Version: "0.1.0",
-		Routes: []sdk.Route{
-			{Method: "GET", Pattern: "/{$}"},
-			{Method: "GET", Pattern: "/sleep", Timeout: maxSleep},
-		},
+		Routes:  h.mux,
 		Config: sdk.Schema{Attrs: []sdk.Attr{
 			{Name: "greeting", Type: sdk.TypeString, Default: "hello", Description: "what GET / answers"},
 		}},
-		Handler:   h.mux,
 		Configure: h.configure,
 	}
 }
@@ -56,7 +51,7 @@ func (h *hello) configure(_ context.Context, rt *sdk.Runtime) error {
 		return err
 	}
 	if c.Greeting == "" {
-		return &sdk.AttrError{Attr: "greeting", Err: errors.New("must not be empty")}
+		return &sdk.ConfigError{Attribute: "greeting", Message: "must not be empty"}
 	}
 	h.greeting.Store(&c.Greeting)
 	h.sleeps = prometheus.NewCounter(prometheus.CounterOpts{
@@ -74,9 +69,7 @@ func (h *hello) greet(w http.ResponseWriter, _ *http.Request) {
 func (h *hello) sleep(w http.ResponseWriter, r *http.Request) {
 	ms, err := strconv.ParseInt(r.URL.Query().Get("ms"), 10, 64)
 	if err != nil || ms < 0 || ms > maxSleep.Milliseconds() {
-		writeJSON(w, http.StatusBadRequest, map[string]any{"error": map[string]string{
-			"code": "bad_request", "message": "ms must be an integer from 0 to 600000",
-		}})
+		sdk.WriteError(w, http.StatusBadRequest, "bad_request", "ms must be an integer from 0 to 600000")
 		return
 	}
 	if h.sleeps != nil {
@@ -89,9 +82,7 @@ func (h *hello) sleep(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]any{"slept_ms": ms})
 	case <-r.Context().Done():
 		// The caller is gone or its deadline passed; nobody reads this.
-		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"error": map[string]string{
-			"code": "cancelled", "message": r.Context().Err().Error(),
-		}})
+		sdk.WriteError(w, http.StatusServiceUnavailable, "cancelled", r.Context().Err().Error())
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/plughost/plughost/host/plugintest"
+	"github.com/plughost/plughost/sdk"
 )
 
 func TestGreet(t *testing.T) {
@@ -40,7 +41,7 @@ func TestGreet(t *testing.T) {
 
 func TestConfigRejected(t *testing.T) {
 	_, err := plugintest.Start(t, definition(), plugintest.Options{Config: `greeting = ""`})
-	var ce *plugintest.ConfigError
+	var ce *sdk.ConfigError
 	if !errors.As(err, &ce) || ce.Attribute != "greeting" {
 		t.Fatalf("Start(greeting = \"\") = %v, want a ConfigError about greeting", err)
 	}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"net/http"
 	"path/filepath"
 	"runtime"
 	"sync/atomic"
@@ -100,7 +99,7 @@ func (c config) check() (settings, error) {
 			return 0
 		}
 		if v != math.Trunc(v) || v < float64(lo) || v > float64(hi) {
-			err = &sdk.AttrError{Attr: name, Err: fmt.Errorf("must be a whole number from %d to %d, got %v", lo, hi, v)}
+			err = &sdk.ConfigError{Attribute: name, Message: fmt.Sprintf("must be a whole number from %d to %d, got %v", lo, hi, v)}
 			return 0
 		}
 		return int(v)
@@ -110,7 +109,7 @@ func (c config) check() (settings, error) {
 			return 0
 		}
 		if d.Std() < lo || d.Std() > hi {
-			err = &sdk.AttrError{Attr: name, Err: fmt.Errorf("must be from %v to %v, got %v", lo, hi, d.Std())}
+			err = &sdk.ConfigError{Attribute: name, Message: fmt.Sprintf("must be from %v to %v, got %v", lo, hi, d.Std())}
 			return 0
 		}
 		return d.Std()
@@ -165,12 +164,13 @@ func definition() sdk.Plugin { return newDefinition(&wallet{}) }
 // newDefinition describes the plugin around w, which tests keep to reach
 // its ledger.
 func newDefinition(w *wallet) sdk.Plugin {
+	mux := sdk.NewMux()
+	api.Register(mux, w.api)
 	return sdk.Plugin{
 		Name:      "wallet",
 		Version:   version,
-		Routes:    api.Routes(),
+		Routes:    mux,
 		Config:    schema(),
-		Handler:   w,
 		Configure: w.configure,
 		Drain:     w.drain,
 		Health:    w.health,
@@ -323,17 +323,12 @@ func sweep(ctx context.Context, l *ledger.Ledger, logger hclog.Logger) error {
 	}
 }
 
-// ServeHTTP serves the routes once configured.
-func (w *wallet) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
-	run := w.running.Load()
-	if run == nil {
-		rw.Header().Set("Content-Type", "application/json")
-		rw.Header().Set("Retry-After", "1")
-		rw.WriteHeader(http.StatusServiceUnavailable)
-		_, _ = rw.Write([]byte(`{"error":{"code":"not_configured","message":"the wallet is not configured yet"}}` + "\n"))
-		return
+// api returns the API once configured, or nil.
+func (w *wallet) api() *api.API {
+	if run := w.running.Load(); run != nil {
+		return run.api
 	}
-	run.api.ServeHTTP(rw, r)
+	return nil
 }
 
 // drain lets the queued commits finish within ctx, aborting the rest,

@@ -66,7 +66,7 @@ breaker {
 				}
 				return
 			}
-			var ce *plugintest.ConfigError
+			var ce *sdk.ConfigError
 			if !errors.As(err, &ce) || ce.Attribute != tt.attr {
 				t.Fatalf("Start(%s) = %v, want a ConfigError about %s", tt.config, err, tt.attr)
 			}
@@ -79,7 +79,7 @@ func TestConfigLockedDataDir(t *testing.T) {
 	start(t, ``, nil, dir)
 	begin := time.Now()
 	_, err := plugintest.Start(t, newDefinition(&wallet{}), plugintest.Options{DataDir: dir})
-	var ce *plugintest.ConfigError
+	var ce *sdk.ConfigError
 	if !errors.As(err, &ce) || !strings.Contains(ce.Message, "locked") {
 		t.Fatalf("second wallet on the same data dir = %v, want a config error saying the ledger is locked", err)
 	}

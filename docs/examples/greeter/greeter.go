@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"path/filepath"
 	"time"
 
@@ -33,8 +32,8 @@ type config struct {
 	Cooldown     sdk.Duration `json:"cooldown"`
 }
 
-// greeter serves the plugin's routes. configure sets every field but mux
-// before the host sends the first request, and nothing changes them
+// greeter serves the plugin's routes. configure sets every field before
+// the host sends the first request, and nothing changes them
 // afterwards, so handlers read them without locks.
 type greeter struct {
 	cfg       config
@@ -42,35 +41,29 @@ type greeter struct {
 	path      string // where drain saves the custom greetings
 	store     *store
 	greetings *prometheus.CounterVec
-	mux       *http.ServeMux
 }
 
 // definition describes the plugin. main serves it; the tests serve it
 // in-process with plugintest.
 func definition() sdk.Plugin {
-	g := &greeter{mux: http.NewServeMux()}
-	g.mux.HandleFunc("GET /{$}", g.root)
-	g.mux.HandleFunc("GET /greet/{name}", g.greet)
-	g.mux.HandleFunc("POST /greetings", g.setGreeting)
-	g.mux.HandleFunc("GET /slow", slow)
+	g := &greeter{}
+	mux := sdk.NewMux()
+	mux.HandleFunc("GET /{$}", g.root)
+	mux.HandleFunc("GET /greet/{name}", g.greet)
+	mux.HandleFunc("POST /greetings", g.setGreeting)
+	// Its own deadline, so the longest sleep fits whatever the operator's
+	// request_timeout is.
+	mux.HandleFunc("GET /slow", slow, sdk.Timeout(maxSlow+time.Second))
 	return sdk.Plugin{
 		Name:    "greeter",
 		Version: "0.1.0",
-		Routes: []sdk.Route{
-			{Method: "GET", Pattern: "/{$}"},
-			{Method: "GET", Pattern: "/greet/{name}"},
-			{Method: "POST", Pattern: "/greetings"},
-			// Its own deadline, so the longest sleep fits whatever the
-			// operator's request_timeout is.
-			{Method: "GET", Pattern: "/slow", Timeout: maxSlow + time.Second},
-		},
+		Routes:  mux,
 		Config: sdk.Schema{Attrs: []sdk.Attr{
 			{Name: "greeting", Type: sdk.TypeString, Default: "hello", Description: "what GET / answers and names are greeted with"},
 			{Name: "max_name_len", Type: sdk.TypeNumber, Default: 64, Description: "longest name accepted, in characters"},
 			{Name: "max_greetings", Type: sdk.TypeNumber, Default: 10000, Description: "most custom greetings kept"},
 			{Name: "cooldown", Type: sdk.TypeDuration, Default: "5s", Description: "how soon a custom greeting may change again"},
 		}},
-		Handler:   g.mux,
 		Configure: g.configure,
 		Drain:     g.drain,
 		Health:    g.health,
@@ -120,15 +113,15 @@ func (g *greeter) configure(_ context.Context, rt *sdk.Runtime) error {
 // that the host points its diagnostic at it.
 func (c config) check() error {
 	if err := checkGreeting(c.Greeting); err != nil {
-		return &sdk.AttrError{Attr: "greeting", Err: err}
+		return &sdk.ConfigError{Attribute: "greeting", Message: err.Error()}
 	}
 	switch {
 	case c.MaxNameLen < 1 || c.MaxNameLen > 1024:
-		return &sdk.AttrError{Attr: "max_name_len", Err: fmt.Errorf("must be from 1 to 1024, got %d", c.MaxNameLen)}
+		return &sdk.ConfigError{Attribute: "max_name_len", Message: fmt.Sprintf("must be from 1 to 1024, got %d", c.MaxNameLen)}
 	case c.MaxGreetings < 1:
-		return &sdk.AttrError{Attr: "max_greetings", Err: fmt.Errorf("must be at least 1, got %d", c.MaxGreetings)}
+		return &sdk.ConfigError{Attribute: "max_greetings", Message: fmt.Sprintf("must be at least 1, got %d", c.MaxGreetings)}
 	case c.Cooldown < 0:
-		return &sdk.AttrError{Attr: "cooldown", Err: fmt.Errorf("must not be negative, got %v", c.Cooldown.Std())}
+		return &sdk.ConfigError{Attribute: "cooldown", Message: fmt.Sprintf("must not be negative, got %v", c.Cooldown.Std())}
 	}
 	return nil
 }

@@ -235,7 +235,7 @@ func TestConfigRefused(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.config, func(t *testing.T) {
 			_, err := plugintest.Start(t, definition(), plugintest.Options{Config: tt.config})
-			var ce *plugintest.ConfigError
+			var ce *sdk.ConfigError
 			switch {
 			case err == nil:
 				t.Fatalf("Start(%s) succeeded, want it refused", tt.config)
@@ -273,7 +273,7 @@ func TestCorruptSaveRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := plugintest.Start(t, definition(), plugintest.Options{DataDir: dir})
-	var ce *plugintest.ConfigError
+	var ce *sdk.ConfigError
 	if !errors.As(err, &ce) || !strings.Contains(ce.Message, "greetings.json") {
 		t.Fatalf("Start with a corrupt greetings.json = %v, want a refusal naming the file", err)
 	}

@@ -14,6 +14,8 @@ import (
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/plughost/plughost/sdk"
 )
 
 // greeting is the answer of GET / and GET /greet/{name}.
@@ -201,12 +203,12 @@ func writeError(w http.ResponseWriter, err error) {
 		status, code = http.StatusInsufficientStorage, "full"
 	case errors.Is(err, errClosed):
 		status, code = http.StatusServiceUnavailable, "draining"
-		w.Header().Set("Retry-After", "1")
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		// Nobody reads this: the caller left, or the host answered 504.
 		status, code = http.StatusServiceUnavailable, "cancelled"
 	}
-	writeJSON(w, status, map[string]any{"error": map[string]string{"code": code, "message": err.Error()}})
+	// WriteError adds Retry-After: 1 to a 429 or 503 without one.
+	sdk.WriteError(w, status, code, err.Error())
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -20,14 +20,15 @@ import (
 func main() {
 	env := os.Environ()
 	sort.Strings(env)
+	mux := sdk.NewMux()
+	mux.HandleFunc("GET /env", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(env)
+	})
 	err := sdk.Serve(sdk.Plugin{
 		Name:    "envdump",
 		Version: "0.0.1",
-		Routes:  []sdk.Route{{Method: "GET", Pattern: "/env"}},
-		Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-			w.Header().Set("Content-Type", "application/json")
-			_ = json.NewEncoder(w).Encode(env)
-		}),
+		Routes:  mux,
 		Configure: func(context.Context, *sdk.Runtime) error {
 			for _, kv := range env {
 				name, _, _ := strings.Cut(kv, "=")

@@ -4,9 +4,10 @@
 // as server-sent events, and maps every error to an HTTP status in one
 // place (classify).
 //
-// The lifecycle is New → ServeHTTP from any goroutine → Close, which
-// refuses new requests and waits for those in flight so that the ledger
-// can be closed under nobody.
+// The routes are declared once, by Register, on the plugin's sdk.Mux; they
+// serve through whichever API is current. The lifecycle of an API is New →
+// requests from any goroutine → Close, which refuses new requests and
+// waits for those in flight so that the ledger can be closed under nobody.
 //
 // Idempotency: every POST carries an Idempotency-Key. Its first request
 // claims the key in memory while it is in progress (a second request with
@@ -39,17 +40,45 @@ import (
 	"github.com/plughost/plughost/sdk"
 )
 
-// Routes are the routes the API serves, relative to the mount point.
-func Routes() []sdk.Route {
-	return []sdk.Route{
-		{Method: http.MethodPost, Pattern: "/v1/issue"},
-		{Method: http.MethodPost, Pattern: "/v1/transfer"},
-		{Method: http.MethodPost, Pattern: "/v1/burn"},
-		{Method: http.MethodPost, Pattern: "/v1/batch"},
-		{Method: http.MethodGet, Pattern: "/v1/accounts/{id}"},
-		{Method: http.MethodGet, Pattern: "/v1/supply"},
-		{Method: http.MethodGet, Pattern: "/v1/receipts/{tx_id}"},
-		{Method: http.MethodGet, Pattern: "/v1/events", Streaming: true},
+// Register declares the API's routes on mux, relative to the mount point.
+// Each request is served by the API current returns; while it returns nil
+// (the plugin is not configured yet) the answer is 503 not_configured, and
+// once that API's Close has begun, 503 draining.
+func Register(mux *sdk.Mux, current func() *API) {
+	post := func(kind ledger.Kind, decode decoder) func(*API, http.ResponseWriter, *http.Request) {
+		return func(a *API, w http.ResponseWriter, r *http.Request) { a.post(w, r, kind, decode) }
+	}
+	for _, rt := range []struct {
+		pattern string
+		serve   func(*API, http.ResponseWriter, *http.Request)
+		opts    []sdk.RouteOption
+	}{
+		{"POST /v1/issue", post(ledger.KindIssue, decodeIssue), nil},
+		{"POST /v1/transfer", post(ledger.KindTransfer, decodeTransfer), nil},
+		{"POST /v1/burn", post(ledger.KindBurn, decodeBurn), nil},
+		{"POST /v1/batch", post(ledger.KindBatch, decodeBatch), nil},
+		{"GET /v1/accounts/{id}", (*API).account, nil},
+		{"GET /v1/supply", (*API).supply, nil},
+		{"GET /v1/receipts/{tx_id}", (*API).receipt, nil},
+		{"GET /v1/events", (*API).stream, []sdk.RouteOption{sdk.Streaming()}},
+	} {
+		serve := rt.serve
+		mux.HandleFunc(rt.pattern, func(w http.ResponseWriter, r *http.Request) {
+			a := current()
+			if a == nil {
+				w.Header().Set("Content-Type", "application/json")
+				w.Header().Set("Retry-After", "1")
+				w.WriteHeader(http.StatusServiceUnavailable)
+				_, _ = w.Write([]byte(`{"error":{"code":"not_configured","message":"the wallet is not configured yet"}}` + "\n"))
+				return
+			}
+			if !a.gate.enter() {
+				a.writeError(w, errDraining)
+				return
+			}
+			defer a.gate.leave()
+			serve(a, w, r)
+		}, rt.opts...)
 	}
 }
 
@@ -83,7 +112,6 @@ type API struct {
 	keepAlive time.Duration
 	backfill  int
 
-	mux    *http.ServeMux
 	claims claims
 	gate   gate
 	busy   *prometheus.CounterVec
@@ -100,7 +128,6 @@ func New(opts Options) (*API, error) {
 		drain:     opts.Drain,
 		keepAlive: opts.KeepAlive,
 		backfill:  opts.Backfill,
-		mux:       http.NewServeMux(),
 		claims:    claims{m: map[string][32]byte{}},
 		gate:      gate{idle: make(chan struct{})},
 		busy: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -125,25 +152,7 @@ func New(opts Options) (*API, error) {
 			return nil, fmt.Errorf("register metrics: %w", err)
 		}
 	}
-	a.mux.HandleFunc("POST /v1/issue", a.post(ledger.KindIssue, decodeIssue))
-	a.mux.HandleFunc("POST /v1/transfer", a.post(ledger.KindTransfer, decodeTransfer))
-	a.mux.HandleFunc("POST /v1/burn", a.post(ledger.KindBurn, decodeBurn))
-	a.mux.HandleFunc("POST /v1/batch", a.post(ledger.KindBatch, decodeBatch))
-	a.mux.HandleFunc("GET /v1/accounts/{id}", a.account)
-	a.mux.HandleFunc("GET /v1/supply", a.supply)
-	a.mux.HandleFunc("GET /v1/receipts/{tx_id}", a.receipt)
-	a.mux.HandleFunc("GET /v1/events", a.stream)
 	return a, nil
-}
-
-// ServeHTTP serves one request, or refuses it with 503 once Close began.
-func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if !a.gate.enter() {
-		a.writeError(w, errDraining)
-		return
-	}
-	defer a.gate.leave()
-	a.mux.ServeHTTP(w, r)
 }
 
 // Close refuses new requests and waits until those in flight have
@@ -158,29 +167,27 @@ func (a *API) Close(ctx context.Context) error {
 }
 
 // post serves one POST endpoint.
-func (a *API) post(kind ledger.Kind, decode decoder) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		if err := checkContentType(r.Header); err != nil {
-			a.writeError(w, err)
-			return
-		}
-		key, err := idempotencyKey(r.Header)
-		if err != nil {
-			a.writeError(w, err)
-			return
-		}
-		body, err := readBody(r.Body)
-		if err != nil {
-			a.writeError(w, err)
-			return
-		}
-		req, err := decode(body)
-		if err != nil {
-			a.writeError(w, err)
-			return
-		}
-		a.submit(w, r, kind, key, fingerprint(kind, req), req.op())
+func (a *API) post(w http.ResponseWriter, r *http.Request, kind ledger.Kind, decode decoder) {
+	if err := checkContentType(r.Header); err != nil {
+		a.writeError(w, err)
+		return
 	}
+	key, err := idempotencyKey(r.Header)
+	if err != nil {
+		a.writeError(w, err)
+		return
+	}
+	body, err := readBody(r.Body)
+	if err != nil {
+		a.writeError(w, err)
+		return
+	}
+	req, err := decode(body)
+	if err != nil {
+		a.writeError(w, err)
+		return
+	}
+	a.submit(w, r, kind, key, fingerprint(kind, req), req.op())
 }
 
 // outcome is what the committer answered for one operation.

@@ -8,10 +8,10 @@ import (
 	"math"
 	"net/http"
 	"strconv"
-	"time"
 
 	"github.com/plughost/plughost/plugins/wallet/internal/committer"
 	"github.com/plughost/plughost/plugins/wallet/internal/ledger"
+	"github.com/plughost/plughost/sdk"
 )
 
 // Errors of the HTTP layer, besides *invalidError.
@@ -41,16 +41,23 @@ func invalidf(format string, args ...any) error {
 	return &invalidError{msg: fmt.Sprintf(format, args...)}
 }
 
-// errorBody is the JSON shape of every error response.
-type errorBody struct {
-	Error errorDetail `json:"error"`
+// errorDetail is an error response's error object.
+type errorDetail struct {
+	Code    string
+	Message string
+	// ExpectedNonce is the nonce the account's next debit must carry.
+	ExpectedNonce *uint64
 }
 
-type errorDetail struct {
-	Code    string `json:"code"`
-	Message string `json:"message"`
-	// ExpectedNonce is the nonce the account's next debit must carry.
-	ExpectedNonce *uint64 `json:"expected_nonce,omitempty"`
+// body encodes d as the platform's JSON error body, with the wallet's own
+// members after code and message.
+func (d errorDetail) body() []byte {
+	if d.ExpectedNonce == nil {
+		return sdk.ErrorBody(d.Code, d.Message, nil)
+	}
+	return sdk.ErrorBody(d.Code, d.Message, struct {
+		ExpectedNonce uint64 `json:"expected_nonce"`
+	}{*d.ExpectedNonce})
 }
 
 // classify maps an error to its HTTP status and JSON error. It is the one
@@ -124,20 +131,18 @@ func classify(err error) (int, errorDetail) {
 }
 
 // writeError answers err. 429 and 503 carry Retry-After: the rest of the
-// breaker's cool-down for ledger_unavailable, else one second.
+// breaker's cool-down for ledger_unavailable, else one second (which
+// sdk.WriteErrorBody sets).
 func (a *API) writeError(w http.ResponseWriter, err error) {
 	status, d := classify(err)
 	if status == http.StatusInternalServerError {
 		a.logger.Error("request failed", "error", err)
 	}
-	if status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable {
-		retry := time.Second
-		if d.Code == "ledger_unavailable" {
-			retry = a.committer.RetryAfter()
-		}
+	if d.Code == "ledger_unavailable" {
+		retry := a.committer.RetryAfter()
 		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(retry.Seconds()))))
 	}
-	writeJSON(w, status, errorBody{Error: d})
+	sdk.WriteErrorBody(w, status, d.body())
 }
 
 // Render is the response to a recorded ledger outcome: 200 with the
@@ -147,7 +152,7 @@ func (a *API) writeError(w http.ResponseWriter, err error) {
 func Render(r ledger.Result) (int, []byte) {
 	if r.Err != nil {
 		status, d := classify(r.Err)
-		return status, encode(errorBody{Error: d})
+		return status, d.body()
 	}
 	receipt := r.ReceiptJSON // as the ledger stored it: not encoded twice
 	if receipt == nil {

@@ -21,7 +21,7 @@ import (
 
 func main() {
 	var canceled atomic.Int64
-	mux := http.NewServeMux()
+	mux := sdk.NewMux()
 	// POST /sum answers the body's length and sha256.
 	mux.HandleFunc("POST /sum", func(w http.ResponseWriter, r *http.Request) {
 		h := sha256.New()
@@ -52,7 +52,7 @@ func main() {
 				return
 			}
 		}
-	})
+	}, sdk.Streaming())
 	// GET /canceled answers how many /ticks streams ended by cancellation.
 	mux.HandleFunc("GET /canceled", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintln(w, canceled.Load())
@@ -63,7 +63,7 @@ func main() {
 		w.(http.Flusher).Flush()
 		time.Sleep(50 * time.Millisecond) // let the event leave before the exit
 		os.Exit(3)
-	})
+	}, sdk.Streaming())
 	// POST /die-mid-body reads a first piece of the body, then the process
 	// exits.
 	mux.HandleFunc("POST /die-mid-body", func(_ http.ResponseWriter, r *http.Request) {
@@ -73,15 +73,7 @@ func main() {
 	err := sdk.Serve(sdk.Plugin{
 		Name:    "bodies",
 		Version: "0.0.1",
-		Routes: []sdk.Route{
-			{Method: "POST", Pattern: "/sum"},
-			{Method: "GET", Pattern: "/blob"},
-			{Method: "GET", Pattern: "/ticks", Streaming: true},
-			{Method: "GET", Pattern: "/canceled"},
-			{Method: "GET", Pattern: "/die-mid-stream", Streaming: true},
-			{Method: "POST", Pattern: "/die-mid-body"},
-		},
-		Handler: mux,
+		Routes:  mux,
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -35,7 +35,7 @@ type caller struct {
 
 func main() {
 	c := &caller{}
-	mux := http.NewServeMux()
+	mux := sdk.NewMux()
 	mux.HandleFunc("GET /call", c.call)
 	mux.HandleFunc("GET /call-sleep", c.callSleep)
 	mux.HandleFunc("GET /slow", c.slow)
@@ -45,16 +45,10 @@ func main() {
 	err := sdk.Serve(sdk.Plugin{
 		Name:    "caller",
 		Version: "0.0.1",
-		Routes: []sdk.Route{
-			{Method: "GET", Pattern: "/call"},
-			{Method: "GET", Pattern: "/call-sleep"},
-			{Method: "GET", Pattern: "/slow"},
-			{Method: "GET", Pattern: "/cancelled"},
-		},
 		Config: sdk.Schema{Attrs: []sdk.Attr{
 			{Name: "target", Type: sdk.TypeString, Default: "hello", Description: "the plugin /call-sleep calls"},
 		}},
-		Handler:   mux,
+		Routes:    mux,
 		Configure: c.configure,
 	})
 	if err != nil {

@@ -17,7 +17,7 @@ import (
 
 func main() {
 	var sick atomic.Bool
-	mux := http.NewServeMux()
+	mux := sdk.NewMux()
 	mux.HandleFunc("GET /panic", func(http.ResponseWriter, *http.Request) {
 		panic("faulty: deliberate panic")
 	})
@@ -53,7 +53,7 @@ func main() {
 				return
 			}
 		}
-	})
+	}, sdk.Streaming())
 	mux.HandleFunc("POST /sick", func(w http.ResponseWriter, _ *http.Request) {
 		sick.Store(true)
 		fmt.Fprintln(w, "sick")
@@ -61,19 +61,11 @@ func main() {
 	err := sdk.Serve(sdk.Plugin{
 		Name:    "faulty",
 		Version: "0.0.1",
-		Routes: []sdk.Route{
-			{Method: "GET", Pattern: "/panic"},
-			{Method: "GET", Pattern: "/ok"},
-			{Method: "GET", Pattern: "/print"},
-			{Method: "POST", Pattern: "/echo"},
-			{Method: "GET", Pattern: "/stream", Streaming: true},
-			{Method: "POST", Pattern: "/sick"},
-		},
 		Config: sdk.Schema{Attrs: []sdk.Attr{
 			{Name: "label", Type: sdk.TypeString, Default: "faulty"},
 			{Name: "limit", Type: sdk.TypeNumber, Default: 3},
 		}},
-		Handler: mux,
+		Routes: mux,
 		Health: func(ctx context.Context) sdk.Health {
 			if sick.Load() {
 				// Hang past the host's health timeout, as a wedged plugin would.

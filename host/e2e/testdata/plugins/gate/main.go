@@ -16,7 +16,7 @@ import (
 
 func main() {
 	release := make(chan struct{}, 1)
-	mux := http.NewServeMux()
+	mux := sdk.NewMux()
 	mux.HandleFunc("GET /stream", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/event-stream")
 		fmt.Fprint(w, "data: first\n\n")
@@ -26,7 +26,7 @@ func main() {
 			fmt.Fprint(w, "data: last\n\n")
 		case <-r.Context().Done():
 		}
-	})
+	}, sdk.Streaming(), sdk.Timeout(30*time.Second))
 	mux.HandleFunc("POST /release", func(w http.ResponseWriter, _ *http.Request) {
 		select {
 		case release <- struct{}{}:
@@ -37,11 +37,7 @@ func main() {
 	err := sdk.Serve(sdk.Plugin{
 		Name:    "gate",
 		Version: "0.0.1",
-		Routes: []sdk.Route{
-			{Method: "GET", Pattern: "/stream", Streaming: true, Timeout: 30 * time.Second},
-			{Method: "POST", Pattern: "/release"},
-		},
-		Handler: mux,
+		Routes:  mux,
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

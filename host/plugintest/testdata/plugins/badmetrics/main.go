@@ -15,13 +15,12 @@ import (
 )
 
 func main() {
-	mux := http.NewServeMux()
+	mux := sdk.NewMux()
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	err := sdk.Serve(sdk.Plugin{
 		Name:    "badmetrics",
 		Version: "0.0.1",
-		Routes:  []sdk.Route{{Method: "GET", Pattern: "/{$}"}},
-		Handler: mux,
+		Routes:  mux,
 		Configure: func(_ context.Context, rt *sdk.Runtime) error {
 			reserved := prometheus.NewCounter(prometheus.CounterOpts{Name: "plughost_requests_total", Help: "Impersonates the host."})
 			unsuffixed := prometheus.NewCounter(prometheus.CounterOpts{Name: "badmetrics_handled", Help: "A counter without _total."})

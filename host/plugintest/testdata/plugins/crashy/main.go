@@ -13,7 +13,7 @@ import (
 )
 
 func main() {
-	mux := http.NewServeMux()
+	mux := sdk.NewMux()
 	mux.HandleFunc("POST /items", func(w http.ResponseWriter, r *http.Request) {
 		var item struct{ Name string }
 		if err := json.NewDecoder(r.Body).Decode(&item); err != nil {
@@ -29,8 +29,7 @@ func main() {
 	err := sdk.Serve(sdk.Plugin{
 		Name:    "crashy",
 		Version: "0.0.1",
-		Routes:  []sdk.Route{{Method: "POST", Pattern: "/items"}},
-		Handler: mux,
+		Routes:  mux,
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -12,14 +12,13 @@ import (
 )
 
 func main() {
-	mux := http.NewServeMux()
+	mux := sdk.NewMux()
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	err := sdk.Serve(sdk.Plugin{
 		Name:    "mismatch",
 		Version: "0.0.1",
-		Routes:  []sdk.Route{{Method: "GET", Pattern: "/{$}"}},
 		Config:  sdk.Schema{Attrs: []sdk.Attr{{Name: "size", Type: sdk.TypeNumber, Default: 10}}},
-		Handler: mux,
+		Routes:  mux,
 		Configure: func(_ context.Context, rt *sdk.Runtime) error {
 			var c struct {
 				Size string `json:"size"`

@@ -13,7 +13,7 @@ import (
 )
 
 func main() {
-	mux := http.NewServeMux()
+	mux := sdk.NewMux()
 	mux.HandleFunc("GET /work", func(w http.ResponseWriter, _ *http.Request) {
 		time.Sleep(200 * time.Millisecond)
 		fmt.Fprintln(w, "done")
@@ -21,8 +21,7 @@ func main() {
 	err := sdk.Serve(sdk.Plugin{
 		Name:    "nodrain",
 		Version: "0.0.1",
-		Routes:  []sdk.Route{{Method: "GET", Pattern: "/work"}},
-		Handler: mux,
+		Routes:  mux,
 		Drain: func(context.Context) error {
 			time.Sleep(time.Minute) // ignores ctx: the fault under test
 			return nil

@@ -1,0 +1,86 @@
+package sdk
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/plughost/plughost/sdk/route"
+)
+
+// Mux is a plugin's router: each route is declared once, where its handler
+// is registered. Plugin.Routes holds it; the SDK reports its routes to the
+// host in Describe and serves each request the host forwards with it.
+// Patterns follow net/http's ServeMux, relative to the plugin's mount
+// point, and so do r.Pattern and r.PathValue in handlers.
+//
+// Register every route before calling Serve. Unlike ServeMux, Handle does
+// not panic on a bad route: Serve (and the plugintest kit) report it as an
+// invalid plugin definition naming the route.
+type Mux struct {
+	table route.Table
+	errs  []error
+}
+
+// NewMux returns a Mux with no routes.
+func NewMux() *Mux { return &Mux{} }
+
+// RouteOption sets a route's options in Mux.Handle.
+type RouteOption func(*route.Route)
+
+// Streaming marks a route whose handler may write its response in chunks
+// with http.Flusher (long polls, server-sent events). A streaming route
+// gets no default deadline; it ends when the handler returns or the caller
+// goes away.
+func Streaming() RouteOption { return func(r *route.Route) { r.Streaming = true } }
+
+// Timeout gives a route its own deadline instead of the host's
+// request_timeout; for a streaming route it bounds the whole stream.
+func Timeout(d time.Duration) RouteOption { return func(r *route.Route) { r.Timeout = d } }
+
+// Handle declares the route pattern, "[METHOD ]/path" as in ServeMux, and
+// serves it with h. Without a method the route matches every method.
+func (m *Mux) Handle(pattern string, h http.Handler, opts ...RouteOption) {
+	r, err := route.Parse(pattern)
+	if err == nil && h == nil {
+		err = fmt.Errorf("route %q: handler is nil", pattern)
+	}
+	if err == nil {
+		for _, o := range opts {
+			o(&r)
+		}
+		err = m.table.Handle(r, h)
+	}
+	if err != nil {
+		m.errs = append(m.errs, err)
+	}
+}
+
+// HandleFunc is Handle for a handler function.
+func (m *Mux) HandleFunc(pattern string, h func(http.ResponseWriter, *http.Request), opts ...RouteOption) {
+	var hh http.Handler
+	if h != nil {
+		hh = http.HandlerFunc(h)
+	}
+	m.Handle(pattern, hh, opts...)
+}
+
+// Routes returns the declared routes, in the order they were registered.
+func (m *Mux) Routes() []route.Route { return m.table.Routes() }
+
+// ServeHTTP serves r with the handler of the route it matches. A request
+// that matches none gets ServeMux's own 404 or 405; the host forwards only
+// requests that match.
+func (m *Mux) ServeHTTP(w http.ResponseWriter, r *http.Request) { m.table.ServeHTTP(w, r) }
+
+// err reports the routes Handle refused, and a Mux without routes.
+func (m *Mux) err() error {
+	if len(m.errs) > 0 {
+		return errors.Join(m.errs...)
+	}
+	if m.table.Len() == 0 {
+		return errors.New("no routes")
+	}
+	return nil
+}
