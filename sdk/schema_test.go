@@ -198,4 +198,3 @@ func TestParseType(t *testing.T) {
 		})
 	}
 }
-

@@ -226,7 +226,6 @@ func (s *server) serveData(conns []*wire.Conn) {
 	}
 }
 
-
 // inflight counts requests being served and refuses new ones once a drain
 // has begun.
 type inflight struct {
