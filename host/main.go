@@ -4,7 +4,7 @@
 //
 //	plughost run [-config FILE]        run the host (FILE defaults to config.hcl)
 //	plughost validate [-config FILE]   check a config, launching plugins only as far as Describe;
-//	                                   prints only diagnostics (logs below warn unless -log-level)
+//	                                   prints only diagnostics (logs below error unless -log-level)
 //	plughost plugin info [-json] PATH  print a plugin binary's manifest
 //	plughost version                 print versions
 package main
@@ -119,12 +119,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stderr, "unknown -log-level %q\n", *level)
 		return errReported
 	}
-	// validate's output is its diagnostics: the routine records of
-	// launching each plugin as far as Describe and killing it (go-plugin's
-	// "plugin process exited") would bury them. Warnings and errors still
-	// show, and an explicit -log-level wins.
+	// validate's output is its diagnostics: the records of launching
+	// each plugin as far as Describe and killing it (go-plugin's "plugin
+	// process exited", or its warning that a plugin refused at the
+	// handshake did not exit gracefully) would bury them, and every
+	// failure is a diagnostic already. Errors still show, and an explicit
+	// -log-level wins.
 	if cmd == "validate" && !flagSet(fs, "log-level") {
-		lvl = hclog.Warn
+		lvl = hclog.Error
 	}
 	logger := hclog.New(&hclog.LoggerOptions{
 		Name:       "plughost",

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -23,6 +24,7 @@ import (
 
 	"github.com/plughost/plughost/host/config"
 	"github.com/plughost/plughost/host/internal/testbin"
+	"github.com/plughost/plughost/sdk/wire"
 )
 
 // bin is the directory TestMain builds the plugin binaries into.
@@ -47,7 +49,7 @@ func runCmd(t *testing.T, args ...string) (stdout, stderr string, err error) {
 }
 
 func TestCommandLine(t *testing.T) {
-	versionRE := regexp.MustCompile(`^plughost dev \(plugin protocol 1, ` + regexp.QuoteMeta(runtime.Version()) + `\)\n$`)
+	versionRE := regexp.MustCompile(`^plughost dev \(plugin protocol ` + strconv.Itoa(wire.ProtocolVersion) + `, ` + regexp.QuoteMeta(runtime.Version()) + `\)\n$`)
 	tests := []struct {
 		name       string
 		args       []string
@@ -260,7 +262,7 @@ func TestValidateBad(t *testing.T) {
 			name: "plugin speaks another protocol",
 			body: "plugin \"old\" {\n  path = \"badproto\"\n}\n",
 			at:   `path = "badproto"`,
-			want: []string{"Plugin did not start", "Plugin version: 99", "Client versions: [1]"},
+			want: []string{"Plugin did not start", "the plugin speaks plughost plugin protocol 1, this host speaks protocol 2"},
 		},
 	}
 	for _, tt := range tests {

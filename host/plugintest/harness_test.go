@@ -1,0 +1,87 @@
+package plugintest_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/plughost/plughost/host/plugintest"
+	"github.com/plughost/plughost/sdk"
+)
+
+// TestHarnessRoutesAsTheHost checks that the harness answers as the host's
+// ingress does, because it is the ingress: route timeouts over the default
+// request timeout, 404 and 405 with the platform's JSON errors, path
+// wildcards, the body cap, and a streaming route relayed as it flushes.
+func TestHarnessRoutesAsTheHost(t *testing.T) {
+	wait := func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() }
+	mux := sdk.NewMux()
+	mux.HandleFunc("GET /short", wait, sdk.Timeout(100*time.Millisecond))
+	mux.HandleFunc("GET /default", wait)
+	mux.HandleFunc("GET /items/{id}", func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write([]byte(r.PathValue("id")))
+	})
+	mux.HandleFunc("POST /echo", func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusOK)
+		buf := make([]byte, 1024)
+		for {
+			n, err := r.Body.Read(buf)
+			_, _ = w.Write(buf[:n])
+			if err != nil {
+				return
+			}
+		}
+	})
+	mux.HandleFunc("GET /events", func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write([]byte("data: 1\n\n"))
+		w.(http.Flusher).Flush()
+	}, sdk.Streaming())
+	h := plugintest.New(t, sdk.Plugin{Name: "routes", Version: "0.0.1", Routes: mux}, plugintest.Options{
+		Limits: sdk.Limits{MaxBodyBytes: 4096, RequestTimeout: 600 * time.Millisecond},
+	})
+
+	tests := []struct {
+		name, method, path, body string
+		wantCode                 int
+		wantErr                  string // the JSON error code, if any
+		wantBody                 string
+		atMost                   time.Duration
+	}{
+		{name: "route timeout", method: "GET", path: "/short", wantCode: http.StatusGatewayTimeout, wantErr: "timeout", atMost: 500 * time.Millisecond},
+		{name: "default timeout", method: "GET", path: "/default", wantCode: http.StatusGatewayTimeout, wantErr: "timeout"},
+		{name: "wildcard", method: "GET", path: "/items/42", wantCode: http.StatusOK, wantBody: "42"},
+		{name: "unknown path", method: "GET", path: "/nope", wantCode: http.StatusNotFound, wantErr: "not_found"},
+		{name: "wrong method", method: "DELETE", path: "/items/42", wantCode: http.StatusMethodNotAllowed, wantErr: "method_not_allowed"},
+		{name: "body", method: "POST", path: "/echo", body: "hello", wantCode: http.StatusOK, wantBody: "hello"},
+		{name: "body over the cap", method: "POST", path: "/echo", body: strings.Repeat("x", 4097), wantCode: http.StatusRequestEntityTooLarge, wantErr: "body_too_large"},
+		{name: "stream", method: "GET", path: "/events", wantCode: http.StatusOK, wantBody: "data: 1\n\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rec := httptest.NewRecorder()
+			start := time.Now()
+			h.ServeHTTP(rec, httptest.NewRequest(tt.method, tt.path, strings.NewReader(tt.body)))
+			took := time.Since(start)
+			if rec.Code != tt.wantCode {
+				t.Fatalf("%s %s = %d %s, want %d", tt.method, tt.path, rec.Code, rec.Body, tt.wantCode)
+			}
+			if tt.atMost > 0 && took > tt.atMost {
+				t.Errorf("%s %s took %v, want the route's own timeout, not the default request timeout", tt.method, tt.path, took)
+			}
+			if tt.wantBody != "" && rec.Body.String() != tt.wantBody {
+				t.Errorf("%s %s body = %q, want %q", tt.method, tt.path, rec.Body, tt.wantBody)
+			}
+			if tt.wantErr != "" {
+				var e struct {
+					Error struct{ Code string } `json:"error"`
+				}
+				if err := json.Unmarshal(rec.Body.Bytes(), &e); err != nil || e.Error.Code != tt.wantErr {
+					t.Errorf("%s %s body = %s, want the JSON error %q", tt.method, tt.path, rec.Body, tt.wantErr)
+				}
+			}
+		})
+	}
+}
