@@ -592,6 +592,10 @@ func (p *Plugin) clearInst() {
 	p.mu.Unlock()
 }
 
+// exitGrace is how long a plugin whose data plane broke is given to be
+// seen exiting, which is the likelier reason.
+const exitGrace = time.Second
+
 // serve keeps a ready plugin: it health-checks it and waits for it to exit
 // or for a command. It returns why the plugin went down, or the command.
 func (p *Plugin) serve(ctx context.Context, inst *catalog.Instance, conn *Conn, bo *backoff.Backoff) (error, *command) {
@@ -611,8 +615,15 @@ func (p *Plugin) serve(ctx context.Context, inst *catalog.Instance, conn *Conn, 
 		case <-inst.Exited():
 			return errors.New("plugin process exited"), nil
 		case <-conn.data.Done():
-			// No request can reach the process any more.
-			return errors.New("every data-plane connection broke"), nil
+			// No request can reach the process any more. Most often it
+			// has died, and its sockets closed a moment before its exit
+			// is seen: say so if it has.
+			select {
+			case <-inst.Exited():
+				return errors.New("plugin process exited"), nil
+			case <-time.After(exitGrace):
+				return errors.New("every data-plane connection broke"), nil
+			}
 		case cmd := <-p.cmds:
 			return nil, &cmd
 		case <-ctx.Done():

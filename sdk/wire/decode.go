@@ -16,8 +16,8 @@ const fastDecodeMax = 8 << 10
 
 // decodeFrame decodes a Frame. Every frame of the data plane is
 // decoded here, on both sides, and proto.Unmarshal's reflection and one
-// allocation per string and message were a tenth of a plugin's CPU under
-// load. So frames as this package's peers encode them (each known field
+// allocation per string and message showed in CPU profiles of a plugin
+// under load (BenchmarkDecodeFrame measures the difference). So frames as this package's peers encode them (each known field
 // once with its wire type, strings valid UTF-8, no unknown fields) are
 // decoded by fastDecode, with a handful of allocations: one string that
 // all string fields share, one block for the nested messages, one for
