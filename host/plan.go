@@ -61,7 +61,7 @@ func checkBinaries(cfg *config.Config) hcl.Diagnostics {
 // describeAll launches each plugin only as far as Describe, in parallel,
 // and checks its config block against its declared schema. Plugins that do
 // not describe themselves are diagnostics when strict, warnings otherwise.
-func describeAll(ctx context.Context, logger hclog.Logger, cfg *config.Config, plugins []config.Plugin, strict bool) hcl.Diagnostics {
+func describeAll(ctx context.Context, logger hclog.Logger, cfg *config.Config, plugins []config.PluginBlock, strict bool) hcl.Diagnostics {
 	diags := make([]hcl.Diagnostics, len(plugins))
 	var wg sync.WaitGroup
 	for i, p := range plugins {
@@ -94,7 +94,7 @@ func describeAll(ctx context.Context, logger hclog.Logger, cfg *config.Config, p
 	return out
 }
 
-func checkPluginConfig(p config.Plugin, m *pluginv1.DescribeResponse) hcl.Diagnostics {
+func checkPluginConfig(p config.PluginBlock, m *pluginv1.DescribeResponse) hcl.Diagnostics {
 	if err := config.CheckSchema(m.GetConfigSchema()); err != nil {
 		return hcl.Diagnostics{diagErr(p.PathRange, "Plugin declares an unusable config schema",
 			fmt.Sprintf("plugin %q (%s %s): %v", p.Name, m.GetName(), m.GetVersion(), err))}
@@ -104,7 +104,7 @@ func checkPluginConfig(p config.Plugin, m *pluginv1.DescribeResponse) hcl.Diagno
 }
 
 // specFor turns a config block into a supervisor spec.
-func specFor(cfg *config.Config, p config.Plugin) supervisor.Spec {
+func specFor(cfg *config.Config, p config.PluginBlock) supervisor.Spec {
 	return supervisor.Spec{
 		Name:        p.Name,
 		Path:        p.Path,
@@ -131,7 +131,7 @@ func specFor(cfg *config.Config, p config.Plugin) supervisor.Spec {
 // fingerprint changes when anything that needs a restart changes: the
 // block's settings, its env variables, the config block's source text, or
 // the binary itself.
-func fingerprint(cfg *config.Config, p config.Plugin) string {
+func fingerprint(cfg *config.Config, p config.PluginBlock) string {
 	h := sha256.New()
 	fmt.Fprintf(h, "%s\x00%s\x00%s\x00%d\x00%t\x00%s\x00", p.Path, p.SHA256, p.Mount, p.MaxInflight, p.Required, p.DataDir)
 	for _, k := range slices.Sorted(maps.Keys(p.Env)) {
@@ -149,7 +149,7 @@ func fingerprint(cfg *config.Config, p config.Plugin) string {
 }
 
 // configErrDiag turns a plugin's refusal of its config into a diagnostic.
-func configErrDiag(p config.Plugin, err error) hcl.Diagnostics {
+func configErrDiag(p config.PluginBlock, err error) hcl.Diagnostics {
 	var de *diagError
 	if errors.As(err, &de) {
 		return de.diags

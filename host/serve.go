@@ -69,7 +69,7 @@ type host struct {
 	cfg      *config.Config
 
 	mu      sync.Mutex
-	plugins map[string]*supervisor.Plugin
+	plugins map[string]*supervisor.Process
 
 	// updateMu serialises routing-table rebuilds, so that a rebuild from
 	// an older snapshot of plugins cannot replace a newer one.
@@ -113,7 +113,7 @@ func serve(ctx context.Context, logger hclog.Logger, path string, stderr io.Writ
 		logger:  logger,
 		metrics: metrics.New(),
 		ctx:     ctx,
-		plugins: map[string]*supervisor.Plugin{},
+		plugins: map[string]*supervisor.Process{},
 	}
 	h.writeTimeout = cfg.Limits.WriteTimeout
 	h.ingress = ingress.New(logger.Named("ingress"), h.metrics, ingressLimits(cfg))
@@ -214,7 +214,7 @@ func (h *host) stopAll(deadline time.Time) {
 
 func (h *host) stopAllLocked(deadline time.Time) {
 	h.mu.Lock()
-	ps := make([]*supervisor.Plugin, 0, len(h.plugins))
+	ps := make([]*supervisor.Process, 0, len(h.plugins))
 	for _, p := range h.plugins {
 		ps = append(ps, p)
 	}
@@ -240,13 +240,13 @@ func (h *host) apply(cfg *config.Config) hcl.Diagnostics {
 }
 
 func (h *host) applyLocked(cfg *config.Config) hcl.Diagnostics {
-	want := map[string]config.Plugin{}
+	want := map[string]config.PluginBlock{}
 	for _, p := range cfg.Plugins {
 		want[p.Name] = p
 	}
 	deadline := time.Now().Add(cfg.DrainDeadline)
 	h.mu.Lock()
-	var stop []*supervisor.Plugin
+	var stop []*supervisor.Process
 	replaced := map[string]supervisor.Spec{}
 	for name, p := range h.plugins {
 		w, ok := want[name]
@@ -261,7 +261,7 @@ func (h *host) applyLocked(cfg *config.Config) hcl.Diagnostics {
 			}
 		}
 	}
-	var start []config.Plugin
+	var start []config.PluginBlock
 	for _, p := range cfg.Plugins {
 		_, changed := replaced[p.Name]
 		if _, ok := h.plugins[p.Name]; !ok || changed {
@@ -365,7 +365,7 @@ func (h *host) reload(path string) {
 	if !diags.HasErrors() {
 		// Check changed and new plugins against their schemas before
 		// anything running is touched.
-		var changed []config.Plugin
+		var changed []config.PluginBlock
 		h.mu.Lock()
 		for _, p := range cfg.Plugins {
 			if cur, ok := h.plugins[p.Name]; !ok || cur.Spec().Fingerprint != fingerprint(cfg, p) {
@@ -465,7 +465,7 @@ func (h *host) sources() []metrics.Source {
 func (h *host) Statuses() []supervisor.Status {
 	h.mu.Lock()
 	out := make([]supervisor.Status, 0, len(h.plugins))
-	ps := make([]*supervisor.Plugin, 0, len(h.plugins))
+	ps := make([]*supervisor.Process, 0, len(h.plugins))
 	for _, p := range h.plugins {
 		ps = append(ps, p)
 	}

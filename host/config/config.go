@@ -39,7 +39,7 @@ type Config struct {
 	// Debug holds switches for rehearsing failures; all off by default.
 	Debug Debug
 	// Plugins are the plugin blocks, in file order.
-	Plugins []Plugin
+	Plugins []PluginBlock
 	// Files holds the parsed source, by file name, for WriteDiagnostics.
 	Files map[string]*hcl.File
 }
@@ -113,8 +113,8 @@ type Debug struct {
 	Faults bool
 }
 
-// Plugin is one plugin block: an instance of a plugin binary.
-type Plugin struct {
+// PluginBlock is one plugin block: an instance of a plugin binary.
+type PluginBlock struct {
 	// Name is the block label, unique in the file, matching [a-z][a-z0-9_-]*.
 	Name string
 	// Path is the absolute path of the plugin binary.

@@ -71,7 +71,7 @@ type comparePlugin struct {
 	Env                                        map[string]string
 }
 
-func plainPlugin(p Plugin) comparePlugin {
+func plainPlugin(p PluginBlock) comparePlugin {
 	return comparePlugin{
 		Name: p.Name, Path: p.Path, SHA256: p.SHA256, Mount: p.Mount, DataDir: p.DataDir,
 		MaxInflight: p.MaxInflight, Required: p.Required,
@@ -136,7 +136,7 @@ func TestLoad(t *testing.T) {
 	}
 	full.Health = Health{Interval: 5 * time.Second, Timeout: 5 * time.Second, Failures: 1}
 	rng := func(line int) hcl.Range { return hcl.Range{Start: hcl.Pos{Line: line}} }
-	full.Plugins = []Plugin{
+	full.Plugins = []PluginBlock{
 		{
 			Name:        "hello",
 			Path:        filepath.Join(testdata, "plugins", "hello"),

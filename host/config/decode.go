@@ -283,7 +283,7 @@ func (d *decoder) plugins(c *Config, blocks []*pluginBody) {
 	}
 
 	for _, pb := range blocks {
-		p := Plugin{
+		p := PluginBlock{
 			Name:        pb.Name,
 			MaxInflight: defaultMaxInflight,
 			Required:    true,

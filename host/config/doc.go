@@ -63,7 +63,7 @@
 //
 //  1. [Load] (or [Parse]) checks everything but the plugin config blocks.
 //  2. After the plugin answers Describe, [CheckSchema] vets the declared
-//     schema and [DecodePluginConfig] decodes [Plugin.Config] against it into
+//     schema and [DecodePluginConfig] decodes [PluginBlock.Config] against it into
 //     the JSON that Configure carries.
 //
 // Print diagnostics from either step with [WriteDiagnostics] and

@@ -23,7 +23,7 @@ type fakeTarget struct {
 
 func (f *fakeTarget) Name() string                         { return f.spec.Name }
 func (f *fakeTarget) Spec() supervisor.Spec                { return f.spec }
-func (f *fakeTarget) Conn() *supervisor.Conn               { return nil }
+func (f *fakeTarget) Endpoint() *supervisor.Endpoint       { return nil }
 func (f *fakeTarget) Manifest() *pluginv1.DescribeResponse { return f.manifest }
 func (f *fakeTarget) Status() supervisor.Status {
 	return supervisor.Status{Name: f.spec.Name, State: supervisor.StateStarting, Mount: f.spec.Mount}

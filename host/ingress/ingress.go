@@ -50,7 +50,7 @@ type Limits struct {
 type Target interface {
 	Name() string
 	Spec() supervisor.Spec
-	Conn() *supervisor.Conn
+	Endpoint() *supervisor.Endpoint
 	Manifest() *pluginv1.DescribeResponse
 	Status() supervisor.Status
 }
@@ -218,7 +218,7 @@ func (g *Ingress) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	start := time.Now()
-	code := g.serve(w, r, e, rest)
+	code := g.forward(w, r, e, rest)
 	e.metrics.answered(code, time.Since(start))
 }
 
@@ -236,11 +236,11 @@ func (t *table) match(p string) (*entry, string) {
 	return nil, ""
 }
 
-// serve answers one request for plugin entry e and returns the status code.
-func (g *Ingress) serve(w http.ResponseWriter, r *http.Request, e *entry, rest string) int {
+// forward answers one request for plugin entry e and returns the status code.
+func (g *Ingress) forward(w http.ResponseWriter, r *http.Request, e *entry, rest string) int {
 	name := e.target.Name()
-	conn := e.target.Conn()
-	if conn == nil || e.routes == nil {
+	ep := e.target.Endpoint()
+	if ep == nil || e.routes == nil {
 		return writeError(w, http.StatusServiceUnavailable, "plugin_unavailable",
 			fmt.Sprintf("plugin %q is %s", name, e.target.Status().State))
 	}
@@ -268,8 +268,8 @@ func (g *Ingress) serve(w http.ResponseWriter, r *http.Request, e *entry, rest s
 		e.metrics.inflight.Dec()
 	}()
 	// Until the answer is read: a drain must not stop the process first.
-	conn.StartCall()
-	defer conn.EndCall()
+	ep.StartCall()
+	defer ep.EndCall()
 
 	body, err := readBody(w, r, limits.MaxBodyBytes)
 	if err != nil {
@@ -316,7 +316,7 @@ func (g *Ingress) serve(w http.ResponseWriter, r *http.Request, e *entry, rest s
 		ctx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
-	resp, err := conn.RoundTrip(ctx, req)
+	resp, err := ep.RoundTrip(ctx, req)
 	if dl, ok := ctx.Deadline(); err == nil && !rt.Streaming && ok && !time.Now().Before(dl) {
 		// The answer raced the deadline, and is most likely the handler
 		// reacting to it; the contract is 504 whether or not it answered.
@@ -324,15 +324,15 @@ func (g *Ingress) serve(w http.ResponseWriter, r *http.Request, e *entry, rest s
 		err = context.DeadlineExceeded
 	}
 	if err != nil {
-		return g.failed(ctx, w, e, conn, err)
+		return g.failed(ctx, w, e, ep, err)
 	}
-	return g.answer(w, e, conn, resp, rt.Streaming)
+	return g.answer(w, e, ep, resp, rt.Streaming)
 }
 
 // answer writes a plugin's response: the head, then the body as it comes,
 // flushed piece by piece on a streaming route. A body that fails after
 // the head is out can only be cut short.
-func (g *Ingress) answer(w http.ResponseWriter, e *entry, conn *supervisor.Conn, resp *dataplane.Response, streaming bool) int {
+func (g *Ingress) answer(w http.ResponseWriter, e *entry, ep *supervisor.Endpoint, resp *dataplane.Response, streaming bool) int {
 	defer resp.Close()
 	h := w.Header()
 	maps.Copy(h, resp.Header)
@@ -354,7 +354,7 @@ func (g *Ingress) answer(w http.ResponseWriter, e *entry, conn *supervisor.Conn,
 			return code
 		}
 		if err != nil {
-			if conn.Aborted() {
+			if ep.Aborted() {
 				e.metrics.aborted.Inc()
 			}
 			panic(http.ErrAbortHandler)
@@ -369,10 +369,10 @@ func (g *Ingress) answer(w http.ResponseWriter, e *entry, conn *supervisor.Conn,
 }
 
 // failed maps a request that got no answer to an HTTP answer.
-func (g *Ingress) failed(ctx context.Context, w http.ResponseWriter, e *entry, conn *supervisor.Conn, err error) int {
+func (g *Ingress) failed(ctx context.Context, w http.ResponseWriter, e *entry, ep *supervisor.Endpoint, err error) int {
 	name := e.target.Name()
 	switch {
-	case conn.Aborted():
+	case ep.Aborted():
 		e.metrics.aborted.Inc()
 		return writeError(w, http.StatusServiceUnavailable, "drain_aborted",
 			fmt.Sprintf("plugin %q was stopped at its drain deadline before it answered", name))
@@ -468,7 +468,7 @@ func (g *Ingress) readyz(w http.ResponseWriter) {
 	for _, e := range t.byName {
 		st := e.target.Status()
 		body.Plugins = append(body.Plugins, st)
-		if st.Required && e.target.Conn() == nil {
+		if st.Required && e.target.Endpoint() == nil {
 			body.Ready = false
 		}
 	}
@@ -499,7 +499,7 @@ func (g *Ingress) Call(ctx context.Context, req *pluginv1.CallRequest) (*pluginv
 	hr.RemoteAddr = "plugin"
 	rec := newBufferWriter()
 	start := time.Now()
-	code, err := g.serveCall(rec, hr, e, pr.GetPath())
+	code, err := g.forwardCall(rec, hr, e, pr.GetPath())
 	e.metrics.answered(code, time.Since(start))
 	if err != nil {
 		return nil, err
@@ -507,9 +507,9 @@ func (g *Ingress) Call(ctx context.Context, req *pluginv1.CallRequest) (*pluginv
 	return &pluginv1.HTTPResponse{Status: int32(rec.code), Headers: wire.HeadersToProto(rec.header), Body: rec.body}, nil
 }
 
-// serveCall is serve for Host.Call, where a response cut short after its
+// forwardCall is forward for Host.Call, where a response cut short after its
 // head is a failed call rather than a cut connection.
-func (g *Ingress) serveCall(w *bufferWriter, r *http.Request, e *entry, rest string) (code int, err error) {
+func (g *Ingress) forwardCall(w *bufferWriter, r *http.Request, e *entry, rest string) (code int, err error) {
 	defer func() {
 		if v := recover(); v != nil {
 			if v != http.ErrAbortHandler {
@@ -518,7 +518,7 @@ func (g *Ingress) serveCall(w *bufferWriter, r *http.Request, e *entry, rest str
 			code, err = http.StatusBadGateway, status.Error(codes.Aborted, "the target plugin cut its response short")
 		}
 	}()
-	return g.serve(w, r, e, rest), nil
+	return g.forward(w, r, e, rest), nil
 }
 
 // bufferWriter collects a response for Call.

@@ -49,7 +49,7 @@ type fixture struct {
 	srv *httptest.Server
 
 	mu      sync.Mutex
-	plugins map[string]*supervisor.Plugin
+	plugins map[string]*supervisor.Process
 
 	// updateMu makes snapshots of plugins reach the ingress in the order
 	// they were taken, as the host does.
@@ -96,7 +96,7 @@ func newFixture(t *testing.T, limits ingress.Limits, specs ...pluginSpec) *fixtu
 		}
 	})
 	logger := hclog.New(&hclog.LoggerOptions{Name: "test", Level: hclog.Debug, Output: log})
-	f := &fixture{m: metrics.New(), plugins: map[string]*supervisor.Plugin{}}
+	f := &fixture{m: metrics.New(), plugins: map[string]*supervisor.Process{}}
 	f.g = ingress.New(logger.Named("ingress"), f.m, limits)
 	for _, s := range specs {
 		opts := supervisor.Options{
@@ -150,7 +150,7 @@ func newFixture(t *testing.T, limits ingress.Limits, specs ...pluginSpec) *fixtu
 	return f
 }
 
-func (f *fixture) plugin(name string) *supervisor.Plugin {
+func (f *fixture) plugin(name string) *supervisor.Process {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.plugins[name]
@@ -577,7 +577,7 @@ func TestDrainAborted(t *testing.T) {
 }
 
 // sleepsStarted reads hello_sleeps_total from the plugin's own metrics.
-func sleepsStarted(t *testing.T, p *supervisor.Plugin) float64 {
+func sleepsStarted(t *testing.T, p *supervisor.Process) float64 {
 	t.Helper()
 	raw, err := p.Families(t.Context())
 	if err != nil {

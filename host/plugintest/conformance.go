@@ -165,7 +165,7 @@ func register(mux *http.ServeMux, pat string) (err error) {
 // start runs the plugin under the host's supervisor with the given config
 // body. The supervisor is told to give up at the first crash, so a crash
 // shows as the failed state instead of a silent restart.
-func (c *conformance) start(t *testing.T, configSrc string) (*supervisor.Plugin, error) {
+func (c *conformance) start(t *testing.T, configSrc string) (*supervisor.Process, error) {
 	t.Helper()
 	body, err := parseBody(configSrc)
 	if err != nil {
@@ -214,14 +214,14 @@ func (c *conformance) start(t *testing.T, configSrc string) (*supervisor.Plugin,
 
 // ready starts the plugin with the caller's config and waits until the
 // supervisor reports it ready.
-func (c *conformance) ready(t *testing.T) *supervisor.Plugin {
+func (c *conformance) ready(t *testing.T) *supervisor.Process {
 	t.Helper()
 	p, err := c.start(t, c.config)
 	if err != nil {
 		t.Fatalf("the plugin refused the config passed to Conformance: %v", err)
 	}
 	deadline := time.Now().Add(15 * time.Second)
-	for p.Conn() == nil {
+	for p.Endpoint() == nil {
 		st := p.Status()
 		if st.State == supervisor.StateFailed || time.Now().After(deadline) {
 			t.Fatalf("the plugin did not become ready (state %s, last error %q); a good plugin is ready once Configure returns", st.State, st.LastError)
@@ -338,7 +338,7 @@ func (c *conformance) health(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), c.healthTimeout)
 	defer cancel()
 	start := time.Now()
-	resp, err := p.Conn().RPC.Health(ctx, &pluginv1.HealthRequest{})
+	resp, err := p.Endpoint().RPC.Health(ctx, &pluginv1.HealthRequest{})
 	if err != nil {
 		t.Fatalf("Health did not answer within %v: %v; a good Health hook answers at once from state it keeps, without slow I/O", c.healthTimeout, err)
 	}
@@ -406,7 +406,7 @@ func (c *conformance) malformed(t *testing.T, m *pluginv1.DescribeResponse) {
 			}
 		}
 	}
-	conn := p.Conn()
+	conn := p.Endpoint()
 	for _, pr := range probes {
 		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
 		code, err := call(ctx, conn, pr.req)
@@ -447,7 +447,7 @@ func concretePath(pattern string) string {
 
 // call sends req over the plugin's data plane, as a streaming route's
 // when its pattern is marked "stream:", and returns the status.
-func call(ctx context.Context, conn *supervisor.Conn, req *pluginv1.HTTPRequest) (int, error) {
+func call(ctx context.Context, conn *supervisor.Endpoint, req *pluginv1.HTTPRequest) (int, error) {
 	resp, err := roundTrip(ctx, conn, req)
 	if err != nil {
 		return 0, err
@@ -458,7 +458,7 @@ func call(ctx context.Context, conn *supervisor.Conn, req *pluginv1.HTTPRequest)
 
 // roundTrip sends req over the plugin's data plane and returns the head of
 // the answer; the caller closes it.
-func roundTrip(ctx context.Context, conn *supervisor.Conn, req *pluginv1.HTTPRequest) (*dataplane.Response, error) {
+func roundTrip(ctx context.Context, conn *supervisor.Endpoint, req *pluginv1.HTTPRequest) (*dataplane.Response, error) {
 	pat, streaming := strings.CutPrefix(req.GetPattern(), "stream:")
 	if !streaming {
 		pat = req.GetPattern()
@@ -490,7 +490,7 @@ func (c *conformance) drain(t *testing.T) {
 // not arrived when the drain began, so the check must be repeated.
 func (c *conformance) drainOnce(t *testing.T, headStart time.Duration) bool {
 	p := c.ready(t)
-	conn := p.Conn()
+	conn := p.Endpoint()
 	rpc := conn.RPC
 	type result struct {
 		code int
@@ -647,13 +647,13 @@ func (c *conformance) metrics(t *testing.T, m *pluginv1.DescribeResponse) {
 	for _, r := range m.GetRoutes() {
 		if r.GetMethod() == http.MethodGet && !r.GetStreaming() && !strings.Contains(r.GetPattern(), "{") || r.GetPattern() == "/{$}" {
 			ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
-			_, _ = call(ctx, p.Conn(), &pluginv1.HTTPRequest{Method: http.MethodGet, Path: concretePath(r.GetPattern()), Host: "conformance"})
+			_, _ = call(ctx, p.Endpoint(), &pluginv1.HTTPRequest{Method: http.MethodGet, Path: concretePath(r.GetPattern()), Host: "conformance"})
 			cancel()
 		}
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 	defer cancel()
-	resp, err := p.Conn().RPC.Metrics(ctx, &pluginv1.MetricsRequest{})
+	resp, err := p.Endpoint().RPC.Metrics(ctx, &pluginv1.MetricsRequest{})
 	if err != nil {
 		t.Fatalf("Metrics failed: %v; a good plugin registers only collectors that gather without error", err)
 	}

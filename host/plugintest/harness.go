@@ -205,7 +205,7 @@ func Start(t testing.TB, def sdk.Plugin, opts Options) (*Harness, error) {
 	})
 	h.ingress.Update([]ingress.Target{&target{
 		spec:     supervisor.Spec{Name: opts.Instance, Mount: harnessMount},
-		conn:     supervisor.NewConn(h.rpc, data),
+		conn:     supervisor.NewEndpoint(h.rpc, data),
 		manifest: h.manifest,
 	}})
 	return h, nil
@@ -244,13 +244,13 @@ func closeConns(cs []*wire.Conn) {
 // target is the in-process plugin as the ingress sees it: always ready.
 type target struct {
 	spec     supervisor.Spec
-	conn     *supervisor.Conn
+	conn     *supervisor.Endpoint
 	manifest *pluginv1.DescribeResponse
 }
 
 func (t *target) Name() string                         { return t.spec.Name }
 func (t *target) Spec() supervisor.Spec                { return t.spec }
-func (t *target) Conn() *supervisor.Conn               { return t.conn }
+func (t *target) Endpoint() *supervisor.Endpoint       { return t.conn }
 func (t *target) Manifest() *pluginv1.DescribeResponse { return t.manifest }
 func (t *target) Status() supervisor.Status {
 	return supervisor.Status{Name: t.spec.Name, State: supervisor.StateReady, Mount: t.spec.Mount}

@@ -72,9 +72,9 @@ type Options struct {
 	OnChange func()
 }
 
-// Conn is a snapshot of a ready plugin that the ingress sends requests to.
-// It belongs to one plugin process: a restarted plugin gets a new Conn.
-type Conn struct {
+// Endpoint is a snapshot of a ready plugin that the ingress sends requests to.
+// It belongs to one plugin process: a restarted plugin gets a new Endpoint.
+type Endpoint struct {
 	RPC pluginv1.PluginClient
 	// aborted is set when the supervisor killed this process at a drain
 	// deadline, so the ingress can count the requests that failed.
@@ -85,12 +85,12 @@ type Conn struct {
 	calls *callCount
 }
 
-// NewConn returns the Conn of a ready plugin process reached through rpc
+// NewEndpoint returns the Endpoint of a ready plugin process reached through rpc
 // (its control plane) and data (its requests). The supervisor makes one
 // per process; the test kit (host/plugintest) makes one for a plugin it
 // serves in-process.
-func NewConn(rpc pluginv1.PluginClient, data dataplane.Transport) *Conn {
-	return &Conn{RPC: rpc, aborted: &atomic.Bool{}, data: data, calls: &callCount{}}
+func NewEndpoint(rpc pluginv1.PluginClient, data dataplane.Transport) *Endpoint {
+	return &Endpoint{RPC: rpc, aborted: &atomic.Bool{}, data: data, calls: &callCount{}}
 }
 
 // StartCall counts a call to the process, from before it is sent until
@@ -98,18 +98,18 @@ func NewConn(rpc pluginv1.PluginClient, data dataplane.Transport) *Conn {
 // drain has finished, its last answers can still be on their way: the
 // supervisor waits for the counted calls, up to the drain deadline, before
 // it stops the process, so that none is lost.
-func (c *Conn) StartCall() { c.calls.add(1) }
+func (c *Endpoint) StartCall() { c.calls.add(1) }
 
 // EndCall ends a call counted by StartCall.
-func (c *Conn) EndCall() { c.calls.add(-1) }
+func (c *Endpoint) EndCall() { c.calls.add(-1) }
 
-// waitAnswers waits until the host has read every answer of conn's
+// waitAnswers waits until the host has read every answer of ep's
 // process or ctx ends, and reports whether it has.
-func (p *Plugin) waitAnswers(ctx context.Context, conn *Conn) bool {
-	if n := conn.calls.count(); n > 0 {
+func (p *Process) waitAnswers(ctx context.Context, ep *Endpoint) bool {
+	if n := ep.calls.count(); n > 0 {
 		p.logger.Debug("plugin drained; waiting for answers in transit", "calls", n)
 	}
-	return conn.calls.wait(ctx)
+	return ep.calls.wait(ctx)
 }
 
 // callCount counts calls in progress and lets one wait for none.
@@ -157,12 +157,12 @@ func (c *callCount) wait(ctx context.Context) bool {
 }
 
 // Aborted reports whether the process was killed at a drain deadline.
-func (c *Conn) Aborted() bool { return c.aborted.Load() }
+func (c *Endpoint) Aborted() bool { return c.aborted.Load() }
 
 // RoundTrip sends one request to the process over its data plane (see
 // dataplane.Transport). Once the process is gone it fails with
 // dataplane.ErrUnavailable.
-func (c *Conn) RoundTrip(ctx context.Context, req *dataplane.Request) (*dataplane.Response, error) {
+func (c *Endpoint) RoundTrip(ctx context.Context, req *dataplane.Request) (*dataplane.Response, error) {
 	return c.data.RoundTrip(ctx, req)
 }
 
@@ -182,8 +182,9 @@ type Status struct {
 	DataPlaneConns int `json:"data_plane_conns"`
 }
 
-// Plugin supervises one plugin.
-type Plugin struct {
+// Process supervises one plugin block: it runs the plugin's process, one at
+// a time, through starts, health checks, restarts and drains.
+type Process struct {
 	spec   Spec
 	opts   Options
 	logger hclog.Logger
@@ -196,7 +197,7 @@ type Plugin struct {
 	state    State
 	health   string
 	inst     *catalog.Instance
-	conn     *Conn
+	ep       *Endpoint
 	manifest *pluginv1.DescribeResponse
 	restarts int
 	recent   []time.Time
@@ -223,9 +224,9 @@ type command struct {
 // attempt: a config error (the plugin's schema or Configure refused the
 // config) is returned and the plugin is stopped; any other failure is left
 // to the restart loop and Start returns nil.
-func Start(ctx context.Context, spec Spec, opts Options) (*Plugin, error) {
+func Start(ctx context.Context, spec Spec, opts Options) (*Process, error) {
 	ctx, cancel := context.WithCancel(ctx)
-	p := &Plugin{
+	p := &Process{
 		cancel: cancel,
 		spec:   spec,
 		opts:   opts,
@@ -251,31 +252,31 @@ func Start(ctx context.Context, spec Spec, opts Options) (*Plugin, error) {
 }
 
 // Spec returns the plugin's spec.
-func (p *Plugin) Spec() Spec { return p.spec }
+func (p *Process) Spec() Spec { return p.spec }
 
 // Name returns the plugin's instance name.
-func (p *Plugin) Name() string { return p.spec.Name }
+func (p *Process) Name() string { return p.spec.Name }
 
-// Conn returns the ready plugin's connection, or nil when it is not ready
-// (or is ready but reports itself not ready).
-func (p *Plugin) Conn() *Conn {
+// Endpoint returns the ready plugin's endpoint, or nil when it is not
+// ready (or is ready but reports itself not ready).
+func (p *Process) Endpoint() *Endpoint {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.state != StateReady || p.health == "not_ready" {
 		return nil
 	}
-	return p.conn
+	return p.ep
 }
 
 // Manifest returns the last Describe answer, or nil before the first.
-func (p *Plugin) Manifest() *pluginv1.DescribeResponse {
+func (p *Process) Manifest() *pluginv1.DescribeResponse {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.manifest
 }
 
 // Status returns a snapshot for the admin API and /readyz.
-func (p *Plugin) Status() Status {
+func (p *Process) Status() Status {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	s := Status{
@@ -285,8 +286,8 @@ func (p *Plugin) Status() Status {
 	if p.inst != nil {
 		s.Pid = p.inst.Pid()
 	}
-	if p.conn != nil {
-		s.DataPlaneConns = p.conn.data.Live()
+	if p.ep != nil {
+		s.DataPlaneConns = p.ep.data.Live()
 	}
 	if p.manifest != nil {
 		s.Version = p.manifest.GetVersion()
@@ -295,12 +296,12 @@ func (p *Plugin) Status() Status {
 }
 
 // Ready reports whether the plugin serves requests.
-func (p *Plugin) Ready() bool { return p.Conn() != nil }
+func (p *Process) Ready() bool { return p.Endpoint() != nil }
 
 // Families returns the plugin's metric families; it implements
 // metrics.Source.
-func (p *Plugin) Families(ctx context.Context) ([][]byte, error) {
-	c := p.Conn()
+func (p *Process) Families(ctx context.Context) ([][]byte, error) {
+	c := p.Endpoint()
 	if c == nil {
 		return nil, errors.New("plugin is not ready")
 	}
@@ -314,8 +315,8 @@ func (p *Plugin) Families(ctx context.Context) ([][]byte, error) {
 // SetFaults replaces the faults at the ready plugin's fault points and
 // returns those now set. Faults live in the plugin process: a restart
 // clears them.
-func (p *Plugin) SetFaults(ctx context.Context, faults []*pluginv1.FaultSpec) ([]*pluginv1.FaultSpec, error) {
-	c := p.Conn()
+func (p *Process) SetFaults(ctx context.Context, faults []*pluginv1.FaultSpec) ([]*pluginv1.FaultSpec, error) {
+	c := p.Endpoint()
 	if c == nil {
 		return nil, ErrNotReady
 	}
@@ -331,7 +332,7 @@ var ErrNotReady = errors.New("plugin is not ready")
 
 // Restart drains the plugin (with the given deadline) and starts it again,
 // also from the failed state. It returns once the restart has begun.
-func (p *Plugin) Restart(deadline time.Time) {
+func (p *Process) Restart(deadline time.Time) {
 	select {
 	case p.cmds <- command{kind: cmdRestart, deadline: deadline}:
 	case <-p.done:
@@ -342,7 +343,7 @@ func (p *Plugin) Restart(deadline time.Time) {
 
 // Stop drains the plugin until deadline, kills what is left and waits for
 // the supervisor goroutine to end. It is safe to call more than once.
-func (p *Plugin) Stop(deadline time.Time) {
+func (p *Process) Stop(deadline time.Time) {
 	// A plugin that is still starting cannot take the command; at the
 	// deadline its start is cancelled instead.
 	t := time.AfterFunc(time.Until(deadline), p.cancel)
@@ -355,7 +356,7 @@ func (p *Plugin) Stop(deadline time.Time) {
 	<-p.done
 }
 
-func (p *Plugin) setState(s State, lastErr error) {
+func (p *Process) setState(s State, lastErr error) {
 	p.mu.Lock()
 	p.state = s
 	if lastErr != nil {
@@ -369,7 +370,7 @@ func (p *Plugin) setState(s State, lastErr error) {
 }
 
 // publish updates metrics and tells the owner; never called with mu held.
-func (p *Plugin) publish() {
+func (p *Process) publish() {
 	st := p.Status()
 	if m := p.opts.Metrics; m != nil {
 		for _, s := range States {
@@ -390,7 +391,7 @@ func (p *Plugin) publish() {
 	}
 }
 
-func (p *Plugin) firstDone(err error) {
+func (p *Process) firstDone(err error) {
 	select {
 	case <-p.first:
 	default:
@@ -401,7 +402,7 @@ func (p *Plugin) firstDone(err error) {
 
 // run is the plugin's state machine. It owns inst; others read snapshots
 // under mu.
-func (p *Plugin) run(ctx context.Context) {
+func (p *Process) run(ctx context.Context) {
 	defer close(p.done)
 	pol := p.opts.Policy
 	bo := backoff.Backoff{Policy: backoff.Policy{Initial: pol.InitialBackoff, Max: pol.MaxBackoff}}
@@ -424,18 +425,18 @@ func (p *Plugin) run(ctx context.Context) {
 			data := inst.Transport()
 			p.logger.Info("plugin ready", "pid", inst.Pid(), "version", inst.Manifest().GetVersion(), "data_plane_conns", data.Live())
 			var cmd *command
-			conn := NewConn(inst.RPC(), data)
-			reason, cmd = p.serve(ctx, inst, conn, &bo)
+			ep := NewEndpoint(inst.RPC(), data)
+			cmd, reason = p.watch(ctx, inst, ep, &bo)
 			if cmd != nil {
 				switch cmd.kind {
 				case cmdStop:
-					p.drainAndKill(inst, conn, cmd.deadline)
+					p.drainAndKill(inst, ep, cmd.deadline)
 					p.setState(StateStopped, nil)
 					return
 				case cmdRestart:
 					// An operator's restart is counted, but not against
 					// max_restarts: that budget is for crashes.
-					p.drainAndKill(inst, conn, cmd.deadline)
+					p.drainAndKill(inst, ep, cmd.deadline)
 					p.countRestart(false)
 					bo.Reset()
 					continue
@@ -443,7 +444,7 @@ func (p *Plugin) run(ctx context.Context) {
 			}
 			inst.Kill()
 			p.mu.Lock()
-			p.inst, p.conn = nil, nil
+			p.inst, p.ep = nil, nil
 			p.mu.Unlock()
 		} else {
 			reason = err
@@ -474,7 +475,7 @@ func (p *Plugin) run(ctx context.Context) {
 // checks the budget: when the plugin has already restarted MaxRestarts
 // times within Window it reports true, and no restart is counted because
 // none will happen.
-func (p *Plugin) countRestart(crash bool) (failed bool) {
+func (p *Process) countRestart(crash bool) (failed bool) {
 	now := time.Now()
 	p.mu.Lock()
 	if crash {
@@ -501,7 +502,7 @@ func (p *Plugin) countRestart(crash bool) (failed bool) {
 
 // waitFailed parks the plugin in the failed state until an operator
 // restarts it. It returns false when the plugin should stop.
-func (p *Plugin) waitFailed(ctx context.Context, reason error) bool {
+func (p *Process) waitFailed(ctx context.Context, reason error) bool {
 	p.setState(StateFailed, reason)
 	select {
 	case cmd := <-p.cmds:
@@ -520,7 +521,7 @@ func (p *Plugin) waitFailed(ctx context.Context, reason error) bool {
 }
 
 // sleep waits out a backoff; a command cuts it short.
-func (p *Plugin) sleep(ctx context.Context, d time.Duration) *command {
+func (p *Process) sleep(ctx context.Context, d time.Duration) *command {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
@@ -546,7 +547,7 @@ func (e *schemaError) Unwrap() []error {
 
 // launch starts the plugin and configures it. A config that the schema or
 // the plugin refused is an error wrapping an *sdk.ConfigError.
-func (p *Plugin) launch(ctx context.Context) (*catalog.Instance, error) {
+func (p *Process) launch(ctx context.Context) (*catalog.Instance, error) {
 	inst, err := catalog.Launch(ctx, p.spec.Path, p.spec.SHA256, catalog.Options{
 		Logger:       p.opts.Logger.Named(p.spec.Name).With("plugin", p.spec.Name),
 		StartTimeout: p.opts.Policy.StartTimeout,
@@ -586,9 +587,9 @@ func (p *Plugin) launch(ctx context.Context) (*catalog.Instance, error) {
 	return inst, nil
 }
 
-func (p *Plugin) clearInst() {
+func (p *Process) clearInst() {
 	p.mu.Lock()
-	p.inst, p.conn = nil, nil
+	p.inst, p.ep = nil, nil
 	p.mu.Unlock()
 }
 
@@ -596,12 +597,12 @@ func (p *Plugin) clearInst() {
 // seen exiting, which is the likelier reason.
 const exitGrace = time.Second
 
-// serve keeps a ready plugin: it health-checks it and waits for it to exit
-// or for a command. It returns why the plugin went down, or the command.
-func (p *Plugin) serve(ctx context.Context, inst *catalog.Instance, conn *Conn, bo *backoff.Backoff) (error, *command) {
+// watch keeps a ready plugin: it health-checks it and waits for it to exit
+// or for a command. It returns the command, or why the plugin went down.
+func (p *Process) watch(ctx context.Context, inst *catalog.Instance, ep *Endpoint, bo *backoff.Backoff) (*command, error) {
 	pol := p.opts.Policy
 	p.mu.Lock()
-	p.conn = conn
+	p.ep = ep
 	p.mu.Unlock()
 	p.setState(StateReady, nil)
 
@@ -613,21 +614,21 @@ func (p *Plugin) serve(ctx context.Context, inst *catalog.Instance, conn *Conn, 
 	for {
 		select {
 		case <-inst.Exited():
-			return errors.New("plugin process exited"), nil
-		case <-conn.data.Done():
+			return nil, errors.New("plugin process exited")
+		case <-ep.data.Done():
 			// No request can reach the process any more. Most often it
 			// has died, and its sockets closed a moment before its exit
 			// is seen: say so if it has.
 			select {
 			case <-inst.Exited():
-				return errors.New("plugin process exited"), nil
+				return nil, errors.New("plugin process exited")
 			case <-time.After(exitGrace):
-				return errors.New("every data-plane connection broke"), nil
+				return nil, errors.New("every data-plane connection broke")
 			}
 		case cmd := <-p.cmds:
-			return nil, &cmd
+			return &cmd, nil
 		case <-ctx.Done():
-			return nil, &command{kind: cmdStop, deadline: time.Now()}
+			return &command{kind: cmdStop, deadline: time.Now()}, nil
 		case <-stable.C:
 			bo.Reset()
 		case <-tick.C:
@@ -636,7 +637,7 @@ func (p *Plugin) serve(ctx context.Context, inst *catalog.Instance, conn *Conn, 
 				fails++
 				p.logger.Warn("health check failed", "consecutive", fails, "error", err)
 				if fails >= pol.HealthFailures {
-					return fmt.Errorf("unhealthy: %d consecutive failed health checks: %w", fails, err), nil
+					return nil, fmt.Errorf("unhealthy: %d consecutive failed health checks: %w", fails, err)
 				}
 				continue
 			}
@@ -652,7 +653,7 @@ func (p *Plugin) serve(ctx context.Context, inst *catalog.Instance, conn *Conn, 
 	}
 }
 
-func (p *Plugin) check(ctx context.Context, inst *catalog.Instance) (string, error) {
+func (p *Process) check(ctx context.Context, inst *catalog.Instance) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, p.opts.Policy.HealthTimeout)
 	defer cancel()
 	resp, err := inst.RPC().Health(ctx, &pluginv1.HealthRequest{})
@@ -670,8 +671,8 @@ func (p *Plugin) check(ctx context.Context, inst *catalog.Instance) (string, err
 
 // drainAndKill asks the plugin to drain until deadline, then ends it: once
 // nothing is left in flight and the host has read every answer (StartCall), or
-// by SIGKILL when the deadline passed before that. Then it closes conn.
-func (p *Plugin) drainAndKill(inst *catalog.Instance, conn *Conn, deadline time.Time) {
+// by SIGKILL when the deadline passed before that. Then it closes ep.
+func (p *Process) drainAndKill(inst *catalog.Instance, ep *Endpoint, deadline time.Time) {
 	p.setState(StateDraining, nil)
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
@@ -679,17 +680,17 @@ func (p *Plugin) drainAndKill(inst *catalog.Instance, conn *Conn, deadline time.
 	switch {
 	case err != nil:
 		p.logger.Warn("drain did not finish; killing plugin", "error", err)
-		conn.aborted.Store(true)
+		ep.aborted.Store(true)
 		inst.ForceKill()
 	case resp.GetAbandoned() > 0:
 		p.logger.Warn("drain deadline passed; killing plugin", "completed", resp.GetCompleted(), "abandoned", resp.GetAbandoned())
-		conn.aborted.Store(true)
+		ep.aborted.Store(true)
 		inst.ForceKill()
-	case !p.waitAnswers(ctx, conn):
+	case !p.waitAnswers(ctx, ep):
 		// The plugin answered everything, yet answers were still not
 		// read at the deadline: they are lost with the process.
 		p.logger.Warn("drain deadline passed with answers in transit; killing plugin", "completed", resp.GetCompleted())
-		conn.aborted.Store(true)
+		ep.aborted.Store(true)
 		inst.ForceKill()
 	default:
 		p.logger.Info("plugin drained", "completed", resp.GetCompleted())

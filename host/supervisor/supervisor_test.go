@@ -45,7 +45,7 @@ func TestMain(m *testing.M) {
 // recorder remembers the states a plugin passed through, as OnChange saw
 // them.
 type recorder struct {
-	p atomic.Pointer[supervisor.Plugin]
+	p atomic.Pointer[supervisor.Process]
 
 	mu     sync.Mutex
 	states []supervisor.State
@@ -83,7 +83,7 @@ func (r *recorder) len() int {
 
 // fixture is one supervised plugin and what the test observes it with.
 type fixture struct {
-	p       *supervisor.Plugin
+	p       *supervisor.Process
 	rec     *recorder
 	metrics *metrics.Host
 	log     *testbin.SyncBuffer
@@ -170,7 +170,7 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 	}
 }
 
-func waitState(t *testing.T, p *supervisor.Plugin, want supervisor.State) supervisor.Status {
+func waitState(t *testing.T, p *supervisor.Process, want supervisor.State) supervisor.Status {
 	t.Helper()
 	var st supervisor.Status
 	waitFor(t, 30*time.Second, fmt.Sprintf("%s to be %s", p.Name(), want), func() bool {
@@ -180,7 +180,7 @@ func waitState(t *testing.T, p *supervisor.Plugin, want supervisor.State) superv
 	return st
 }
 
-func waitReady(t *testing.T, p *supervisor.Plugin) supervisor.Status {
+func waitReady(t *testing.T, p *supervisor.Process) supervisor.Status {
 	t.Helper()
 	waitFor(t, 30*time.Second, p.Name()+" to be ready", p.Ready)
 	return p.Status()
@@ -227,7 +227,7 @@ func gauge(t *testing.T, m *metrics.Host, state supervisor.State, plugin string)
 }
 
 // sleepsServed reads hello's own hello_sleeps_total through Families.
-func sleepsServed(t *testing.T, p *supervisor.Plugin) float64 {
+func sleepsServed(t *testing.T, p *supervisor.Process) float64 {
 	t.Helper()
 	raw, err := p.Families(t.Context())
 	if err != nil {
@@ -268,7 +268,7 @@ func TestStartReady(t *testing.T) {
 		t.Errorf("data dir %s: %v, want a directory created before Configure", s.DataDir, err)
 	}
 
-	c := f.p.Conn()
+	c := f.p.Endpoint()
 	if c == nil {
 		t.Fatal("Conn() = nil for a ready plugin")
 	}
@@ -330,7 +330,7 @@ func TestRestartAfterKill(t *testing.T) {
 		t.Errorf("plughost_plugin_restarts_total{plugin=hello} = %v, want 1", got)
 	}
 	waitGone(t, old.Pid)
-	if code, body, err := do(t.Context(), f.p.Conn(), "GET", "/", ""); err != nil || code != 200 {
+	if code, body, err := do(t.Context(), f.p.Endpoint(), "GET", "/", ""); err != nil || code != 200 {
 		t.Errorf("GET / on the new process = %d %s, %v, want 200", code, body, err)
 	}
 }
@@ -338,7 +338,7 @@ func TestRestartAfterKill(t *testing.T) {
 func TestOperatorRestart(t *testing.T) {
 	f := start(t, helloSpec(t), testPolicy())
 	old := waitReady(t, f.p)
-	oldConn := f.p.Conn()
+	oldConn := f.p.Endpoint()
 
 	f.p.Restart(time.Now().Add(10 * time.Second))
 	var st supervisor.Status
@@ -368,8 +368,8 @@ func TestCrasherFails(t *testing.T) {
 	if !strings.Contains(st.LastError, "handshake") {
 		t.Errorf("Status().LastError = %q, want the handshake failure", st.LastError)
 	}
-	if st.Pid != 0 || f.p.Conn() != nil || f.p.Ready() {
-		t.Errorf("failed plugin: Pid %d, Conn %v, Ready %t; want 0, nil, false", st.Pid, f.p.Conn(), f.p.Ready())
+	if st.Pid != 0 || f.p.Endpoint() != nil || f.p.Ready() {
+		t.Errorf("failed plugin: Pid %d, Conn %v, Ready %t; want 0, nil, false", st.Pid, f.p.Endpoint(), f.p.Ready())
 	}
 	if _, err := f.p.Families(t.Context()); err == nil {
 		t.Error("Families() on a failed plugin = nil error, want an error")
@@ -400,7 +400,7 @@ func TestCrasherFails(t *testing.T) {
 func TestStopDrains(t *testing.T) {
 	f := start(t, helloSpec(t), testPolicy())
 	st := waitReady(t, f.p)
-	c := f.p.Conn()
+	c := f.p.Endpoint()
 
 	begin := time.Now()
 	f.p.Stop(time.Now().Add(10 * time.Second))
@@ -410,7 +410,7 @@ func TestStopDrains(t *testing.T) {
 	if got := f.p.Status(); got.State != supervisor.StateStopped || got.Pid != 0 {
 		t.Errorf("Status() after Stop = %+v, want stopped with no pid", got)
 	}
-	if f.p.Conn() != nil {
+	if f.p.Endpoint() != nil {
 		t.Error("Conn() after Stop is not nil")
 	}
 	if c.Aborted() {
@@ -428,7 +428,7 @@ func TestStopDrains(t *testing.T) {
 func TestStopWaitsForAnswersInTransit(t *testing.T) {
 	f := start(t, helloSpec(t), testPolicy())
 	st := waitReady(t, f.p)
-	c := f.p.Conn()
+	c := f.p.Endpoint()
 	c.StartCall() // an answer the host has not read yet
 	stopped := make(chan struct{})
 	go func() {
@@ -461,7 +461,7 @@ func TestStopWaitsForAnswersInTransit(t *testing.T) {
 func TestStopKillsAtDeadlineWithAnswersInTransit(t *testing.T) {
 	f := start(t, helloSpec(t), testPolicy())
 	st := waitReady(t, f.p)
-	c := f.p.Conn()
+	c := f.p.Endpoint()
 	c.StartCall()
 	defer c.EndCall()
 	stopAtDeadline(t, f, c, st.Pid, "an answer in transit")
@@ -470,7 +470,7 @@ func TestStopKillsAtDeadlineWithAnswersInTransit(t *testing.T) {
 // stopAtDeadline stops f's plugin with a 500ms drain deadline while what
 // keeps it busy, and checks that Stop kept to the deadline, marked c
 // aborted and ended the process.
-func stopAtDeadline(t *testing.T, f *fixture, c *supervisor.Conn, pid int, what string) {
+func stopAtDeadline(t *testing.T, f *fixture, c *supervisor.Endpoint, pid int, what string) {
 	t.Helper()
 	const drain = 500 * time.Millisecond
 	begin := time.Now()
@@ -487,7 +487,7 @@ func stopAtDeadline(t *testing.T, f *fixture, c *supervisor.Conn, pid int, what 
 func TestStopKillsAtDeadline(t *testing.T) {
 	f := start(t, helloSpec(t), testPolicy())
 	st := waitReady(t, f.p)
-	c := f.p.Conn()
+	c := f.p.Endpoint()
 
 	type result struct {
 		code int
@@ -692,7 +692,7 @@ func TestUnhealthyRestarted(t *testing.T) {
 	f := start(t, spec(t, "faulty", "faulty", `{"label":"x","limit":3}`), pol)
 	old := waitReady(t, f.p)
 
-	if code, body, err := do(t.Context(), f.p.Conn(), "POST", "/sick", ""); err != nil || code != 200 {
+	if code, body, err := do(t.Context(), f.p.Endpoint(), "POST", "/sick", ""); err != nil || code != 200 {
 		t.Fatalf("POST /sick = %d %s, %v, want 200", code, body, err)
 	}
 	var st supervisor.Status
@@ -711,7 +711,7 @@ func TestUnhealthyRestarted(t *testing.T) {
 
 // do sends a request to c's process over its data plane and returns the
 // status and the whole body.
-func do(ctx context.Context, c *supervisor.Conn, method, path, rawQuery string) (int, []byte, error) {
+func do(ctx context.Context, c *supervisor.Endpoint, method, path, rawQuery string) (int, []byte, error) {
 	resp, err := c.RoundTrip(ctx, &dataplane.Request{Method: method, Path: path, RawQuery: rawQuery})
 	if err != nil {
 		return 0, nil, err

@@ -57,21 +57,21 @@ type Client struct {
 	Exited context.Context
 }
 
-// Plugin implements plugin.GRPCPlugin for both sides of the connection.
-type Plugin struct {
+// GRPCPlugin implements plugin.GRPCPlugin for both sides of the connection.
+type GRPCPlugin struct {
 	plugin.NetRPCUnsupportedPlugin
 	// Impl builds the plugin-side server; it is nil in the host.
 	Impl func(broker *plugin.GRPCBroker) pluginv1.PluginServer
 }
 
 // GRPCServer registers the plugin service; go-plugin calls it in the plugin.
-func (p *Plugin) GRPCServer(broker *plugin.GRPCBroker, s *grpc.Server) error {
+func (p *GRPCPlugin) GRPCServer(broker *plugin.GRPCBroker, s *grpc.Server) error {
 	pluginv1.RegisterPluginServer(s, p.Impl(broker))
 	return nil
 }
 
 // GRPCClient returns a *Client; go-plugin calls it in the host.
-func (p *Plugin) GRPCClient(ctx context.Context, broker *plugin.GRPCBroker, c *grpc.ClientConn) (any, error) {
+func (p *GRPCPlugin) GRPCClient(ctx context.Context, broker *plugin.GRPCBroker, c *grpc.ClientConn) (any, error) {
 	return &Client{PluginClient: pluginv1.NewPluginClient(c), Broker: broker, Exited: ctx}, nil
 }
 
@@ -79,7 +79,7 @@ func (p *Plugin) GRPCClient(ctx context.Context, broker *plugin.GRPCBroker, c *g
 // server configs. impl is nil on the host side.
 func PluginSets(impl func(*plugin.GRPCBroker) pluginv1.PluginServer) map[int]plugin.PluginSet {
 	return map[int]plugin.PluginSet{
-		ProtocolVersion: {PluginKey: &Plugin{Impl: impl}},
+		ProtocolVersion: {PluginKey: &GRPCPlugin{Impl: impl}},
 	}
 }
 

@@ -122,7 +122,7 @@ func TestPluginSets(t *testing.T) {
 	if !ok {
 		t.Fatalf("PluginSets(nil) has no set for protocol %d", wire.ProtocolVersion)
 	}
-	if _, ok := set[wire.PluginKey].(*wire.Plugin); !ok {
+	if _, ok := set[wire.PluginKey].(*wire.GRPCPlugin); !ok {
 		t.Errorf("PluginSets(nil)[%d][%q] = %T, want *wire.Plugin", wire.ProtocolVersion, wire.PluginKey, set[wire.PluginKey])
 	}
 }

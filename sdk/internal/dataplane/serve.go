@@ -228,7 +228,7 @@ func (s *server) start(ctx context.Context, id uint64, head *pluginv1.RequestHea
 // enough other workers are idle.
 func (s *server) worker(c *call) {
 	for {
-		s.serve(c)
+		s.handle(c)
 		if s.idle.Add(1) > s.maxIdle {
 			s.idle.Add(-1)
 			return
@@ -242,8 +242,8 @@ func (s *server) worker(c *call) {
 	}
 }
 
-// serve runs the handler for c and sends its response.
-func (s *server) serve(c *call) {
+// handle runs the handler for c and sends its response.
+func (s *server) handle(c *call) {
 	defer func() {
 		s.mu.Lock()
 		delete(s.calls, c.id)

@@ -18,7 +18,7 @@ func main() {
 		VersionedPlugins: map[int]plugin.PluginSet{
 			// go-plugin registers the service before the handshake, so the
 			// plugin needs a server even though no host will call it.
-			1: {wire.PluginKey: &wire.Plugin{Impl: func(*plugin.GRPCBroker) pluginv1.PluginServer {
+			1: {wire.PluginKey: &wire.GRPCPlugin{Impl: func(*plugin.GRPCBroker) pluginv1.PluginServer {
 				return pluginv1.UnimplementedPluginServer{}
 			}}},
 		},
