@@ -1,10 +1,13 @@
 // Package plugintest is the test kit for plughost plugin authors.
 //
-// New serves a plugin definition in-process over real gRPC, through the same
-// go-plugin and SDK code a real host talks to, and returns a Harness that is
-// an http.Handler: unit-test routes with net/http/httptest as if the plugin
-// were mounted at "/". The harness decodes its config the way the host does,
-// against the plugin's declared schema, and cleans up with t.Cleanup.
+// New serves a plugin definition in-process, over a real gRPC control plane
+// and real data-plane socket pairs, through the same go-plugin and SDK code
+// a plugin process runs, and returns a Harness that is an http.Handler:
+// unit-test routes with net/http/httptest as if the plugin were mounted at
+// "/". Requests go through the host's own ingress and data plane, so route
+// matching, body caps, timeouts and error bodies are the host's. The
+// harness decodes its config the way the host does, against the plugin's
+// declared schema, and cleans up with t.Cleanup.
 //
 //	h := plugintest.New(t, definition(), plugintest.Options{Config: `greeting = "hi"`})
 //	rec := httptest.NewRecorder()
