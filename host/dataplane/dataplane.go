@@ -53,6 +53,10 @@ type Request struct {
 	RequestID string
 	// Streaming routes get their response as the handler flushes it.
 	Streaming bool
+	// ResponseHeader, if set, receives the response's headers and is its
+	// Response.Header, sparing a map: the ingress passes its
+	// ResponseWriter's.
+	ResponseHeader http.Header
 }
 
 // Response is a plugin's answer. Read its body with Next until it returns
@@ -74,9 +78,12 @@ type Response struct {
 type Transport interface {
 	// RoundTrip sends req and waits for the head of its answer. ctx bounds
 	// the whole exchange, body included: its deadline becomes the
-	// handler's, and when it ends the plugin is told to cancel the
-	// request. The error is ctx's error, ErrUnavailable or ErrAborted,
-	// possibly wrapped.
+	// handler's, and when it ends while RoundTrip or Response.Next waits,
+	// the plugin is told to cancel the request. As with an http.Response,
+	// the caller must Close the Response (or read it to the end); a
+	// response left alone keeps its handler running until its deadline.
+	// The error is ctx's error, ErrUnavailable or ErrAborted, possibly
+	// wrapped.
 	RoundTrip(ctx context.Context, req *Request) (*Response, error)
 	// Live returns how many of the connections have not broken.
 	Live() int
@@ -161,10 +168,6 @@ type call struct {
 	id  uint64
 	ctx context.Context
 
-	// stop ends the watch that gives up on the request when ctx ends,
-	// even while nobody waits on it.
-	stop func() bool
-
 	mu       sync.Mutex
 	head     *pluginv1.ResponseHead
 	pieces   [][]byte // body pieces not yet handed out
@@ -189,9 +192,7 @@ func (c *conn) register(ctx context.Context) (*call, error) {
 
 // roundTrip sends req as cl and waits for the head of the answer.
 func (cl *call) roundTrip(req *Request) (*Response, error) {
-	cl.stop = context.AfterFunc(cl.ctx, cl.giveUp)
 	if err := cl.send(req); err != nil {
-		cl.stop()
 		return nil, err
 	}
 	for {
@@ -199,17 +200,15 @@ func (cl *call) roundTrip(req *Request) (*Response, error) {
 		head, err := cl.head, cl.err
 		cl.mu.Unlock()
 		if head != nil {
-			return cl.response(head), nil
+			return cl.response(head, req.ResponseHeader), nil
 		}
 		if err != nil {
-			cl.stop()
 			cl.c.forget(cl.id)
 			return nil, err
 		}
 		select {
 		case <-cl.ready:
 		case <-cl.ctx.Done():
-			cl.stop()
 			cl.giveUp()
 			return nil, cl.ctx.Err()
 		}
@@ -304,11 +303,14 @@ func (cl *call) result() error {
 	return ErrUnavailable
 }
 
-// response builds the Response for head; its body's first piece is the
-// head's.
-func (cl *call) response(head *pluginv1.ResponseHead) *Response {
+// response builds the Response for head, its headers added to h (a new
+// map if nil); its body's first piece is the head's.
+func (cl *call) response(head *pluginv1.ResponseHead, h http.Header) *Response {
+	if h == nil {
+		h = http.Header{}
+	}
 	hr := head.GetResponse()
-	r := &Response{Status: int(hr.GetStatus()), Header: http.Header{}, Size: -1, c: cl}
+	r := &Response{Status: int(hr.GetStatus()), Header: h, Size: -1, c: cl}
 	wire.HeadersFromProto(r.Header, hr.GetHeaders())
 	switch {
 	case !head.GetMore():
@@ -388,7 +390,6 @@ func (r *Response) grant(all bool) {
 // the request if it has not sent all of it. Call it once done with the
 // response.
 func (r *Response) Close() {
-	r.c.stop()
 	r.c.giveUp()
 }
 

@@ -235,6 +235,9 @@ admin {
 plugin "hello" {
   path     = "hello"
   required = true
+  env {
+    GOGC = "200"
+  }
   config {
     greeting = %q
   }

@@ -291,6 +291,8 @@ func (g *Ingress) forward(w http.ResponseWriter, r *http.Request, e *entry, rest
 		Pattern:    pattern,
 		RequestID:  g.requestID(r),
 		Streaming:  rt.Streaming,
+		// The plugin's headers go straight into the answer.
+		ResponseHeader: w.Header(),
 	}
 	ctx := r.Context()
 	timeout := rt.Timeout
@@ -321,6 +323,7 @@ func (g *Ingress) forward(w http.ResponseWriter, r *http.Request, e *entry, rest
 		// The answer raced the deadline, and is most likely the handler
 		// reacting to it; the contract is 504 whether or not it answered.
 		resp.Close()
+		clear(w.Header()) // the plugin's, put there by RoundTrip
 		err = context.DeadlineExceeded
 	}
 	if err != nil {
@@ -334,18 +337,17 @@ func (g *Ingress) forward(w http.ResponseWriter, r *http.Request, e *entry, rest
 // the head is out can only be cut short.
 func (g *Ingress) answer(w http.ResponseWriter, e *entry, ep *supervisor.Endpoint, resp *dataplane.Response, streaming bool) int {
 	defer resp.Close()
-	h := w.Header()
-	maps.Copy(h, resp.Header)
 	if resp.Size >= 0 {
-		h.Set("Content-Length", strconv.FormatInt(resp.Size, 10))
+		w.Header().Set("Content-Length", strconv.FormatInt(resp.Size, 10))
 	}
 	code := resp.Status
 	if code < 100 || code > 999 {
 		code = http.StatusBadGateway
 	}
 	w.WriteHeader(code)
-	rc := http.NewResponseController(w)
+	var rc *http.ResponseController
 	if streaming {
+		rc = http.NewResponseController(w)
 		_ = rc.Flush()
 	}
 	for {

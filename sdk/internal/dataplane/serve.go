@@ -155,18 +155,23 @@ type call struct {
 	body      *pipe // the rest of the body, when it comes in pieces
 
 	mu     sync.Mutex
-	credit int64         // response bytes the plugin may still send
-	more   chan struct{} // signalled when credit grows
+	credit int64 // response bytes the plugin may still send
+	// more is signalled when credit grows; made by the first spend that
+	// has to wait, which most responses never do.
+	more chan struct{}
 }
 
 // grant adds credit from a Window frame.
 func (c *call) grant(n int64) {
 	c.mu.Lock()
 	c.credit += n
+	more := c.more
 	c.mu.Unlock()
-	select {
-	case c.more <- struct{}{}:
-	default:
+	if more != nil {
+		select {
+		case more <- struct{}{}:
+		default:
+		}
 	}
 }
 
@@ -180,9 +185,13 @@ func (c *call) spend(n int64) error {
 			c.mu.Unlock()
 			return nil
 		}
+		if c.more == nil {
+			c.more = make(chan struct{}, 1)
+		}
+		more := c.more
 		c.mu.Unlock()
 		select {
-		case <-c.more:
+		case <-more:
 		case <-c.ctx.Done():
 			return c.ctx.Err()
 		}
@@ -200,7 +209,7 @@ func (s *server) start(ctx context.Context, id uint64, head *pluginv1.RequestHea
 	}
 	c := &call{
 		id: id, ctx: ctx, cancel: cancel, req: head.GetRequest(), streaming: head.GetStreaming(),
-		credit: wire.ResponseWindow, more: make(chan struct{}, 1),
+		credit: wire.ResponseWindow,
 	}
 	if head.GetMore() {
 		c.body = newPipe(ctx, c.req.GetBody())
