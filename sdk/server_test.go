@@ -31,24 +31,8 @@ import (
 	"github.com/plughost/plughost/sdk/wire"
 )
 
-// syncBuffer is a bytes.Buffer the plugin's logger may write while the test
-// reads it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
+// syncBuffer is the plugin logger's sink, read as JSON records.
+type syncBuffer struct{ wiretest.SyncBuffer }
 
 // records returns the JSON log records with the given message.
 func (b *syncBuffer) records(t *testing.T, msg string) []map[string]any {
@@ -227,29 +211,6 @@ func (c *call) wait(t *testing.T) (*reply, error) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the request did not return within 10s")
 		return nil, nil
-	}
-}
-
-// gate holds handlers until it is opened. It opens itself at cleanup.
-type gate struct {
-	ch   chan struct{}
-	once sync.Once
-}
-
-func newGate(t *testing.T) *gate {
-	t.Helper()
-	g := &gate{ch: make(chan struct{})}
-	t.Cleanup(g.open)
-	return g
-}
-
-func (g *gate) open() { g.once.Do(func() { close(g.ch) }) }
-
-// wait blocks until g opens or r's context ends.
-func (g *gate) wait(r *http.Request) {
-	select {
-	case <-g.ch:
-	case <-r.Context().Done():
 	}
 }
 
@@ -942,7 +903,7 @@ func TestHandleAbort(t *testing.T) {
 }
 
 func TestHandleStreamFlush(t *testing.T) {
-	flushed := newGate(t)
+	flushed := wiretest.NewGate(t)
 	finished := make(chan struct{})
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		defer close(finished)
@@ -950,7 +911,7 @@ func TestHandleStreamFlush(t *testing.T) {
 		w.WriteHeader(http.StatusAccepted)
 		io.WriteString(w, "first\n")
 		w.(http.Flusher).Flush()
-		flushed.wait(r) // the client must see "first" before we go on
+		flushed.Wait(r) // the client must see "first" before we go on
 		io.WriteString(w, "second\n")
 		w.(http.Flusher).Flush()
 		io.WriteString(w, "third\n")
@@ -981,7 +942,7 @@ func TestHandleStreamFlush(t *testing.T) {
 	if diff := cmp.Diff(http.Header{"Content-Type": {"text/event-stream"}}, resp.Header); diff != "" {
 		t.Errorf("headers mismatch (-want +got):\n%s", diff)
 	}
-	flushed.open()
+	flushed.Open()
 
 	rest, err := readPieces(resp)
 	if err != nil {
@@ -1195,12 +1156,12 @@ func TestHandleStreamPanic(t *testing.T) {
 
 func TestDrainWaitsForInFlight(t *testing.T) {
 	started := make(chan struct{})
-	release := newGate(t)
+	release := wiretest.NewGate(t)
 	hookDeadline := make(chan time.Time, 1)
 	mux := http.NewServeMux()
 	mux.HandleFunc("/slow", func(w http.ResponseWriter, r *http.Request) {
 		close(started)
-		release.wait(r)
+		release.Wait(r)
 		io.WriteString(w, "slow done")
 	})
 	mux.Handle("/fast", okHandler())
@@ -1260,7 +1221,7 @@ func TestDrainWaitsForInFlight(t *testing.T) {
 	default:
 	}
 
-	release.open()
+	release.Open()
 	sresp, err := slow.wait(t)
 	if err != nil || sresp.status != http.StatusOK || string(sresp.body) != "slow done" {
 		t.Errorf("in-flight handle(/slow) = %v, %v, want 200 slow done", sresp, err)
@@ -1289,10 +1250,10 @@ func checkDraining(t *testing.T, call string, st int, h http.Header, body []byte
 
 func TestDrainAbandons(t *testing.T) {
 	started := make(chan struct{})
-	stuck := newGate(t)
+	stuck := wiretest.NewGate(t)
 	tp := startPlugin(t, pluginWith(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		close(started)
-		stuck.wait(r)
+		stuck.Wait(r)
 	})))
 	c := tp.goHandle(t.Context(), &dataplane.Request{Method: "GET", Path: "/"})
 	waitFor(t, started, "the handler to start")
@@ -1311,7 +1272,7 @@ func TestDrainAbandons(t *testing.T) {
 		t.Errorf("Drain() took %v, want about the %v to its deadline", took, grace)
 	}
 	// An abandoned request may still finish; the host kills the plugin.
-	stuck.open()
+	stuck.Open()
 	if resp, err := c.wait(t); err != nil || resp.status != http.StatusOK {
 		t.Errorf("abandoned handle() = %v, %v, want 200 once released", resp, err)
 	}

@@ -46,7 +46,7 @@ type plane struct {
 	// hostEnd and pluginEnd are the sockets under the two sides' Conns,
 	// for tests that break them.
 	hostEnd, pluginEnd net.Conn
-	logs               *syncBuffer
+	logs               *wiretest.SyncBuffer
 
 	served   chan struct{} // closed when Serve has returned
 	serveErr error
@@ -60,7 +60,7 @@ type plane struct {
 func servePlane(t *testing.T, h http.Handler) *plane {
 	t.Helper()
 	hc, pc := wiretest.SocketPair(t)
-	p := &plane{hostEnd: hc, pluginEnd: pc, logs: &syncBuffer{}, served: make(chan struct{})}
+	p := &plane{hostEnd: hc, pluginEnd: pc, logs: &wiretest.SyncBuffer{}, served: make(chan struct{})}
 	opts := dataplane.Options{
 		Handler: h,
 		Error:   writeError,
@@ -151,47 +151,6 @@ func await[T any](t *testing.T, ch <-chan T, what string) T {
 		var zero T
 		return zero
 	}
-}
-
-// gate holds handlers until it is opened. It opens itself at cleanup.
-type gate struct {
-	ch   chan struct{}
-	once sync.Once
-}
-
-func newGate(t *testing.T) *gate {
-	t.Helper()
-	g := &gate{ch: make(chan struct{})}
-	t.Cleanup(g.open)
-	return g
-}
-
-func (g *gate) open() { g.once.Do(func() { close(g.ch) }) }
-
-// wait blocks until g opens or r's context ends.
-func (g *gate) wait(r *http.Request) {
-	select {
-	case <-g.ch:
-	case <-r.Context().Done():
-	}
-}
-
-// syncBuffer is a bytes.Buffer the logger may write while the test reads.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // writeError writes an error body of the platform's shape, as the sdk's
@@ -326,7 +285,7 @@ func TestUnary(t *testing.T) {
 }
 
 func TestStreamingFlush(t *testing.T) {
-	flushed := newGate(t)
+	flushed := wiretest.NewGate(t)
 	finished := make(chan struct{})
 	p := servePlane(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		defer close(finished)
@@ -334,7 +293,7 @@ func TestStreamingFlush(t *testing.T) {
 		w.WriteHeader(http.StatusAccepted)
 		io.WriteString(w, "first\n")
 		w.(http.Flusher).Flush()
-		flushed.wait(r) // the host must see "first" before we go on
+		flushed.Wait(r) // the host must see "first" before we go on
 		io.WriteString(w, "second\n")
 		w.(http.Flusher).Flush()
 		io.WriteString(w, "third\n")
@@ -361,7 +320,7 @@ func TestStreamingFlush(t *testing.T) {
 	if diff := cmp.Diff(http.Header{"Content-Type": {"text/event-stream"}}, resp.Header); diff != "" {
 		t.Errorf("headers mismatch (-want +got):\n%s", diff)
 	}
-	flushed.open()
+	flushed.Open()
 	var rest []string
 	for {
 		b, err := resp.Next()
@@ -753,11 +712,11 @@ func TestBrokenConnection(t *testing.T) {
 // request body holds up no other request on its connection.
 func TestUnreadBody(t *testing.T) {
 	started := make(chan struct{})
-	release := newGate(t)
+	release := wiretest.NewGate(t)
 	mux := http.NewServeMux()
 	mux.HandleFunc("/slow", func(w http.ResponseWriter, r *http.Request) {
 		close(started)
-		release.wait(r)
+		release.Wait(r)
 		n, err := io.Copy(io.Discard, r.Body)
 		fmt.Fprint(w, n, err)
 	})
@@ -778,7 +737,7 @@ func TestUnreadBody(t *testing.T) {
 		t.Fatalf("/slow answered (%v, %v) before it was released", res.reply, res.err)
 	default:
 	}
-	release.open()
+	release.Open()
 	res := await(t, slow, "/slow")
 	if want := fmt.Sprint(size, nil); res.err != nil || string(res.reply.body()) != want {
 		t.Errorf("do(/slow) = %v, want %q", res.err, want)
