@@ -4,8 +4,10 @@ package sdk
 // both sides of the contract. A Configure hook returns one (or wraps one)
 // to blame an attribute: the host points its diagnostic at the attribute's
 // value in the operator's file. The host's supervisor, `plughost
-// validate` and the plugintest kit return one, wrapped, when the plugin or
-// the declared schema refused a config; find it with errors.As.
+// validate` and the plugintest kit return one, wrapped, when the plugin
+// refused its config; find it with errors.As. A config that breaks the
+// plugin's declared schema is refused by the host before Configure runs,
+// with config diagnostics instead.
 type ConfigError struct {
 	// Attribute names the attribute to blame, or is empty for the block as
 	// a whole.

@@ -29,7 +29,6 @@ import (
 	"github.com/plughost/plughost/host/metrics"
 	"github.com/plughost/plughost/host/supervisor"
 	pluginv1 "github.com/plughost/plughost/proto/pluginv1"
-	"github.com/plughost/plughost/sdk"
 	"github.com/plughost/plughost/sdk/wire"
 )
 
@@ -265,8 +264,7 @@ func (c *conformance) configs(t *testing.T, m *pluginv1.DescribeResponse) {
 	}
 	for name, src := range violations {
 		_, err := c.start(t, src)
-		var ce *sdk.ConfigError
-		if !errors.As(err, &ce) {
+		if !errors.Is(err, supervisor.ErrConfigRefused) {
 			t.Errorf("%s: the host accepted a config that violates the declared schema (err = %v); declare precise types and mark required attributes Required", name, err)
 		}
 	}

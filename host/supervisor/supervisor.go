@@ -409,8 +409,7 @@ func (p *Process) run(ctx context.Context) {
 	for {
 		p.setState(StateStarting, nil)
 		inst, err := p.launch(ctx)
-		var cfgErr *sdk.ConfigError
-		if errors.As(err, &cfgErr) {
+		if errors.Is(err, ErrConfigRefused) {
 			p.logger.Error("plugin refused its config", "error", err)
 			p.firstDone(err)
 			if !p.waitFailed(ctx, err) {
@@ -534,19 +533,20 @@ func (p *Process) sleep(ctx context.Context, d time.Duration) *command {
 	}
 }
 
-// schemaError is a config the plugin's declared schema refused. It is an
-// *sdk.ConfigError to errors.As, like the plugin's own refusals, and keeps
-// the decoder's error (its diagnostics) for errors.Is and errors.As.
-type schemaError struct{ err error }
+// ErrConfigRefused is wrapped by the error of a start whose config was
+// refused, by the plugin's declared schema (the error also wraps the
+// decoder's diagnostics) or by the plugin's Configure hook (it also wraps
+// the plugin's *sdk.ConfigError). Such a start is not retried.
+var ErrConfigRefused = errors.New("config refused")
 
-func (e *schemaError) Error() string { return e.err.Error() }
+// refusal is a refused config: err, which it reads as, and ErrConfigRefused.
+type refusal struct{ err error }
 
-func (e *schemaError) Unwrap() []error {
-	return []error{e.err, &sdk.ConfigError{Message: e.err.Error()}}
-}
+func (e *refusal) Error() string   { return e.err.Error() }
+func (e *refusal) Unwrap() []error { return []error{ErrConfigRefused, e.err} }
 
 // launch starts the plugin and configures it. A config that the schema or
-// the plugin refused is an error wrapping an *sdk.ConfigError.
+// the plugin refused is an error wrapping ErrConfigRefused.
 func (p *Process) launch(ctx context.Context) (*catalog.Instance, error) {
 	inst, err := catalog.Launch(ctx, p.spec.Path, p.spec.SHA256, catalog.Options{
 		Logger:       p.opts.Logger.Named(p.spec.Name).With("plugin", p.spec.Name),
@@ -566,7 +566,7 @@ func (p *Process) launch(ctx context.Context) (*catalog.Instance, error) {
 	if err != nil {
 		inst.Kill()
 		p.clearInst()
-		return nil, fmt.Errorf("plugin %q config: %w", p.spec.Name, &schemaError{err: err})
+		return nil, fmt.Errorf("plugin %q config: %w", p.spec.Name, &refusal{err})
 	}
 	if err := os.MkdirAll(p.spec.DataDir, 0o750); err != nil {
 		inst.Kill()
@@ -580,7 +580,7 @@ func (p *Process) launch(ctx context.Context) (*catalog.Instance, error) {
 		p.clearInst()
 		var ce *sdk.ConfigError
 		if errors.As(err, &ce) {
-			return nil, fmt.Errorf("plugin %q config: %w", p.spec.Name, err)
+			return nil, fmt.Errorf("plugin %q config: %w", p.spec.Name, &refusal{err})
 		}
 		return nil, err
 	}

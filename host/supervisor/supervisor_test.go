@@ -649,13 +649,17 @@ func TestConfigError(t *testing.T) {
 			p, err := supervisor.Start(t.Context(), s, opts)
 			if err == nil {
 				p.Stop(time.Now())
-				t.Fatal("Start() = nil error, want a *ConfigError")
+				t.Fatal("Start() = nil error, want a refused config")
 			}
+			if !errors.Is(err, supervisor.ErrConfigRefused) {
+				t.Fatalf("Start() = %v (%T), want an error wrapping ErrConfigRefused", err, err)
+			}
+			// Only the plugin's own refusal is an *sdk.ConfigError.
 			var ce *sdk.ConfigError
-			if !errors.As(err, &ce) {
-				t.Fatalf("Start() = %v (%T), want an error wrapping an *sdk.ConfigError", err, err)
+			if got := errors.As(err, &ce); got != tt.plugin {
+				t.Fatalf("Start() = %v: errors.As(*sdk.ConfigError) = %t, want %t", err, got, tt.plugin)
 			}
-			if ce.Attribute != tt.wantAttr {
+			if tt.plugin && ce.Attribute != tt.wantAttr {
 				t.Errorf("ConfigError Attribute = %q, want %q", ce.Attribute, tt.wantAttr)
 			}
 			// The plugin's refusal carries the catalog's words; the
