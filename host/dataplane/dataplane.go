@@ -95,10 +95,17 @@ type Transport interface {
 	Close()
 }
 
+// maxPluginFrame is the largest frame the host reads from a plugin: a
+// response head with up to 1 MiB of headers and a piece of body. A plugin
+// that sends more breaks its connection rather than making the host buffer
+// it.
+const maxPluginFrame = 1<<20 + wire.PieceBytes
+
 // New returns a Transport over conns, which it owns from now on.
 func New(conns []*wire.Conn) Transport {
 	t := &transport{done: make(chan struct{})}
 	for _, c := range conns {
+		c.LimitRecv(maxPluginFrame)
 		t.conns = append(t.conns, &conn{t: t, c: c, sendLock: make(chan struct{}, 1), calls: map[uint64]*call{}})
 	}
 	t.live.Store(int64(len(conns)))
@@ -244,6 +251,13 @@ func (cl *call) send(req *Request) error {
 		return err
 	}
 	for len(body) > 0 {
+		if cl.finished() {
+			// The plugin has answered in full, aborted or broken the
+			// protocol without the rest of the body: it will not read
+			// it. (A head alone is no reason to stop: a handler may
+			// stream its answer while it reads.)
+			return nil
+		}
 		piece := body[:min(len(body), wire.PieceBytes)]
 		body = body[len(piece):]
 		f := &pluginv1.Frame{Id: cl.id, Kind: &pluginv1.Frame_Body{Body: &pluginv1.Body{Data: piece, End: len(body) == 0}}}
@@ -252,6 +266,14 @@ func (cl *call) send(req *Request) error {
 		}
 	}
 	return nil
+}
+
+// finished reports whether the plugin has sent its whole answer, or the
+// request has failed.
+func (cl *call) finished() bool {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	return cl.end || cl.err != nil
 }
 
 // sendFrame sends one frame of the request. started says the plugin has
@@ -271,13 +293,24 @@ func (cl *call) sendFrame(f *pluginv1.Frame, started bool) error {
 		}
 		return fmt.Errorf("encode request: %w", err)
 	}
-	select {
-	case c.sendLock <- struct{}{}:
-	case <-cl.ctx.Done():
+	locked := false
+	if cl.ctx.Err() == nil {
+		select {
+		case c.sendLock <- struct{}{}:
+			locked = true
+		case <-cl.ctx.Done():
+		}
+	}
+	if err := cl.ctx.Err(); err != nil {
+		// The caller gave up before the frame went out (select picks at
+		// random when both are ready).
+		if locked {
+			<-c.sendLock
+		}
 		if c.forget(cl.id) && started {
 			c.sendCancel(cl.id)
 		}
-		return cl.ctx.Err()
+		return err
 	}
 	err = c.c.Send(fr, true)
 	<-c.sendLock

@@ -478,6 +478,18 @@ func TestRoundTripFails(t *testing.T) {
 			wantErr: dataplane.ErrUnavailable,
 		},
 		{
+			// The host reads no more than a head and a piece from a
+			// plugin: a frame claiming 2 MiB breaks the connection
+			// before its bytes are read.
+			name: "a frame over what a plugin may send",
+			plugin: func(p *fakePlugin) {
+				if _, err := p.raw.Write([]byte{0, 0x20, 0, 0}); err != nil {
+					p.t.Fatal(err)
+				}
+			},
+			wantErr: dataplane.ErrUnavailable,
+		},
+		{
 			name: "the connection ends inside a frame",
 			plugin: func(p *fakePlugin) {
 				if _, err := p.raw.Write([]byte{0, 0, 0, 9, 1}); err != nil {
@@ -894,4 +906,82 @@ func TestConcurrent(t *testing.T) {
 			t.Errorf("RoundTrip(/%d) body = %q, %v, want %q", i, bytes.Join(pieces, nil), err, want)
 		}
 	}
+}
+
+// TestBodyStopsOnceAnswered checks that the host stops sending a request
+// body once the plugin has answered in full without reading it, and keeps
+// sending it while the plugin streams an answer as it reads.
+func TestBodyStopsOnceAnswered(t *testing.T) {
+	const id = 1
+	body := pattern(16 * wire.PieceBytes)
+
+	t.Run("answered in full", func(t *testing.T) {
+		h := newHarness(t, 1)
+		fake := h.fakes[0]
+		rt := h.goRoundTrip(t.Context(), &dataplane.Request{Method: "POST", Path: "/", Body: body})
+		if f := fake.recv(); f.GetRequest() == nil || !f.GetRequest().GetMore() {
+			t.Fatalf("first frame = %v, want a request head with more body", f)
+		}
+		// The host is writing the body, or blocked writing it: the socket
+		// holds a few pieces. It learns of the answer long before the
+		// fake has read them.
+		fake.send(head(id, http.StatusRequestEntityTooLarge, []byte("no"), false, 0))
+		frames := make(chan *pluginv1.Frame, 64)
+		go func() {
+			defer close(frames)
+			for {
+				f, err := fake.c.Recv()
+				if err != nil {
+					return
+				}
+				frames <- f
+			}
+		}()
+		res := await(t, rt, "RoundTrip")
+		if res.err != nil {
+			t.Fatalf("RoundTrip() = %v", res.err)
+		}
+		res.resp.Close()
+		// A second request on the connection: its head comes after the
+		// pieces the host sent before it stopped, far fewer than all 15.
+		rt2 := h.goRoundTrip(t.Context(), &dataplane.Request{Method: "GET", Path: "/next"})
+		pieces := 0
+		for f := range frames {
+			if f.GetRequest() != nil {
+				break
+			}
+			pieces++
+		}
+		if pieces >= 15 {
+			t.Errorf("the host sent %d more body pieces after a full answer, want it to stop", pieces)
+		}
+		fake.send(head(2, http.StatusOK, nil, false, 0))
+		if res := await(t, rt2, "RoundTrip(/next)"); res.err != nil {
+			t.Errorf("RoundTrip(/next) = %v", res.err)
+		} else {
+			res.resp.Close()
+		}
+	})
+
+	t.Run("streaming while it reads", func(t *testing.T) {
+		h := newHarness(t, 1)
+		fake := h.fakes[0]
+		rt := h.goRoundTrip(t.Context(), &dataplane.Request{Method: "POST", Path: "/", Body: body, Streaming: true})
+		if f := fake.recv(); f.GetRequest() == nil {
+			t.Fatalf("first frame = %v, want the request head", f)
+		}
+		fake.send(head(id, http.StatusOK, nil, true, 0))
+		n := len(body) - wire.PieceBytes
+		for n > 0 {
+			n -= len(fake.recv().GetBody().GetData())
+		}
+		if n != 0 {
+			t.Errorf("the body arrived %d bytes off", n)
+		}
+		res := await(t, rt, "RoundTrip")
+		if res.err != nil {
+			t.Fatalf("RoundTrip() = %v", res.err)
+		}
+		res.resp.Close()
+	})
 }

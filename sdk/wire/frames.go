@@ -58,8 +58,9 @@ const frameBufferBytes = 32 << 10
 // callers), Recv by one caller at a time. Create it with NewConn and end it
 // with Close.
 type Conn struct {
-	c net.Conn
-	r *bufio.Reader
+	c       net.Conn
+	r       *bufio.Reader
+	maxRecv uint32 // the largest frame Recv accepts
 
 	wmu  sync.Mutex // guards w and werr; held across a write to c
 	w    *bufio.Writer
@@ -68,8 +69,13 @@ type Conn struct {
 
 // NewConn returns a Conn over c, which it owns from now on.
 func NewConn(c net.Conn) *Conn {
-	return &Conn{c: c, r: bufio.NewReaderSize(c, frameBufferBytes), w: bufio.NewWriterSize(c, frameBufferBytes)}
+	return &Conn{c: c, r: bufio.NewReaderSize(c, frameBufferBytes), w: bufio.NewWriterSize(c, frameBufferBytes), maxRecv: MaxMessageBytes}
 }
+
+// LimitRecv lowers the largest frame Recv accepts to n bytes, for a peer
+// that has no reason to send more: a larger frame breaks the connection
+// before its bytes are read. Call it before the first Recv.
+func (c *Conn) LimitRecv(n int) { c.maxRecv = uint32(min(n, MaxMessageBytes)) }
 
 // Encode encodes f with its length prefix. An error is f's alone (one over
 // MaxMessageBytes): the connection is fine.
@@ -118,7 +124,7 @@ func (c *Conn) Recv() (*pluginv1.Frame, error) {
 		return nil, err
 	}
 	n := binary.BigEndian.Uint32(hdr[:])
-	if n > MaxMessageBytes {
+	if n > c.maxRecv {
 		return nil, fmt.Errorf("frame of %d bytes: %w", n, ErrFrameTooLarge)
 	}
 	var buf []byte

@@ -458,6 +458,29 @@ func TestBadRequest(t *testing.T) {
 	}
 }
 
+// TestUnencodableResponse checks that a response the plugin cannot encode
+// (a header value that is not UTF-8) is aborted at once rather than left
+// for the host's deadline.
+func TestUnencodableResponse(t *testing.T) {
+	p := servePlane(t, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("X-Name", "caf\xe9")
+		io.WriteString(w, "body")
+	}))
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	start := time.Now()
+	_, err := p.do(ctx, &host.Request{Method: "GET", Path: "/"})
+	if !errors.Is(err, host.ErrAborted) {
+		t.Errorf("do() = %v, want host.ErrAborted", err)
+	}
+	if took := time.Since(start); took > waitTime {
+		t.Errorf("do() took %v, want an answer at once", took)
+	}
+	if !strings.Contains(p.logs.String(), "cannot send a response frame") {
+		t.Errorf("plugin log lacks the failed frame:\n%s", p.logs)
+	}
+}
+
 // TestFlowControl checks that a handler streaming to a host that does not
 // read stalls once it has spent its credit, and goes on when the host
 // reads.

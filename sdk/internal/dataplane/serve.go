@@ -301,12 +301,24 @@ func (s *server) run(w *writer, r *http.Request) (ok bool) {
 // send encodes f and writes it. Only the last of several goroutines
 // sending at once flushes the connection's buffer; the others leave their
 // frames in it. It reports false when f could not be sent: the connection
-// is broken (the receive loop then ends too) or f is too large.
+// is broken (the receive loop then ends too), or f cannot be encoded (a
+// header value that is not UTF-8, say), in which case the request is
+// aborted so that the host answers at once rather than at its deadline.
 func (s *server) send(f *pluginv1.Frame) bool {
 	fr, err := s.c.Encode(f)
 	if err != nil {
+		s.opts.Logger.Error("cannot send a response frame; aborting the response", "id", f.GetId(), "error", err)
+		fr, err = s.c.Encode(&pluginv1.Frame{Id: f.GetId(), Kind: &pluginv1.Frame_Abort{Abort: &pluginv1.Abort{}}})
+		if err == nil {
+			s.write(fr)
+		}
 		return false
 	}
+	return s.write(fr)
+}
+
+// write writes an encoded frame; see send.
+func (s *server) write(fr wire.Frame) bool {
 	s.sending.Add(1)
 	s.sendMu.Lock()
 	defer s.sendMu.Unlock()
