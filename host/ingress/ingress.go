@@ -1,8 +1,9 @@
 // Package ingress is the host's HTTP front door: it matches each request to
 // a plugin's declared routes under its mount, enforces the body cap, the
-// per-plugin in-flight cap and deadlines, forwards the request over gRPC and
-// writes the answer. It also serves /healthz and /readyz and the Host
-// service plugins call back through. It never starts or stops plugins.
+// per-plugin in-flight cap and deadlines, forwards the request over the
+// plugin's data plane and writes the answer. It also serves /healthz and
+// /readyz and the Host service plugins call back through. It never starts
+// or stops plugins.
 package ingress
 
 import (
@@ -218,8 +219,13 @@ func (g *Ingress) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	start := time.Now()
-	code := g.forward(w, r, e, rest)
+	code, cut := g.forward(w, r, e, rest)
 	e.metrics.answered(code, time.Since(start))
+	if cut {
+		// The head is out; all that is left is to cut the response short,
+		// which net/http does for this panic without logging it.
+		panic(http.ErrAbortHandler)
+	}
 }
 
 // match finds the plugin whose mount is a path prefix of p on a segment
@@ -236,8 +242,16 @@ func (t *table) match(p string) (*entry, string) {
 	return nil, ""
 }
 
-// forward answers one request for plugin entry e and returns the status code.
-func (g *Ingress) forward(w http.ResponseWriter, r *http.Request, e *entry, rest string) int {
+// forward answers one request for plugin entry e and returns the status
+// code, and whether the response must be cut short: it failed after its
+// head was written.
+func (g *Ingress) forward(w http.ResponseWriter, r *http.Request, e *entry, rest string) (code int, cut bool) {
+	code = g.forwardTo(w, r, e, rest, &cut)
+	return code, cut
+}
+
+// forwardTo is forward, setting *cut.
+func (g *Ingress) forwardTo(w http.ResponseWriter, r *http.Request, e *entry, rest string, cut *bool) int {
 	name := e.target.Name()
 	ep := e.target.Endpoint()
 	if ep == nil || e.routes == nil {
@@ -329,13 +343,16 @@ func (g *Ingress) forward(w http.ResponseWriter, r *http.Request, e *entry, rest
 	if err != nil {
 		return g.failed(ctx, w, e, ep, err)
 	}
-	return g.answer(w, e, ep, resp, rt.Streaming)
+	code, c := g.answer(ctx, w, e, ep, resp, rt.Streaming)
+	*cut = c
+	return code
 }
 
 // answer writes a plugin's response: the head, then the body as it comes,
-// flushed piece by piece on a streaming route. A body that fails after
-// the head is out can only be cut short.
-func (g *Ingress) answer(w http.ResponseWriter, e *entry, ep *supervisor.Endpoint, resp *dataplane.Response, streaming bool) int {
+// flushed piece by piece on a streaming route. It returns the status, and
+// whether the response must be cut short: its body failed after the head
+// was out. A streaming route's own timeout ends its stream cleanly.
+func (g *Ingress) answer(ctx context.Context, w http.ResponseWriter, e *entry, ep *supervisor.Endpoint, resp *dataplane.Response, streaming bool) (int, bool) {
 	defer resp.Close()
 	if resp.Size >= 0 {
 		w.Header().Set("Content-Length", strconv.FormatInt(resp.Size, 10))
@@ -349,20 +366,28 @@ func (g *Ingress) answer(w http.ResponseWriter, e *entry, ep *supervisor.Endpoin
 	if streaming {
 		rc = http.NewResponseController(w)
 		_ = rc.Flush()
+		// A write to a client that has stopped reading blocks in the
+		// kernel whatever ctx says; when ctx ends (the client went away,
+		// the route's timeout passed) it must fail.
+		stop := context.AfterFunc(ctx, func() { _ = rc.SetWriteDeadline(time.Now()) })
+		defer stop()
 	}
 	for {
 		piece, err := resp.Next()
 		if err == io.EOF {
-			return code
+			return code, false
 		}
 		if err != nil {
+			if streaming && errors.Is(err, context.DeadlineExceeded) {
+				return code, false
+			}
 			if ep.Aborted() {
 				e.metrics.aborted.Inc()
 			}
-			panic(http.ErrAbortHandler)
+			return code, true
 		}
 		if _, err := w.Write(piece); err != nil {
-			return code // the client went away
+			return code, false // the client went away
 		}
 		if streaming {
 			_ = rc.Flush()
@@ -383,6 +408,12 @@ func (g *Ingress) failed(ctx context.Context, w http.ResponseWriter, e *entry, e
 	case errors.Is(ctx.Err(), context.Canceled):
 		// The client went away; nobody reads this.
 		return writeError(w, 499, "client_closed", "client closed the request")
+	case errors.Is(err, dataplane.ErrAborted):
+		// The plugin's choice (its handler aborted), not a failure to
+		// reach it.
+		g.logger.Debug("plugin aborted its response", "plugin", name, "error", err)
+		return writeError(w, http.StatusServiceUnavailable, "plugin_unavailable",
+			fmt.Sprintf("plugin %q aborted its response", name))
 	default:
 		g.logger.Warn("plugin call failed", "plugin", name, "error", err)
 		return writeError(w, http.StatusServiceUnavailable, "plugin_unavailable",
@@ -509,26 +540,29 @@ func (g *Ingress) Call(ctx context.Context, req *pluginv1.CallRequest) (*pluginv
 	return &pluginv1.HTTPResponse{Status: int32(rec.code), Headers: wire.HeadersToProto(rec.header), Body: rec.body}, nil
 }
 
-// forwardCall is forward for Host.Call, where a response cut short after its
-// head is a failed call rather than a cut connection.
-func (g *Ingress) forwardCall(w *bufferWriter, r *http.Request, e *entry, rest string) (code int, err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			if v != http.ErrAbortHandler {
-				panic(v)
-			}
-			code, err = http.StatusBadGateway, status.Error(codes.Aborted, "the target plugin cut its response short")
-		}
-	}()
-	return g.forward(w, r, e, rest), nil
+// forwardCall is forward for Host.Call, where a response cut short after
+// its head is a failed call rather than a cut connection.
+func (g *Ingress) forwardCall(w *bufferWriter, r *http.Request, e *entry, rest string) (int, error) {
+	code, cut := g.forward(w, r, e, rest)
+	switch {
+	case cut:
+		return http.StatusBadGateway, status.Error(codes.Aborted, "the target plugin cut its response short")
+	case w.overflow:
+		return http.StatusBadGateway, status.Errorf(codes.ResourceExhausted, "the target plugin's response exceeds %d bytes", wire.MaxMessageBytes)
+	}
+	return code, nil
 }
 
-// bufferWriter collects a response for Call.
+// bufferWriter collects a response for Call, up to wire.MaxMessageBytes.
 type bufferWriter struct {
-	header http.Header
-	code   int
-	body   []byte
+	header   http.Header
+	code     int
+	body     []byte
+	overflow bool // a write went past the limit
 }
+
+// errBufferFull fails a write past bufferWriter's limit.
+var errBufferFull = errors.New("response exceeds the Host service's message limit")
 
 func newBufferWriter() *bufferWriter { return &bufferWriter{header: http.Header{}} }
 
@@ -540,6 +574,12 @@ func (b *bufferWriter) WriteHeader(code int) {
 }
 func (b *bufferWriter) Write(p []byte) (int, error) {
 	b.WriteHeader(http.StatusOK)
+	if len(b.body)+len(p) > wire.MaxMessageBytes {
+		// More than the Host service can send back; the write fails
+		// as a gone client's would, and the caller is told.
+		b.overflow = true
+		return 0, errBufferFull
+	}
 	b.body = append(b.body, p...)
 	return len(p), nil
 }

@@ -39,6 +39,18 @@ func TestHarnessRoutesAsTheHost(t *testing.T) {
 		_, _ = w.Write([]byte("data: 1\n\n"))
 		w.(http.Flusher).Flush()
 	}, sdk.Streaming())
+	// A stream that never ends by itself: its route timeout ends it.
+	mux.HandleFunc("GET /ticks", func(w http.ResponseWriter, r *http.Request) {
+		for {
+			_, _ = w.Write([]byte("data: tick\n\n"))
+			w.(http.Flusher).Flush()
+			select {
+			case <-time.After(10 * time.Millisecond):
+			case <-r.Context().Done():
+				return
+			}
+		}
+	}, sdk.Streaming(), sdk.Timeout(200*time.Millisecond))
 	h := plugintest.New(t, sdk.Plugin{Name: "routes", Version: "0.0.1", Routes: mux}, plugintest.Options{
 		Limits: sdk.Limits{MaxBodyBytes: 4096, RequestTimeout: 600 * time.Millisecond},
 	})
@@ -58,6 +70,7 @@ func TestHarnessRoutesAsTheHost(t *testing.T) {
 		{name: "body", method: "POST", path: "/echo", body: "hello", wantCode: http.StatusOK, wantBody: "hello"},
 		{name: "body over the cap", method: "POST", path: "/echo", body: strings.Repeat("x", 4097), wantCode: http.StatusRequestEntityTooLarge, wantErr: "body_too_large"},
 		{name: "stream", method: "GET", path: "/events", wantCode: http.StatusOK, wantBody: "data: 1\n\n"},
+		{name: "stream ended by its timeout", method: "GET", path: "/ticks", wantCode: http.StatusOK, atMost: 2 * time.Second},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
