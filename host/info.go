@@ -63,7 +63,7 @@ func pluginCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 //	  "name": "hello",                  // the plugin's kind
 //	  "version": "0.1.0",               // the plugin's own version
 //	  "sdk_version": "0.1.0",           // the plughost SDK it was built with
-//	  "protocol": 1,                    // plugin protocol negotiated in the handshake
+//	  "protocol": 2,                    // plugin protocol negotiated in the handshake
 //	  "sha256": "3f1c…",                // lowercase hex sha256 of the binary, for pinning
 //	  "routes": [{
 //	    "method": "GET",                // an HTTP method, or "*" for any
@@ -74,7 +74,7 @@ func pluginCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 //	  "config": {                       // the schema of the plugin's config block
 //	    "attributes": [{
 //	      "name": "greeting",
-//	      "type": "string",             // string, number, bool, duration, list(T), map(T)
+//	      "type": "string",             // string, number, int, bool, duration, list(T), map(T)
 //	      "required": false,
 //	      "default": "hello",           // a JSON value; null when there is none
 //	      "description": "what GET / answers"

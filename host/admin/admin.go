@@ -101,7 +101,7 @@ func New(g prometheus.Gatherer, plugins Plugins, opts Options) http.Handler {
 			sdk.WriteError(w, http.StatusNotFound, "not_found", "no plugin named "+strconv.Quote(name))
 			return
 		case errors.Is(err, ErrNoFaultPoints):
-			sdk.WriteError(w, http.StatusNotImplemented, "no_fault_points", fmt.Sprintf("plugin %q was built without fault points (its SDK predates them)", name))
+			sdk.WriteError(w, http.StatusNotImplemented, "no_fault_points", fmt.Sprintf("plugin %q serves no fault points (it does not implement SetFaults)", name))
 			return
 		case errors.Is(err, ErrNotReady):
 			sdk.WriteError(w, http.StatusServiceUnavailable, "plugin_unavailable", fmt.Sprintf("plugin %q is not ready", name))

@@ -247,7 +247,7 @@ var parseErrorCases = []struct {
 	{"initial backoff above default max", "restart {\n  initial_backoff = \"1h\"\n}\n", 2, "Invalid restart backoff"},
 	{"health timeout above interval", "health {\n  interval = \"1s\"\n  timeout  = \"2s\"\n}\n", 3, "Invalid health timeout"},
 	{"zero body limit", "limits {\n  max_body_bytes = 0\n}\n", 2, "Value out of range"},
-	{"body limit over the gRPC message cap", "limits {\n  max_body_bytes = 33554433\n}\n", 2, "Value out of range"},
+	{"body limit over 32 MiB", "limits {\n  max_body_bytes = 33554433\n}\n", 2, "Value out of range"},
 	{"negative restarts", "restart {\n  max_restarts = -1\n}\n", 2, "Value out of range"},
 	{"zero failures", "health {\n  failures = 0\n}\n", 2, "Value out of range"},
 	{"zero max inflight", "plugin \"a\" {\n  path         = \"a\"\n  max_inflight = 0\n}\n", 3, "Value out of range"},

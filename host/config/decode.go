@@ -226,7 +226,7 @@ func (d *decoder) decode(c *Config, fb *fileBody, base string) {
 	l := fb.Limits
 	if decodeInt(d, l.MaxBodyBytes, &c.Limits.MaxBodyBytes, 1) && c.Limits.MaxBodyBytes > maxBodyBytesLimit {
 		d.errorf(l.MaxBodyBytes.Expr.Range(), "Value out of range",
-			"max_body_bytes must be at most %d (32 MiB): bodies travel to plugins in one gRPC message, got %d.",
+			"max_body_bytes must be at most %d (32 MiB): the host holds each body whole before it sends it, got %d.",
 			int64(maxBodyBytesLimit), c.Limits.MaxBodyBytes)
 	}
 	d.duration(l.ReadTimeout, &c.Limits.ReadTimeout)

@@ -21,6 +21,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/plughost/plughost/host/config"
@@ -66,6 +68,9 @@ type Harness struct {
 // travel on different connections.
 const harnessConns = 2
 
+// configureTimeout bounds the plugin's Configure hook in the harness.
+const configureTimeout = 30 * time.Second
+
 // harnessMount is where the harness mounts the plugin in its ingress.
 const harnessMount = "/plugin"
 
@@ -109,9 +114,13 @@ func Start(t testing.TB, def sdk.Plugin, opts Options) (*Harness, error) {
 	case rc = <-reattach:
 	case <-closed:
 		cancel()
+		data.Close()
+		closeConns(pluginEnds)
 		return nil, errors.New("plugin server stopped before it was ready")
 	case <-time.After(10 * time.Second):
 		cancel()
+		data.Close()
+		closeConns(pluginEnds)
 		return nil, errors.New("plugin server did not start within 10s")
 	}
 	// go-plugin would watch the reattached "process" (this test binary)
@@ -137,7 +146,6 @@ func Start(t testing.TB, def sdk.Plugin, opts Options) (*Harness, error) {
 		// client has no process to kill, so Kill does not close the gRPC
 		// connection; close it here.
 		cancel()
-		<-closed
 		data.Close()
 		if conn != nil {
 			_ = conn.Close()
@@ -186,7 +194,11 @@ func Start(t testing.TB, def sdk.Plugin, opts Options) (*Harness, error) {
 	if opts.Instance == "" {
 		opts.Instance = def.Name
 	}
-	resp, err := h.rpc.Configure(ctx, &pluginv1.ConfigureRequest{
+	// As the host bounds it with start_timeout: a hook that hangs fails
+	// the test instead of hanging it.
+	cctx, ccancel := context.WithTimeout(ctx, configureTimeout)
+	defer ccancel()
+	resp, err := h.rpc.Configure(cctx, &pluginv1.ConfigureRequest{
 		ConfigJson:   js,
 		DataDir:      opts.DataDir,
 		Limits:       &pluginv1.Limits{MaxBodyBytes: h.limits.MaxBodyBytes, RequestTimeoutMs: h.limits.RequestTimeout.Milliseconds()},
@@ -392,7 +404,8 @@ type fakeHost struct {
 func (f *fakeHost) Call(ctx context.Context, req *pluginv1.CallRequest) (*pluginv1.HTTPResponse, error) {
 	target, ok := f.plugins[req.GetPlugin()]
 	if !ok {
-		return &pluginv1.HTTPResponse{Status: http.StatusNotFound, Body: []byte(`{"error":{"code":"not_found","message":"no such plugin"}}`)}, nil
+		// What the host's ingress answers too.
+		return nil, status.Errorf(codes.NotFound, "no plugin named %q", req.GetPlugin())
 	}
 	pr := req.GetRequest()
 	r, err := http.NewRequestWithContext(ctx, pr.GetMethod(), pr.GetPath(), bytes.NewReader(pr.GetBody()))

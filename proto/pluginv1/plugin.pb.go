@@ -384,9 +384,9 @@ func (x *Schema) GetBlocks() []*Block {
 type Attribute struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	// type is one of "string", "number", "bool", "duration" (a string Go's
-	// time.ParseDuration accepts), "list(T)" or "map(T)" with T one of the
-	// scalar types.
+	// type is one of "string", "number", "int" (a whole number), "bool",
+	// "duration" (a string Go's time.ParseDuration accepts), "list(T)" or
+	// "map(T)" with T one of the scalar types.
 	Type     string `protobuf:"bytes,2,opt,name=type,proto3" json:"type,omitempty"`
 	Required bool   `protobuf:"varint,3,opt,name=required,proto3" json:"required,omitempty"`
 	// default_json is the JSON encoding of the default, or empty for none.

@@ -118,6 +118,11 @@ func (t *Table) add(r Route, h http.Handler) (err error) {
 	if r.Timeout < 0 {
 		return fmt.Errorf("route %q: negative timeout", r.Pattern)
 	}
+	if r.Timeout > 0 && r.Timeout%time.Millisecond != 0 {
+		// Timeouts travel in whole milliseconds; rounding one away
+		// (500µs would become the host's default) would surprise.
+		return fmt.Errorf("route %q: timeout %v is not a whole number of milliseconds", r.Pattern, r.Timeout)
+	}
 	// ServeMux reads "GE T /x" as method GE and host "T ": a route that
 	// never matches rather than an error.
 	if r.Method != "" && !methodRE.MatchString(r.Method) {

@@ -56,6 +56,7 @@ func TestAdd(t *testing.T) {
 		{name: "pattern without slash", routes: []route.Route{{Pattern: "items"}}, wantErr: `route "items": pattern must start with /`},
 		{name: "host pattern", routes: []route.Route{{Pattern: "example.com/x"}}, wantErr: "must start with /"},
 		{name: "negative timeout", routes: []route.Route{{Pattern: "/x", Timeout: -time.Second}}, wantErr: "negative timeout"},
+		{name: "sub-millisecond timeout", routes: []route.Route{{Pattern: "/x", Timeout: 500 * time.Microsecond}}, wantErr: "whole number of milliseconds"},
 		{name: "bad wildcard", routes: []route.Route{{Pattern: "/items/{id"}}, wantErr: `route "/items/{id"`},
 		{name: "method with space", routes: []route.Route{{Method: "GE T", Pattern: "/x"}}, wantErr: `method "GE T" is not an HTTP token`},
 		{name: "method with slash", routes: []route.Route{{Method: "GET/x", Pattern: "/x"}}, wantErr: "not an HTTP token"},

@@ -66,10 +66,7 @@ func Register(mux *sdk.Mux, current func() *API) {
 		mux.HandleFunc(rt.pattern, func(w http.ResponseWriter, r *http.Request) {
 			a := current()
 			if a == nil {
-				w.Header().Set("Content-Type", "application/json")
-				w.Header().Set("Retry-After", "1")
-				w.WriteHeader(http.StatusServiceUnavailable)
-				_, _ = w.Write([]byte(`{"error":{"code":"not_configured","message":"the wallet is not configured yet"}}` + "\n"))
+				sdk.WriteError(w, http.StatusServiceUnavailable, "not_configured", "the wallet is not configured yet")
 				return
 			}
 			if !a.gate.enter() {
