@@ -69,12 +69,13 @@ type Ingress struct {
 
 	mu       sync.Mutex
 	inflight map[string]*atomic.Int64 // per plugin name; survives rebuilds
+	warns    map[string]*logLimiter   // per plugin name; survives rebuilds
 	nextID   atomic.Uint64
 }
 
 // New returns an Ingress with no plugins.
 func New(logger hclog.Logger, m *metrics.Host, limits Limits) *Ingress {
-	g := &Ingress{logger: logger, metrics: m, inflight: map[string]*atomic.Int64{}}
+	g := &Ingress{logger: logger, metrics: m, inflight: map[string]*atomic.Int64{}, warns: map[string]*logLimiter{}}
 	g.limits.Store(&limits)
 	g.table.Store(&table{byName: map[string]*entry{}})
 	return g
@@ -96,6 +97,7 @@ type entry struct {
 	inflight *atomic.Int64
 	max      int64
 	metrics  *pluginMetrics
+	warn     *logLimiter // failed calls
 }
 
 // pluginMetrics holds one plugin's metric series, looked up when the table
@@ -163,7 +165,7 @@ func (g *Ingress) Update(targets []Target) {
 		// Creating the series here also shows them at zero, so dashboards
 		// and alerts see the plugin before its first request.
 		e := &entry{target: tg, mount: spec.Mount, inflight: g.counter(spec.Name), max: int64(spec.MaxInflight),
-			metrics: newPluginMetrics(g.metrics, spec.Name)}
+			metrics: newPluginMetrics(g.metrics, spec.Name), warn: g.limiter(spec.Name)}
 		if m := tg.Manifest(); m != nil {
 			e.routes = g.buildRoutes(spec.Name, m)
 		}
@@ -172,6 +174,17 @@ func (g *Ingress) Update(targets []Target) {
 	}
 	sort.Slice(t.entries, func(i, j int) bool { return len(t.entries[i].mount) > len(t.entries[j].mount) })
 	g.table.Store(t)
+}
+
+func (g *Ingress) limiter(name string) *logLimiter {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	l, ok := g.warns[name]
+	if !ok {
+		l = &logLimiter{}
+		g.warns[name] = l
+	}
+	return l
 }
 
 func (g *Ingress) counter(name string) *atomic.Int64 {
@@ -209,6 +222,12 @@ func (g *Ingress) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	case "/readyz":
 		g.readyz(w)
+		return
+	}
+	if bad := checkRequest(r); bad != nil {
+		// The client's fault, and anyone can send it: no log above debug.
+		g.logger.Debug("refused a malformed request", "reason", bad.message, "remote", r.RemoteAddr)
+		writeError(w, bad.status, bad.code, bad.message)
 		return
 	}
 	t := g.table.Load()
@@ -384,7 +403,9 @@ func (g *Ingress) failed(ctx context.Context, w http.ResponseWriter, e *entry, e
 		// The client went away; nobody reads this.
 		return writeError(w, 499, "client_closed", "client closed the request")
 	default:
-		g.logger.Warn("plugin call failed", "plugin", name, "error", err)
+		if ok, suppressed := e.warn.allow(time.Now()); ok {
+			g.logger.Warn("plugin call failed", "plugin", name, "error", err, "suppressed", suppressed)
+		}
 		return writeError(w, http.StatusServiceUnavailable, "plugin_unavailable",
 			fmt.Sprintf("plugin %q could not be reached", name))
 	}
