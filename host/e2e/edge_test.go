@@ -3,12 +3,14 @@ package e2e
 import (
 	"bufio"
 	"bytes"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/url"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -112,4 +114,161 @@ func TestMalformedRequests(t *testing.T) {
 			t.Errorf("%q = %d %s, want %d", good, resp.StatusCode, body, want)
 		}
 	}
+}
+
+// edgeConfig is baseConfig with the limits block replaced by limits.
+func edgeConfig(limits string) string {
+	return fmt.Sprintf(`
+listen         = "127.0.0.1:0"
+data_dir       = "./data"
+plugin_dir     = %q
+drain_deadline = "2s"
+admin {
+  listen = "127.0.0.1:0"
+}
+limits {
+%s
+}
+health {
+  interval = "1s"
+  timeout  = "1s"
+  failures = 3
+}
+`, bins.plugins, limits)
+}
+
+// TestBodyOverCapIsReadable checks that a client sending 8 MiB to a
+// route capped at 1 MiB receives the 413 JSON, written the ordinary way
+// (net/http's client) or sending the whole body before it reads.
+func TestBodyOverCapIsReadable(t *testing.T) {
+	h := startHost(t, edgeConfig("  max_body_bytes = 1048576")+pluginBlock("faulty", "faulty", ""))
+	big := bytes.Repeat([]byte("z"), 8<<20)
+
+	resp, body, err := request(t, http.MethodPost, h.ingress+"/faulty/echo", bytes.NewReader(big), nil)
+	if err != nil {
+		t.Fatalf("net/http client: POST /faulty/echo with 8 MiB: %v", err)
+	}
+	checkJSONError(t, "net/http client: POST /faulty/echo with 8 MiB", resp, body, http.StatusRequestEntityTooLarge, "body_too_large")
+
+	resp, body, err = request(t, http.MethodPost, h.ingress+"/faulty/echo", unsized{bytes.NewReader(big)}, nil)
+	if err != nil {
+		t.Fatalf("net/http client: POST /faulty/echo with 8 MiB chunked: %v", err)
+	}
+	checkJSONError(t, "net/http client: POST /faulty/echo with 8 MiB chunked", resp, body, http.StatusRequestEntityTooLarge, "body_too_large")
+
+	raw := append([]byte(fmt.Sprintf("POST /faulty/echo HTTP/1.1\r\nHost: plughost\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n\r\n", len(big))), big...)
+	for i := range 3 {
+		resp, body, err := rawExchange(t, h.ingress, raw)
+		if err != nil {
+			t.Fatalf("raw socket, attempt %d: POST /faulty/echo with 8 MiB, sent before reading: %v", i+1, err)
+		}
+		checkJSONError(t, "raw socket: POST /faulty/echo with 8 MiB", resp, body, http.StatusRequestEntityTooLarge, "body_too_large")
+	}
+}
+
+// TestSlowBodies holds 1,000 connections that send a POST body at one
+// byte a second, as slowhttptest -B does, and checks that the plugin
+// keeps answering everyone else, and that each slow one gets 408 at
+// body_timeout. Its load is loopback only and ends with body_timeout.
+func TestSlowBodies(t *testing.T) {
+	const (
+		conns       = 1000
+		bodyTimeout = 2 * time.Second
+	)
+	h := startHost(t, edgeConfig(fmt.Sprintf("  max_body_bytes = 1048576\n  body_timeout = %q", bodyTimeout))+
+		pluginBlock("faulty", "faulty", "  max_inflight = 64"))
+	u, err := url.Parse(h.ingress)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type slow struct {
+		conn  net.Conn
+		start time.Time
+	}
+	var slows []slow
+	t.Cleanup(func() {
+		for _, s := range slows {
+			s.conn.Close()
+		}
+	})
+	for i := range conns {
+		conn, err := net.DialTimeout("tcp", u.Host, 5*time.Second)
+		if err != nil {
+			t.Fatalf("dial slow connection %d: %v", i, err)
+		}
+		slows = append(slows, slow{conn: conn, start: time.Now()})
+		if err := conn.SetDeadline(time.Now().Add(30 * time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := fmt.Fprintf(conn, "POST /faulty/echo HTTP/1.1\r\nHost: plughost\r\nContent-Length: 8192\r\n\r\nx"); err != nil {
+			t.Fatalf("slow connection %d: %v", i, err)
+		}
+	}
+	// One byte a second on each, until body_timeout has passed for all.
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+				for _, s := range slows {
+					_, _ = s.conn.Write([]byte("x")) // fails once answered and closed
+				}
+			}
+		}
+	})
+	defer wg.Wait()
+	defer close(done)
+
+	// Meanwhile the plugin answers others, with a body and without.
+	probes := 0
+	for time.Since(slows[len(slows)-1].start) < bodyTimeout {
+		resp, body, err := request(t, http.MethodPost, h.ingress+"/faulty/echo", strings.NewReader("ping"), nil)
+		if err != nil || resp.StatusCode != http.StatusOK || string(body) != "ping" {
+			t.Errorf("POST /faulty/echo during the slow-body attack = %v %s %v, want 200 ping", status(resp), body, err)
+		}
+		if code, body := h.get(h.ingress + "/faulty/ok"); code != http.StatusOK {
+			t.Errorf("GET /faulty/ok during the slow-body attack = %d %s, want 200", code, body)
+		}
+		probes++
+	}
+	if probes == 0 {
+		t.Fatal("no probe ran while the slow bodies were held")
+	}
+
+	late := 0
+	for i, s := range slows {
+		resp, err := http.ReadResponse(bufio.NewReader(s.conn), nil)
+		if err != nil {
+			t.Fatalf("slow connection %d: read the answer: %v", i, err)
+		}
+		took := time.Since(s.start)
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		checkJSONError(t, fmt.Sprintf("slow connection %d", i), resp, body, http.StatusRequestTimeout, "body_timeout")
+		if took < bodyTimeout {
+			t.Errorf("slow connection %d answered after %v, before body_timeout %v", i, took, bodyTimeout)
+		}
+		if took > bodyTimeout+10*time.Second {
+			late++
+		}
+		if t.Failed() {
+			break
+		}
+	}
+	if late > 0 {
+		t.Errorf("%d slow connections were answered more than 10s after body_timeout", late)
+	}
+	t.Logf("%d probes answered 200 while %d slow bodies were held", probes, conns)
+}
+
+func status(resp *http.Response) int {
+	if resp == nil {
+		return 0
+	}
+	return resp.StatusCode
 }
