@@ -8,7 +8,10 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"regexp"
+	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -271,4 +274,91 @@ func status(resp *http.Response) int {
 		return 0
 	}
 	return resp.StatusCode
+}
+
+// procMB returns a /proc/PID/status figure in MiB, such as "VmHWM".
+func procMB(t *testing.T, pid int, key string) float64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(string(b)) {
+		if rest, ok := strings.CutPrefix(line, key+":"); ok {
+			kb, err := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 64)
+			if err != nil {
+				t.Fatalf("parse %s %q: %v", key, rest, err)
+			}
+			return kb / 1024
+		}
+	}
+	t.Fatalf("no %s in /proc/%d/status", key, pid)
+	return 0
+}
+
+// TestBodyMemoryBound sends 500 concurrent bodies of max_body_bytes to a
+// plugin and checks that the peak resident memory each process gained
+// stays within what docs/config.md states: per plugin, max_inflight ×
+// max_body_bytes of live bodies on each side, times the Go collector's
+// headroom (1 + GOGC/100; 200 in the host, 100 in the plugin), plus
+// 128 KiB per client connection in the host. Without the bound on bodies
+// still arriving, the host would hold all 500.
+func TestBodyMemoryBound(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("reads /proc")
+	}
+	const (
+		maxInflight = 64
+		maxBody     = 1 << 20
+		clients     = 500
+	)
+	h := startHost(t, edgeConfig(fmt.Sprintf("  max_body_bytes = %d\n  body_timeout = \"30s\"\n  request_timeout = \"30s\"", maxBody))+
+		pluginBlock("bodies", "bodies", fmt.Sprintf("  max_inflight = %d", maxInflight)))
+	hostPid, pluginPid := h.cmd.Process.Pid, h.plugins()["bodies"].Pid
+	hostBase, pluginBase := procMB(t, hostPid, "VmRSS"), procMB(t, pluginPid, "VmRSS")
+
+	body := bytes.Repeat([]byte("m"), maxBody)
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		codes = map[int]int{}
+	)
+	cl := &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: clients}}
+	t.Cleanup(cl.CloseIdleConnections)
+	for range clients {
+		wg.Go(func() {
+			for range 2 {
+				req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, h.ingress+"/bodies/sum", bytes.NewReader(body))
+				if err != nil {
+					return
+				}
+				code := 0
+				if resp, err := cl.Do(req); err == nil {
+					_, _ = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					code = resp.StatusCode
+				}
+				mu.Lock()
+				codes[code]++
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if codes[http.StatusOK] == 0 || codes[http.StatusOK]+codes[http.StatusTooManyRequests] != 2*clients {
+		t.Errorf("answers to %d POST /bodies/sum of %d bytes = %v, want only 200 and 429, some 200", 2*clients, maxBody, codes)
+	}
+	live := float64(maxInflight*maxBody) / (1 << 20)
+	hostGain, pluginGain := procMB(t, hostPid, "VmHWM")-hostBase, procMB(t, pluginPid, "VmHWM")-pluginBase
+	t.Logf("answers %v; peak RSS gain: host %.0f MiB, plugin %.0f MiB; live bound %.0f MiB per side", codes, hostGain, pluginGain, live)
+	// The host also holds each client connection's buffers and goroutine
+	// and the data plane's frames: docs/config.md allows 128 KiB per
+	// connection for them.
+	if bound := 3*live + clients*128.0/1024; hostGain > bound {
+		t.Errorf("host peak RSS grew by %.0f MiB, want at most (1 + 200/100) × %d × %d B + %d connections × 128 KiB = %.0f MiB",
+			hostGain, maxInflight, maxBody, clients, bound)
+	}
+	if bound := 2 * live; pluginGain > bound {
+		t.Errorf("plugin peak RSS grew by %.0f MiB, want at most (1 + 100/100) × %d × %d B = %.0f MiB", pluginGain, maxInflight, maxBody, bound)
+	}
 }

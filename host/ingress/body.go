@@ -20,10 +20,15 @@ const (
 	lingerBytes = 64 << 20
 )
 
-// firstBodyBuffer is the buffer a body starts in when it may be larger:
-// the buffer doubles as bytes arrive, so memory follows what the client
-// has sent, not the length it claims.
-const firstBodyBuffer = 4 << 10
+// firstBodyBuffer is the buffer a body starts in when it may be larger.
+// The buffer grows bodyGrowth times as bytes arrive, so memory follows
+// what the client has sent (within a factor of bodyGrowth), not the
+// length it claims; the factor is large so that the buffers a body
+// leaves behind, garbage for the collector, come to a fraction of it.
+const (
+	firstBodyBuffer = 4 << 10
+	bodyGrowth      = 8
+)
 
 // errBodyBudget is the error of a body that would take a plugin's
 // request bodies past their share of memory (bodyBudget).
@@ -83,7 +88,7 @@ func receiveBody(w http.ResponseWriter, r *http.Request, limit int64, budget *bo
 				}
 				continue
 			}
-			size := min(max(firstBodyBuffer, 2*int64(cap(buf))), want)
+			size := min(max(firstBodyBuffer, bodyGrowth*int64(cap(buf))), want)
 			// The old buffer is garbage once copied: count the growth.
 			if !budget.take(size-int64(cap(buf)), bound) {
 				return nil, taken, errBodyBudget
