@@ -435,6 +435,7 @@ func ingressLimits(cfg *config.Config) ingress.Limits {
 		MaxBodyBytes:   cfg.Limits.MaxBodyBytes,
 		RequestTimeout: cfg.Limits.RequestTimeout,
 		WriteTimeout:   cfg.Limits.WriteTimeout,
+		BodyTimeout:    cfg.Limits.BodyTimeout,
 	}
 }
 

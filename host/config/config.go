@@ -73,6 +73,10 @@ type Limits struct {
 	// StartTimeout bounds a plugin's handshake, Describe and Configure.
 	// Default 10s.
 	StartTimeout time.Duration
+	// BodyTimeout bounds the arrival of a request body, counted from
+	// when the ingress starts reading it; a body still arriving then gets
+	// 408. Default 10s.
+	BodyTimeout time.Duration
 }
 
 // Restart is the policy for restarting crashed plugins.

@@ -44,6 +44,7 @@ func defaultConfig(filename, dir string) Config {
 			IdleTimeout:    60 * time.Second,
 			RequestTimeout: 5 * time.Second,
 			StartTimeout:   10 * time.Second,
+			BodyTimeout:    10 * time.Second,
 		},
 		Restart: Restart{
 			InitialBackoff: 100 * time.Millisecond,
@@ -126,6 +127,7 @@ func TestLoad(t *testing.T) {
 		IdleTimeout:    90 * time.Second,
 		RequestTimeout: 1500 * time.Millisecond,
 		StartTimeout:   20 * time.Second,
+		BodyTimeout:    4 * time.Second,
 	}
 	full.Restart = Restart{
 		InitialBackoff: 250 * time.Millisecond,
@@ -145,11 +147,11 @@ func TestLoad(t *testing.T) {
 			MaxInflight: 8,
 			Required:    false,
 			DataDir:     "/var/lib/plughost/hello",
-			Config:      emptyBody(rng(42)),
-			DeclRange:   rng(35),
-			PathRange:   rng(36),
-			SHA256Range: rng(37),
-			ConfigRange: rng(42),
+			Config:      emptyBody(rng(43)),
+			DeclRange:   rng(36),
+			PathRange:   rng(37),
+			SHA256Range: rng(38),
+			ConfigRange: rng(43),
 		},
 		{
 			Name:        "kv_store-2",
@@ -159,11 +161,11 @@ func TestLoad(t *testing.T) {
 			Required:    true,
 			DataDir:     "/var/lib/plughost/kv_store-2",
 			Env:         map[string]string{"GOGC": "400", "GOMEMLIMIT": "256MiB", "EMPTY": ""},
-			Config:      emptyBody(rng(48)),
-			DeclRange:   rng(48),
-			PathRange:   rng(49),
-			SHA256Range: rng(48),
-			ConfigRange: rng(48),
+			Config:      emptyBody(rng(49)),
+			DeclRange:   rng(49),
+			PathRange:   rng(50),
+			SHA256Range: rng(49),
+			ConfigRange: rng(49),
 		},
 	}
 
@@ -243,6 +245,7 @@ var parseErrorCases = []struct {
 	{"negative duration", "limits {\n  write_timeout = \"-1s\"\n}\n", 2, "Invalid duration"},
 	{"zero duration", "health {\n  interval = \"0s\"\n}\n", 2, "Invalid duration"},
 	{"zero start timeout", "limits {\n\n  start_timeout = \"0\"\n}\n", 3, "Invalid duration"},
+	{"zero body timeout", "limits {\n  body_timeout = \"0s\"\n}\n", 2, "Invalid duration"},
 	{"max backoff below initial", "restart {\n  initial_backoff = \"2s\"\n  max_backoff     = \"1s\"\n}\n", 3, "Invalid restart backoff"},
 	{"initial backoff above default max", "restart {\n  initial_backoff = \"1h\"\n}\n", 2, "Invalid restart backoff"},
 	{"health timeout above interval", "health {\n  interval = \"1s\"\n  timeout  = \"2s\"\n}\n", 3, "Invalid health timeout"},

@@ -31,6 +31,7 @@ const (
 	defaultWriteTimeout   = 5 * time.Second
 	defaultIdleTimeout    = 60 * time.Second
 	defaultRequestTimeout = 5 * time.Second
+	defaultBodyTimeout    = 10 * time.Second
 	defaultStartTimeout   = 10 * time.Second
 	defaultInitialBackoff = 100 * time.Millisecond
 	defaultMaxBackoff     = 5 * time.Second
@@ -79,6 +80,7 @@ type limitsBody struct {
 	IdleTimeout    *hcl.Attribute `hcl:"idle_timeout,optional"`
 	RequestTimeout *hcl.Attribute `hcl:"request_timeout,optional"`
 	StartTimeout   *hcl.Attribute `hcl:"start_timeout,optional"`
+	BodyTimeout    *hcl.Attribute `hcl:"body_timeout,optional"`
 }
 
 type restartBody struct {
@@ -132,6 +134,7 @@ func parse(src []byte, filename string) (*Config, hcl.Diagnostics) {
 			IdleTimeout:    defaultIdleTimeout,
 			RequestTimeout: defaultRequestTimeout,
 			StartTimeout:   defaultStartTimeout,
+			BodyTimeout:    defaultBodyTimeout,
 		},
 		Restart: Restart{
 			InitialBackoff: defaultInitialBackoff,
@@ -234,6 +237,7 @@ func (d *decoder) decode(c *Config, fb *fileBody, base string) {
 	d.duration(l.IdleTimeout, &c.Limits.IdleTimeout)
 	d.duration(l.RequestTimeout, &c.Limits.RequestTimeout)
 	d.duration(l.StartTimeout, &c.Limits.StartTimeout)
+	d.duration(l.BodyTimeout, &c.Limits.BodyTimeout)
 
 	r := fb.Restart
 	// A pair is compared only when each side is valid or defaulted.

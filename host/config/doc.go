@@ -26,6 +26,7 @@
 //	  idle_timeout    = "60s"
 //	  request_timeout = "5s"
 //	  start_timeout   = "10s"
+//	  body_timeout    = "10s"
 //	}
 //	restart {
 //	  initial_backoff = "100ms"

@@ -85,6 +85,7 @@ func checkValid(t *testing.T, c *Config) {
 		{"ReadTimeout", int64(c.Limits.ReadTimeout)},
 		{"RequestTimeout", int64(c.Limits.RequestTimeout)},
 		{"StartTimeout", int64(c.Limits.StartTimeout)},
+		{"BodyTimeout", int64(c.Limits.BodyTimeout)},
 		{"InitialBackoff", int64(c.Restart.InitialBackoff)},
 		{"Window", int64(c.Restart.Window)},
 		{"Health.Interval", int64(c.Health.Interval)},

@@ -75,8 +75,9 @@ func TestPluginKilledWithRequestsInFlight(t *testing.T) {
 	}
 }
 
-// TestUnencodableRequest checks that a request the host cannot encode for
-// the plugin (a header value that is not UTF-8) fails alone.
+// TestUnencodableRequest checks that a request the host could not encode
+// for the plugin (a header value that is not UTF-8) is the client's fault,
+// refused with 400 before it reaches the plugin, and fails alone.
 func TestUnencodableRequest(t *testing.T) {
 	f := newFixture(t, defaultLimits, hello())
 	_, held := f.background(t, "/hello/sleep?ms=500")
@@ -86,8 +87,8 @@ func TestUnencodableRequest(t *testing.T) {
 		t.Fatal(err)
 	}
 	req.Header.Set("X-Bad", "\xff")
-	if r := f.do(t, req); r.code != http.StatusServiceUnavailable || r.errorCode() != "plugin_unavailable" {
-		t.Errorf("GET /hello/ with a header that is not UTF-8 = %d %s, want 503 plugin_unavailable", r.code, r.body)
+	if r := f.do(t, req); r.code != http.StatusBadRequest || r.errorCode() != "bad_request" {
+		t.Errorf("GET /hello/ with a header that is not UTF-8 = %d %s, want 400 bad_request", r.code, r.body)
 	}
 	if r := receive(t, held, "the sleep request"); r.code != http.StatusOK {
 		t.Errorf("GET /hello/sleep in flight meanwhile = %d %s, want 200", r.code, r.body)

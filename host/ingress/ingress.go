@@ -15,6 +15,7 @@ import (
 	"maps"
 	"net/http"
 	"net/textproto"
+	"os"
 	"slices"
 	"sort"
 	"strconv"
@@ -41,6 +42,9 @@ import (
 type Limits struct {
 	MaxBodyBytes   int64
 	RequestTimeout time.Duration
+	// BodyTimeout bounds the arrival of a request body, from the moment
+	// the ingress starts reading it; 0 leaves the server's read timeout.
+	BodyTimeout time.Duration
 	// WriteTimeout is the server's write timeout. Routes whose deadline is
 	// longer, and streaming routes, get their connection's write deadline
 	// moved so the server does not cut their responses.
@@ -70,12 +74,15 @@ type Ingress struct {
 
 	mu       sync.Mutex
 	inflight map[string]*atomic.Int64 // per plugin name; survives rebuilds
+	bodies   map[string]*bodyBudget   // per plugin name; survives rebuilds
+	warns    map[string]*logLimiter   // per plugin name; survives rebuilds
 	nextID   atomic.Uint64
 }
 
 // New returns an Ingress with no plugins.
 func New(logger hclog.Logger, m *metrics.Host, limits Limits) *Ingress {
-	g := &Ingress{logger: logger, metrics: m, inflight: map[string]*atomic.Int64{}}
+	g := &Ingress{logger: logger, metrics: m, inflight: map[string]*atomic.Int64{}, warns: map[string]*logLimiter{},
+		bodies: map[string]*bodyBudget{}}
 	g.limits.Store(&limits)
 	g.table.Store(&table{byName: map[string]*entry{}})
 	return g
@@ -97,6 +104,8 @@ type entry struct {
 	inflight *atomic.Int64
 	max      int64
 	metrics  *pluginMetrics
+	warn     *logLimiter // failed calls
+	bodies   *bodyBudget
 }
 
 // pluginMetrics holds one plugin's metric series, looked up when the table
@@ -164,7 +173,7 @@ func (g *Ingress) Update(targets []Target) {
 		// Creating the series here also shows them at zero, so dashboards
 		// and alerts see the plugin before its first request.
 		e := &entry{target: tg, mount: spec.Mount, inflight: g.counter(spec.Name), max: int64(spec.MaxInflight),
-			metrics: newPluginMetrics(g.metrics, spec.Name)}
+			metrics: newPluginMetrics(g.metrics, spec.Name), warn: g.limiter(spec.Name), bodies: g.budget(spec.Name)}
 		if m := tg.Manifest(); m != nil {
 			e.routes = g.buildRoutes(spec.Name, m)
 		}
@@ -173,6 +182,28 @@ func (g *Ingress) Update(targets []Target) {
 	}
 	sort.Slice(t.entries, func(i, j int) bool { return len(t.entries[i].mount) > len(t.entries[j].mount) })
 	g.table.Store(t)
+}
+
+func (g *Ingress) budget(name string) *bodyBudget {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	b, ok := g.bodies[name]
+	if !ok {
+		b = &bodyBudget{}
+		g.bodies[name] = b
+	}
+	return b
+}
+
+func (g *Ingress) limiter(name string) *logLimiter {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	l, ok := g.warns[name]
+	if !ok {
+		l = &logLimiter{}
+		g.warns[name] = l
+	}
+	return l
 }
 
 func (g *Ingress) counter(name string) *atomic.Int64 {
@@ -212,11 +243,28 @@ func (g *Ingress) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		g.readyz(w)
 		return
 	}
+	if bad := checkRequest(r); bad != nil {
+		// The client's fault, and anyone can send it: no log above debug.
+		g.logger.Debug("refused a malformed request", "reason", bad.message, "remote", r.RemoteAddr)
+		writeError(w, bad.status, bad.code, bad.message)
+		if r.ContentLength != 0 && r.Body != nil && r.Body != http.NoBody {
+			linger(w, r.Body)
+		}
+		return
+	}
 	t := g.table.Load()
 	e, rest := t.match(r.URL.Path)
 	if e == nil {
 		writeError(w, http.StatusNotFound, "not_found", "no plugin is mounted at this path")
+		if r.ContentLength != 0 && r.Body != nil && r.Body != http.NoBody {
+			linger(w, r.Body)
+		}
 		return
+	}
+	var body *trackedBody
+	if r.Body != nil && r.Body != http.NoBody {
+		body = &trackedBody{ReadCloser: r.Body}
+		r.Body = body
 	}
 	start := time.Now()
 	code, cut := g.forward(w, r, e, rest)
@@ -225,6 +273,10 @@ func (g *Ingress) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// The head is out; all that is left is to cut the response short,
 		// which net/http does for this panic without logging it.
 		panic(http.ErrAbortHandler)
+	}
+	if body != nil && !body.done && code >= 400 {
+		// Answered before the body arrived (413, 404, 429, ...).
+		linger(w, body.ReadCloser)
 	}
 }
 
@@ -266,9 +318,55 @@ func (g *Ingress) forwardTo(w http.ResponseWriter, r *http.Request, e *entry, re
 		return writeError(w, http.StatusNotFound, "not_found", fmt.Sprintf("plugin %q has no route for %s %s", name, r.Method, rest))
 	}
 	limits := g.limits.Load()
-	if r.ContentLength > limits.MaxBodyBytes {
+	maxBody := limits.MaxBodyBytes
+	if r.Method == http.MethodGet || r.Method == http.MethodHead {
+		// A GET or HEAD route takes no body: forwarding one would hold
+		// memory on both sides for nothing.
+		maxBody = 0
+	}
+	if r.ContentLength > maxBody {
+		if maxBody == 0 {
+			return writeError(w, http.StatusRequestEntityTooLarge, "body_too_large",
+				fmt.Sprintf("%s requests take no body; the limit is 0 bytes", r.Method))
+		}
 		return writeError(w, http.StatusRequestEntityTooLarge, "body_too_large",
-			fmt.Sprintf("request body is %d bytes; the limit is %d", r.ContentLength, limits.MaxBodyBytes))
+			fmt.Sprintf("request body is %d bytes; the limit is %d", r.ContentLength, maxBody))
+	}
+	// The body arrives before the request takes an in-flight slot, so a
+	// slow client holds memory it has sent, not a slot: under its own
+	// deadline, and within the plugin's share of memory for bodies.
+	if r.Body != nil && r.Body != http.NoBody && limits.BodyTimeout > 0 {
+		_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(limits.BodyTimeout))
+	}
+	body, taken, err := receiveBody(w, r, maxBody, e.bodies, e.max*limits.MaxBodyBytes)
+	defer e.bodies.give(taken)
+	if err != nil {
+		var mbe *http.MaxBytesError
+		switch {
+		case errors.As(err, &mbe):
+			if maxBody == 0 {
+				return writeError(w, http.StatusRequestEntityTooLarge, "body_too_large",
+					fmt.Sprintf("%s requests take no body; the limit is 0 bytes", r.Method))
+			}
+			return writeError(w, http.StatusRequestEntityTooLarge, "body_too_large",
+				fmt.Sprintf("request body exceeds the limit of %d bytes", maxBody))
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			w.Header().Set("Connection", "close")
+			return writeError(w, http.StatusRequestTimeout, "body_timeout",
+				fmt.Sprintf("the request body did not arrive within %v", limits.BodyTimeout))
+		case errors.Is(err, errBodyBudget):
+			e.metrics.busy.Inc()
+			return writeError(w, http.StatusTooManyRequests, "busy",
+				fmt.Sprintf("plugin %q holds its limit of %d bytes of request bodies", name, e.max*limits.MaxBodyBytes))
+		}
+		return writeError(w, http.StatusBadRequest, "bad_body", "could not read the request body: "+err.Error())
+	}
+	if body != nil {
+		// The plugin may have gone away while the body arrived.
+		if ep = e.target.Endpoint(); ep == nil {
+			return writeError(w, http.StatusServiceUnavailable, "plugin_unavailable",
+				fmt.Sprintf("plugin %q is %s", name, e.target.Status().State))
+		}
 	}
 	if n := e.inflight.Add(1); e.max > 0 && n > e.max {
 		e.inflight.Add(-1)
@@ -285,15 +383,6 @@ func (g *Ingress) forwardTo(w http.ResponseWriter, r *http.Request, e *entry, re
 	ep.StartCall()
 	defer ep.EndCall()
 
-	body, err := readBody(w, r, limits.MaxBodyBytes)
-	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return writeError(w, http.StatusRequestEntityTooLarge, "body_too_large",
-				fmt.Sprintf("request body exceeds the limit of %d bytes", limits.MaxBodyBytes))
-		}
-		return writeError(w, http.StatusBadRequest, "bad_body", "could not read the request body: "+err.Error())
-	}
 	req := &dataplane.Request{
 		Method:     r.Method,
 		Path:       rest,
@@ -415,7 +504,9 @@ func (g *Ingress) failed(ctx context.Context, w http.ResponseWriter, e *entry, e
 		return writeError(w, http.StatusServiceUnavailable, "plugin_unavailable",
 			fmt.Sprintf("plugin %q aborted its response", name))
 	default:
-		g.logger.Warn("plugin call failed", "plugin", name, "error", err)
+		if ok, suppressed := e.warn.allow(time.Now()); ok {
+			g.logger.Warn("plugin call failed", "plugin", name, "error", err, "suppressed", suppressed)
+		}
 		return writeError(w, http.StatusServiceUnavailable, "plugin_unavailable",
 			fmt.Sprintf("plugin %q could not be reached", name))
 	}
@@ -426,17 +517,6 @@ func (g *Ingress) requestID(r *http.Request) string {
 		return id
 	}
 	return strconv.FormatUint(g.nextID.Add(1), 36)
-}
-
-// readBody reads r's body, at most limit bytes; a longer one fails with an
-// *http.MaxBytesError.
-func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
-	if r.Body == nil || r.Body == http.NoBody {
-		// Most requests have no body: skip the reader and io.ReadAll's
-		// first buffer.
-		return nil, nil
-	}
-	return io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 }
 
 // hopHeaders are the hop-by-hop headers (RFC 9110 section 7.6.1, and the

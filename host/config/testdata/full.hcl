@@ -16,6 +16,7 @@ limits {
   idle_timeout    = "90s"
   request_timeout = "1500ms"
   start_timeout   = "20s"
+  body_timeout    = "4s"
 }
 
 restart {

@@ -1,0 +1,364 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"regexp"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// rawExchange sends raw, a whole HTTP/1.1 request as bytes, on a new
+// loopback connection to the host at base, writing all of it before it
+// reads, and returns the answer with its body read. It is for requests
+// net/http's client will not send, and for clients that do not read
+// until they have sent everything.
+func rawExchange(t *testing.T, base string, raw []byte) (*http.Response, []byte, error) {
+	t.Helper()
+	u, err := url.Parse(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := net.DialTimeout("tcp", u.Host, 5*time.Second)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer conn.Close()
+	if err := conn.SetDeadline(time.Now().Add(20 * time.Second)); err != nil {
+		return nil, nil, err
+	}
+	if _, err := conn.Write(raw); err != nil {
+		return nil, nil, err
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp, b, err
+}
+
+// aboveDebug matches a host log line at info level or above.
+var aboveDebug = regexp.MustCompile(`(?m)^.*\[(INFO|WARN|ERROR)\].*$`)
+
+// TestMalformedRequests checks that bytes a plugin must never see are the
+// client's fault: 400 JSON from the host, nothing in its log above debug,
+// and no effect on the plugin; and that a path with an encoded slash
+// does not reach the route its decoded form names.
+func TestMalformedRequests(t *testing.T) {
+	h := startHost(t, baseConfig("2s")+pluginBlock("hello", "hello", "")+pluginBlock("faulty", "faulty", ""))
+	tests := []struct {
+		name       string
+		request    string // a raw request up to the blank line; Host and Connection added
+		wantStatus int
+		wantCode   string
+	}{
+		{"raw byte in path", "GET /hello/\xff HTTP/1.1\r\n", 400, "bad_request"},
+		{"encoded invalid UTF-8 in path", "GET /hello/%C3%28 HTTP/1.1\r\n", 400, "bad_request"},
+		{"encoded NUL in path", "GET /hello/sleep%00?ms=1 HTTP/1.1\r\n", 400, "bad_request"},
+		{"raw byte in query", "GET /hello/sleep?ms=1&x=\xfe HTTP/1.1\r\n", 400, "bad_request"},
+		{"header not UTF-8", "GET /hello/ HTTP/1.1\r\nX-Name: caf\xe9\r\n", 400, "bad_request"},
+		{"header with a C1 control", "GET /hello/ HTTP/1.1\r\nX-Name: a\xc2\x85b\r\n", 400, "bad_request"},
+		{"encoded slash after the mount", "GET /hello%2Fsleep?ms=1 HTTP/1.1\r\n", 404, "not_found"},
+		{"encoded slash inside the plugin's path", "POST /faulty%2fecho HTTP/1.1\r\nContent-Length: 4\r\n", 404, "not_found"},
+	}
+	mark := len(h.log.String())
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			raw := tt.request + "Host: plughost\r\nConnection: close\r\n\r\n"
+			if strings.HasPrefix(raw, "POST") {
+				raw += "ping"
+			}
+			resp, body, err := rawExchange(t, h.ingress, []byte(raw))
+			if err != nil {
+				t.Fatalf("%q: %v", tt.request, err)
+			}
+			checkJSONError(t, tt.name, resp, body, tt.wantStatus, tt.wantCode)
+		})
+	}
+	if lines := aboveDebug.FindAllString(h.log.String()[mark:], -1); len(lines) > 0 {
+		t.Errorf("the host logged above debug for malformed requests:\n%s", strings.Join(lines, "\n"))
+	}
+
+	// The same requests without the bad bytes reach the plugins: the
+	// cases above were refused for their bytes, not their routes.
+	for _, good := range []string{
+		"GET /hello/sleep?ms=1 HTTP/1.1\r\n",
+		"GET /hello/%C3%A9t%C3%A9 HTTP/1.1\r\n", // UTF-8, no such route: the plugin's 404
+		"POST /faulty/echo HTTP/1.1\r\nContent-Length: 4\r\n",
+	} {
+		raw := good + "Host: plughost\r\nConnection: close\r\n\r\n"
+		if strings.HasPrefix(raw, "POST") {
+			raw += "ping"
+		}
+		resp, body, err := rawExchange(t, h.ingress, []byte(raw))
+		if err != nil {
+			t.Fatalf("%q: %v", good, err)
+		}
+		want := http.StatusOK
+		if strings.Contains(good, "%C3") {
+			want = http.StatusNotFound
+			if !bytes.Contains(body, []byte(`has no route`)) {
+				t.Errorf("%q = %d %s, want the ingress's 404 for a route hello lacks", good, resp.StatusCode, body)
+			}
+		}
+		if resp.StatusCode != want {
+			t.Errorf("%q = %d %s, want %d", good, resp.StatusCode, body, want)
+		}
+	}
+}
+
+// edgeConfig is baseConfig with the limits block replaced by limits.
+func edgeConfig(limits string) string {
+	return fmt.Sprintf(`
+listen         = "127.0.0.1:0"
+data_dir       = "./data"
+plugin_dir     = %q
+drain_deadline = "2s"
+admin {
+  listen = "127.0.0.1:0"
+}
+limits {
+%s
+}
+health {
+  interval = "1s"
+  timeout  = "1s"
+  failures = 3
+}
+`, bins.plugins, limits)
+}
+
+// TestBodyOverCapIsReadable checks that a client sending 8 MiB to a
+// route capped at 1 MiB receives the 413 JSON, written the ordinary way
+// (net/http's client) or sending the whole body before it reads.
+func TestBodyOverCapIsReadable(t *testing.T) {
+	h := startHost(t, edgeConfig("  max_body_bytes = 1048576")+pluginBlock("faulty", "faulty", ""))
+	big := bytes.Repeat([]byte("z"), 8<<20)
+
+	resp, body, err := request(t, http.MethodPost, h.ingress+"/faulty/echo", bytes.NewReader(big), nil)
+	if err != nil {
+		t.Fatalf("net/http client: POST /faulty/echo with 8 MiB: %v", err)
+	}
+	checkJSONError(t, "net/http client: POST /faulty/echo with 8 MiB", resp, body, http.StatusRequestEntityTooLarge, "body_too_large")
+
+	resp, body, err = request(t, http.MethodPost, h.ingress+"/faulty/echo", unsized{bytes.NewReader(big)}, nil)
+	if err != nil {
+		t.Fatalf("net/http client: POST /faulty/echo with 8 MiB chunked: %v", err)
+	}
+	checkJSONError(t, "net/http client: POST /faulty/echo with 8 MiB chunked", resp, body, http.StatusRequestEntityTooLarge, "body_too_large")
+
+	raw := append([]byte(fmt.Sprintf("POST /faulty/echo HTTP/1.1\r\nHost: plughost\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n\r\n", len(big))), big...)
+	for i := range 3 {
+		resp, body, err := rawExchange(t, h.ingress, raw)
+		if err != nil {
+			t.Fatalf("raw socket, attempt %d: POST /faulty/echo with 8 MiB, sent before reading: %v", i+1, err)
+		}
+		checkJSONError(t, "raw socket: POST /faulty/echo with 8 MiB", resp, body, http.StatusRequestEntityTooLarge, "body_too_large")
+	}
+}
+
+// TestSlowBodies holds 1,000 connections that send a POST body at one
+// byte a second, as slowhttptest -B does, and checks that the plugin
+// keeps answering everyone else, and that each slow one gets 408 at
+// body_timeout. Its load is loopback only and ends with body_timeout.
+func TestSlowBodies(t *testing.T) {
+	const (
+		conns       = 1000
+		bodyTimeout = 2 * time.Second
+	)
+	h := startHost(t, edgeConfig(fmt.Sprintf("  max_body_bytes = 1048576\n  body_timeout = %q", bodyTimeout))+
+		pluginBlock("faulty", "faulty", "  max_inflight = 64"))
+	u, err := url.Parse(h.ingress)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type slow struct {
+		conn  net.Conn
+		start time.Time
+	}
+	var slows []slow
+	t.Cleanup(func() {
+		for _, s := range slows {
+			s.conn.Close()
+		}
+	})
+	for i := range conns {
+		conn, err := net.DialTimeout("tcp", u.Host, 5*time.Second)
+		if err != nil {
+			t.Fatalf("dial slow connection %d: %v", i, err)
+		}
+		slows = append(slows, slow{conn: conn, start: time.Now()})
+		if err := conn.SetDeadline(time.Now().Add(30 * time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := fmt.Fprintf(conn, "POST /faulty/echo HTTP/1.1\r\nHost: plughost\r\nContent-Length: 8192\r\n\r\nx"); err != nil {
+			t.Fatalf("slow connection %d: %v", i, err)
+		}
+	}
+	// One byte a second on each, until body_timeout has passed for all.
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+				for _, s := range slows {
+					_, _ = s.conn.Write([]byte("x")) // fails once answered and closed
+				}
+			}
+		}
+	})
+	defer wg.Wait()
+	defer close(done)
+
+	// Meanwhile the plugin answers others, with a body and without.
+	probes := 0
+	for time.Since(slows[len(slows)-1].start) < bodyTimeout {
+		resp, body, err := request(t, http.MethodPost, h.ingress+"/faulty/echo", strings.NewReader("ping"), nil)
+		if err != nil || resp.StatusCode != http.StatusOK || string(body) != "ping" {
+			t.Errorf("POST /faulty/echo during the slow-body attack = %v %s %v, want 200 ping", status(resp), body, err)
+		}
+		if code, body := h.get(h.ingress + "/faulty/ok"); code != http.StatusOK {
+			t.Errorf("GET /faulty/ok during the slow-body attack = %d %s, want 200", code, body)
+		}
+		probes++
+	}
+	if probes == 0 {
+		t.Fatal("no probe ran while the slow bodies were held")
+	}
+
+	late := 0
+	for i, s := range slows {
+		resp, err := http.ReadResponse(bufio.NewReader(s.conn), nil)
+		if err != nil {
+			t.Fatalf("slow connection %d: read the answer: %v", i, err)
+		}
+		took := time.Since(s.start)
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		checkJSONError(t, fmt.Sprintf("slow connection %d", i), resp, body, http.StatusRequestTimeout, "body_timeout")
+		if took < bodyTimeout {
+			t.Errorf("slow connection %d answered after %v, before body_timeout %v", i, took, bodyTimeout)
+		}
+		if took > bodyTimeout+10*time.Second {
+			late++
+		}
+		if t.Failed() {
+			break
+		}
+	}
+	if late > 0 {
+		t.Errorf("%d slow connections were answered more than 10s after body_timeout", late)
+	}
+	t.Logf("%d probes answered 200 while %d slow bodies were held", probes, conns)
+}
+
+func status(resp *http.Response) int {
+	if resp == nil {
+		return 0
+	}
+	return resp.StatusCode
+}
+
+// procMB returns a /proc/PID/status figure in MiB, such as "VmHWM".
+func procMB(t *testing.T, pid int, key string) float64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(string(b)) {
+		if rest, ok := strings.CutPrefix(line, key+":"); ok {
+			kb, err := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 64)
+			if err != nil {
+				t.Fatalf("parse %s %q: %v", key, rest, err)
+			}
+			return kb / 1024
+		}
+	}
+	t.Fatalf("no %s in /proc/%d/status", key, pid)
+	return 0
+}
+
+// TestBodyMemoryBound sends 500 concurrent bodies of max_body_bytes to a
+// plugin and checks that the peak resident memory each process gained
+// stays within what docs/config.md states: per plugin, max_inflight ×
+// max_body_bytes of live bodies on each side, times the Go collector's
+// headroom (1 + GOGC/100; 200 in the host, 100 in the plugin), plus
+// 128 KiB per client connection in the host. Without the bound on bodies
+// still arriving, the host would hold all 500.
+func TestBodyMemoryBound(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("reads /proc")
+	}
+	const (
+		maxInflight = 64
+		maxBody     = 1 << 20
+		clients     = 500
+	)
+	h := startHost(t, edgeConfig(fmt.Sprintf("  max_body_bytes = %d\n  body_timeout = \"30s\"\n  request_timeout = \"30s\"", maxBody))+
+		pluginBlock("bodies", "bodies", fmt.Sprintf("  max_inflight = %d", maxInflight)))
+	hostPid, pluginPid := h.cmd.Process.Pid, h.plugins()["bodies"].Pid
+	hostBase, pluginBase := procMB(t, hostPid, "VmRSS"), procMB(t, pluginPid, "VmRSS")
+
+	body := bytes.Repeat([]byte("m"), maxBody)
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		codes = map[int]int{}
+	)
+	cl := &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: clients}}
+	t.Cleanup(cl.CloseIdleConnections)
+	for range clients {
+		wg.Go(func() {
+			for range 2 {
+				req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, h.ingress+"/bodies/sum", bytes.NewReader(body))
+				if err != nil {
+					return
+				}
+				code := 0
+				if resp, err := cl.Do(req); err == nil {
+					_, _ = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					code = resp.StatusCode
+				}
+				mu.Lock()
+				codes[code]++
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if codes[http.StatusOK] == 0 || codes[http.StatusOK]+codes[http.StatusTooManyRequests] != 2*clients {
+		t.Errorf("answers to %d POST /bodies/sum of %d bytes = %v, want only 200 and 429, some 200", 2*clients, maxBody, codes)
+	}
+	live := float64(maxInflight*maxBody) / (1 << 20)
+	hostGain, pluginGain := procMB(t, hostPid, "VmHWM")-hostBase, procMB(t, pluginPid, "VmHWM")-pluginBase
+	t.Logf("answers %v; peak RSS gain: host %.0f MiB, plugin %.0f MiB; live bound %.0f MiB per side", codes, hostGain, pluginGain, live)
+	// The host also holds each client connection's buffers and goroutine
+	// and the data plane's frames: docs/config.md allows 128 KiB per
+	// connection for them.
+	if bound := 3*live + clients*128.0/1024; hostGain > bound {
+		t.Errorf("host peak RSS grew by %.0f MiB, want at most (1 + 200/100) × %d × %d B + %d connections × 128 KiB = %.0f MiB",
+			hostGain, maxInflight, maxBody, clients, bound)
+	}
+	if bound := 2 * live; pluginGain > bound {
+		t.Errorf("plugin peak RSS grew by %.0f MiB, want at most (1 + 100/100) × %d × %d B = %.0f MiB", pluginGain, maxInflight, maxBody, bound)
+	}
+}
