@@ -79,6 +79,13 @@ type limitsBody struct {
 	IdleTimeout    *hcl.Attribute `hcl:"idle_timeout,optional"`
 	RequestTimeout *hcl.Attribute `hcl:"request_timeout,optional"`
 	StartTimeout   *hcl.Attribute `hcl:"start_timeout,optional"`
+	// Connections and streams: decoded by connLimits.
+	MaxConns           *hcl.Attribute `hcl:"max_conns,optional"`
+	MaxConnsPerIP      *hcl.Attribute `hcl:"max_conns_per_ip,optional"`
+	MaxStreamsPerIP    *hcl.Attribute `hcl:"max_streams_per_ip,optional"`
+	StreamWriteTimeout *hcl.Attribute `hcl:"stream_write_timeout,optional"`
+	StreamMaxLifetime  *hcl.Attribute `hcl:"stream_max_lifetime,optional"`
+	StreamBuffer       *hcl.Attribute `hcl:"stream_buffer,optional"`
 }
 
 type restartBody struct {
@@ -103,6 +110,7 @@ type pluginBody struct {
 	SHA256      *hcl.Attribute `hcl:"sha256,optional"`
 	Mount       *hcl.Attribute `hcl:"mount,optional"`
 	MaxInflight *hcl.Attribute `hcl:"max_inflight,optional"`
+	MaxStreams  *hcl.Attribute `hcl:"max_streams,optional"`
 	Required    *hcl.Attribute `hcl:"required,optional"`
 	Env         *envBody       `hcl:"env,block"`
 	Config      *configBody    `hcl:"config,block"`
@@ -234,6 +242,7 @@ func (d *decoder) decode(c *Config, fb *fileBody, base string) {
 	d.duration(l.IdleTimeout, &c.Limits.IdleTimeout)
 	d.duration(l.RequestTimeout, &c.Limits.RequestTimeout)
 	d.duration(l.StartTimeout, &c.Limits.StartTimeout)
+	d.connLimits(&c.Limits, l)
 
 	r := fb.Restart
 	// A pair is compared only when each side is valid or defaulted.
@@ -286,6 +295,7 @@ func (d *decoder) plugins(c *Config, blocks []*pluginBody) {
 		p := PluginBlock{
 			Name:        pb.Name,
 			MaxInflight: defaultMaxInflight,
+			MaxStreams:  defaultMaxStreams,
 			Required:    true,
 			DataDir:     filepath.Join(c.DataDir, pb.Name),
 			DeclRange:   pb.DeclRange,
@@ -355,6 +365,7 @@ func (d *decoder) plugins(c *Config, blocks []*pluginBody) {
 		}
 
 		decodeInt(d, pb.MaxInflight, &p.MaxInflight, 1)
+		decodeInt(d, pb.MaxStreams, &p.MaxStreams, 1)
 		decodeAttr(d, pb.Required, &p.Required)
 
 		if pb.Env != nil {
