@@ -116,6 +116,7 @@ func serve(ctx context.Context, logger hclog.Logger, path string, stderr io.Writ
 		plugins: map[string]*supervisor.Process{},
 	}
 	h.writeTimeout = cfg.Limits.WriteTimeout
+	ln, adminLn = limitListeners(logger, h.metrics, cfg, ln, adminLn)
 	h.ingress = ingress.New(logger.Named("ingress"), h.metrics, ingressLimits(cfg))
 	if diags := h.apply(cfg); diags.HasErrors() {
 		printDiags(stderr, cfg, diags)
@@ -414,6 +415,9 @@ func (h *host) warnStatic(old, cfg *config.Config) {
 	}
 	if cfg.Admin != old.Admin {
 		keys = append(keys, "admin")
+	}
+	if cfg.Limits.MaxConns != old.Limits.MaxConns || cfg.Limits.MaxConnsPerIP != old.Limits.MaxConnsPerIP {
+		keys = append(keys, "limits.max_conns/max_conns_per_ip")
 	}
 	if cfg.Limits.ReadTimeout != old.Limits.ReadTimeout || cfg.Limits.IdleTimeout != old.Limits.IdleTimeout ||
 		cfg.Limits.WriteTimeout != old.Limits.WriteTimeout {
