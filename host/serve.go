@@ -131,6 +131,7 @@ func serve(ctx context.Context, logger hclog.Logger, path string, stderr io.Writ
 		WriteTimeout:      cfg.Limits.WriteTimeout,
 		IdleTimeout:       cfg.Limits.IdleTimeout,
 		MaxHeaderBytes:    64 << 10,
+		ConnContext:       ingress.ConnContext,
 		ErrorLog:          logger.Named("http").StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),
 	}
 	gatherer := &metrics.Gatherer{Host: h.metrics, Sources: h.sources, Timeout: cfg.Health.Timeout, Logger: logger.Named("metrics")}
@@ -439,6 +440,12 @@ func ingressLimits(cfg *config.Config) ingress.Limits {
 		MaxBodyBytes:   cfg.Limits.MaxBodyBytes,
 		RequestTimeout: cfg.Limits.RequestTimeout,
 		WriteTimeout:   cfg.Limits.WriteTimeout,
+		StreamLimits: ingress.StreamLimits{
+			MaxStreamsPerIP:    cfg.Limits.MaxStreamsPerIP,
+			StreamWriteTimeout: cfg.Limits.StreamWriteTimeout,
+			StreamMaxLifetime:  cfg.Limits.StreamMaxLifetime,
+			StreamBuffer:       cfg.Limits.StreamBuffer,
+		},
 	}
 }
 

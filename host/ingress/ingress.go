@@ -44,6 +44,7 @@ type Limits struct {
 	// longer, and streaming routes, get their connection's write deadline
 	// moved so the server does not cut their responses.
 	WriteTimeout time.Duration
+	StreamLimits
 }
 
 // Target is a plugin the ingress routes to.
@@ -70,6 +71,7 @@ type Ingress struct {
 	mu       sync.Mutex
 	inflight map[string]*atomic.Int64 // per plugin name; survives rebuilds
 	nextID   atomic.Uint64
+	streams  streams
 }
 
 // New returns an Ingress with no plugins.
@@ -96,6 +98,7 @@ type entry struct {
 	inflight *atomic.Int64
 	max      int64
 	metrics  *pluginMetrics
+	streams  *streamEntry
 }
 
 // pluginMetrics holds one plugin's metric series, looked up when the table
@@ -164,6 +167,7 @@ func (g *Ingress) Update(targets []Target) {
 		// and alerts see the plugin before its first request.
 		e := &entry{target: tg, mount: spec.Mount, inflight: g.counter(spec.Name), max: int64(spec.MaxInflight),
 			metrics: newPluginMetrics(g.metrics, spec.Name)}
+		g.initStreams(e, spec.Name, spec.MaxStreams)
 		if m := tg.Manifest(); m != nil {
 			e.routes = g.buildRoutes(spec.Name, m)
 		}
@@ -256,17 +260,25 @@ func (g *Ingress) forward(w http.ResponseWriter, r *http.Request, e *entry, rest
 		return writeError(w, http.StatusRequestEntityTooLarge, "body_too_large",
 			fmt.Sprintf("request body is %d bytes; the limit is %d", r.ContentLength, limits.MaxBodyBytes))
 	}
-	if n := e.inflight.Add(1); e.max > 0 && n > e.max {
-		e.inflight.Add(-1)
-		e.metrics.busy.Inc()
-		return writeError(w, http.StatusTooManyRequests, "busy",
-			fmt.Sprintf("plugin %q is at its limit of %d concurrent requests", name, e.max))
+	if rt.Streaming {
+		release, code := g.admitStream(w, r, e, limits)
+		if release == nil {
+			return code
+		}
+		defer release()
+	} else {
+		if n := e.inflight.Add(1); e.max > 0 && n > e.max {
+			e.inflight.Add(-1)
+			e.metrics.busy.Inc()
+			return writeError(w, http.StatusTooManyRequests, "busy",
+				fmt.Sprintf("plugin %q is at its limit of %d concurrent requests", name, e.max))
+		}
+		e.metrics.inflight.Inc()
+		defer func() {
+			e.inflight.Add(-1)
+			e.metrics.inflight.Dec()
+		}()
 	}
-	e.metrics.inflight.Inc()
-	defer func() {
-		e.inflight.Add(-1)
-		e.metrics.inflight.Dec()
-	}()
 	// Until the answer is read: a drain must not stop the process first.
 	ep.StartCall()
 	defer ep.EndCall()
@@ -296,12 +308,17 @@ func (g *Ingress) forward(w http.ResponseWriter, r *http.Request, e *entry, rest
 	}
 	ctx := r.Context()
 	timeout := rt.Timeout
+	var st *stream
 	if rt.Streaming {
 		// A stream lasts as long as its handler; the server's write
 		// timeout would cut it. Each write still fails if the client
 		// stops reading: the plugin then runs out of credit, and the
 		// client's going away ends ctx.
 		_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
+		var stop func()
+		ctx, st, stop = startStream(ctx, e, limits)
+		defer stop()
+		req.Window = uint32(limits.StreamBuffer)
 	} else {
 		if timeout <= 0 {
 			timeout = limits.RequestTimeout
@@ -328,6 +345,9 @@ func (g *Ingress) forward(w http.ResponseWriter, r *http.Request, e *entry, rest
 	}
 	if err != nil {
 		return g.failed(ctx, w, e, ep, err)
+	}
+	if st != nil {
+		return g.answerStream(w, r, e, ep, resp, st)
 	}
 	return g.answer(w, e, ep, resp, rt.Streaming)
 }
