@@ -111,6 +111,7 @@ func specFor(cfg *config.Config, p config.PluginBlock) supervisor.Spec {
 		SHA256:      p.SHA256,
 		Mount:       p.Mount,
 		MaxInflight: p.MaxInflight,
+		MaxStreams:  p.MaxStreams,
 		Required:    p.Required,
 		DataDir:     p.DataDir,
 		Env:         p.Env,
@@ -134,6 +135,7 @@ func specFor(cfg *config.Config, p config.PluginBlock) supervisor.Spec {
 func fingerprint(cfg *config.Config, p config.PluginBlock) string {
 	h := sha256.New()
 	fmt.Fprintf(h, "%s\x00%s\x00%s\x00%d\x00%t\x00%s\x00", p.Path, p.SHA256, p.Mount, p.MaxInflight, p.Required, p.DataDir)
+	fmt.Fprintf(h, "max_streams\x00%d\x00", p.MaxStreams)
 	for _, k := range slices.Sorted(maps.Keys(p.Env)) {
 		fmt.Fprintf(h, "env\x00%s\x00%s\x00", k, p.Env[k])
 	}

@@ -116,6 +116,7 @@ func serve(ctx context.Context, logger hclog.Logger, path string, stderr io.Writ
 		plugins: map[string]*supervisor.Process{},
 	}
 	h.writeTimeout = cfg.Limits.WriteTimeout
+	ln, adminLn = limitListeners(logger, h.metrics, cfg, ln, adminLn)
 	h.ingress = ingress.New(logger.Named("ingress"), h.metrics, ingressLimits(cfg))
 	if diags := h.apply(cfg); diags.HasErrors() {
 		printDiags(stderr, cfg, diags)
@@ -130,6 +131,7 @@ func serve(ctx context.Context, logger hclog.Logger, path string, stderr io.Writ
 		WriteTimeout:      cfg.Limits.WriteTimeout,
 		IdleTimeout:       cfg.Limits.IdleTimeout,
 		MaxHeaderBytes:    64 << 10,
+		ConnContext:       ingress.ConnContext,
 		ErrorLog:          logger.Named("http").StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),
 	}
 	gatherer := &metrics.Gatherer{Host: h.metrics, Sources: h.sources, Timeout: cfg.Health.Timeout, Logger: logger.Named("metrics")}
@@ -415,6 +417,9 @@ func (h *host) warnStatic(old, cfg *config.Config) {
 	if cfg.Admin != old.Admin {
 		keys = append(keys, "admin")
 	}
+	if cfg.Limits.MaxConns != old.Limits.MaxConns || cfg.Limits.MaxConnsPerIP != old.Limits.MaxConnsPerIP {
+		keys = append(keys, "limits.max_conns/max_conns_per_ip")
+	}
 	if cfg.Limits.ReadTimeout != old.Limits.ReadTimeout || cfg.Limits.IdleTimeout != old.Limits.IdleTimeout ||
 		cfg.Limits.WriteTimeout != old.Limits.WriteTimeout {
 		keys = append(keys, "limits.read_timeout/write_timeout/idle_timeout")
@@ -436,6 +441,12 @@ func ingressLimits(cfg *config.Config) ingress.Limits {
 		RequestTimeout: cfg.Limits.RequestTimeout,
 		WriteTimeout:   cfg.Limits.WriteTimeout,
 		BodyTimeout:    cfg.Limits.BodyTimeout,
+		StreamLimits: ingress.StreamLimits{
+			MaxStreamsPerIP:    cfg.Limits.MaxStreamsPerIP,
+			StreamWriteTimeout: cfg.Limits.StreamWriteTimeout,
+			StreamMaxLifetime:  cfg.Limits.StreamMaxLifetime,
+			StreamBuffer:       cfg.Limits.StreamBuffer,
+		},
 	}
 }
 

@@ -77,6 +77,28 @@ type Limits struct {
 	// when the ingress starts reading it; a body still arriving then gets
 	// 408. Default 10s.
 	BodyTimeout time.Duration
+
+	// MaxConns caps the ingress listener's open connections; one more is
+	// answered 503 and closed. Default 10000. The host lowers it at start
+	// when the file descriptor limit leaves too little room for it.
+	MaxConns int
+	// MaxConnsPerIP caps one client address's open ingress connections;
+	// 0 (the default) means no cap. Behind a proxy every client shares the
+	// proxy's address.
+	MaxConnsPerIP int
+	// MaxStreamsPerIP caps one client address's concurrent streams (requests
+	// to streaming routes), across plugins; 0 (the default) means no cap.
+	MaxStreamsPerIP int
+	// StreamWriteTimeout is how long a stream's client may accept no bytes
+	// before the host cuts the stream. Default 30s.
+	StreamWriteTimeout time.Duration
+	// StreamMaxLifetime ends a stream this long after it began; 0 (the
+	// default) means no limit.
+	StreamMaxLifetime time.Duration
+	// StreamBuffer is the response credit a stream's plugin gets, in bytes:
+	// what the host buffers for a stream whose client reads slowly.
+	// Default 65536 (64 KiB).
+	StreamBuffer int64
 }
 
 // Restart is the policy for restarting crashed plugins.
@@ -131,7 +153,11 @@ type PluginBlock struct {
 	// nor inside /healthz or /readyz.
 	Mount string
 	// MaxInflight caps the plugin's concurrent requests. Default 512.
+	// Requests to streaming routes do not count against it.
 	MaxInflight int
+	// MaxStreams caps the plugin's concurrent requests to streaming routes.
+	// Default 1024.
+	MaxStreams int
 	// Required marks a plugin the host cannot do without. Default true.
 	Required bool
 	// DataDir is the plugin's own directory, Config.DataDir/Name.

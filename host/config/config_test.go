@@ -45,6 +45,10 @@ func defaultConfig(filename, dir string) Config {
 			RequestTimeout: 5 * time.Second,
 			StartTimeout:   10 * time.Second,
 			BodyTimeout:    10 * time.Second,
+
+			MaxConns:           10000,
+			StreamWriteTimeout: 30 * time.Second,
+			StreamBuffer:       65536,
 		},
 		Restart: Restart{
 			InitialBackoff: 100 * time.Millisecond,
@@ -65,7 +69,7 @@ func defaultConfig(filename, dir string) Config {
 // the first line of each range.
 type comparePlugin struct {
 	Name, Path, SHA256, Mount, DataDir         string
-	MaxInflight                                int
+	MaxInflight, MaxStreams                    int
 	Required                                   bool
 	DeclLine, PathLine, SHA256Line, ConfigLine int
 	ConfigStartLine                            int
@@ -75,7 +79,7 @@ type comparePlugin struct {
 func plainPlugin(p PluginBlock) comparePlugin {
 	return comparePlugin{
 		Name: p.Name, Path: p.Path, SHA256: p.SHA256, Mount: p.Mount, DataDir: p.DataDir,
-		MaxInflight: p.MaxInflight, Required: p.Required,
+		MaxInflight: p.MaxInflight, MaxStreams: p.MaxStreams, Required: p.Required,
 		DeclLine: p.DeclRange.Start.Line, PathLine: p.PathRange.Start.Line,
 		SHA256Line: p.SHA256Range.Start.Line, ConfigLine: p.ConfigRange.Start.Line,
 		ConfigStartLine: p.Config.MissingItemRange().Start.Line,
@@ -128,6 +132,10 @@ func TestLoad(t *testing.T) {
 		RequestTimeout: 1500 * time.Millisecond,
 		StartTimeout:   20 * time.Second,
 		BodyTimeout:    4 * time.Second,
+
+		MaxConns:           10000,
+		StreamWriteTimeout: 30 * time.Second,
+		StreamBuffer:       65536,
 	}
 	full.Restart = Restart{
 		InitialBackoff: 250 * time.Millisecond,
@@ -145,6 +153,7 @@ func TestLoad(t *testing.T) {
 			SHA256:      "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08",
 			Mount:       "/greet/hello",
 			MaxInflight: 8,
+			MaxStreams:  1024,
 			Required:    false,
 			DataDir:     "/var/lib/plughost/hello",
 			Config:      emptyBody(rng(43)),
@@ -158,6 +167,7 @@ func TestLoad(t *testing.T) {
 			Path:        "/opt/plughost/kv",
 			Mount:       "/kv_store-2",
 			MaxInflight: 512,
+			MaxStreams:  1024,
 			Required:    true,
 			DataDir:     "/var/lib/plughost/kv_store-2",
 			Env:         map[string]string{"GOGC": "400", "GOMEMLIMIT": "256MiB", "EMPTY": ""},
@@ -350,6 +360,7 @@ func TestWriteDiagnosticsGolden(t *testing.T) {
 		{"invalid", "testdata/invalid.hcl", "testdata/invalid.golden"},
 		{"env", "testdata/env.hcl", "testdata/env.golden"},
 		{"unknown keys", "testdata/keys.hcl", "testdata/keys.golden"},
+		{"connection and stream limits", "testdata/conns-invalid.hcl", "testdata/conns-invalid.golden"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

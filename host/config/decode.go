@@ -81,6 +81,13 @@ type limitsBody struct {
 	RequestTimeout *hcl.Attribute `hcl:"request_timeout,optional"`
 	StartTimeout   *hcl.Attribute `hcl:"start_timeout,optional"`
 	BodyTimeout    *hcl.Attribute `hcl:"body_timeout,optional"`
+	// Connections and streams: decoded by connLimits.
+	MaxConns           *hcl.Attribute `hcl:"max_conns,optional"`
+	MaxConnsPerIP      *hcl.Attribute `hcl:"max_conns_per_ip,optional"`
+	MaxStreamsPerIP    *hcl.Attribute `hcl:"max_streams_per_ip,optional"`
+	StreamWriteTimeout *hcl.Attribute `hcl:"stream_write_timeout,optional"`
+	StreamMaxLifetime  *hcl.Attribute `hcl:"stream_max_lifetime,optional"`
+	StreamBuffer       *hcl.Attribute `hcl:"stream_buffer,optional"`
 }
 
 type restartBody struct {
@@ -105,6 +112,7 @@ type pluginBody struct {
 	SHA256      *hcl.Attribute `hcl:"sha256,optional"`
 	Mount       *hcl.Attribute `hcl:"mount,optional"`
 	MaxInflight *hcl.Attribute `hcl:"max_inflight,optional"`
+	MaxStreams  *hcl.Attribute `hcl:"max_streams,optional"`
 	Required    *hcl.Attribute `hcl:"required,optional"`
 	Env         *envBody       `hcl:"env,block"`
 	Config      *configBody    `hcl:"config,block"`
@@ -238,6 +246,7 @@ func (d *decoder) decode(c *Config, fb *fileBody, base string) {
 	d.duration(l.RequestTimeout, &c.Limits.RequestTimeout)
 	d.duration(l.StartTimeout, &c.Limits.StartTimeout)
 	d.duration(l.BodyTimeout, &c.Limits.BodyTimeout)
+	d.connLimits(&c.Limits, l)
 
 	r := fb.Restart
 	// A pair is compared only when each side is valid or defaulted.
@@ -290,6 +299,7 @@ func (d *decoder) plugins(c *Config, blocks []*pluginBody) {
 		p := PluginBlock{
 			Name:        pb.Name,
 			MaxInflight: defaultMaxInflight,
+			MaxStreams:  defaultMaxStreams,
 			Required:    true,
 			DataDir:     filepath.Join(c.DataDir, pb.Name),
 			DeclRange:   pb.DeclRange,
@@ -359,6 +369,7 @@ func (d *decoder) plugins(c *Config, blocks []*pluginBody) {
 		}
 
 		decodeInt(d, pb.MaxInflight, &p.MaxInflight, 1)
+		decodeInt(d, pb.MaxStreams, &p.MaxStreams, 1)
 		decodeAttr(d, pb.Required, &p.Required)
 
 		if pb.Env != nil {

@@ -27,6 +27,12 @@
 //	  request_timeout = "5s"
 //	  start_timeout   = "10s"
 //	  body_timeout    = "10s"
+//	  max_conns            = 10000      # ingress connections; more are answered 503 and closed
+//	  max_conns_per_ip     = 0          # 0: no cap
+//	  max_streams_per_ip   = 0          # 0: no cap
+//	  stream_write_timeout = "30s"      # a stream whose client reads nothing this long is cut
+//	  stream_max_lifetime  = "0"        # 0: no limit
+//	  stream_buffer        = 65536      # response credit per stream, in bytes
 //	}
 //	restart {
 //	  initial_backoff = "100ms"
@@ -48,6 +54,7 @@
 //	  sha256       = ""
 //	  mount        = "/hello"
 //	  max_inflight = 512
+//	  max_streams  = 1024               # streaming requests, outside max_inflight
 //	  required     = true
 //	  config {                          # checked later, against the plugin's schema
 //	    greeting = "hello"

@@ -53,6 +53,10 @@ type Request struct {
 	RequestID string
 	// Streaming routes get their response as the handler flushes it.
 	Streaming bool
+	// Window is the response credit the plugin starts with, in bytes: what
+	// the host buffers at most for a caller that reads the body slowly.
+	// 0 means wire.ResponseWindow.
+	Window uint32
 	// ResponseHeader, if set, receives the response's headers and is its
 	// Response.Header, sparing a map: the ingress passes its
 	// ResponseWriter's.
@@ -70,6 +74,7 @@ type Response struct {
 
 	c       *call
 	unacked int64 // body bytes handed out and not yet granted back
+	window  int64 // the credit the response started with
 }
 
 // Transport sends requests to one plugin process. Create it with New once
@@ -182,6 +187,7 @@ type call struct {
 	end      bool     // the last piece has arrived
 	err      error    // the request failed
 	ready    chan struct{}
+	window   int64 // the response's credit at its start
 }
 
 // register allocates a request id on c. It fails once c has broken.
@@ -199,6 +205,10 @@ func (c *conn) register(ctx context.Context) (*call, error) {
 
 // roundTrip sends req as cl and waits for the head of the answer.
 func (cl *call) roundTrip(req *Request) (*Response, error) {
+	cl.window = wire.ResponseWindow
+	if req.Window > 0 {
+		cl.window = int64(req.Window)
+	}
 	if err := cl.send(req); err != nil {
 		return nil, err
 	}
@@ -243,6 +253,7 @@ func (cl *call) send(req *Request) error {
 		},
 		More:      len(body) > 0,
 		Streaming: req.Streaming,
+		Window:    req.Window,
 	}
 	if dl, ok := cl.ctx.Deadline(); ok {
 		head.DeadlineUnixNano = dl.UnixNano()
@@ -343,7 +354,7 @@ func (cl *call) response(head *pluginv1.ResponseHead, h http.Header) *Response {
 		h = http.Header{}
 	}
 	hr := head.GetResponse()
-	r := &Response{Status: int(hr.GetStatus()), Header: h, Size: -1, c: cl}
+	r := &Response{Status: int(hr.GetStatus()), Header: h, Size: -1, c: cl, window: cl.window}
 	wire.HeadersFromProto(r.Header, hr.GetHeaders())
 	switch {
 	case !head.GetMore():
@@ -411,13 +422,17 @@ func (r *Response) Next() ([]byte, error) {
 // the piece about to be: in one Window frame per quarter of the window,
 // or whatever there is when all is set.
 func (r *Response) grant(all bool) {
-	if r.unacked == 0 || (!all && r.unacked < wire.ResponseWindow/4) {
+	if r.unacked == 0 || (!all && r.unacked < r.window/4) {
 		return
 	}
 	n := r.unacked
 	r.unacked = 0
 	r.c.c.sendControl(&pluginv1.Frame{Id: r.c.id, Kind: &pluginv1.Frame_Window{Window: &pluginv1.Window{Bytes: uint32(n)}}})
 }
+
+// Window returns the credit the response started with: the most of its
+// body the host buffers while the caller does not read.
+func (r *Response) Window() int64 { return r.window }
 
 // Close gives up on the rest of the body: the plugin is told to cancel
 // the request if it has not sent all of it. Call it once done with the
@@ -538,6 +553,8 @@ func (c *conn) receive() {
 func (cl *call) deliver(f *pluginv1.Frame) (more, breach bool) {
 	cl.mu.Lock()
 	more = true
+	// A plugin may spend wire.ResponseWindow whatever window the request
+	// named: one built before RequestHead.window ignores it.
 	switch k := f.GetKind().(type) {
 	case *pluginv1.Frame_Response:
 		body := int64(len(k.Response.GetResponse().GetBody()))

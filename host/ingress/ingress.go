@@ -49,6 +49,7 @@ type Limits struct {
 	// longer, and streaming routes, get their connection's write deadline
 	// moved so the server does not cut their responses.
 	WriteTimeout time.Duration
+	StreamLimits
 }
 
 // Target is a plugin the ingress routes to.
@@ -77,6 +78,7 @@ type Ingress struct {
 	bodies   map[string]*bodyBudget   // per plugin name; survives rebuilds
 	warns    map[string]*logLimiter   // per plugin name; survives rebuilds
 	nextID   atomic.Uint64
+	streams  streams
 }
 
 // New returns an Ingress with no plugins.
@@ -106,6 +108,7 @@ type entry struct {
 	metrics  *pluginMetrics
 	warn     *logLimiter // failed calls
 	bodies   *bodyBudget
+	streams  *streamEntry
 }
 
 // pluginMetrics holds one plugin's metric series, looked up when the table
@@ -174,6 +177,7 @@ func (g *Ingress) Update(targets []Target) {
 		// and alerts see the plugin before its first request.
 		e := &entry{target: tg, mount: spec.Mount, inflight: g.counter(spec.Name), max: int64(spec.MaxInflight),
 			metrics: newPluginMetrics(g.metrics, spec.Name), warn: g.limiter(spec.Name), bodies: g.budget(spec.Name)}
+		g.initStreams(e, spec.Name, spec.MaxStreams)
 		if m := tg.Manifest(); m != nil {
 			e.routes = g.buildRoutes(spec.Name, m)
 		}
@@ -368,17 +372,25 @@ func (g *Ingress) forwardTo(w http.ResponseWriter, r *http.Request, e *entry, re
 				fmt.Sprintf("plugin %q is %s", name, e.target.Status().State))
 		}
 	}
-	if n := e.inflight.Add(1); e.max > 0 && n > e.max {
-		e.inflight.Add(-1)
-		e.metrics.busy.Inc()
-		return writeError(w, http.StatusTooManyRequests, "busy",
-			fmt.Sprintf("plugin %q is at its limit of %d concurrent requests", name, e.max))
+	if rt.Streaming {
+		release, code := g.admitStream(w, r, e, limits)
+		if release == nil {
+			return code
+		}
+		defer release()
+	} else {
+		if n := e.inflight.Add(1); e.max > 0 && n > e.max {
+			e.inflight.Add(-1)
+			e.metrics.busy.Inc()
+			return writeError(w, http.StatusTooManyRequests, "busy",
+				fmt.Sprintf("plugin %q is at its limit of %d concurrent requests", name, e.max))
+		}
+		e.metrics.inflight.Inc()
+		defer func() {
+			e.inflight.Add(-1)
+			e.metrics.inflight.Dec()
+		}()
 	}
-	e.metrics.inflight.Inc()
-	defer func() {
-		e.inflight.Add(-1)
-		e.metrics.inflight.Dec()
-	}()
 	// Until the answer is read: a drain must not stop the process first.
 	ep.StartCall()
 	defer ep.EndCall()
@@ -399,12 +411,17 @@ func (g *Ingress) forwardTo(w http.ResponseWriter, r *http.Request, e *entry, re
 	}
 	ctx := r.Context()
 	timeout := rt.Timeout
+	var st *stream
 	if rt.Streaming {
 		// A stream lasts as long as its handler; the server's write
 		// timeout would cut it. Each write still fails if the client
 		// stops reading: the plugin then runs out of credit, and the
 		// client's going away ends ctx.
 		_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
+		var stop func()
+		ctx, st, stop = startStream(ctx, e, limits)
+		defer stop()
+		req.Window = uint32(limits.StreamBuffer)
 	} else {
 		if timeout <= 0 {
 			timeout = limits.RequestTimeout
@@ -432,16 +449,20 @@ func (g *Ingress) forwardTo(w http.ResponseWriter, r *http.Request, e *entry, re
 	if err != nil {
 		return g.failed(ctx, w, e, ep, err)
 	}
-	code, c := g.answer(ctx, w, e, ep, resp, rt.Streaming)
+	if st != nil {
+		code, c := g.answerStream(ctx, w, r, e, ep, resp, st)
+		*cut = c
+		return code
+	}
+	code, c := g.answer(w, e, ep, resp)
 	*cut = c
 	return code
 }
 
-// answer writes a plugin's response: the head, then the body as it comes,
-// flushed piece by piece on a streaming route. It returns the status, and
-// whether the response must be cut short: its body failed after the head
-// was out. A streaming route's own timeout ends its stream cleanly.
-func (g *Ingress) answer(ctx context.Context, w http.ResponseWriter, e *entry, ep *supervisor.Endpoint, resp *dataplane.Response, streaming bool) (int, bool) {
+// answer writes a plugin's response on an ordinary route: the head, then
+// the body as it comes. It returns the status, and whether the response
+// must be cut short: its body failed after the head was out.
+func (g *Ingress) answer(w http.ResponseWriter, e *entry, ep *supervisor.Endpoint, resp *dataplane.Response) (int, bool) {
 	defer resp.Close()
 	if resp.Size >= 0 {
 		w.Header().Set("Content-Length", strconv.FormatInt(resp.Size, 10))
@@ -451,25 +472,12 @@ func (g *Ingress) answer(ctx context.Context, w http.ResponseWriter, e *entry, e
 		code = http.StatusBadGateway
 	}
 	w.WriteHeader(code)
-	var rc *http.ResponseController
-	if streaming {
-		rc = http.NewResponseController(w)
-		_ = rc.Flush()
-		// A write to a client that has stopped reading blocks in the
-		// kernel whatever ctx says; when ctx ends (the client went away,
-		// the route's timeout passed) it must fail.
-		stop := context.AfterFunc(ctx, func() { _ = rc.SetWriteDeadline(time.Now()) })
-		defer stop()
-	}
 	for {
 		piece, err := resp.Next()
 		if err == io.EOF {
 			return code, false
 		}
 		if err != nil {
-			if streaming && errors.Is(err, context.DeadlineExceeded) {
-				return code, false
-			}
 			if ep.Aborted() {
 				e.metrics.aborted.Inc()
 			}
@@ -477,9 +485,6 @@ func (g *Ingress) answer(ctx context.Context, w http.ResponseWriter, e *entry, e
 		}
 		if _, err := w.Write(piece); err != nil {
 			return code, false // the client went away
-		}
-		if streaming {
-			_ = rc.Flush()
 		}
 	}
 }

@@ -35,6 +35,8 @@ type Host struct {
 	BusyRejections   *prometheus.CounterVec
 	DrainAborted     *prometheus.CounterVec
 	PluginScrapeErrs *prometheus.CounterVec
+	// Conns holds the connection and stream metrics.
+	Conns *Conns
 }
 
 // New registers the host's metrics, with Go runtime and process collectors,
@@ -84,6 +86,7 @@ func New() *Host {
 	r.MustRegister(h.PluginUp, h.PluginState, h.PluginRestarts, h.Requests, h.RequestDuration,
 		h.Inflight, h.BusyRejections, h.DrainAborted, h.PluginScrapeErrs,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	h.Conns = newConns(r)
 	return h
 }
 
@@ -96,6 +99,7 @@ func (h *Host) Forget(plugin string) {
 		h.RequestDuration.MetricVec} {
 		v.DeletePartialMatch(l)
 	}
+	h.Conns.forget(l)
 }
 
 // Source yields one plugin's encoded metric families.

@@ -44,6 +44,9 @@ type Spec struct {
 	// Fingerprint identifies the spec's content; a reload restarts the
 	// plugin when it changes.
 	Fingerprint string
+	// MaxStreams caps the plugin's concurrent requests to streaming
+	// routes, which do not count against MaxInflight.
+	MaxStreams int
 }
 
 // Policy holds the restart and health settings.

@@ -1117,7 +1117,14 @@ type RequestHead struct {
 	More bool `protobuf:"varint,3,opt,name=more,proto3" json:"more,omitempty"`
 	// streaming says the route streams: the plugin sends its response as the
 	// handler flushes it rather than once the handler returns.
-	Streaming     bool `protobuf:"varint,4,opt,name=streaming,proto3" json:"streaming,omitempty"`
+	Streaming bool `protobuf:"varint,4,opt,name=streaming,proto3" json:"streaming,omitempty"`
+	// window is the response credit the request starts with, in bytes; 0
+	// means 256 KiB (wire.ResponseWindow). The plugin sends body pieces of at
+	// most this size. The host sets it on streams (limits.stream_buffer), so
+	// that a stream whose client does not read costs both sides little. A
+	// plugin built before this field ignores it and spends 256 KiB, which the
+	// host accepts from any plugin.
+	Window        uint32 `protobuf:"varint,5,opt,name=window,proto3" json:"window,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1178,6 +1185,13 @@ func (x *RequestHead) GetStreaming() bool {
 		return x.Streaming
 	}
 	return false
+}
+
+func (x *RequestHead) GetWindow() uint32 {
+	if x != nil {
+		return x.Window
+	}
+	return 0
 }
 
 // Cancel says the caller of the request gave up (its client went away or
@@ -1339,9 +1353,9 @@ func (x *Body) GetEnd() bool {
 }
 
 // Window grants the plugin credit to send bytes more bytes of response
-// body for the request. A response starts with 256 KiB of credit
-// (wire.ResponseWindow); the data of ResponseHead and Body frames spends it,
-// and the host grants it back as it hands the body on to its client. So a
+// body for the request. A response starts with the credit its
+// RequestHead's window names (256 KiB, wire.ResponseWindow, when 0); the
+// data of ResponseHead and Body frames spends it, and the host grants it back as it hands the body on to its client. So a
 // client that stops reading holds up only its own response, and the host
 // buffers at most the window for it.
 type Window struct {
@@ -1984,12 +1998,13 @@ const file_proto_pluginv1_plugin_proto_rawDesc = "" +
 	"\x04body\x18\x05 \x01(\v2\x18.plughost.plugin.v1.BodyH\x00R\x04body\x124\n" +
 	"\x06window\x18\x06 \x01(\v2\x1a.plughost.plugin.v1.WindowH\x00R\x06window\x121\n" +
 	"\x05abort\x18\a \x01(\v2\x19.plughost.plugin.v1.AbortH\x00R\x05abortB\x06\n" +
-	"\x04kind\"\xa8\x01\n" +
+	"\x04kind\"\xc0\x01\n" +
 	"\vRequestHead\x129\n" +
 	"\arequest\x18\x01 \x01(\v2\x1f.plughost.plugin.v1.HTTPRequestR\arequest\x12,\n" +
 	"\x12deadline_unix_nano\x18\x02 \x01(\x03R\x10deadlineUnixNano\x12\x12\n" +
 	"\x04more\x18\x03 \x01(\bR\x04more\x12\x1c\n" +
-	"\tstreaming\x18\x04 \x01(\bR\tstreaming\"\b\n" +
+	"\tstreaming\x18\x04 \x01(\bR\tstreaming\x12\x16\n" +
+	"\x06window\x18\x05 \x01(\rR\x06window\"\b\n" +
 	"\x06Cancel\"z\n" +
 	"\fResponseHead\x12<\n" +
 	"\bresponse\x18\x01 \x01(\v2 .plughost.plugin.v1.HTTPResponseR\bresponse\x12\x12\n" +

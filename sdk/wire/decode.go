@@ -214,6 +214,8 @@ func (d *frameDecoder) request(m field, r *pluginv1.RequestHead, h *pluginv1.HTT
 			r.More = v != 0
 		case 4:
 			r.Streaming = v != 0
+		case 5:
+			r.Window = uint32(v)
 		default:
 			return false
 		}

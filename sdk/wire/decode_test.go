@@ -47,6 +47,7 @@ func decodeSeeds(t testing.TB) (canonical, other [][]byte) {
 		{Id: 1<<64 - 1, Kind: &pluginv1.Frame_Cancel{Cancel: &pluginv1.Cancel{}}},
 		{Id: 3, Kind: &pluginv1.Frame_Response{Response: &pluginv1.ResponseHead{More: true, Size: 1 << 20}}},
 		{Id: 4, Kind: &pluginv1.Frame_Request{Request: &pluginv1.RequestHead{DeadlineUnixNano: -5, More: true, Streaming: true}}},
+		{Id: 5, Kind: &pluginv1.Frame_Request{Request: &pluginv1.RequestHead{Streaming: true, Window: 64 << 10}}},
 		{Id: 6, Kind: &pluginv1.Frame_Body{Body: &pluginv1.Body{Data: []byte("piece"), End: true}}},
 		{Id: 8, Kind: &pluginv1.Frame_Window{Window: &pluginv1.Window{Bytes: 65536}}},
 		{Id: 9, Kind: &pluginv1.Frame_Abort{Abort: &pluginv1.Abort{}}},

@@ -30,11 +30,12 @@ const DataPlaneFirstFD = 3
 // longer than one piece takes to write.
 const PieceBytes = 64 << 10
 
-// ResponseWindow is the credit a response starts with: how many bytes of
-// its body the plugin may send before the host grants more with Window
-// frames. It bounds what the host buffers for one response whose client
-// reads slowly, and it exceeds most whole responses, which therefore never
-// wait for credit.
+// ResponseWindow is the credit a response starts with unless its request
+// names a smaller one (RequestHead.window, which the host sets on streams):
+// how many bytes of its body the plugin may send before the host grants
+// more with Window frames. It bounds what the host buffers for one
+// response whose client reads slowly, and it exceeds most whole responses,
+// which therefore never wait for credit.
 const ResponseWindow = 256 << 10
 
 // Frame is a frame encoded by Conn.Encode, for Conn.Send.

@@ -153,6 +153,10 @@ type call struct {
 	req       *pluginv1.HTTPRequest
 	streaming bool
 	body      *pipe // the rest of the body, when it comes in pieces
+	// piece is the most body a response frame carries: wire.PieceBytes,
+	// or the request's window when that is smaller, so that a piece never
+	// waits for more credit than the window holds.
+	piece int
 
 	mu     sync.Mutex
 	credit int64 // response bytes the plugin may still send
@@ -207,9 +211,13 @@ func (s *server) start(ctx context.Context, id uint64, head *pluginv1.RequestHea
 	} else {
 		ctx, cancel = context.WithCancel(ctx)
 	}
+	window := int64(wire.ResponseWindow)
+	if w := head.GetWindow(); w > 0 {
+		window = int64(w)
+	}
 	c := &call{
 		id: id, ctx: ctx, cancel: cancel, req: head.GetRequest(), streaming: head.GetStreaming(),
-		credit: wire.ResponseWindow,
+		credit: window, piece: int(min(window, wire.PieceBytes)),
 	}
 	if head.GetMore() {
 		c.body = newPipe(ctx, c.req.GetBody())

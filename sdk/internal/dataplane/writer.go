@@ -16,9 +16,10 @@ var errBroken = errors.New("data-plane connection is broken")
 // collects the whole response and sends it once the handler returns, so a
 // panic can still replace it with a 500 and the host can set
 // Content-Length. On a streaming route it sends the head and what is
-// buffered on each Flush, and a piece whenever wire.PieceBytes have
+// buffered on each Flush, and a piece whenever a piece's worth has
 // accumulated. Either way the body goes out in pieces of at most
-// wire.PieceBytes, each within the request's credit (call.spend).
+// wire.PieceBytes (or the request's window, if smaller), each within the
+// request's credit (call.spend).
 type writer struct {
 	s *server
 	c *call
@@ -51,10 +52,10 @@ func (w *writer) Write(b []byte) (int, error) {
 	}
 	n := 0
 	for len(b) > 0 {
-		k := min(len(b), wire.PieceBytes-w.buf.Len())
+		k := min(len(b), w.c.piece-w.buf.Len())
 		w.buf.Write(b[:k])
 		b, n = b[k:], n+k
-		if w.buf.Len() >= wire.PieceBytes {
+		if w.buf.Len() >= w.c.piece {
 			if err := w.flush(false); err != nil {
 				return n, err
 			}
@@ -118,7 +119,7 @@ func (w *writer) flush(end bool) error {
 		return nil
 	}
 	if !w.sentHead {
-		piece := body[:min(len(body), wire.PieceBytes)]
+		piece := body[:min(len(body), w.c.piece)]
 		more := !end || len(piece) < len(body)
 		head := &pluginv1.ResponseHead{
 			Response: &pluginv1.HTTPResponse{Status: int32(w.status), Headers: wire.HeadersToProto(w.header), Body: piece},
@@ -138,7 +139,7 @@ func (w *writer) flush(end bool) error {
 		}
 	}
 	for len(body) > 0 || end {
-		piece := body[:min(len(body), wire.PieceBytes)]
+		piece := body[:min(len(body), w.c.piece)]
 		body = body[len(piece):]
 		last := end && len(body) == 0
 		// Encoding copies the piece, so the buffer may be reused.

@@ -1,0 +1,62 @@
+package config
+
+import (
+	"time"
+
+	"github.com/hashicorp/hcl/v2"
+)
+
+// Defaults and bounds of the connection and stream limits.
+const (
+	defaultMaxConns           = 10000
+	defaultStreamWriteTimeout = 30 * time.Second
+	defaultStreamBuffer       = 64 << 10
+	defaultMaxStreams         = 1024
+	// A stream's credit must hold a few frames' worth, and never more than
+	// a plugin built with an older SDK assumes it has (wire.ResponseWindow).
+	minStreamBuffer = 4 << 10
+	maxStreamBuffer = 256 << 10
+)
+
+// connLimits decodes the limits block's connection and stream keys into l,
+// defaults first.
+func (d *decoder) connLimits(l *Limits, b *limitsBody) {
+	l.MaxConns = defaultMaxConns
+	l.StreamWriteTimeout = defaultStreamWriteTimeout
+	l.StreamBuffer = defaultStreamBuffer
+	decodeInt(d, b.MaxConns, &l.MaxConns, 1)
+	decodeInt(d, b.MaxConnsPerIP, &l.MaxConnsPerIP, 0)
+	decodeInt(d, b.MaxStreamsPerIP, &l.MaxStreamsPerIP, 0)
+	d.duration(b.StreamWriteTimeout, &l.StreamWriteTimeout)
+	d.durationOrZero(b.StreamMaxLifetime, &l.StreamMaxLifetime)
+	var buf int64
+	if decodeInt(d, b.StreamBuffer, &buf, minStreamBuffer) {
+		if buf > maxStreamBuffer {
+			d.errorf(b.StreamBuffer.Expr.Range(), "Value out of range",
+				"stream_buffer must be at most %d (256 KiB), got %d.", int64(maxStreamBuffer), buf)
+		} else {
+			l.StreamBuffer = buf
+		}
+	}
+}
+
+// durationOrZero decodes a duration that may be zero ("0" or "0s"), which
+// turns the setting off; a negative one is an error.
+func (d *decoder) durationOrZero(a *hcl.Attribute, dst *time.Duration) bool {
+	var s string
+	if !decodeAttr(d, a, &s) {
+		return false
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		d.errorf(a.Expr.Range(), "Invalid duration",
+			"%s must be a duration such as \"30s\" or \"1h\", or \"0\" for none; %s.", a.Name, err)
+		return false
+	}
+	if v < 0 {
+		d.errorf(a.Expr.Range(), "Invalid duration", "%s must not be negative, got %q.", a.Name, s)
+		return false
+	}
+	*dst = v
+	return true
+}

@@ -1,0 +1,58 @@
+package main
+
+import (
+	"net"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/plughost/plughost/host/config"
+	"github.com/plughost/plughost/host/ingress"
+	"github.com/plughost/plughost/host/metrics"
+)
+
+// adminMaxConns caps the admin listener's connections: its own small
+// allowance, so that /metrics and the admin API keep answering when the
+// ingress is at max_conns.
+const adminMaxConns = 64
+
+// fdReserve is how many file descriptors max_conns leaves for everything
+// but ingress connections: the admin listener's, each plugin's control
+// and data-plane sockets and pipes, refused connections being answered,
+// and files.
+const fdReserve = 1024
+
+// limitListeners caps the ingress listener at limits.max_conns (lowered to
+// what the file descriptor limit allows) and max_conns_per_ip, and the
+// admin listener at adminMaxConns. It logs the descriptor limit, which Go
+// has already raised from the soft limit to the hard one at start (the
+// syscall package does so on every Unix since Go 1.19).
+func limitListeners(logger hclog.Logger, m *metrics.Host, cfg *config.Config, ln, adminLn net.Listener) (net.Listener, net.Listener) {
+	maxConns := cfg.Limits.MaxConns
+	soft, hard, err := fdLimit()
+	if err != nil {
+		logger.Warn("cannot read the file descriptor limit", "error", err)
+	} else {
+		m.Conns.FDLimit.WithLabelValues("soft").Set(float64(soft))
+		m.Conns.FDLimit.WithLabelValues("hard").Set(float64(hard))
+		if room := connRoom(soft); uint64(maxConns) > room {
+			logger.Warn("max_conns exceeds what the file descriptor limit allows; lowering it",
+				"max_conns", maxConns, "lowered_to", room, "fd_soft_limit", soft, "fd_hard_limit", hard)
+			maxConns = int(room)
+		}
+		logger.Info("file descriptor limit", "soft", soft, "hard", hard, "max_conns", maxConns)
+	}
+	ln = ingress.NewListener(ln, ingress.ListenerOptions{
+		Name: "ingress", MaxConns: maxConns, MaxConnsPerIP: cfg.Limits.MaxConnsPerIP, Metrics: m.Conns,
+	})
+	adminLn = ingress.NewListener(adminLn, ingress.ListenerOptions{Name: "admin", MaxConns: adminMaxConns, Metrics: m.Conns})
+	return ln, adminLn
+}
+
+// connRoom is how many ingress connections a soft descriptor limit
+// leaves room for: all but fdReserve, and at least half of it.
+func connRoom(soft uint64) uint64 {
+	if soft > 2*fdReserve {
+		return soft - fdReserve
+	}
+	return max(soft/2, 1)
+}

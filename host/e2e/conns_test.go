@@ -1,0 +1,100 @@
+package e2e
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// heldConn is a keep-alive connection to the ingress that has served one
+// request and is left idle, holding its slot.
+type heldConn struct {
+	c  net.Conn
+	br *bufio.Reader
+}
+
+// dialGet opens a connection to base (an http:// URL), sends GET path on
+// it and reads the answer, leaving the connection open.
+func dialGet(t *testing.T, base, path string) (*heldConn, *http.Response) {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", strings.TrimPrefix(base, "http://"), 5*time.Second)
+	if err != nil {
+		t.Fatalf("dial %s: %v", base, err)
+	}
+	t.Cleanup(func() { c.Close() })
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: test\r\n\r\n", path); err != nil {
+		t.Fatalf("send GET %s: %v", path, err)
+	}
+	hc := &heldConn{c: c, br: bufio.NewReader(c)}
+	resp, err := http.ReadResponse(hc.br, nil)
+	if err != nil {
+		t.Fatalf("read the answer to GET %s: %v", path, err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body = io.NopCloser(strings.NewReader(string(b)))
+	_ = c.SetDeadline(time.Time{})
+	return hc, resp
+}
+
+// TestConnCaps holds connections open up to max_conns (and, from one
+// address, max_conns_per_ip): one more is answered 503 with Retry-After and
+// closed, the admin listener keeps answering, and a freed slot serves
+// again.
+func TestConnCaps(t *testing.T) {
+	tests := []struct {
+		name   string
+		limits string
+		hold   int
+		reason string
+	}{
+		{"max_conns", "max_conns = 50", 50, "max_conns"},
+		{"max_conns_per_ip", "max_conns = 50\n  max_conns_per_ip = 5", 5, "max_conns_per_ip"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := strings.Replace(baseConfig("2s"), "limits {", "limits {\n  "+tt.limits, 1)
+			h := startHost(t, cfg+pluginBlock("hello", "hello", ""))
+			held := make([]*heldConn, 0, tt.hold)
+			for i := range tt.hold {
+				hc, resp := dialGet(t, h.ingress, "/healthz")
+				if resp.StatusCode != http.StatusOK {
+					t.Fatalf("connection %d: GET /healthz = %d, want 200", i+1, resp.StatusCode)
+				}
+				held = append(held, hc)
+			}
+			if v, _ := h.metric(`plughost_connections{listener="ingress"}`); v != float64(tt.hold) {
+				t.Errorf(`plughost_connections{listener="ingress"} = %v, want %d`, v, tt.hold)
+			}
+
+			_, resp := dialGet(t, h.ingress, "/hello/")
+			body, _ := io.ReadAll(resp.Body)
+			if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" ||
+				errorCode(string(body)) != "too_many_connections" {
+				t.Errorf("connection %d: GET /hello/ = %d (Retry-After %q) %s, want 503 too_many_connections with Retry-After",
+					tt.hold+1, resp.StatusCode, resp.Header.Get("Retry-After"), body)
+			}
+			for _, path := range []string{"/metrics", "/v1/plugins"} {
+				if code, body := h.get(h.admin + path); code != http.StatusOK {
+					t.Errorf("admin GET %s with the ingress full = %d %s, want 200", path, code, body)
+				}
+			}
+			series := fmt.Sprintf(`plughost_connections_refused_total{listener="ingress",reason=%q}`, tt.reason)
+			if v, _ := h.metric(series); v < 1 {
+				t.Errorf("%s = %v, want at least 1", series, v)
+			}
+
+			// A connection that closes frees its slot.
+			held[0].c.Close()
+			waitFor(t, 10*time.Second, "a freed connection slot", func() bool {
+				_, resp := dialGet(t, h.ingress, "/hello/")
+				return resp.StatusCode == http.StatusOK
+			})
+		})
+	}
+}
