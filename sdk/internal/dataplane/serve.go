@@ -270,6 +270,10 @@ func (s *server) handle(c *call) {
 		w.abort()
 		return
 	}
+	if w.refused && !w.wroteHeader {
+		w.refuse()
+		return
+	}
 	w.finish()
 }
 
