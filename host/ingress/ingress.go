@@ -69,6 +69,7 @@ type Ingress struct {
 
 	mu       sync.Mutex
 	inflight map[string]*atomic.Int64 // per plugin name; survives rebuilds
+	holds    map[string]*hold         // handovers in progress, by plugin name (Hold)
 	nextID   atomic.Uint64
 }
 
@@ -110,6 +111,10 @@ type pluginMetrics struct {
 	inflight prometheus.Gauge
 	busy     prometheus.Counter
 	aborted  prometheus.Counter
+	held     struct {
+		depth  prometheus.Gauge
+		reject prometheus.Counter
+	}
 
 	mu    sync.Mutex                                 // serialises additions to codes
 	codes atomic.Pointer[map[int]prometheus.Counter] // copied on write; at most ~900 codes
@@ -124,6 +129,8 @@ func newPluginMetrics(m *metrics.Host, name string) *pluginMetrics {
 		busy:     m.BusyRejections.WithLabelValues(name),
 		aborted:  m.DrainAborted.WithLabelValues(name),
 	}
+	pm.held.depth = m.HeldRequests.WithLabelValues(name)
+	pm.held.reject = m.HoldRejections.WithLabelValues(name)
 	pm.codes.Store(&map[int]prometheus.Counter{})
 	return pm
 }
@@ -240,6 +247,14 @@ func (t *table) match(p string) (*entry, string) {
 func (g *Ingress) forward(w http.ResponseWriter, r *http.Request, e *entry, rest string) int {
 	name := e.target.Name()
 	ep := e.target.Endpoint()
+	if ep == nil {
+		// While the plugin is replaced, wait for its new process (Hold).
+		var err error
+		if e, ep, err = g.await(r.Context(), e); err != nil && ep == nil {
+			return writeError(w, http.StatusServiceUnavailable, "plugin_unavailable",
+				fmt.Sprintf("plugin %q is being replaced: %v", name, err))
+		}
+	}
 	if ep == nil || e.routes == nil {
 		return writeError(w, http.StatusServiceUnavailable, "plugin_unavailable",
 			fmt.Sprintf("plugin %q is %s", name, e.target.Status().State))
@@ -268,8 +283,9 @@ func (g *Ingress) forward(w http.ResponseWriter, r *http.Request, e *entry, rest
 		e.metrics.inflight.Dec()
 	}()
 	// Until the answer is read: a drain must not stop the process first.
+	// A resend moves the count to the process it resends to.
 	ep.StartCall()
-	defer ep.EndCall()
+	defer func() { ep.EndCall() }()
 
 	body, err := readBody(w, r, limits.MaxBodyBytes)
 	if err != nil {
@@ -319,6 +335,9 @@ func (g *Ingress) forward(w http.ResponseWriter, r *http.Request, e *entry, rest
 		defer cancel()
 	}
 	resp, err := ep.RoundTrip(ctx, req)
+	if errors.Is(err, dataplane.ErrRefused) {
+		ep, resp, err = g.resend(ctx, e, ep, req, resp, err)
+	}
 	if dl, ok := ctx.Deadline(); err == nil && !rt.Streaming && ok && !time.Now().Before(dl) {
 		// The answer raced the deadline, and is most likely the handler
 		// reacting to it; the contract is 504 whether or not it answered.
@@ -383,6 +402,10 @@ func (g *Ingress) failed(ctx context.Context, w http.ResponseWriter, e *entry, e
 	case errors.Is(ctx.Err(), context.Canceled):
 		// The client went away; nobody reads this.
 		return writeError(w, 499, "client_closed", "client closed the request")
+	case errors.Is(err, dataplane.ErrRefused):
+		// Draining with no process to take over: a stop, not a failure.
+		return writeError(w, http.StatusServiceUnavailable, "plugin_unavailable",
+			fmt.Sprintf("plugin %q is draining", name))
 	default:
 		g.logger.Warn("plugin call failed", "plugin", name, "error", err)
 		return writeError(w, http.StatusServiceUnavailable, "plugin_unavailable",
