@@ -7,7 +7,6 @@ import (
 
 	"github.com/plughost/plughost/host/admin"
 	"github.com/plughost/plughost/host/catalog"
-	"github.com/plughost/plughost/host/config"
 	"github.com/plughost/plughost/host/supervisor"
 )
 
@@ -22,11 +21,12 @@ const defaultHeld = 1024
 //
 // By default the new process starts while old serves; once it is ready
 // it takes the routing table's place of old, which then drains. For a
-// plugin that declared itself single-instance, old drains and stops
-// first while its requests are held (ingress.Hold), then the new process
-// starts. A new process that does not become ready leaves old serving:
-// still running, or, for a single-instance plugin, started again with
-// its own spec. Either way the error is returned and shown as old's
+// plugin that declared itself single-instance, the new binary is first
+// launched as far as Describe, then old drains and stops while its
+// requests are held (ingress.Hold), then the new process starts. A new
+// process that does not become ready leaves old serving: still running,
+// or, for a single-instance plugin that got past Describe, started again
+// with its own spec. Either way the error is returned and shown as old's
 // last_error.
 func (h *host) replace(old *supervisor.Process, spec supervisor.Spec, opts, oldOpts supervisor.Options, deadline time.Time) error {
 	if old.Manifest().GetSingleInstance() {
@@ -46,6 +46,21 @@ func (h *host) replace(old *supervisor.Process, spec supervisor.Spec, opts, oldO
 
 // replaceInTurn is replace for a single-instance plugin.
 func (h *host) replaceInTurn(old *supervisor.Process, spec supervisor.Spec, opts, oldOpts supervisor.Options, deadline time.Time) error {
+	// The old process must stop before the new one starts, and may have
+	// to start again if the new one does not come up, from a binary that
+	// may have been replaced on disk: launch the new binary as far as
+	// Describe first, and keep the old process if it cannot get that far.
+	inst, err := catalog.Launch(h.ctx, spec.Path, spec.SHA256, catalog.Options{
+		Logger:       opts.Logger.Named(spec.Name).With("plugin", spec.Name),
+		StartTimeout: opts.Policy.StartTimeout,
+		ExtraEnv:     spec.Env,
+	})
+	if err != nil {
+		err = fmt.Errorf("replace plugin %q: start: %w; the running process stays", spec.Name, err)
+		old.SetLastError(err)
+		return err
+	}
+	inst.Kill()
 	held := spec.MaxInflight
 	if held <= 0 {
 		held = defaultHeld
@@ -91,9 +106,10 @@ func (h *host) swap(old, p *supervisor.Process) {
 }
 
 // operatorReplace replaces the named plugin's process for an operator's
-// restart or upgrade, under the reload lock, as a reload would. A restart
-// runs the process's own spec again; an upgrade runs the current config's
-// block, with the binary as it is now on disk. It counts a restart unless
+// restart or upgrade, under the reload lock, as a reload would. Both run
+// the process's own spec again, with the binary as it is now on disk; an
+// upgrade also makes the binary's sum part of the spec's fingerprint, so
+// that a reload does not replace it once more. It counts a restart unless
 // the plugin had failed.
 func (h *host) operatorReplace(name string, upgrade bool) {
 	h.reloadMu.Lock()
@@ -108,8 +124,8 @@ func (h *host) operatorReplace(name string, upgrade bool) {
 		return
 	}
 	spec := old.Spec()
-	if b, ok := blockOf(h.cfg, name); ok && upgrade {
-		spec = specFor(h.cfg, b)
+	if upgrade {
+		spec.Fingerprint = withBinary(spec.Fingerprint, spec.Path)
 	}
 	opts := h.options(h.cfg)
 	st := old.Status()
@@ -128,19 +144,6 @@ func (h *host) operatorReplace(name string, upgrade bool) {
 	}
 }
 
-// blockOf returns cfg's plugin block named name.
-func blockOf(cfg *config.Config, name string) (config.PluginBlock, bool) {
-	if cfg == nil {
-		return config.PluginBlock{}, false
-	}
-	for _, b := range cfg.Plugins {
-		if b.Name == name {
-			return b, true
-		}
-	}
-	return config.PluginBlock{}, false
-}
-
 // Restart implements admin.Plugins: it replaces the plugin's process in
 // the background.
 func (h *host) Restart(name string) bool {
@@ -155,16 +158,15 @@ func (h *host) Restart(name string) bool {
 }
 
 // Upgrade implements admin.Plugins: it checks the plugin's binary against
-// its pin, then replaces the process in the background.
+// the running process's pin, then replaces the process in the background.
 func (h *host) Upgrade(name string) error {
 	h.mu.Lock()
-	_, ok := h.plugins[name]
+	p, ok := h.plugins[name]
 	h.mu.Unlock()
-	b, inCfg := blockOf(h.config(), name)
-	if !ok || !inCfg {
+	if !ok {
 		return admin.ErrNoPlugin
 	}
-	if err := catalog.Verify(b.Path, b.SHA256); err != nil {
+	if err := catalog.Verify(p.Spec().Path, p.Spec().SHA256); err != nil {
 		if errors.Is(err, catalog.ErrChecksum) {
 			return fmt.Errorf("%w: %v", admin.ErrChecksum, err)
 		}

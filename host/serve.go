@@ -305,14 +305,14 @@ func (h *host) applyLocked(cfg *config.Config) hcl.Diagnostics {
 	}
 	i := len(start)
 	for name, old := range replaced {
-		pc := want[name]
+		pc, d := want[name], &diags[i]
+		i++
 		wg.Go(func() {
 			h.logger.Info("replacing plugin", "plugin", name)
 			if err := h.replace(old, specFor(cfg, pc), opts, prevOpts, deadline); err != nil {
-				diags[i] = replaceDiag(pc, err)
+				*d = replaceDiag(pc, err)
 			}
 		})
-		i++
 	}
 	wg.Wait()
 	h.cfg = cfg
