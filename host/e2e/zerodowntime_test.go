@@ -178,7 +178,7 @@ func (l *steadyLoad) latencies(from, to time.Time) []time.Duration {
 
 // copyPlugins copies the named plugin binaries from the test build into
 // a new plugin_dir, so that a test may rewrite them.
-func copyPlugins(t *testing.T, names ...string) string {
+func copyPlugins(t testing.TB, names ...string) string {
 	t.Helper()
 	dir := t.TempDir()
 	for _, n := range names {
@@ -191,7 +191,7 @@ func copyPlugins(t *testing.T, names ...string) string {
 // as an operator installs a new build: a process running the old file
 // keeps it. Extra bytes after an ELF binary change its sha256, not what
 // it runs.
-func installBinary(t *testing.T, src, dst string, extra []byte) {
+func installBinary(t testing.TB, src, dst string, extra []byte) {
 	t.Helper()
 	b, err := os.ReadFile(src)
 	if err != nil {
