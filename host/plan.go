@@ -9,6 +9,7 @@ import (
 	"io"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/hashicorp/go-hclog"
@@ -131,7 +132,8 @@ func specFor(cfg *config.Config, p config.PluginBlock) supervisor.Spec {
 
 // fingerprint changes when anything that needs a restart changes: the
 // block's settings, its env variables, the config block's source text, or
-// the binary itself.
+// the binary itself. It is the hash of the rest, a dash, and the binary's
+// sha256 (withBinary).
 func fingerprint(cfg *config.Config, p config.PluginBlock) string {
 	h := sha256.New()
 	fmt.Fprintf(h, "%s\x00%s\x00%s\x00%d\x00%t\x00%s\x00", p.Path, p.SHA256, p.Mount, p.MaxInflight, p.Required, p.DataDir)
@@ -144,10 +146,18 @@ func fingerprint(cfg *config.Config, p config.PluginBlock) string {
 			h.Write(f.Bytes[b.SrcRange.Start.Byte:b.SrcRange.End.Byte])
 		}
 	}
-	if sum, err := catalog.FileSHA256(p.Path); err == nil {
-		h.Write([]byte(sum))
+	return withBinary(hex.EncodeToString(h.Sum(nil)), p.Path)
+}
+
+// withBinary returns fingerprint (or the part of one before the binary's
+// sum) with the sum of the binary now at path.
+func withBinary(fingerprint, path string) string {
+	rest, _, _ := strings.Cut(fingerprint, "-")
+	sum, err := catalog.FileSHA256(path)
+	if err != nil {
+		sum = "unreadable"
 	}
-	return hex.EncodeToString(h.Sum(nil))
+	return rest + "-" + sum
 }
 
 // configErrDiag turns a plugin's refusal of its config into a diagnostic.

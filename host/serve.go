@@ -13,7 +13,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -28,6 +27,7 @@ import (
 	"github.com/plughost/plughost/host/metrics"
 	"github.com/plughost/plughost/host/supervisor"
 	pluginv1 "github.com/plughost/plughost/proto/pluginv1"
+	"github.com/plughost/plughost/sdk"
 )
 
 // shutdownSlack is how long after the drain deadline the host allows for
@@ -64,9 +64,12 @@ type host struct {
 	ingress *ingress.Ingress
 	ctx     context.Context
 
-	// reloadMu serialises reloads and shutdown.
+	// reloadMu serialises reloads, replacements and shutdown.
 	reloadMu sync.Mutex
 	cfg      *config.Config
+	closed   bool // shutdown has begun; under reloadMu
+	// background runs operator restarts and upgrades; serve waits for it.
+	background sync.WaitGroup
 
 	mu      sync.Mutex
 	plugins map[string]*supervisor.Process
@@ -75,9 +78,6 @@ type host struct {
 	// an older snapshot of plugins cannot replace a newer one.
 	// writeTimeout is the ingress server's write timeout, fixed at start.
 	writeTimeout time.Duration
-	// drainDeadline mirrors cfg.DrainDeadline for readers that must not
-	// wait for a reload (admin restarts).
-	drainDeadline atomic.Int64
 
 	updateMu sync.Mutex
 }
@@ -154,6 +154,8 @@ func serve(ctx context.Context, logger hclog.Logger, path string, stderr io.Writ
 	for {
 		select {
 		case err := <-errc:
+			h.stopAll(time.Now())
+			h.background.Wait()
 			return fmt.Errorf("serve: %w", err)
 		case sig := <-sigs:
 			if sig == syscall.SIGHUP {
@@ -162,6 +164,7 @@ func serve(ctx context.Context, logger hclog.Logger, path string, stderr io.Writ
 			}
 			logger.Info("shutting down", "signal", sig.String(), "drain_deadline", h.config().DrainDeadline)
 			h.shutdown(srv, adminSrv)
+			h.background.Wait()
 			logger.Info("shutdown complete")
 			return nil
 		case <-ctx.Done():
@@ -169,6 +172,7 @@ func serve(ctx context.Context, logger hclog.Logger, path string, stderr io.Writ
 			// are already being stopped.
 			logger.Info("shutting down", "reason", "context done", "drain_deadline", h.config().DrainDeadline)
 			h.shutdown(srv, adminSrv)
+			h.background.Wait()
 			logger.Info("shutdown complete")
 			return nil
 		}
@@ -187,6 +191,7 @@ func (h *host) config() *config.Config {
 func (h *host) shutdown(srv, adminSrv *http.Server) {
 	h.reloadMu.Lock()
 	defer h.reloadMu.Unlock()
+	h.closed = true
 	deadline := time.Now().Add(h.cfg.DrainDeadline)
 	h.ingress.SetDraining()
 	ctx, cancel := context.WithDeadline(context.Background(), deadline.Add(shutdownSlack))
@@ -211,6 +216,7 @@ func (h *host) shutdown(srv, adminSrv *http.Server) {
 func (h *host) stopAll(deadline time.Time) {
 	h.reloadMu.Lock()
 	defer h.reloadMu.Unlock()
+	h.closed = true
 	h.stopAllLocked(deadline)
 }
 
@@ -249,84 +255,86 @@ func (h *host) applyLocked(cfg *config.Config) hcl.Diagnostics {
 	deadline := time.Now().Add(cfg.DrainDeadline)
 	h.mu.Lock()
 	var stop []*supervisor.Process
-	replaced := map[string]supervisor.Spec{}
+	replaced := map[string]*supervisor.Process{}
 	for name, p := range h.plugins {
 		w, ok := want[name]
-		if !ok || fingerprint(cfg, w) != p.Spec().Fingerprint {
+		switch {
+		case !ok:
 			stop = append(stop, p)
-			if ok {
-				// A changed plugin stays routed while it restarts, so that
-				// its requests get 503 (it is draining or stopped), not 404.
-				replaced[name] = p.Spec()
-			} else {
-				delete(h.plugins, name)
-			}
+			delete(h.plugins, name)
+		case fingerprint(cfg, w) != p.Spec().Fingerprint:
+			replaced[name] = p
 		}
 	}
 	var start []config.PluginBlock
 	for _, p := range cfg.Plugins {
-		_, changed := replaced[p.Name]
-		if _, ok := h.plugins[p.Name]; !ok || changed {
+		if _, ok := h.plugins[p.Name]; !ok {
 			start = append(start, p)
 		}
 	}
 	h.mu.Unlock()
 	h.update()
 
+	// Removed plugins leave the routing table at once and drain.
 	var wg sync.WaitGroup
 	for _, p := range stop {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			h.logger.Info("stopping plugin", "plugin", p.Name())
 			p.Stop(deadline)
-			if _, still := want[p.Name()]; !still {
-				h.metrics.Forget(p.Name())
-			}
-		}()
+			h.metrics.Forget(p.Name())
+		})
 	}
 	wg.Wait()
 
 	prev := h.cfg
 	opts := h.options(cfg)
-	diags := make([]hcl.Diagnostics, len(start))
+	prevOpts := opts
+	if prev != nil {
+		prevOpts = h.options(prev)
+	}
+	diags := make([]hcl.Diagnostics, len(start)+len(replaced))
 	for i, pc := range start {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			p, err := supervisor.Start(h.ctx, specFor(cfg, pc), opts)
 			if err != nil {
 				diags[i] = configErrDiag(pc, err)
-				if old, ok := replaced[pc.Name]; ok && prev != nil {
-					// The plugin refused its new config: bring the old one
-					// back rather than leave the mount without a plugin.
-					h.logger.Warn("plugin refused its new config; restarting it with the previous one", "plugin", pc.Name)
-					if p, err := supervisor.Start(h.ctx, old, h.options(prev)); err == nil {
-						h.mu.Lock()
-						h.plugins[pc.Name] = p
-						h.mu.Unlock()
-						return
-					}
-				}
-				h.mu.Lock()
-				delete(h.plugins, pc.Name)
-				h.mu.Unlock()
 				return
 			}
 			h.mu.Lock()
 			h.plugins[pc.Name] = p
 			h.mu.Unlock()
-		}()
+		})
+	}
+	i := len(start)
+	for name, old := range replaced {
+		pc, d := want[name], &diags[i]
+		i++
+		wg.Go(func() {
+			h.logger.Info("replacing plugin", "plugin", name)
+			if err := h.replace(old, specFor(cfg, pc), opts, prevOpts, deadline); err != nil {
+				*d = replaceDiag(pc, err)
+			}
+		})
 	}
 	wg.Wait()
 	h.cfg = cfg
-	h.drainDeadline.Store(int64(cfg.DrainDeadline))
 	h.update()
 	var out hcl.Diagnostics
 	for _, d := range diags {
 		out = append(out, d...)
 	}
 	return out
+}
+
+// replaceDiag turns a failed replacement into a diagnostic: the plugin's
+// refusal of its config on its config block, any other failure on its
+// path.
+func replaceDiag(p config.PluginBlock, err error) hcl.Diagnostics {
+	var ce *sdk.ConfigError
+	if errors.As(err, &ce) {
+		return configErrDiag(p, err)
+	}
+	return hcl.Diagnostics{diagErr(p.PathRange, "Plugin replacement did not start", err.Error())}
 }
 
 // options returns the supervisor options for plugins started under cfg.
@@ -487,18 +495,6 @@ func (h *host) Statuses() []supervisor.Status {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
-}
-
-// Restart implements admin.Plugins.
-func (h *host) Restart(name string) bool {
-	h.mu.Lock()
-	p, ok := h.plugins[name]
-	h.mu.Unlock()
-	if !ok {
-		return false
-	}
-	p.Restart(time.Now().Add(time.Duration(h.drainDeadline.Load())))
-	return true
 }
 
 // SetFaults implements admin.Plugins.

@@ -29,6 +29,15 @@ type Plugin struct {
 	// Config declares the plugin's config block. The host checks the
 	// operator's block against it before Configure is called.
 	Config Schema
+	// SingleInstance says two processes of the plugin cannot run at once,
+	// for example because it holds an exclusive lock on files in its data
+	// directory. The host then replaces the plugin (on a reload that
+	// changes it, an operator restart or an upgrade) by draining and
+	// stopping the running process before it starts the new one, and holds
+	// the plugin's new requests meanwhile, within a bound of time and
+	// count. Otherwise, the default, the new process starts and takes the
+	// requests before the old one drains, and nobody waits.
+	SingleInstance bool
 
 	// Configure, if set, is called once before any request with the
 	// decoded config. Returning an error refuses the config; the host shows

@@ -66,11 +66,12 @@ func (s *server) Describe(context.Context, *pluginv1.DescribeRequest) (*pluginv1
 		return nil, status.Error(codes.Internal, err.Error())
 	}
 	resp := &pluginv1.DescribeResponse{
-		Name:         s.p.Name,
-		Version:      s.p.Version,
-		ConfigSchema: schema,
-		SdkVersion:   Version,
-		Routes:       wire.RoutesToProto(s.p.Routes.Routes()),
+		Name:           s.p.Name,
+		Version:        s.p.Version,
+		ConfigSchema:   schema,
+		SdkVersion:     Version,
+		Routes:         wire.RoutesToProto(s.p.Routes.Routes()),
+		SingleInstance: s.p.SingleInstance,
 	}
 	return resp, nil
 }
@@ -200,9 +201,15 @@ func (s *server) Drain(ctx context.Context, req *pluginv1.DrainRequest) (*plugin
 }
 
 // ServeHTTP runs the plugin's handler for one request from the data plane,
-// counted in flight; once a drain has begun it answers 503 instead.
+// counted in flight. Once a drain has begun it refuses the request
+// (dataplane.Refuser), so that the host can send it to the instance that
+// replaces this one, or answers 503 where it cannot refuse.
 func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !s.inflight.acquire() {
+		if rf, ok := w.(dataplane.Refuser); ok {
+			rf.Refuse()
+			return
+		}
 		WriteError(w, http.StatusServiceUnavailable, "draining", "plugin is draining; retry on another instance or later")
 		return
 	}

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -55,6 +56,7 @@ func (b *syncBuffer) records(t *testing.T, msg string) []map[string]any {
 // over socket pairs with the host's Transport on the other ends.
 type testPlugin struct {
 	client pluginv1.PluginClient
+	srv    *server
 	// data carries requests to the plugin, as the host's does.
 	data  dataplane.Transport
 	logs  *syncBuffer
@@ -83,6 +85,7 @@ func startPlugin(t *testing.T, p Plugin) *testPlugin {
 	}
 	gs := grpc.NewServer(grpc.WaitForHandlers(true))
 	srv := newServer(p, logger, nil)
+	tp.srv = srv
 	var hostEnds, pluginEnds []*wire.Conn
 	for range testDataConns {
 		h, pe := wiretest.SocketPair(t)
@@ -259,8 +262,9 @@ func pluginWith(h http.Handler) Plugin {
 
 func TestDescribe(t *testing.T) {
 	p := Plugin{
-		Name:    "hello",
-		Version: "0.3.0",
+		Name:           "hello",
+		Version:        "0.3.0",
+		SingleInstance: true,
 		Routes: muxWith(func(m *Mux) {
 			m.Handle("GET /{$}", http.NotFoundHandler())
 			m.Handle("POST /items/{id}", http.NotFoundHandler(), Timeout(1500*time.Millisecond))
@@ -293,9 +297,10 @@ func TestDescribe(t *testing.T) {
 		t.Fatalf("Describe() = %v", err)
 	}
 	want := &pluginv1.DescribeResponse{
-		Name:       "hello",
-		Version:    "0.3.0",
-		SdkVersion: Version,
+		Name:           "hello",
+		Version:        "0.3.0",
+		SdkVersion:     Version,
+		SingleInstance: true,
 		Routes: []*pluginv1.Route{
 			{Method: "GET", Pattern: "/{$}"},
 			{Method: "POST", Pattern: "/items/{id}", TimeoutMs: 1500},
@@ -1199,18 +1204,19 @@ func TestDrainWaitsForInFlight(t *testing.T) {
 		t.Errorf("Drain hook ctx deadline = %v, want %v", got, deadline)
 	}
 
-	// While draining: new requests get 503, streaming ones too, and
+	// While draining: new requests are refused unrun, streaming ones too,
+	// so that the host can send them to the instance replacing this one;
 	// health says why.
-	resp, err := tp.handle(t.Context(), &dataplane.Request{Method: "GET", Path: "/fast"})
-	if err != nil {
-		t.Fatalf("handle(/fast) while draining = %v", err)
+	if resp, err := tp.handle(t.Context(), &dataplane.Request{Method: "GET", Path: "/fast"}); !errors.Is(err, dataplane.ErrRefused) {
+		t.Errorf("handle(/fast) while draining = %v, %v, want %v", resp, err, dataplane.ErrRefused)
 	}
-	checkDraining(t, "handle(/fast)", resp.status, resp.header, resp.body)
-	head, pieces, err := tp.handleStream(t.Context(), &dataplane.Request{Method: "GET", Path: "/events", Streaming: true})
-	if err != nil || len(pieces) != 1 {
-		t.Fatalf("handleStream(/events) while draining = %d pieces, %v, want 1 piece", len(pieces), err)
+	if head, _, err := tp.handleStream(t.Context(), &dataplane.Request{Method: "GET", Path: "/events", Streaming: true}); !errors.Is(err, dataplane.ErrRefused) {
+		t.Errorf("handleStream(/events) while draining = %v, %v, want %v", head, err, dataplane.ErrRefused)
 	}
-	checkDraining(t, "handleStream(/events)", head.Status, head.Header, pieces[0])
+	// Where the ResponseWriter cannot refuse, the answer is 503 draining.
+	rec := httptest.NewRecorder()
+	tp.srv.ServeHTTP(rec, httptest.NewRequest("GET", "/fast", nil))
+	checkDraining(t, "ServeHTTP(/fast) to a recorder", rec.Code, rec.Header(), rec.Body.Bytes())
 	health, err := tp.client.Health(t.Context(), &pluginv1.HealthRequest{})
 	if err != nil || health.GetStatus() != pluginv1.HealthResponse_STATUS_NOT_READY || health.GetReason() != "draining" {
 		t.Errorf("Health() while draining = %v, %v, want NOT_READY draining", health, err)

@@ -1,6 +1,6 @@
 // Package admin serves the host's admin listener: GET /metrics with the
 // host's and every plugin's metrics, GET /v1/plugins,
-// POST /v1/plugins/NAME/restart, and POST and DELETE
+// POST /v1/plugins/NAME/restart and /upgrade, and POST and DELETE
 // /v1/plugins/NAME/faults when the operator enabled fault injection. It
 // holds no state of its own.
 package admin
@@ -27,9 +27,14 @@ import (
 type Plugins interface {
 	// Statuses lists every plugin, sorted by name.
 	Statuses() []supervisor.Status
-	// Restart drains and restarts the named plugin; false when there is no
-	// such plugin.
+	// Restart replaces the named plugin's process with a new one, in the
+	// background; false when there is no such plugin.
 	Restart(name string) bool
+	// Upgrade checks the named plugin's binary against its sha256 pin,
+	// then replaces its process with one of the binary as it is now, in
+	// the background. It returns ErrNoPlugin, or an error wrapping
+	// ErrChecksum or ErrUnusableBinary.
+	Upgrade(name string) error
 	// SetFaults replaces the faults at the named plugin's fault points and
 	// returns those now set. It returns ErrNoPlugin or ErrNotReady.
 	SetFaults(ctx context.Context, name string, faults []Fault) ([]Fault, error)
@@ -56,6 +61,10 @@ var (
 	ErrNotReady = errors.New("plugin is not ready")
 	// ErrNoFaultPoints means the plugin does not implement SetFaults.
 	ErrNoFaultPoints = errors.New("plugin has no fault points")
+	// ErrChecksum means the binary does not match the plugin's pin.
+	ErrChecksum = errors.New("plugin binary does not match its sha256 pin")
+	// ErrUnusableBinary means the binary is missing or not executable.
+	ErrUnusableBinary = errors.New("plugin binary is unusable")
 )
 
 // Options configure New.
@@ -86,6 +95,21 @@ func New(g prometheus.Gatherer, plugins Plugins, opts Options) http.Handler {
 			return
 		}
 		writeJSON(w, http.StatusAccepted, map[string]string{"status": "restarting", "plugin": name})
+	})
+	api.HandleFunc("POST /v1/plugins/{name}/upgrade", func(w http.ResponseWriter, r *http.Request) {
+		name := r.PathValue("name")
+		switch err := plugins.Upgrade(name); {
+		case errors.Is(err, ErrNoPlugin):
+			sdk.WriteError(w, http.StatusNotFound, "not_found", "no plugin named "+strconv.Quote(name))
+			return
+		case errors.Is(err, ErrChecksum):
+			sdk.WriteError(w, http.StatusConflict, "checksum_mismatch", err.Error())
+			return
+		case err != nil:
+			sdk.WriteError(w, http.StatusUnprocessableEntity, "unusable_binary", err.Error())
+			return
+		}
+		writeJSON(w, http.StatusAccepted, map[string]string{"status": "upgrading", "plugin": name})
 	})
 	faults := func(w http.ResponseWriter, r *http.Request, list []Fault) {
 		if !opts.Faults {
@@ -187,7 +211,7 @@ func notFoundJSON(mux http.Handler) http.Handler {
 	m := mux.(*http.ServeMux)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if _, pat := m.Handler(r); pat == "" {
-			if strings.HasSuffix(r.URL.Path, "/restart") || strings.HasSuffix(r.URL.Path, "/faults") || r.URL.Path == "/v1/plugins" {
+			if strings.HasSuffix(r.URL.Path, "/restart") || strings.HasSuffix(r.URL.Path, "/upgrade") || strings.HasSuffix(r.URL.Path, "/faults") || r.URL.Path == "/v1/plugins" {
 				sdk.WriteError(w, http.StatusMethodNotAllowed, "method_not_allowed", r.Method+" is not allowed here")
 				return
 			}

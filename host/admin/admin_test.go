@@ -3,6 +3,7 @@ package admin_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -44,6 +45,20 @@ func (f *fakePlugins) Restart(name string) bool {
 	defer f.mu.Unlock()
 	f.restarted = append(f.restarted, name)
 	return true
+}
+
+// Upgrade records an upgrade of hello; broken's binary fails its pin.
+func (f *fakePlugins) Upgrade(name string) error {
+	if !slices.ContainsFunc(f.statuses, func(s supervisor.Status) bool { return s.Name == name }) {
+		return admin.ErrNoPlugin
+	}
+	if name == "broken" {
+		return fmt.Errorf("%w: want sha256 00, got 11", admin.ErrChecksum)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.restarted = append(f.restarted, "upgrade "+name)
+	return nil
 }
 
 func (f *fakePlugins) SetFaults(_ context.Context, name string, faults []admin.Fault) ([]admin.Fault, error) {
@@ -154,6 +169,10 @@ func TestRoutes(t *testing.T) {
 		{method: "POST", path: "/v1/plugins/hello/restart", wantCode: 202, wantBody: `{"plugin":"hello","status":"restarting"}`, wantRestart: []string{"hello"}},
 		{method: "POST", path: "/v1/plugins/nope/restart", wantCode: 404, wantErr: "not_found", wantBody: `no plugin named \"nope\"`},
 		{method: "GET", path: "/v1/plugins/hello/restart", wantCode: 405, wantErr: "method_not_allowed"},
+		{method: "POST", path: "/v1/plugins/hello/upgrade", wantCode: 202, wantBody: `{"plugin":"hello","status":"upgrading"}`, wantRestart: []string{"upgrade hello"}},
+		{method: "POST", path: "/v1/plugins/nope/upgrade", wantCode: 404, wantErr: "not_found", wantBody: `no plugin named \"nope\"`},
+		{method: "POST", path: "/v1/plugins/broken/upgrade", wantCode: 409, wantErr: "checksum_mismatch", wantBody: "sha256"},
+		{method: "GET", path: "/v1/plugins/hello/upgrade", wantCode: 405, wantErr: "method_not_allowed"},
 		{method: "DELETE", path: "/v1/plugins", wantCode: 405, wantErr: "method_not_allowed"},
 		{method: "POST", path: "/v1/plugins", wantCode: 405, wantErr: "method_not_allowed"},
 		{method: "GET", path: "/v1/nothing", wantCode: 404, wantErr: "not_found"},

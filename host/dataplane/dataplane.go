@@ -36,6 +36,11 @@ var ErrUnavailable = errors.New("plugin data plane is unavailable")
 // breach of the protocol.
 var ErrAborted = errors.New("plugin aborted the response")
 
+// ErrRefused is the error of a request the plugin refused without running
+// a handler, because it had begun to drain: nothing happened, and the
+// request may be sent to another instance of the plugin.
+var ErrRefused = errors.New("plugin refused the request: it is draining")
+
 // Request is a request for a plugin: the parts of an HTTP request it sees.
 type Request struct {
 	Method string
@@ -87,8 +92,8 @@ type Transport interface {
 	// the plugin is told to cancel the request. As with an http.Response,
 	// the caller must Close the Response (or read it to the end); a
 	// response left alone keeps its handler running until its deadline.
-	// The error is ctx's error, ErrUnavailable or ErrAborted, possibly
-	// wrapped.
+	// The error is ctx's error, ErrUnavailable, ErrAborted or ErrRefused,
+	// possibly wrapped.
 	RoundTrip(ctx context.Context, req *Request) (*Response, error)
 	// Live returns how many of the connections have not broken.
 	Live() int
@@ -586,6 +591,9 @@ func (cl *call) deliver(f *pluginv1.Frame) (more, breach bool) {
 		}
 	case *pluginv1.Frame_Abort:
 		cl.err, more = ErrAborted, false
+		if k.Abort.GetRefused() && cl.head == nil {
+			cl.err = ErrRefused
+		}
 	default:
 		// Requests, cancels and windows flow only from the host.
 		cl.mu.Unlock()

@@ -77,6 +77,7 @@ type Ingress struct {
 	inflight map[string]*atomic.Int64 // per plugin name; survives rebuilds
 	bodies   map[string]*bodyBudget   // per plugin name; survives rebuilds
 	warns    map[string]*logLimiter   // per plugin name; survives rebuilds
+	holds    map[string]*hold         // handovers in progress, by plugin name (Hold)
 	nextID   atomic.Uint64
 	streams  streams
 }
@@ -123,6 +124,10 @@ type pluginMetrics struct {
 	inflight prometheus.Gauge
 	busy     prometheus.Counter
 	aborted  prometheus.Counter
+	held     struct {
+		depth  prometheus.Gauge
+		reject prometheus.Counter
+	}
 
 	mu    sync.Mutex                                 // serialises additions to codes
 	codes atomic.Pointer[map[int]prometheus.Counter] // copied on write; at most ~900 codes
@@ -137,6 +142,8 @@ func newPluginMetrics(m *metrics.Host, name string) *pluginMetrics {
 		busy:     m.BusyRejections.WithLabelValues(name),
 		aborted:  m.DrainAborted.WithLabelValues(name),
 	}
+	pm.held.depth = m.HeldRequests.WithLabelValues(name)
+	pm.held.reject = m.HoldRejections.WithLabelValues(name)
 	pm.codes.Store(&map[int]prometheus.Counter{})
 	return pm
 }
@@ -310,6 +317,14 @@ func (g *Ingress) forward(w http.ResponseWriter, r *http.Request, e *entry, rest
 func (g *Ingress) forwardTo(w http.ResponseWriter, r *http.Request, e *entry, rest string, cut *bool) int {
 	name := e.target.Name()
 	ep := e.target.Endpoint()
+	if ep == nil {
+		// While the plugin is replaced, wait for its new process (Hold).
+		var err error
+		if e, ep, err = g.await(r.Context(), e); err != nil && ep == nil {
+			return writeError(w, http.StatusServiceUnavailable, "plugin_unavailable",
+				fmt.Sprintf("plugin %q is being replaced: %v", name, err))
+		}
+	}
 	if ep == nil || e.routes == nil {
 		return writeError(w, http.StatusServiceUnavailable, "plugin_unavailable",
 			fmt.Sprintf("plugin %q is %s", name, e.target.Status().State))
@@ -392,8 +407,9 @@ func (g *Ingress) forwardTo(w http.ResponseWriter, r *http.Request, e *entry, re
 		}()
 	}
 	// Until the answer is read: a drain must not stop the process first.
+	// A resend moves the count to the process it resends to.
 	ep.StartCall()
-	defer ep.EndCall()
+	defer func() { ep.EndCall() }()
 
 	req := &dataplane.Request{
 		Method:     r.Method,
@@ -439,6 +455,9 @@ func (g *Ingress) forwardTo(w http.ResponseWriter, r *http.Request, e *entry, re
 		defer cancel()
 	}
 	resp, err := ep.RoundTrip(ctx, req)
+	if errors.Is(err, dataplane.ErrRefused) {
+		ep, resp, err = g.resend(ctx, e, ep, req, resp, err)
+	}
 	if dl, ok := ctx.Deadline(); err == nil && !rt.Streaming && ok && !time.Now().Before(dl) {
 		// The answer raced the deadline, and is most likely the handler
 		// reacting to it; the contract is 504 whether or not it answered.
@@ -502,6 +521,10 @@ func (g *Ingress) failed(ctx context.Context, w http.ResponseWriter, e *entry, e
 	case errors.Is(ctx.Err(), context.Canceled):
 		// The client went away; nobody reads this.
 		return writeError(w, 499, "client_closed", "client closed the request")
+	case errors.Is(err, dataplane.ErrRefused):
+		// Draining with no process to take over: a stop, not a failure.
+		return writeError(w, http.StatusServiceUnavailable, "plugin_unavailable",
+			fmt.Sprintf("plugin %q is draining", name))
 	case errors.Is(err, dataplane.ErrAborted):
 		// The plugin's choice (its handler aborted), not a failure to
 		// reach it.

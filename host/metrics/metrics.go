@@ -37,6 +37,10 @@ type Host struct {
 	PluginScrapeErrs *prometheus.CounterVec
 	// Conns holds the connection and stream metrics.
 	Conns *Conns
+	// HeldRequests and HoldRejections are the queue of a plugin's
+	// requests held while it is replaced (ingress.Hold).
+	HeldRequests   *prometheus.GaugeVec
+	HoldRejections *prometheus.CounterVec
 }
 
 // New registers the host's metrics, with Go runtime and process collectors,
@@ -82,9 +86,17 @@ func New() *Host {
 			Name: "plughost_plugin_metrics_errors_total",
 			Help: "Failed or rejected collections of a plugin's own metrics.",
 		}, []string{"plugin"}),
+		HeldRequests: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "plughost_held_requests",
+			Help: "Requests waiting for a plugin that is being replaced.",
+		}, []string{"plugin"}),
+		HoldRejections: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "plughost_hold_rejections_total",
+			Help: "Requests answered 503 because the queue of a plugin being replaced was full or its wait ran out.",
+		}, []string{"plugin"}),
 	}
 	r.MustRegister(h.PluginUp, h.PluginState, h.PluginRestarts, h.Requests, h.RequestDuration,
-		h.Inflight, h.BusyRejections, h.DrainAborted, h.PluginScrapeErrs,
+		h.Inflight, h.BusyRejections, h.DrainAborted, h.PluginScrapeErrs, h.HeldRequests, h.HoldRejections,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	h.Conns = newConns(r)
 	return h
@@ -96,7 +108,7 @@ func (h *Host) Forget(plugin string) {
 	for _, v := range []*prometheus.MetricVec{h.PluginUp.MetricVec, h.PluginState.MetricVec,
 		h.Requests.MetricVec, h.Inflight.MetricVec, h.BusyRejections.MetricVec,
 		h.DrainAborted.MetricVec, h.PluginScrapeErrs.MetricVec, h.PluginRestarts.MetricVec,
-		h.RequestDuration.MetricVec} {
+		h.RequestDuration.MetricVec, h.HeldRequests.MetricVec, h.HoldRejections.MetricVec} {
 		v.DeletePartialMatch(l)
 	}
 	h.Conns.forget(l)

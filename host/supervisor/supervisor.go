@@ -73,6 +73,9 @@ type Options struct {
 	// OnChange is called, without locks held, when a plugin's state or
 	// manifest changes. It must not block.
 	OnChange func()
+	// Restarts is the restart count the Process starts with: a Process
+	// that replaces another carries its count on.
+	Restarts int
 }
 
 // Endpoint is a snapshot of a ready plugin that the ingress sends requests to.
@@ -205,9 +208,16 @@ type Process struct {
 	restarts int
 	recent   []time.Time
 	lastErr  string
-	// first is closed after the first start attempt, with firstErr set.
+	// first is closed once the first start attempt has ended, ready or
+	// not, with firstErr set.
 	first    chan struct{}
 	firstErr error
+	// strict makes any failure of the first start attempt final
+	// (StartStandby).
+	strict bool
+	// active says the Process publishes its state to the metrics; a
+	// standby one does not until Activate, a retired one no more.
+	active atomic.Bool
 }
 
 type commandKind int
@@ -223,11 +233,48 @@ type command struct {
 	done     chan struct{}
 }
 
-// Start launches the plugin's goroutine. It returns after the first start
-// attempt: a config error (the plugin's schema or Configure refused the
-// config) is returned and the plugin is stopped; any other failure is left
-// to the restart loop and Start returns nil.
+// Start launches the plugin's goroutine. It returns once the first start
+// attempt has ended: with the plugin ready, or with a config error (the
+// plugin's schema or Configure refused the config), which is returned
+// and the plugin stopped. Any other failure is left to the restart loop
+// and Start returns nil.
 func Start(ctx context.Context, spec Spec, opts Options) (*Process, error) {
+	return start(ctx, spec, opts, false)
+}
+
+// StartStandby starts a process to replace a running one. It returns once
+// the process is ready, or else the first attempt's error, whatever it
+// was (the binary is not a plugin, fails its pin, crashes, times out or
+// refuses its config), and then nothing is left running. The Process
+// publishes its state to the metrics only once Activate is called, so
+// that the series of the plugin it replaces, which share its name, stay
+// right until then.
+func StartStandby(ctx context.Context, spec Spec, opts Options) (*Process, error) {
+	return start(ctx, spec, opts, true)
+}
+
+// Activate makes a Process started with StartStandby publish its state
+// to the metrics, as the plugin's current process.
+func (p *Process) Activate() {
+	p.active.Store(true)
+	p.publish()
+}
+
+// Retire stops the Process publishing its state to the metrics: another
+// Process of the same name has taken its place, and this one is only
+// draining. Call Stop as well.
+func (p *Process) Retire() { p.active.Store(false) }
+
+// SetLastError shows err as the plugin's last error (Status.LastError),
+// such as a replacement that failed while this process kept serving.
+func (p *Process) SetLastError(err error) {
+	p.mu.Lock()
+	p.lastErr = err.Error()
+	p.mu.Unlock()
+	p.publish()
+}
+
+func start(ctx context.Context, spec Spec, opts Options, standby bool) (*Process, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	p := &Process{
 		cancel: cancel,
@@ -236,11 +283,14 @@ func Start(ctx context.Context, spec Spec, opts Options) (*Process, error) {
 		logger: opts.Logger.With("plugin", spec.Name),
 		// One slot: a Restart never waits for a plugin that is starting;
 		// the loop picks the command up when it can.
-		cmds:  make(chan command, 1),
-		done:  make(chan struct{}),
-		state: StateStarting,
-		first: make(chan struct{}),
+		cmds:     make(chan command, 1),
+		done:     make(chan struct{}),
+		state:    StateStarting,
+		first:    make(chan struct{}),
+		strict:   standby,
+		restarts: opts.Restarts,
 	}
+	p.active.Store(!standby)
 	if opts.Metrics != nil {
 		opts.Metrics.PluginRestarts.WithLabelValues(spec.Name)
 	}
@@ -375,7 +425,7 @@ func (p *Process) setState(s State, lastErr error) {
 // publish updates metrics and tells the owner; never called with mu held.
 func (p *Process) publish() {
 	st := p.Status()
-	if m := p.opts.Metrics; m != nil {
+	if m := p.opts.Metrics; m != nil && p.active.Load() {
 		for _, s := range States {
 			v := 0.0
 			if s == st.State {
@@ -391,6 +441,16 @@ func (p *Process) publish() {
 	}
 	if p.opts.OnChange != nil {
 		p.opts.OnChange()
+	}
+}
+
+// firstPending reports whether the first start attempt is still going on.
+func (p *Process) firstPending() bool {
+	select {
+	case <-p.first:
+		return false
+	default:
+		return true
 	}
 }
 
@@ -412,8 +472,13 @@ func (p *Process) run(ctx context.Context) {
 	for {
 		p.setState(StateStarting, nil)
 		inst, err := p.launch(ctx)
-		if errors.Is(err, ErrConfigRefused) {
-			p.logger.Error("plugin refused its config", "error", err)
+		refused := errors.Is(err, ErrConfigRefused)
+		if refused || err != nil && p.strict && p.firstPending() {
+			if refused {
+				p.logger.Error("plugin refused its config", "error", err)
+			} else {
+				p.logger.Error("replacement process did not start", "error", err)
+			}
 			p.firstDone(err)
 			if !p.waitFailed(ctx, err) {
 				return
@@ -421,7 +486,9 @@ func (p *Process) run(ctx context.Context) {
 			bo.Reset()
 			continue
 		}
-		p.firstDone(nil)
+		if err != nil {
+			p.firstDone(nil) // the restart loop takes it from here
+		}
 		var reason error
 		if err == nil {
 			data := inst.Transport()
@@ -608,6 +675,7 @@ func (p *Process) watch(ctx context.Context, inst *catalog.Instance, ep *Endpoin
 	p.ep = ep
 	p.mu.Unlock()
 	p.setState(StateReady, nil)
+	p.firstDone(nil)
 
 	stable := time.NewTimer(pol.StableAfter)
 	defer stable.Stop()

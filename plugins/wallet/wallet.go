@@ -167,13 +167,16 @@ func newDefinition(w *wallet) sdk.Plugin {
 	mux := sdk.NewMux()
 	api.Register(mux, w.api)
 	return sdk.Plugin{
-		Name:      "wallet",
-		Version:   version,
-		Routes:    mux,
-		Config:    schema(),
-		Configure: w.configure,
-		Drain:     w.drain,
-		Health:    w.health,
+		Name:    "wallet",
+		Version: version,
+		Routes:  mux,
+		Config:  schema(),
+		// The ledger's files take an exclusive lock: a second process
+		// could not open them until this one has exited.
+		SingleInstance: true,
+		Configure:      w.configure,
+		Drain:          w.drain,
+		Health:         w.health,
 	}
 }
 

@@ -183,9 +183,15 @@ type DescribeResponse struct {
 	Routes       []*Route               `protobuf:"bytes,3,rep,name=routes,proto3" json:"routes,omitempty"`
 	ConfigSchema *Schema                `protobuf:"bytes,4,opt,name=config_schema,json=configSchema,proto3" json:"config_schema,omitempty"`
 	// sdk_version is the version of the plughost SDK the plugin was built with.
-	SdkVersion    string `protobuf:"bytes,5,opt,name=sdk_version,json=sdkVersion,proto3" json:"sdk_version,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	SdkVersion string `protobuf:"bytes,5,opt,name=sdk_version,json=sdkVersion,proto3" json:"sdk_version,omitempty"`
+	// single_instance says two processes of the plugin cannot run at once
+	// (it holds an exclusive lock on files in its data directory): to replace
+	// it, the host drains and stops the running process before it starts the
+	// new one, and holds the plugin's new requests meanwhile. Otherwise the
+	// new process starts, and takes the requests, before the old one drains.
+	SingleInstance bool `protobuf:"varint,7,opt,name=single_instance,json=singleInstance,proto3" json:"single_instance,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *DescribeResponse) Reset() {
@@ -251,6 +257,13 @@ func (x *DescribeResponse) GetSdkVersion() string {
 		return x.SdkVersion
 	}
 	return ""
+}
+
+func (x *DescribeResponse) GetSingleInstance() bool {
+	if x != nil {
+		return x.SingleInstance
+	}
+	return false
 }
 
 // Route is one HTTP route a plugin serves, relative to its mount point.
@@ -1405,9 +1418,14 @@ func (x *Window) GetBytes() uint32 {
 // Abort ends the response of the request unfinished: the handler aborted it
 // (it panicked with http.ErrAbortHandler, or panicked after the head was
 // sent), or the plugin cannot send it. Before a ResponseHead the host
-// answers 503; after one it cuts the response off.
+// answers 503; after one it cuts the response off. A refused request (see
+// refused) is one the host may send again elsewhere.
 type Abort struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// refused says the plugin ran no handler for the request, because a drain
+	// had begun: nothing happened, and the host may send the request to
+	// another instance of the plugin.
+	Refused       bool `protobuf:"varint,1,opt,name=refused,proto3" json:"refused,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1440,6 +1458,13 @@ func (x *Abort) ProtoReflect() protoreflect.Message {
 // Deprecated: Use Abort.ProtoReflect.Descriptor instead.
 func (*Abort) Descriptor() ([]byte, []int) {
 	return file_proto_pluginv1_plugin_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *Abort) GetRefused() bool {
+	if x != nil {
+		return x.Refused
+	}
+	return false
 }
 
 type DrainRequest struct {
@@ -1923,14 +1948,15 @@ var File_proto_pluginv1_plugin_proto protoreflect.FileDescriptor
 const file_proto_pluginv1_plugin_proto_rawDesc = "" +
 	"\n" +
 	"\x1bproto/pluginv1/plugin.proto\x12\x12plughost.plugin.v1\"\x11\n" +
-	"\x0fDescribeRequest\"\xdb\x01\n" +
+	"\x0fDescribeRequest\"\x84\x02\n" +
 	"\x10DescribeResponse\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x121\n" +
 	"\x06routes\x18\x03 \x03(\v2\x19.plughost.plugin.v1.RouteR\x06routes\x12?\n" +
 	"\rconfig_schema\x18\x04 \x01(\v2\x1a.plughost.plugin.v1.SchemaR\fconfigSchema\x12\x1f\n" +
 	"\vsdk_version\x18\x05 \x01(\tR\n" +
-	"sdkVersionJ\x04\b\x06\x10\a\"v\n" +
+	"sdkVersion\x12'\n" +
+	"\x0fsingle_instance\x18\a \x01(\bR\x0esingleInstanceJ\x04\b\x06\x10\a\"v\n" +
 	"\x05Route\x12\x16\n" +
 	"\x06method\x18\x01 \x01(\tR\x06method\x12\x18\n" +
 	"\apattern\x18\x02 \x01(\tR\apattern\x12\x1c\n" +
@@ -2014,8 +2040,9 @@ const file_proto_pluginv1_plugin_proto_rawDesc = "" +
 	"\x04data\x18\x01 \x01(\fR\x04data\x12\x10\n" +
 	"\x03end\x18\x02 \x01(\bR\x03end\"\x1e\n" +
 	"\x06Window\x12\x14\n" +
-	"\x05bytes\x18\x01 \x01(\rR\x05bytes\"\a\n" +
-	"\x05Abort\"<\n" +
+	"\x05bytes\x18\x01 \x01(\rR\x05bytes\"!\n" +
+	"\x05Abort\x12\x18\n" +
+	"\arefused\x18\x01 \x01(\bR\arefused\"<\n" +
 	"\fDrainRequest\x12,\n" +
 	"\x12deadline_unix_nano\x18\x01 \x01(\x03R\x10deadlineUnixNano\"K\n" +
 	"\rDrainResponse\x12\x1c\n" +

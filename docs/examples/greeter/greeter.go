@@ -64,9 +64,12 @@ func definition() sdk.Plugin {
 			{Name: "max_greetings", Type: sdk.TypeNumber, Default: 10000, Description: "most custom greetings kept"},
 			{Name: "cooldown", Type: sdk.TypeDuration, Default: "5s", Description: "how soon a custom greeting may change again"},
 		}},
-		Configure: g.configure,
-		Drain:     g.drain,
-		Health:    g.health,
+		// drain saves the greetings that the next process loads in
+		// configure: the two must not overlap.
+		SingleInstance: true,
+		Configure:      g.configure,
+		Drain:          g.drain,
+		Health:         g.health,
 	}
 }
 

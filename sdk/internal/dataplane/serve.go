@@ -278,6 +278,10 @@ func (s *server) handle(c *call) {
 		w.abort()
 		return
 	}
+	if w.refused && !w.wroteHeader {
+		w.refuse()
+		return
+	}
 	w.finish()
 }
 

@@ -30,7 +30,20 @@ type writer struct {
 	buf         bytes.Buffer // the body not yet sent
 	sentHead    bool
 	err         error // the first send failure; later writes fail with it
+	refused     bool  // Refuse was called: no handler ran
 }
+
+// Refuser is implemented by the http.ResponseWriter Serve hands its
+// Handler. Refuse, called instead of writing anything, answers the host
+// with an Abort marked refused: no handler ran for the request, so the
+// host may send it to another instance of the plugin. The sdk package
+// refuses the requests that arrive once a drain has begun.
+type Refuser interface {
+	Refuse()
+}
+
+// Refuse implements Refuser.
+func (w *writer) Refuse() { w.refused = true }
 
 func (w *writer) Header() http.Header { return w.header }
 
@@ -106,6 +119,15 @@ func (w *writer) abort() {
 		return
 	}
 	w.s.send(&pluginv1.Frame{Id: w.c.id, Kind: &pluginv1.Frame_Abort{Abort: &pluginv1.Abort{}}})
+}
+
+// refuse answers a refused request (Refuse), unless its caller has given
+// up.
+func (w *writer) refuse() {
+	if w.c.ctx.Err() != nil {
+		return
+	}
+	w.s.send(&pluginv1.Frame{Id: w.c.id, Kind: &pluginv1.Frame_Abort{Abort: &pluginv1.Abort{Refused: true}}})
 }
 
 // flush sends the head if it has not gone yet and the buffered body, in

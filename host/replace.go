@@ -1,0 +1,177 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/plughost/plughost/host/admin"
+	"github.com/plughost/plughost/host/catalog"
+	"github.com/plughost/plughost/host/supervisor"
+)
+
+// defaultHeld bounds the requests held for a single-instance plugin
+// without max_inflight while it is replaced.
+const defaultHeld = 1024
+
+// replace puts a process for spec in the place of old, the plugin's
+// running process, without failing requests (see "Reload" in
+// docs/architecture.md). opts are the new process's options, oldOpts
+// those old runs with, deadline the drain deadline of old.
+//
+// By default the new process starts while old serves; once it is ready
+// it takes the routing table's place of old, which then drains. For a
+// plugin that declared itself single-instance, the new binary is first
+// launched as far as Describe, then old drains and stops while its
+// requests are held (ingress.Hold), then the new process starts. A new
+// process that does not become ready leaves old serving: still running,
+// or, for a single-instance plugin that got past Describe, started again
+// with its own spec. Either way the error is returned and shown as old's
+// last_error.
+func (h *host) replace(old *supervisor.Process, spec supervisor.Spec, opts, oldOpts supervisor.Options, deadline time.Time) error {
+	if old.Manifest().GetSingleInstance() {
+		return h.replaceInTurn(old, spec, opts, oldOpts, deadline)
+	}
+	p, err := supervisor.StartStandby(h.ctx, spec, opts)
+	if err != nil {
+		err = fmt.Errorf("replace plugin %q: %w; the running process stays", spec.Name, err)
+		old.SetLastError(err)
+		return err
+	}
+	h.swap(old, p)
+	h.logger.Info("plugin replaced; draining the old process", "plugin", spec.Name, "pid", p.Status().Pid)
+	old.Stop(deadline)
+	return nil
+}
+
+// replaceInTurn is replace for a single-instance plugin.
+func (h *host) replaceInTurn(old *supervisor.Process, spec supervisor.Spec, opts, oldOpts supervisor.Options, deadline time.Time) error {
+	// The old process must stop before the new one starts, and may have
+	// to start again if the new one does not come up, from a binary that
+	// may have been replaced on disk: launch the new binary as far as
+	// Describe first, and keep the old process if it cannot get that far.
+	inst, err := catalog.Launch(h.ctx, spec.Path, spec.SHA256, catalog.Options{
+		Logger:       opts.Logger.Named(spec.Name).With("plugin", spec.Name),
+		StartTimeout: opts.Policy.StartTimeout,
+		ExtraEnv:     spec.Env,
+	})
+	if err != nil {
+		err = fmt.Errorf("replace plugin %q: start: %w; the running process stays", spec.Name, err)
+		old.SetLastError(err)
+		return err
+	}
+	inst.Kill()
+	held := spec.MaxInflight
+	if held <= 0 {
+		held = defaultHeld
+	}
+	// The requests wait for the drain and for the start, whichever
+	// process comes up.
+	release := h.ingress.Hold(spec.Name, deadline.Add(opts.Policy.StartTimeout), held)
+	defer release()
+	h.logger.Info("single-instance plugin: draining it before its replacement starts; holding its requests", "plugin", spec.Name)
+	old.Stop(deadline)
+	p, err := supervisor.StartStandby(h.ctx, spec, opts)
+	if err == nil {
+		h.swap(old, p)
+		h.logger.Info("plugin replaced", "plugin", spec.Name, "pid", p.Status().Pid)
+		return nil
+	}
+	err = fmt.Errorf("replace plugin %q: %w; the previous process is started again", spec.Name, err)
+	back, berr := supervisor.StartStandby(h.ctx, old.Spec(), oldOpts)
+	if berr != nil {
+		// Left to the restart loop, as at host start.
+		back, berr = supervisor.Start(h.ctx, old.Spec(), oldOpts)
+	}
+	if berr != nil {
+		h.mu.Lock()
+		delete(h.plugins, spec.Name)
+		h.mu.Unlock()
+		h.update()
+		return errors.Join(err, fmt.Errorf("start the previous process again: %w", berr))
+	}
+	h.swap(old, back)
+	back.SetLastError(err)
+	return err
+}
+
+// swap makes p the plugin's process in old's place and routes to it.
+func (h *host) swap(old, p *supervisor.Process) {
+	old.Retire()
+	h.mu.Lock()
+	h.plugins[p.Name()] = p
+	h.mu.Unlock()
+	p.Activate()
+	h.update()
+}
+
+// operatorReplace replaces the named plugin's process for an operator's
+// restart or upgrade, under the reload lock, as a reload would. Both run
+// the process's own spec again, with the binary as it is now on disk; an
+// upgrade also makes the binary's sum part of the spec's fingerprint, so
+// that a reload does not replace it once more. It counts a restart unless
+// the plugin had failed.
+func (h *host) operatorReplace(name string, upgrade bool) {
+	h.reloadMu.Lock()
+	defer h.reloadMu.Unlock()
+	if h.closed {
+		return
+	}
+	h.mu.Lock()
+	old, ok := h.plugins[name]
+	h.mu.Unlock()
+	if !ok {
+		return
+	}
+	spec := old.Spec()
+	if upgrade {
+		spec.Fingerprint = withBinary(spec.Fingerprint, spec.Path)
+	}
+	opts := h.options(h.cfg)
+	st := old.Status()
+	opts.Restarts = st.Restarts
+	if st.State != supervisor.StateFailed {
+		opts.Restarts++
+		h.metrics.PluginRestarts.WithLabelValues(name).Inc()
+	}
+	what := "restart"
+	if upgrade {
+		what = "upgrade"
+	}
+	h.logger.Info("operator "+what+": replacing plugin", "plugin", name)
+	if err := h.replace(old, spec, opts, opts, time.Now().Add(h.cfg.DrainDeadline)); err != nil {
+		h.logger.Error("operator "+what+" failed", "plugin", name, "error", err)
+	}
+}
+
+// Restart implements admin.Plugins: it replaces the plugin's process in
+// the background.
+func (h *host) Restart(name string) bool {
+	h.mu.Lock()
+	_, ok := h.plugins[name]
+	h.mu.Unlock()
+	if !ok {
+		return false
+	}
+	h.background.Go(func() { h.operatorReplace(name, false) })
+	return true
+}
+
+// Upgrade implements admin.Plugins: it checks the plugin's binary against
+// the running process's pin, then replaces the process in the background.
+func (h *host) Upgrade(name string) error {
+	h.mu.Lock()
+	p, ok := h.plugins[name]
+	h.mu.Unlock()
+	if !ok {
+		return admin.ErrNoPlugin
+	}
+	if err := catalog.Verify(p.Spec().Path, p.Spec().SHA256); err != nil {
+		if errors.Is(err, catalog.ErrChecksum) {
+			return fmt.Errorf("%w: %v", admin.ErrChecksum, err)
+		}
+		return fmt.Errorf("%w: %v", admin.ErrUnusableBinary, err)
+	}
+	h.background.Go(func() { h.operatorReplace(name, true) })
+	return nil
+}
