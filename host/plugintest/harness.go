@@ -146,6 +146,7 @@ func Start(t testing.TB, def sdk.Plugin, opts Options) (*Harness, error) {
 		// client has no process to kill, so Kill does not close the gRPC
 		// connection; close it here.
 		cancel()
+		<-closed
 		data.Close()
 		if conn != nil {
 			_ = conn.Close()
