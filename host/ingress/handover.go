@@ -122,12 +122,17 @@ func (g *Ingress) resend(ctx context.Context, e *entry, ep *supervisor.Endpoint,
 		if !errors.Is(err, dataplane.ErrRefused) {
 			break
 		}
+		// Refused unrun, the request owes the old process nothing: let
+		// go of it before waiting, since a single-instance plugin's
+		// replacement starts only once the old process has stopped, and
+		// that waits for the calls counted on it.
+		ep.EndCall()
 		_, next, _ := g.await(ctx, e)
 		if next == nil || next == ep {
+			ep.StartCall() // the caller's deferred EndCall balances it
 			break
 		}
 		next.StartCall()
-		ep.EndCall()
 		ep = next
 		resp, err = ep.RoundTrip(ctx, req)
 	}
