@@ -39,6 +39,7 @@ func validate(ctx context.Context, logger hclog.Logger, path string, stdout, std
 	cfg, diags := config.Load(path)
 	if !diags.HasErrors() {
 		diags = append(diags, checkBinaries(cfg)...)
+		diags = append(diags, checkTokenFile(cfg)...)
 	}
 	if !diags.HasErrors() {
 		diags = append(diags, describeAll(ctx, logger, cfg, cfg.Plugins, true)...)
@@ -86,6 +87,7 @@ func serve(ctx context.Context, logger hclog.Logger, path string, stderr io.Writ
 	cfg, diags := config.Load(path)
 	if !diags.HasErrors() {
 		diags = append(diags, checkBinaries(cfg)...)
+		diags = append(diags, checkTokenFile(cfg)...)
 	}
 	if diags.HasErrors() {
 		printDiags(stderr, cfg, diags)
