@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/plughost/plughost/host/admin"
+	"github.com/plughost/plughost/host/catalog"
 	"github.com/plughost/plughost/host/config"
 	"github.com/plughost/plughost/host/ingress"
 	"github.com/plughost/plughost/host/metrics"
@@ -81,6 +82,9 @@ type host struct {
 	drainDeadline atomic.Int64
 
 	updateMu sync.Mutex
+
+	// socketDir holds the plugins' go-plugin sockets (catalog.SocketDir).
+	socketDir string
 }
 
 func serve(ctx context.Context, logger hclog.Logger, path string, stderr io.Writer) error {
@@ -109,6 +113,15 @@ func serve(ctx context.Context, logger hclog.Logger, path string, stderr io.Writ
 	}
 	defer adminLn.Close()
 
+	sockets, removed, err := catalog.OpenSocketDir("")
+	if len(removed) > 0 {
+		logger.Info("removed plugin sockets a killed host left behind", "dirs", removed)
+	}
+	if err != nil {
+		return err
+	}
+	defer sockets.Close()
+
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
 	h := &host{
@@ -118,6 +131,7 @@ func serve(ctx context.Context, logger hclog.Logger, path string, stderr io.Writ
 		plugins: map[string]*supervisor.Process{},
 	}
 	h.writeTimeout = cfg.Limits.WriteTimeout
+	h.socketDir = sockets.Path()
 	h.ingress = ingress.New(logger.Named("ingress"), h.metrics, ingressLimits(cfg))
 	if diags := h.apply(cfg); diags.HasErrors() {
 		printDiags(stderr, cfg, diags)
@@ -332,10 +346,11 @@ func (h *host) applyLocked(cfg *config.Config) hcl.Diagnostics {
 // options returns the supervisor options for plugins started under cfg.
 func (h *host) options(cfg *config.Config) supervisor.Options {
 	return supervisor.Options{
-		Logger:   h.logger.Named("supervisor"),
-		Metrics:  h.metrics,
-		Host:     h.ingress,
-		OnChange: h.update,
+		Logger:    h.logger.Named("supervisor"),
+		Metrics:   h.metrics,
+		Host:      h.ingress,
+		OnChange:  h.update,
+		SocketDir: h.socketDir,
 		Policy: supervisor.Policy{
 			InitialBackoff: cfg.Restart.InitialBackoff,
 			MaxBackoff:     cfg.Restart.MaxBackoff,

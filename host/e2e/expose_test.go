@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -77,5 +78,84 @@ func TestReadyzShowsNoDetails(t *testing.T) {
 		if secret != "" && strings.Contains(string(body), secret) {
 			t.Errorf("/readyz shows %s (%q): %s", what, secret, body)
 		}
+	}
+}
+
+// tmpEntries lists dir's entries as name, or name/ followed by what a
+// directory holds.
+func tmpEntries(t *testing.T, dir string) []string {
+	t.Helper()
+	var out []string
+	err := filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+		if err != nil || path == dir {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, path)
+		if d.IsDir() {
+			rel += "/"
+		}
+		out = append(out, rel)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestStaleSocketsCleaned: a host killed with SIGKILL cannot remove its
+// plugins' go-plugin sockets. They are all in its own directory in TMPDIR,
+// which the next host removes when it starts, and a host that stops
+// normally leaves nothing.
+func TestStaleSocketsCleaned(t *testing.T) {
+	tmp := t.TempDir() // before Setenv: the test's other temp dirs stay outside
+	t.Setenv("TMPDIR", tmp)
+	cfg := baseConfig("2s") + helloWith("through the broker") + pluginBlock("caller", "caller", "")
+
+	a := startHost(t, cfg)
+	readyPlugin(t, a, "hello")
+	readyPlugin(t, a, "caller")
+	// The Host service carries this call: its broker connection too.
+	if code, body := a.get(a.ingress + "/caller/call"); code != http.StatusOK {
+		t.Fatalf("GET /caller/call = %d %s, want 200", code, body)
+	}
+	pids := a.pluginPidsFromLog()
+	a.signal(syscall.SIGKILL)
+	if _, exited := a.waitExit(10 * time.Second); !exited {
+		t.Fatal("host still running 10s after SIGKILL")
+	}
+	for _, pid := range pids {
+		if !waitGone(pid, 10*time.Second) {
+			t.Fatalf("plugin %d still running 10s after its host was killed", pid)
+		}
+	}
+	left := tmpEntries(t, tmp)
+	t.Logf("TMPDIR after kill -9 of the host: %q", left)
+	var stale string
+	for _, e := range left {
+		if !strings.HasPrefix(e, "plughost-sockets-") {
+			t.Errorf("TMPDIR holds %q after kill -9 of the host, want everything in its plughost-sockets-* directory", e)
+		} else if strings.HasSuffix(e, "/") {
+			stale = strings.TrimSuffix(e, "/")
+		}
+	}
+	if stale == "" {
+		t.Fatalf("TMPDIR after kill -9 = %q, want the killed host's plughost-sockets-* directory", left)
+	}
+
+	b := startHost(t, cfg)
+	readyPlugin(t, b, "hello")
+	if _, err := os.Stat(filepath.Join(tmp, stale)); !os.IsNotExist(err) {
+		t.Errorf("%s after the next host started: %v, want it removed", stale, err)
+	}
+	if !strings.Contains(b.log.String(), "removed plugin sockets a killed host left behind") {
+		t.Errorf("the next host's log does not say it removed %s", stale)
+	}
+	b.signal(syscall.SIGTERM)
+	if code, exited := b.waitExit(10 * time.Second); !exited || code != 0 {
+		t.Fatalf("host after SIGTERM: exited %t, code %d; want 0 within 10s", exited, code)
+	}
+	if left := tmpEntries(t, tmp); len(left) != 0 {
+		t.Errorf("TMPDIR after the host stopped = %q, want it empty", left)
 	}
 }

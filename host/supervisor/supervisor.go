@@ -75,6 +75,9 @@ type Options struct {
 	// OnChange is called, without locks held, when a plugin's state or
 	// manifest changes. It must not block.
 	OnChange func()
+	// SocketDir is where plugin processes make their go-plugin sockets
+	// (catalog.Options.SocketDir); "" for their TMPDIR.
+	SocketDir string
 }
 
 // Endpoint is a snapshot of a ready plugin that the ingress sends requests to.
@@ -558,6 +561,7 @@ func (p *Process) launch(ctx context.Context) (*catalog.Instance, error) {
 		StartTimeout: p.opts.Policy.StartTimeout,
 		ExtraEnv:     p.spec.Env,
 		Host:         p.opts.Host,
+		SocketDir:    p.opts.SocketDir,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("start: %w", err)
