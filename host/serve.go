@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/plughost/plughost/host/admin"
+	"github.com/plughost/plughost/host/catalog"
 	"github.com/plughost/plughost/host/config"
 	"github.com/plughost/plughost/host/ingress"
 	"github.com/plughost/plughost/host/metrics"
@@ -39,6 +40,7 @@ func validate(ctx context.Context, logger hclog.Logger, path string, stdout, std
 	cfg, diags := config.Load(path)
 	if !diags.HasErrors() {
 		diags = append(diags, checkBinaries(cfg)...)
+		diags = append(diags, checkTokenFile(cfg)...)
 	}
 	if !diags.HasErrors() {
 		diags = append(diags, describeAll(ctx, logger, cfg, cfg.Plugins, true)...)
@@ -80,12 +82,16 @@ type host struct {
 	writeTimeout time.Duration
 
 	updateMu sync.Mutex
+
+	// socketDir holds the plugins' go-plugin sockets (catalog.SocketDir).
+	socketDir string
 }
 
 func serve(ctx context.Context, logger hclog.Logger, path string, stderr io.Writer) error {
 	cfg, diags := config.Load(path)
 	if !diags.HasErrors() {
 		diags = append(diags, checkBinaries(cfg)...)
+		diags = append(diags, checkTokenFile(cfg)...)
 	}
 	if diags.HasErrors() {
 		printDiags(stderr, cfg, diags)
@@ -107,6 +113,15 @@ func serve(ctx context.Context, logger hclog.Logger, path string, stderr io.Writ
 	}
 	defer adminLn.Close()
 
+	sockets, removed, err := catalog.OpenSocketDir("")
+	if len(removed) > 0 {
+		logger.Info("removed plugin sockets a killed host left behind", "dirs", removed)
+	}
+	if err != nil {
+		return err
+	}
+	defer sockets.Close()
+
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
 	h := &host{
@@ -117,6 +132,7 @@ func serve(ctx context.Context, logger hclog.Logger, path string, stderr io.Writ
 	}
 	h.writeTimeout = cfg.Limits.WriteTimeout
 	ln, adminLn = limitListeners(logger, h.metrics, cfg, ln, adminLn)
+	h.socketDir = sockets.Path()
 	h.ingress = ingress.New(logger.Named("ingress"), h.metrics, ingressLimits(cfg))
 	if diags := h.apply(cfg); diags.HasErrors() {
 		printDiags(stderr, cfg, diags)
@@ -340,10 +356,11 @@ func replaceDiag(p config.PluginBlock, err error) hcl.Diagnostics {
 // options returns the supervisor options for plugins started under cfg.
 func (h *host) options(cfg *config.Config) supervisor.Options {
 	return supervisor.Options{
-		Logger:   h.logger.Named("supervisor"),
-		Metrics:  h.metrics,
-		Host:     h.ingress,
-		OnChange: h.update,
+		Logger:    h.logger.Named("supervisor"),
+		Metrics:   h.metrics,
+		Host:      h.ingress,
+		OnChange:  h.update,
+		SocketDir: h.socketDir,
 		Policy: supervisor.Policy{
 			InitialBackoff: cfg.Restart.InitialBackoff,
 			MaxBackoff:     cfg.Restart.MaxBackoff,

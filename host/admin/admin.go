@@ -145,10 +145,8 @@ func New(g prometheus.Gatherer, plugins Plugins, opts Options) http.Handler {
 		writeJSON(w, http.StatusOK, map[string]any{"plugin": name, "faults": out})
 	}
 	api.HandleFunc("POST /v1/plugins/{name}/faults", func(w http.ResponseWriter, r *http.Request) {
-		if !opts.Faults {
-			faults(w, r, nil) // answers 403 before looking at the body
-			return
-		}
+		// The body is checked whatever the debug setting: a malformed
+		// request is the client's error (400), not a refusal (403).
 		var body struct {
 			Faults []faultJSON `json:"faults"`
 		}

@@ -278,16 +278,36 @@ func TestFaults(t *testing.T) {
 
 	t.Run("disabled", func(t *testing.T) {
 		reg := prometheus.NewRegistry()
-		srv := httptest.NewServer(admin.New(reg, &fakePlugins{statuses: statuses}, admin.Options{}))
+		fp := &fakePlugins{statuses: statuses}
+		srv := httptest.NewServer(admin.New(reg, fp, admin.Options{}))
 		t.Cleanup(srv.Close)
 		r := do(t, srv, http.MethodDelete, "/v1/plugins/hello/faults", "")
 		if r.code != http.StatusForbidden || r.errorCode() != "faults_disabled" {
 			t.Errorf("DELETE faults with faults off = %d %s, want 403 faults_disabled", r.code, r.body)
 		}
-		// Off means off, whatever the body says.
-		r = post(t, srv, "/v1/plugins/hello/faults", `{not json`)
-		if r.code != http.StatusForbidden || r.errorCode() != "faults_disabled" {
-			t.Errorf("POST a malformed body with faults off = %d %s, want 403 faults_disabled", r.code, r.body)
+		// A well-formed body is refused; a malformed one is the client's
+		// error whatever the debug setting.
+		for _, tc := range []struct {
+			body     string
+			wantCode int
+			wantErr  string
+		}{
+			{`{"faults":[{"point":"ledger.commit","delay":"2s"}]}`, http.StatusForbidden, "faults_disabled"},
+			{`{"faults":[]}`, http.StatusForbidden, "faults_disabled"},
+			{`{not json`, http.StatusBadRequest, "bad_request"},
+			{`{"faults":[],"x":1}`, http.StatusBadRequest, "bad_request"},
+			{`{"faults":[{"point":"p","delay":"soon"}]}`, http.StatusBadRequest, "bad_request"},
+			{`{"faults":[{"point":"p"}]}`, http.StatusBadRequest, "bad_request"},
+		} {
+			r = post(t, srv, "/v1/plugins/hello/faults", tc.body)
+			if r.code != tc.wantCode || r.errorCode() != tc.wantErr {
+				t.Errorf("POST faults %s with faults off = %d %s, want %d %s", tc.body, r.code, r.body, tc.wantCode, tc.wantErr)
+			}
+		}
+		fp.mu.Lock()
+		defer fp.mu.Unlock()
+		if fp.faults != nil {
+			t.Errorf("faults reached the plugin set with fault injection off: %v", fp.faults)
 		}
 	})
 

@@ -58,6 +58,12 @@ type Options struct {
 	// Host is served to the plugin over the go-plugin broker; nil serves
 	// nothing (for Describe-only launches).
 	Host pluginv1.HostServer
+	// SocketDir, when not "", is the directory where the plugin makes its
+	// go-plugin Unix socket (SocketDir.Path). The broker's connections
+	// share that socket, so the host makes none of its own. When "", the
+	// plugin's socket is made in its TMPDIR, and one a SIGKILLed host left
+	// there is never removed.
+	SocketDir string
 }
 
 // Instance is one running plugin process. Call Kill when done.
@@ -158,6 +164,9 @@ func Launch(ctx context.Context, path, sha string, opts Options) (*Instance, err
 	}
 	cmd.ExtraFiles = dataFiles
 	cmd.Env = append(cmd.Env, fmt.Sprintf("%s=%d", wire.DataPlaneEnv, len(dataFiles)))
+	if opts.SocketDir != "" {
+		cmd.Env = append(cmd.Env, plugin.EnvUnixSocketDir+"="+opts.SocketDir)
+	}
 	stdout := newLineLogger(opts.Logger, "stdout")
 	stderr := newLineLogger(opts.Logger, "stderr")
 	cfg := &plugin.ClientConfig{
@@ -166,12 +175,16 @@ func Launch(ctx context.Context, path, sha string, opts Options) (*Instance, err
 		Cmd:              cmd,
 		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
 		AutoMTLS:         true,
-		SkipHostEnv:      true,
-		StartTimeout:     opts.StartTimeout,
-		Logger:           goPluginLogger{opts.Logger},
-		SyncStdout:       stdout,
-		SyncStderr:       stderr,
-		Stderr:           io.Discard,
+		// The Host service shares the plugin's own connection rather than
+		// a socket the host would make in its temporary directory, so
+		// every socket of a plugin is in the plugin's SocketDir.
+		GRPCBrokerMultiplex: true,
+		SkipHostEnv:         true,
+		StartTimeout:        opts.StartTimeout,
+		Logger:              goPluginLogger{opts.Logger},
+		SyncStdout:          stdout,
+		SyncStderr:          stderr,
+		Stderr:              io.Discard,
 		GRPCDialOptions: []grpc.DialOption{grpc.WithDefaultCallOptions(
 			grpc.MaxCallRecvMsgSize(wire.MaxMessageBytes),
 			grpc.MaxCallSendMsgSize(wire.MaxMessageBytes))},

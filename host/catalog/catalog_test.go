@@ -453,7 +453,7 @@ func TestEnvironmentAllowlist(t *testing.T) {
 
 	// goPlugin lists what go-plugin itself sets for the handshake, and
 	// the host for the data plane.
-	goPlugin := []string{"PLUGHOST_PLUGIN", "PLUGIN_MIN_PORT", "PLUGIN_MAX_PORT", "PLUGIN_PROTOCOL_VERSIONS", "PLUGIN_CLIENT_CERT", wire.DataPlaneEnv}
+	goPlugin := []string{"PLUGHOST_PLUGIN", "PLUGIN_MIN_PORT", "PLUGIN_MAX_PORT", "PLUGIN_PROTOCOL_VERSIONS", "PLUGIN_CLIENT_CERT", "PLUGIN_MULTIPLEX_GRPC", wire.DataPlaneEnv}
 
 	tests := []struct {
 		name    string

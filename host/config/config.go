@@ -51,10 +51,13 @@ type Admin struct {
 	// anyone who can reach the port.
 	Listen string
 	// TokenFile is the absolute path of a file holding the bearer token the
-	// admin API requires, or "" (the default) for no token. The file should
-	// be readable only by the host's user. Config resolves the path; it does
-	// not read the file.
+	// admin API requires, or "" (the default) for no token. The host
+	// refuses a file its group or other users can read or write. Config
+	// resolves the path; it does not read the file.
 	TokenFile string
+	// TokenFileRange is the range of the token_file attribute's value,
+	// for diagnostics about the file; zero when TokenFile is "".
+	TokenFileRange hcl.Range
 }
 
 // Limits bounds ingress requests and plugin start-up.

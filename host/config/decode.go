@@ -232,6 +232,7 @@ func (d *decoder) decode(c *Config, fb *fileBody, base string) {
 	var token string
 	if decodeAttr(d, fb.Admin.TokenFile, &token) && token != "" {
 		c.Admin.TokenFile = resolve(base, token)
+		c.Admin.TokenFileRange = fb.Admin.TokenFile.Expr.Range()
 	}
 
 	l := fb.Limits

@@ -337,8 +337,14 @@ func TestNotAPluginFails(t *testing.T) {
 			if len(delays) < 2 {
 				t.Fatalf("got %d backoff log lines for broken, want at least 2", len(delays))
 			}
-			if first, last := delays[0], delays[len(delays)-1]; last <= first {
-				t.Errorf("backoff went from %v to %v, want it to grow", first, last)
+			// baseConfig: initial_backoff 100ms, max_backoff 1s; each
+			// delay d is jittered into [0.8·d, d], so these ranges do not
+			// overlap and a backoff that does not double fails.
+			for i, got := range delays {
+				d := min(100*time.Millisecond<<i, time.Second)
+				if lo := d * 8 / 10; got < lo || got > d {
+					t.Errorf("backoff %d = %v, want within [%v, %v] (all: %v)", i, got, lo, d, delays)
+				}
 			}
 
 			code, rb := readyz(t, h)

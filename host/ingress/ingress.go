@@ -595,21 +595,35 @@ func forwardHeader(h http.Header) http.Header {
 }
 
 type readyBody struct {
-	Ready    bool                `json:"ready"`
-	Draining bool                `json:"draining"`
-	Plugins  []supervisor.Status `json:"plugins"`
+	Ready    bool          `json:"ready"`
+	Draining bool          `json:"draining"`
+	Plugins  []readyPlugin `json:"plugins"`
+}
+
+// readyPlugin is what /readyz shows of a plugin. /readyz needs no token,
+// so it says whether each plugin serves and nothing an attacker could use
+// (pids, binary paths, checksums, versions, errors): those stay on the
+// admin API's /v1/plugins.
+type readyPlugin struct {
+	Name   string           `json:"name"`
+	State  supervisor.State `json:"state"`
+	Health string           `json:"health,omitempty"`
+	// Ready is whether the plugin receives requests: state ready and
+	// not reporting not_ready.
+	Ready bool `json:"ready"`
 }
 
 func (g *Ingress) readyz(w http.ResponseWriter) {
 	t := g.table.Load()
-	body := readyBody{Ready: true, Draining: g.draining.Load(), Plugins: []supervisor.Status{}}
+	body := readyBody{Ready: true, Draining: g.draining.Load(), Plugins: []readyPlugin{}}
 	if body.Draining {
 		body.Ready = false
 	}
 	for _, e := range t.byName {
 		st := e.target.Status()
-		body.Plugins = append(body.Plugins, st)
-		if st.Required && e.target.Endpoint() == nil {
+		serving := e.target.Endpoint() != nil
+		body.Plugins = append(body.Plugins, readyPlugin{Name: st.Name, State: st.State, Health: st.Health, Ready: serving})
+		if st.Required && !serving {
 			body.Ready = false
 		}
 	}

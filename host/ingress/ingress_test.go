@@ -366,6 +366,23 @@ func TestReadyz(t *testing.T) {
 				got[p.Name] = p.State
 				names = append(names, p.Name)
 			}
+			// Only names and states: no pid, path, version, error.
+			var raw struct {
+				Plugins []map[string]any `json:"plugins"`
+			}
+			if err := json.Unmarshal([]byte(r.body), &raw); err != nil {
+				t.Fatalf("GET /readyz body %q: %v", r.body, err)
+			}
+			for _, p := range raw.Plugins {
+				for k := range p {
+					if !map[string]bool{"name": true, "state": true, "health": true, "ready": true}[k] {
+						t.Errorf("GET /readyz plugin %v has key %q, want only name, state, health and ready", p["name"], k)
+					}
+				}
+				if want := p["state"] == string(supervisor.StateReady); p["ready"] != want {
+					t.Errorf("GET /readyz plugin %v: ready = %v, want %t", p["name"], p["ready"], want)
+				}
+			}
 			if diff := cmp.Diff(tt.wantState, got); diff != "" {
 				t.Errorf("GET /readyz plugin states mismatch (-want +got):\n%s", diff)
 			}

@@ -53,6 +53,11 @@ type Spec struct {
 type Policy struct {
 	InitialBackoff time.Duration
 	MaxBackoff     time.Duration
+	// Jitter is the fraction of each backoff delay drawn at random, as
+	// backoff.Policy.Jitter: zero means backoff.DefaultJitter (each delay
+	// drawn from [0.8·d, d]), a negative value none. The host config does
+	// not set it; tests turn it off to check exact delays.
+	Jitter         float64
 	MaxRestarts    int
 	Window         time.Duration
 	StableAfter    time.Duration
@@ -76,6 +81,9 @@ type Options struct {
 	// Restarts is the restart count the Process starts with: a Process
 	// that replaces another carries its count on.
 	Restarts int
+	// SocketDir is where plugin processes make their go-plugin sockets
+	// (catalog.Options.SocketDir); "" for their TMPDIR.
+	SocketDir string
 }
 
 // Endpoint is a snapshot of a ready plugin that the ingress sends requests to.
@@ -468,7 +476,7 @@ func (p *Process) firstDone(err error) {
 func (p *Process) run(ctx context.Context) {
 	defer close(p.done)
 	pol := p.opts.Policy
-	bo := backoff.Backoff{Policy: backoff.Policy{Initial: pol.InitialBackoff, Max: pol.MaxBackoff}}
+	bo := backoff.Backoff{Policy: backoff.Policy{Initial: pol.InitialBackoff, Max: pol.MaxBackoff, Jitter: pol.Jitter}}
 	for {
 		p.setState(StateStarting, nil)
 		inst, err := p.launch(ctx)
@@ -623,6 +631,7 @@ func (p *Process) launch(ctx context.Context) (*catalog.Instance, error) {
 		StartTimeout: p.opts.Policy.StartTimeout,
 		ExtraEnv:     p.spec.Env,
 		Host:         p.opts.Host,
+		SocketDir:    p.opts.SocketDir,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("start: %w", err)
@@ -701,6 +710,7 @@ func (p *Process) watch(ctx context.Context, inst *catalog.Instance, ep *Endpoin
 		case <-ctx.Done():
 			return &command{kind: cmdStop, deadline: time.Now()}, nil
 		case <-stable.C:
+			p.logger.Debug("plugin stable; the next restart waits the initial backoff", "stable_after", pol.StableAfter)
 			bo.Reset()
 		case <-tick.C:
 			h, err := p.check(ctx, inst)

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"slices"
 	"strconv"
@@ -731,5 +732,183 @@ func do(ctx context.Context, c *supervisor.Endpoint, method, path, rawQuery stri
 			return resp.Status, body, err
 		}
 		body = append(body, piece...)
+	}
+}
+
+var backoffRE = regexp.MustCompile(`restarting plugin after backoff: .*backoff=(\S+)`)
+
+// backoffs returns the backoff delays the supervisor logged, in order.
+func backoffs(t *testing.T, log string) []time.Duration {
+	t.Helper()
+	var out []time.Duration
+	for _, m := range backoffRE.FindAllStringSubmatch(log, -1) {
+		d, err := time.ParseDuration(m[1])
+		if err != nil {
+			t.Fatalf("backoff %q in the log: %v", m[1], err)
+		}
+		out = append(out, d)
+	}
+	return out
+}
+
+// noJitter is testPolicy with exact backoff delays.
+func noJitter() supervisor.Policy {
+	pol := testPolicy()
+	pol.Jitter = -1
+	return pol
+}
+
+// TestBackoffDelays pins the restart delays: without jitter they start at
+// initial_backoff, double after each restart up to max_backoff, and an
+// operator restart from failed starts them over.
+func TestBackoffDelays(t *testing.T) {
+	pol := noJitter()
+	pol.InitialBackoff, pol.MaxBackoff = 10*time.Millisecond, 80*time.Millisecond
+	pol.MaxRestarts = 6
+	f := start(t, spec(t, "crasher", "crasher", `{}`), pol)
+	waitState(t, f.p, supervisor.StateFailed)
+
+	ms := time.Millisecond
+	want := []time.Duration{10 * ms, 20 * ms, 40 * ms, 80 * ms, 80 * ms, 80 * ms}
+	if got := backoffs(t, f.log.String()); !slices.Equal(got, want) {
+		t.Fatalf("backoff delays = %v, want %v", got, want)
+	}
+
+	mark := f.rec.len()
+	f.p.Restart(time.Now().Add(time.Second))
+	waitFor(t, 30*time.Second, "crasher to start again and fail again", func() bool {
+		return slices.Contains(f.rec.since(mark), supervisor.StateStarting) && f.p.Status().State == supervisor.StateFailed
+	})
+	if got := backoffs(t, f.log.String())[len(want):]; !slices.Equal(got, want) {
+		t.Errorf("backoff delays after an operator restart from failed = %v, want %v again", got, want)
+	}
+}
+
+// kill9 SIGKILLs the ready plugin's process and waits until another one
+// is ready in its place.
+func kill9(t *testing.T, p *supervisor.Process) supervisor.Status {
+	t.Helper()
+	old := waitReady(t, p)
+	if err := syscall.Kill(old.Pid, syscall.SIGKILL); err != nil {
+		t.Fatalf("kill -9 %d: %v", old.Pid, err)
+	}
+	var st supervisor.Status
+	waitFor(t, 30*time.Second, "a new process to be ready", func() bool {
+		st = p.Status()
+		return st.Pid != old.Pid && p.Ready()
+	})
+	return st
+}
+
+// TestStableRunResetsBackoff: crashes in quick succession wait longer
+// each time, and once the plugin has stayed ready for stable_after the
+// next crash waits initial_backoff again.
+func TestStableRunResetsBackoff(t *testing.T) {
+	pol := noJitter()
+	pol.InitialBackoff, pol.MaxBackoff = 20*time.Millisecond, time.Second
+	pol.MaxRestarts = 10
+	pol.StableAfter = 3 * time.Second // far longer than a kill takes after ready
+	f := start(t, helloSpec(t), pol)
+	const stableLine = "plugin stable"
+	stable := func() int { return strings.Count(f.log.String(), stableLine) }
+
+	ms := time.Millisecond
+	kill9(t, f.p)
+	kill9(t, f.p)
+	if n := stable(); n != 0 {
+		t.Fatalf("%q logged %d times before stable_after could pass; the kills came too slowly for this test", stableLine, n)
+	}
+	if got, want := backoffs(t, f.log.String()), []time.Duration{20 * ms, 40 * ms}; !slices.Equal(got, want) {
+		t.Fatalf("backoff delays after two quick crashes = %v, want %v", got, want)
+	}
+
+	waitFor(t, 30*time.Second, "the plugin to be stable", func() bool { return stable() == 1 })
+	kill9(t, f.p)
+	if got, want := backoffs(t, f.log.String()), []time.Duration{20 * ms, 40 * ms, 20 * ms}; !slices.Equal(got, want) {
+		t.Errorf("backoff delays = %v, want %v: a crash after a stable run waits initial_backoff again", got, want)
+	}
+	if st := f.p.Status(); st.Restarts != 3 {
+		t.Errorf("Status().Restarts = %d after three crashes, want 3", st.Restarts)
+	}
+}
+
+var healthFailRE = regexp.MustCompile(`health check failed: .*consecutive=(\d+)`)
+
+// failedChecks returns the consecutive counts of the failed health checks
+// the supervisor logged, in order.
+func failedChecks(log string) []int {
+	var out []int
+	for _, m := range healthFailRE.FindAllStringSubmatch(log, -1) {
+		n, _ := strconv.Atoi(m[1])
+		out = append(out, n)
+	}
+	return out
+}
+
+// TestHealthFailureThreshold: failed health checks restart a plugin only
+// when health.failures of them come in a row; a check that succeeds
+// starts the count over.
+func TestHealthFailureThreshold(t *testing.T) {
+	pol := testPolicy()
+	pol.HealthInterval = 100 * time.Millisecond
+	pol.HealthTimeout = time.Second // long enough that a loaded machine does not fail checks by accident
+	pol.HealthFailures = 3
+	f := start(t, spec(t, "faulty", "faulty", `{"label":"x","limit":3}`), pol)
+	first := waitReady(t, f.p)
+
+	healthy := func() int {
+		t.Helper()
+		code, body, err := do(t.Context(), f.p.Endpoint(), "GET", "/healthy", "")
+		if err != nil || code != 200 {
+			t.Fatalf("GET /healthy = %d %s, %v, want 200", code, body, err)
+		}
+		n, err := strconv.Atoi(strings.TrimSpace(string(body)))
+		if err != nil {
+			t.Fatalf("GET /healthy = %q, want a number", body)
+		}
+		return n
+	}
+	sicken := func(n int) {
+		t.Helper()
+		if code, body, err := do(t.Context(), f.p.Endpoint(), "POST", "/sick", fmt.Sprintf("checks=%d", n)); err != nil || code != 200 {
+			t.Fatalf("POST /sick?checks=%d = %d %s, %v, want 200", n, code, body, err)
+		}
+	}
+
+	// Twice: one failed check fewer than the threshold, then a check that
+	// succeeds. The count starts over, so neither round restarts it.
+	for round := 1; round <= 2; round++ {
+		sicken(pol.HealthFailures - 1)
+		waitFor(t, 30*time.Second, fmt.Sprintf("round %d's failed checks", round), func() bool {
+			if st := f.p.Status(); st.Restarts != 0 {
+				t.Fatalf("round %d: restarted (%s) after failed checks with consecutive counts %v; want no restart below health.failures = %d",
+					round, st.LastError, failedChecks(f.log.String()), pol.HealthFailures)
+			}
+			return len(failedChecks(f.log.String())) == round*(pol.HealthFailures-1)
+		})
+		// The supervisor reads every answer before it sends the next
+		// check, so the failures it logged came before this success.
+		c := healthy()
+		waitFor(t, 30*time.Second, "a health check to succeed", func() bool { return healthy() > c })
+	}
+	if got, want := failedChecks(f.log.String()), []int{1, 2, 1, 2}; !slices.Equal(got, want) {
+		t.Errorf("consecutive counts of failed checks = %v, want %v: a successful check starts the count over", got, want)
+	}
+	if st := f.p.Status(); st.Pid != first.Pid || st.Restarts != 0 || st.State != supervisor.StateReady {
+		t.Fatalf("after two rounds of %d failed checks: Status() = %+v, want pid %d, no restart, ready", pol.HealthFailures-1, st, first.Pid)
+	}
+
+	// The threshold itself restarts it.
+	sicken(pol.HealthFailures)
+	var st supervisor.Status
+	waitFor(t, 30*time.Second, "the plugin to be restarted", func() bool {
+		st = f.p.Status()
+		return st.Pid != first.Pid && f.p.Ready()
+	})
+	if got, want := failedChecks(f.log.String()), []int{1, 2, 1, 2, 1, 2, 3}; !slices.Equal(got, want) {
+		t.Errorf("consecutive counts of failed checks = %v, want %v", got, want)
+	}
+	if st.Restarts != 1 || !strings.Contains(st.LastError, "3 consecutive failed health checks") {
+		t.Errorf("Status() = %+v, want 1 restart and last_error naming 3 consecutive failed health checks", st)
 	}
 }

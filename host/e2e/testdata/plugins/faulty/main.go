@@ -17,6 +17,9 @@ import (
 
 func main() {
 	var sick atomic.Bool
+	// failing is how many of the next health checks hang; healthy counts
+	// the health checks answered at once.
+	var failing, healthy atomic.Int64
 	mux := sdk.NewMux()
 	mux.HandleFunc("GET /panic", func(http.ResponseWriter, *http.Request) {
 		panic("faulty: deliberate panic")
@@ -54,9 +57,24 @@ func main() {
 			}
 		}
 	}, sdk.Streaming())
-	mux.HandleFunc("POST /sick", func(w http.ResponseWriter, _ *http.Request) {
+	// POST /sick wedges every later health check; POST /sick?checks=N
+	// only the next N, so the plugin then recovers.
+	mux.HandleFunc("POST /sick", func(w http.ResponseWriter, r *http.Request) {
+		if q := r.URL.Query().Get("checks"); q != "" {
+			n, err := strconv.ParseInt(q, 10, 64)
+			if err != nil || n < 1 {
+				sdk.WriteError(w, http.StatusBadRequest, "bad_request", "checks must be a positive integer")
+				return
+			}
+			failing.Store(n)
+			fmt.Fprintln(w, "sick for", n, "checks")
+			return
+		}
 		sick.Store(true)
 		fmt.Fprintln(w, "sick")
+	})
+	mux.HandleFunc("GET /healthy", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintln(w, healthy.Load())
 	})
 	err := sdk.Serve(sdk.Plugin{
 		Name:    "faulty",
@@ -67,15 +85,34 @@ func main() {
 		}},
 		Routes: mux,
 		Health: func(ctx context.Context) sdk.Health {
-			if sick.Load() {
-				// Hang past the host's health timeout, as a wedged plugin would.
+			if sick.Load() || takeOne(&failing) {
+				// Hang past the host's health timeout, as a wedged plugin
+				// would, and a while past this call's own deadline: an
+				// answer sent as it passes can reach the host before the
+				// host's timer fires, and count as a success.
 				<-ctx.Done()
+				<-time.After(time.Second)
+				return sdk.Health{Status: sdk.StatusReady}
 			}
+			healthy.Add(1)
 			return sdk.Health{Status: sdk.StatusReady}
 		},
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
+	}
+}
+
+// takeOne takes one from n if it is positive, and reports whether it did.
+func takeOne(n *atomic.Int64) bool {
+	for {
+		v := n.Load()
+		if v <= 0 {
+			return false
+		}
+		if n.CompareAndSwap(v, v-1) {
+			return true
+		}
 	}
 }

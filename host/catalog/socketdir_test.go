@@ -1,0 +1,128 @@
+//go:build unix
+
+package catalog_test
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/plughost/plughost/host/catalog"
+)
+
+// TestOpenSocketDir: a host's socket directory is removed at its Close
+// and, when the host died, by the next host's OpenSocketDir; nothing that
+// is not provably a dead host's directory is touched.
+func TestOpenSocketDir(t *testing.T) {
+	parent := t.TempDir()
+	mk := func(name, lock string) string {
+		t.Helper()
+		dir := filepath.Join(parent, name)
+		if err := os.Mkdir(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "plugin123"), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if lock != "" {
+			if err := os.WriteFile(filepath.Join(dir, "lock"), []byte(lock), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return dir
+	}
+	// A dead host's: its lock holds a pid and nobody holds the lock.
+	dead := mk("plughost-sockets-1", "4242\n")
+	// Kept: no lock file, an empty one (a host between creating and
+	// locking it), and names that are not ours.
+	kept := []string{
+		mk("plughost-sockets-2", ""),
+		mk("plughost-other-3", "4242\n"),
+		mk("plugin-dir4", "4242\n"),
+	}
+	if err := os.WriteFile(filepath.Join(mk("plughost-sockets-5", ""), "lock"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	kept = append(kept, filepath.Join(parent, "plughost-sockets-5"))
+	// A symlink with our name is not followed.
+	target := mk("target", "4242\n")
+	if err := os.Symlink(target, filepath.Join(parent, "plughost-sockets-6")); err != nil {
+		t.Fatal(err)
+	}
+	kept = append(kept, target, filepath.Join(parent, "plughost-sockets-6"))
+	stray := filepath.Join(parent, "plugin777")
+	if err := os.WriteFile(stray, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	kept = append(kept, stray)
+
+	live, removed, err := catalog.OpenSocketDir(parent)
+	if err != nil {
+		t.Fatalf("OpenSocketDir(%s) = %v", parent, err)
+	}
+	if !slices.Equal(removed, []string{dead}) {
+		t.Errorf("OpenSocketDir removed %q, want only %q", removed, dead)
+	}
+	if _, err := os.Stat(dead); !os.IsNotExist(err) {
+		t.Errorf("dead host's directory %s: %v, want it removed", dead, err)
+	}
+	for _, p := range kept {
+		if _, err := os.Lstat(p); err != nil {
+			t.Errorf("%s: %v, want it kept", p, err)
+		}
+	}
+	if !strings.HasPrefix(filepath.Base(live.Path()), "plughost-sockets-") || filepath.Dir(live.Path()) != parent {
+		t.Errorf("Path() = %s, want a plughost-sockets-* directory in %s", live.Path(), parent)
+	}
+	if fi, err := os.Stat(live.Path()); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Errorf("Stat(%s) = %v, %v; want a directory only its owner can enter", live.Path(), fi, err)
+	}
+	if b, err := os.ReadFile(filepath.Join(live.Path(), "lock")); err != nil || string(b) != strconv.Itoa(os.Getpid())+"\n" {
+		t.Errorf("lock file = %q, %v; want this process's pid", b, err)
+	}
+
+	// A second host leaves the live one's directory alone.
+	other, removed, err := catalog.OpenSocketDir(parent)
+	if err != nil {
+		t.Fatalf("second OpenSocketDir = %v", err)
+	}
+	if len(removed) != 0 {
+		t.Errorf("second OpenSocketDir removed %q with the first host alive, want nothing", removed)
+	}
+	for _, d := range []*catalog.SocketDir{live, other} {
+		if err := d.Close(); err != nil {
+			t.Errorf("Close() = %v", err)
+		}
+		if _, err := os.Stat(d.Path()); !os.IsNotExist(err) {
+			t.Errorf("%s after Close: %v, want it removed", d.Path(), err)
+		}
+	}
+}
+
+// TestLaunchSocketDir: with Options.SocketDir the plugin's go-plugin
+// socket, the only one its launch makes, is in that directory.
+func TestLaunchSocketDir(t *testing.T) {
+	dir, _, err := catalog.OpenSocketDir(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dir.Close() })
+	inst := launch(t, "hello", catalog.Options{SocketDir: dir.Path(), Host: nil})
+	entries, err := os.ReadDir(dir.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sockets []string
+	for _, e := range entries {
+		if e.Type()&os.ModeSocket != 0 {
+			sockets = append(sockets, e.Name())
+		}
+	}
+	if len(sockets) != 1 {
+		t.Errorf("sockets in the socket directory = %q, want the plugin's one", sockets)
+	}
+	inst.Kill()
+}

@@ -1,0 +1,161 @@
+package e2e
+
+import (
+	"encoding/json"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/plughost/plughost/host/catalog"
+)
+
+// TestReadyzShowsNoDetails: /readyz needs no token, so with an admin token
+// set it still says only whether each plugin serves; pids, versions,
+// binary paths, checksums and errors are for the admin API.
+func TestReadyzShowsNoDetails(t *testing.T) {
+	tokenFile := filepath.Join(t.TempDir(), "admin.token")
+	const token = "s3cret-admin-token"
+	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sum, err := catalog.FileSHA256(filepath.Join(bins.plugins, "hello"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := strings.Replace(baseConfig("2s"), "admin {\n", "admin {\n  token_file = \""+tokenFile+"\"\n", 1)
+	h := startHost(t, cfg+
+		pluginBlock("hello", "hello", "  sha256 = \""+sum+"\"")+
+		pluginBlock("broken", "crasher", "  required = false"))
+	auth := http.Header{"Authorization": {"Bearer " + token}}
+
+	var detail map[string]pluginStatus
+	waitFor(t, 15*time.Second, "hello ready and broken's last_error set", func() bool {
+		detail = adminPlugins(t, h, auth)
+		return detail["hello"].State == "ready" && detail["broken"].LastError != ""
+	})
+	if resp, body := mustRequest(t, http.MethodGet, h.admin+"/v1/plugins", nil, nil); resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("GET /v1/plugins without the token = %d %s, want 401", resp.StatusCode, body)
+	}
+
+	resp, body := mustRequest(t, http.MethodGet, h.ingress+"/readyz", nil, nil)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /readyz = %d %s, want 200 (broken is optional)", resp.StatusCode, body)
+	}
+	var rz struct {
+		Ready   bool             `json:"ready"`
+		Plugins []map[string]any `json:"plugins"`
+	}
+	if err := json.Unmarshal(body, &rz); err != nil {
+		t.Fatalf("decode /readyz: %v: %s", err, body)
+	}
+	got := map[string]string{}
+	for _, p := range rz.Plugins {
+		name, _ := p["name"].(string)
+		for k := range p {
+			if !map[string]bool{"name": true, "state": true, "health": true, "ready": true}[k] {
+				t.Errorf("/readyz plugin %q has %q, want only name, state, health and ready", name, k)
+			}
+		}
+		state, _ := p["state"].(string)
+		got[name] = state
+		if ready, _ := p["ready"].(bool); ready != (name == "hello") {
+			t.Errorf("/readyz plugin %q ready = %v, want %t", name, p["ready"], name == "hello")
+		}
+	}
+	if got["hello"] != "ready" || got["broken"] == "" || got["broken"] == "ready" {
+		t.Errorf("/readyz states = %v, want hello ready and broken not ready", got)
+	}
+	for what, secret := range map[string]string{
+		"a binary path":       bins.dir,
+		"hello's sha256":      sum,
+		"hello's version":     detail["hello"].Version,
+		"broken's last_error": detail["broken"].LastError,
+	} {
+		if secret != "" && strings.Contains(string(body), secret) {
+			t.Errorf("/readyz shows %s (%q): %s", what, secret, body)
+		}
+	}
+}
+
+// tmpEntries lists dir's entries as name, or name/ followed by what a
+// directory holds.
+func tmpEntries(t *testing.T, dir string) []string {
+	t.Helper()
+	var out []string
+	err := filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+		if err != nil || path == dir {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, path)
+		if d.IsDir() {
+			rel += "/"
+		}
+		out = append(out, rel)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestStaleSocketsCleaned: a host killed with SIGKILL cannot remove its
+// plugins' go-plugin sockets. They are all in its own directory in TMPDIR,
+// which the next host removes when it starts, and a host that stops
+// normally leaves nothing.
+func TestStaleSocketsCleaned(t *testing.T) {
+	tmp := t.TempDir() // before Setenv: the test's other temp dirs stay outside
+	t.Setenv("TMPDIR", tmp)
+	cfg := baseConfig("2s") + helloWith("through the broker") + pluginBlock("caller", "caller", "")
+
+	a := startHost(t, cfg)
+	readyPlugin(t, a, "hello")
+	readyPlugin(t, a, "caller")
+	// The Host service carries this call: its broker connection too.
+	if code, body := a.get(a.ingress + "/caller/call"); code != http.StatusOK {
+		t.Fatalf("GET /caller/call = %d %s, want 200", code, body)
+	}
+	pids := a.pluginPidsFromLog()
+	a.signal(syscall.SIGKILL)
+	if _, exited := a.waitExit(10 * time.Second); !exited {
+		t.Fatal("host still running 10s after SIGKILL")
+	}
+	for _, pid := range pids {
+		if !waitGone(pid, 10*time.Second) {
+			t.Fatalf("plugin %d still running 10s after its host was killed", pid)
+		}
+	}
+	left := tmpEntries(t, tmp)
+	t.Logf("TMPDIR after kill -9 of the host: %q", left)
+	var stale string
+	for _, e := range left {
+		if !strings.HasPrefix(e, "plughost-sockets-") {
+			t.Errorf("TMPDIR holds %q after kill -9 of the host, want everything in its plughost-sockets-* directory", e)
+		} else if strings.HasSuffix(e, "/") {
+			stale = strings.TrimSuffix(e, "/")
+		}
+	}
+	if stale == "" {
+		t.Fatalf("TMPDIR after kill -9 = %q, want the killed host's plughost-sockets-* directory", left)
+	}
+
+	b := startHost(t, cfg)
+	readyPlugin(t, b, "hello")
+	if _, err := os.Stat(filepath.Join(tmp, stale)); !os.IsNotExist(err) {
+		t.Errorf("%s after the next host started: %v, want it removed", stale, err)
+	}
+	if !strings.Contains(b.log.String(), "removed plugin sockets a killed host left behind") {
+		t.Errorf("the next host's log does not say it removed %s", stale)
+	}
+	b.signal(syscall.SIGTERM)
+	if code, exited := b.waitExit(10 * time.Second); !exited || code != 0 {
+		t.Fatalf("host after SIGTERM: exited %t, code %d; want 0 within 10s", exited, code)
+	}
+	if left := tmpEntries(t, tmp); len(left) != 0 {
+		t.Errorf("TMPDIR after the host stopped = %q, want it empty", left)
+	}
+}
