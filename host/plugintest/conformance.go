@@ -410,8 +410,16 @@ func (c *conformance) malformed(t *testing.T, m *pluginv1.DescribeResponse) {
 		code, err := call(ctx, conn, pr.req)
 		timedOut := ctx.Err() != nil
 		cancel()
+		dead := !alive(pid)
+		if err != nil && !dead {
+			// A crash fails the call as its sockets close, a moment
+			// before the process is gone.
+			for end := time.Now().Add(2 * time.Second); !dead && time.Now().Before(end); dead = !alive(pid) {
+				time.Sleep(10 * time.Millisecond)
+			}
+		}
 		switch {
-		case !alive(pid):
+		case dead:
 			// Checked first: a crash also fails the call.
 			t.Fatalf("%s: the plugin process died (%v); a good plugin never crashes on bad input — "+
 				"validate input, and recover panics in goroutines you start", pr.what, err)
