@@ -7,9 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"runtime"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -126,24 +124,7 @@ func TestStreamMaxLifetime(t *testing.T) {
 }
 
 // rssBytes returns a process's resident set size.
-func rssBytes(t *testing.T, pid int) int64 {
-	t.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		t.Fatalf("read the status of pid %d: %v", pid, err)
-	}
-	for line := range strings.SplitSeq(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
-			if err != nil {
-				t.Fatalf("parse VmRSS %q: %v", rest, err)
-			}
-			return kb << 10
-		}
-	}
-	t.Fatalf("pid %d has no VmRSS", pid)
-	return 0
-}
+func rssBytes(t *testing.T, pid int) int64 { return int64(procMB(t, pid, "VmRSS") * (1 << 20)) }
 
 // TestNonReadingStreamsAreCut opens 200 event streams to the wallet whose
 // client sends its request and never reads, while transfers run. Each
