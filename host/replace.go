@@ -17,7 +17,9 @@ const defaultHeld = 1024
 // replace puts a process for spec in the place of old, the plugin's
 // running process, without failing requests (see "Reload" in
 // docs/architecture.md). opts are the new process's options, oldOpts
-// those old runs with, deadline the drain deadline of old.
+// those old runs with, drain the drain deadline old gets, counted from
+// when it is told to stop (after the new process has started or, for a
+// single-instance plugin, after the new binary described itself).
 //
 // By default the new process starts while old serves; once it is ready
 // it takes the routing table's place of old, which then drains. For a
@@ -28,9 +30,9 @@ const defaultHeld = 1024
 // or, for a single-instance plugin that got past Describe, started again
 // with its own spec. Either way the error is returned and shown as old's
 // last_error.
-func (h *host) replace(old *supervisor.Process, spec supervisor.Spec, opts, oldOpts supervisor.Options, deadline time.Time) error {
+func (h *host) replace(old *supervisor.Process, spec supervisor.Spec, opts, oldOpts supervisor.Options, drain time.Duration) error {
 	if old.Manifest().GetSingleInstance() {
-		return h.replaceInTurn(old, spec, opts, oldOpts, deadline)
+		return h.replaceInTurn(old, spec, opts, oldOpts, drain)
 	}
 	p, err := supervisor.StartStandby(h.ctx, spec, opts)
 	if err != nil {
@@ -40,12 +42,12 @@ func (h *host) replace(old *supervisor.Process, spec supervisor.Spec, opts, oldO
 	}
 	h.swap(old, p)
 	h.logger.Info("plugin replaced; draining the old process", "plugin", spec.Name, "pid", p.Status().Pid)
-	old.Stop(deadline)
+	old.Stop(time.Now().Add(drain))
 	return nil
 }
 
 // replaceInTurn is replace for a single-instance plugin.
-func (h *host) replaceInTurn(old *supervisor.Process, spec supervisor.Spec, opts, oldOpts supervisor.Options, deadline time.Time) error {
+func (h *host) replaceInTurn(old *supervisor.Process, spec supervisor.Spec, opts, oldOpts supervisor.Options, drain time.Duration) error {
 	// The old process must stop before the new one starts, and may have
 	// to start again if the new one does not come up, from a binary that
 	// may have been replaced on disk: launch the new binary as far as
@@ -67,6 +69,7 @@ func (h *host) replaceInTurn(old *supervisor.Process, spec supervisor.Spec, opts
 	}
 	// The requests wait for the drain and for the start, whichever
 	// process comes up.
+	deadline := time.Now().Add(drain)
 	release := h.ingress.Hold(spec.Name, deadline.Add(opts.Policy.StartTimeout), held)
 	defer release()
 	h.logger.Info("single-instance plugin: draining it before its replacement starts; holding its requests", "plugin", spec.Name)
@@ -139,7 +142,7 @@ func (h *host) operatorReplace(name string, upgrade bool) {
 		what = "upgrade"
 	}
 	h.logger.Info("operator "+what+": replacing plugin", "plugin", name)
-	if err := h.replace(old, spec, opts, opts, time.Now().Add(h.cfg.DrainDeadline)); err != nil {
+	if err := h.replace(old, spec, opts, opts, h.cfg.DrainDeadline); err != nil {
 		h.logger.Error("operator "+what+" failed", "plugin", name, "error", err)
 	}
 }

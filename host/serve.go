@@ -327,7 +327,7 @@ func (h *host) applyLocked(cfg *config.Config) hcl.Diagnostics {
 		i++
 		wg.Go(func() {
 			h.logger.Info("replacing plugin", "plugin", name)
-			if err := h.replace(old, specFor(cfg, pc), opts, prevOpts, deadline); err != nil {
+			if err := h.replace(old, specFor(cfg, pc), opts, prevOpts, cfg.DrainDeadline); err != nil {
 				*d = replaceDiag(pc, err)
 			}
 		})

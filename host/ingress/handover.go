@@ -79,7 +79,10 @@ func (g *Ingress) await(ctx context.Context, e *entry) (*entry, *supervisor.Endp
 	h := g.holds[name]
 	if h == nil {
 		g.mu.Unlock()
-		return e, nil, nil
+		// A hold is released only after the routing table has the new
+		// process: one that went meanwhile left it there.
+		e, ep := cur()
+		return e, ep, nil
 	}
 	if h.waiting >= h.max {
 		g.mu.Unlock()

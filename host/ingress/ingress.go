@@ -381,11 +381,14 @@ func (g *Ingress) forwardTo(w http.ResponseWriter, r *http.Request, e *entry, re
 		return writeError(w, http.StatusBadRequest, "bad_body", "could not read the request body: "+err.Error())
 	}
 	if body != nil {
-		// The plugin may have gone away while the body arrived.
-		if ep = e.target.Endpoint(); ep == nil {
+		// The plugin may have been replaced while the body arrived: wait
+		// for its new process as a request arriving now would.
+		var ne *entry
+		if ne, ep, _ = g.await(r.Context(), e); ep == nil {
 			return writeError(w, http.StatusServiceUnavailable, "plugin_unavailable",
-				fmt.Sprintf("plugin %q is %s", name, e.target.Status().State))
+				fmt.Sprintf("plugin %q is %s", name, ne.target.Status().State))
 		}
+		e = ne
 	}
 	if rt.Streaming {
 		release, code := g.admitStream(w, r, e, limits)

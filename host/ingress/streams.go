@@ -222,6 +222,15 @@ func (g *Ingress) answerStream(ctx context.Context, w http.ResponseWriter, r *ht
 			}
 			return code, true
 		}
+		if ctx.Err() != nil {
+			// Ended meanwhile (its timeout, its lifetime, or the client
+			// gone): a write now would set a fresh deadline over the one
+			// that ending it set.
+			if r.Context().Err() != nil {
+				return code, false
+			}
+			return end(), false
+		}
 		if !s.write(rc, w, piece) {
 			return code, false
 		}
