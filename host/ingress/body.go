@@ -125,6 +125,38 @@ func (b *trackedBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// earlyAnswer is the ResponseWriter of a request with a body. An error
+// answer written before the body was read to its end closes the
+// connection (Connection: close): net/http then sends it at once, where
+// it would otherwise first read up to 256 KiB of the body, which a slow
+// client may take its whole read deadline to send; linger then reads what
+// is left, bounded.
+type earlyAnswer struct {
+	http.ResponseWriter
+	body  *trackedBody
+	wrote bool
+}
+
+func (w *earlyAnswer) WriteHeader(code int) {
+	if !w.wrote {
+		w.wrote = true
+		if code >= 400 && !w.body.done {
+			w.Header().Set("Connection", "close")
+		}
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *earlyAnswer) Write(b []byte) (int, error) {
+	if !w.wrote {
+		w.WriteHeader(http.StatusOK)
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// Unwrap is for http.ResponseController.
+func (w *earlyAnswer) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
 // linger sends the answer written so far and then reads and discards
 // what is left of body, for at most lingerTime and lingerBytes, so that a
 // client still sending receives the answer rather than a reset. net/http

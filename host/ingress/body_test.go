@@ -193,3 +193,39 @@ func TestLingeringClose(t *testing.T) {
 		})
 	}
 }
+
+// TestEarlyAnswerToASlowBody checks that an answer the ingress gives
+// before reading a body (a route the plugin lacks, a malformed request, no
+// plugin at the path) reaches a client that sends its body slowly at once,
+// not after the client's read deadline: net/http would first try to read
+// up to 256 KiB of the body.
+func TestEarlyAnswerToASlowBody(t *testing.T) {
+	f := newFixture(t, ingress.Limits{MaxBodyBytes: 1 << 20, RequestTimeout: 30 * time.Second, BodyTimeout: 30 * time.Second}, hello())
+	for _, tt := range []struct {
+		name, target string
+		want         int
+	}{
+		{"no such route", "/hello/nope", http.StatusNotFound},
+		{"no plugin at the path", "/nobody", http.StatusNotFound},
+		{"wrong method", "/hello/sleep", http.StatusMethodNotAllowed},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			conn := f.dialRaw(t)
+			if _, err := fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n0123456789", tt.target); err != nil {
+				t.Fatal(err)
+			}
+			// The other 990 bytes never come.
+			start := time.Now()
+			if err := conn.SetReadDeadline(start.Add(5 * time.Second)); err != nil {
+				t.Fatal(err)
+			}
+			r := readResponse(t, conn)
+			if r.code != tt.want {
+				t.Errorf("POST %s with a body still arriving = %d %s, want %d", tt.target, r.code, r.body, tt.want)
+			}
+			if took := time.Since(start); took > 3*time.Second {
+				t.Errorf("the answer took %v, want it at once", took)
+			}
+		})
+	}
+}

@@ -257,8 +257,12 @@ func (g *Ingress) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if bad := checkRequest(r); bad != nil {
 		// The client's fault, and anyone can send it: no log above debug.
 		g.logger.Debug("refused a malformed request", "reason", bad.message, "remote", r.RemoteAddr)
+		hasBody := r.ContentLength != 0 && r.Body != nil && r.Body != http.NoBody
+		if hasBody {
+			w.Header().Set("Connection", "close")
+		}
 		writeError(w, bad.status, bad.code, bad.message)
-		if r.ContentLength != 0 && r.Body != nil && r.Body != http.NoBody {
+		if hasBody {
 			linger(w, r.Body)
 		}
 		return
@@ -266,16 +270,20 @@ func (g *Ingress) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	t := g.table.Load()
 	e, rest := t.match(r.URL.Path)
 	if e == nil {
-		writeError(w, http.StatusNotFound, "not_found", "no plugin is mounted at this path")
 		if r.ContentLength != 0 && r.Body != nil && r.Body != http.NoBody {
+			w.Header().Set("Connection", "close")
+			writeError(w, http.StatusNotFound, "not_found", "no plugin is mounted at this path")
 			linger(w, r.Body)
+			return
 		}
+		writeError(w, http.StatusNotFound, "not_found", "no plugin is mounted at this path")
 		return
 	}
 	var body *trackedBody
 	if r.Body != nil && r.Body != http.NoBody {
 		body = &trackedBody{ReadCloser: r.Body}
 		r.Body = body
+		w = &earlyAnswer{ResponseWriter: w, body: body}
 	}
 	start := time.Now()
 	code, cut := g.forward(w, r, e, rest)
