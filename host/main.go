@@ -4,7 +4,7 @@
 //
 //	plughost run [-config FILE]        run the host (FILE defaults to config.hcl)
 //	plughost validate [-config FILE]   check a config, launching plugins only as far as Describe;
-//	                                   prints only diagnostics (logs below error unless -log-level)
+//	                                   prints only diagnostics (logs only with -log-level)
 //	plughost plugin info [-json] PATH  print a plugin binary's manifest
 //	plughost version                 print versions
 package main
@@ -121,12 +121,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	// validate's output is its diagnostics: the records of launching
 	// each plugin as far as Describe and killing it (go-plugin's "plugin
-	// process exited", or its warning that a plugin refused at the
-	// handshake did not exit gracefully) would bury them, and every
-	// failure is a diagnostic already. Errors still show, and an explicit
-	// -log-level wins.
+	// process exited", its warning that a plugin refused at the handshake
+	// did not exit gracefully, yamux's errors as a killed plugin's
+	// connection closes) would bury them, and every failure is a
+	// diagnostic already. An explicit -log-level shows them.
 	if cmd == "validate" && !flagSet(fs, "log-level") {
-		lvl = hclog.Error
+		lvl = hclog.Off
 	}
 	logger := hclog.New(&hclog.LoggerOptions{
 		Name:       "plughost",

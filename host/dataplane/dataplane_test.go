@@ -772,8 +772,11 @@ func TestConnectionBreaksMidBody(t *testing.T) {
 	if !errors.Is(err, dataplane.ErrUnavailable) {
 		t.Errorf("body of a response whose connection closed ended with %v, want %v", err, dataplane.ErrUnavailable)
 	}
-	if got := string(bytes.Join(pieces, nil)); got != "ab" {
-		t.Errorf("body before the break = %q, want %q", got, "ab")
+	// "b" may be lost with the connection: a credit grant sent as the
+	// caller reads can find the socket closed before the receiver has
+	// read "b" from it, and either end fails the whole connection.
+	if got := string(bytes.Join(pieces, nil)); got != "ab" && got != "a" {
+		t.Errorf("body before the break = %q, want %q or its head %q", got, "ab", "a")
 	}
 	waitLive(t, h.tr, 0)
 	await(t, h.tr.Done(), "Done")
