@@ -3,6 +3,10 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
 	"time"
 
 	"github.com/plughost/plughost/host/admin"
@@ -28,7 +32,7 @@ const defaultHeld = 1024
 // requests are held (ingress.Hold), then the new process starts. A new
 // process that does not become ready leaves old serving: still running,
 // or, for a single-instance plugin that got past Describe, started again
-// with its own spec. Either way the error is returned and shown as old's
+// with its own spec and from a copy of the binary it ran (keepBinary). Either way the error is returned and shown as old's
 // last_error.
 func (h *host) replace(old *supervisor.Process, spec supervisor.Spec, opts, oldOpts supervisor.Options, drain time.Duration) error {
 	if old.Manifest().GetSingleInstance() {
@@ -63,6 +67,14 @@ func (h *host) replaceInTurn(old *supervisor.Process, spec supervisor.Spec, opts
 		return err
 	}
 	inst.Kill()
+	// The file at the plugin's path may be the new binary by now: keep a
+	// copy of the one running, to start again should the new one fail.
+	back := old.Spec()
+	if kept, err := keepBinary(old.Status().Pid, h.socketDir, spec.Name); err != nil {
+		h.logger.Warn("cannot keep a copy of the running binary; a failed replacement restarts from the plugin's path", "plugin", spec.Name, "error", err)
+	} else if kept != "" {
+		back.Path = kept
+	}
 	held := spec.MaxInflight
 	if held <= 0 {
 		held = defaultHeld
@@ -76,15 +88,18 @@ func (h *host) replaceInTurn(old *supervisor.Process, spec supervisor.Spec, opts
 	old.Stop(deadline)
 	p, err := supervisor.StartStandby(h.ctx, spec, opts)
 	if err == nil {
+		if back.Path != old.Spec().Path {
+			_ = os.Remove(back.Path) // not needed: the new process runs
+		}
 		h.swap(old, p)
 		h.logger.Info("plugin replaced", "plugin", spec.Name, "pid", p.Status().Pid)
 		return nil
 	}
 	err = fmt.Errorf("replace plugin %q: %w; the previous process is started again", spec.Name, err)
-	back, berr := supervisor.StartStandby(h.ctx, old.Spec(), oldOpts)
+	prev, berr := supervisor.StartStandby(h.ctx, back, oldOpts)
 	if berr != nil {
 		// Left to the restart loop, as at host start.
-		back, berr = supervisor.Start(h.ctx, old.Spec(), oldOpts)
+		prev, berr = supervisor.Start(h.ctx, back, oldOpts)
 	}
 	if berr != nil {
 		h.mu.Lock()
@@ -93,8 +108,8 @@ func (h *host) replaceInTurn(old *supervisor.Process, spec supervisor.Spec, opts
 		h.update()
 		return errors.Join(err, fmt.Errorf("start the previous process again: %w", berr))
 	}
-	h.swap(old, back)
-	back.SetLastError(err)
+	h.swap(old, prev)
+	prev.SetLastError(err)
 	return err
 }
 
@@ -177,4 +192,35 @@ func (h *host) Upgrade(name string) error {
 	}
 	h.background.Go(func() { h.operatorReplace(name, true) })
 	return nil
+}
+
+// keepBinary copies the executable of the running process pid into dir,
+// as name-PID, and returns the copy's path: the file at the plugin's path
+// may be replaced while the process runs, and the copy is what it runs.
+// It returns "" where there is no /proc or no dir to copy into. The copy
+// lives as long as dir, the host's own socket directory.
+func keepBinary(pid int, dir, name string) (string, error) {
+	if dir == "" || pid <= 0 || runtime.GOOS != "linux" {
+		return "", nil
+	}
+	src, err := os.Open(fmt.Sprintf("/proc/%d/exe", pid))
+	if err != nil {
+		return "", fmt.Errorf("open the running binary: %w", err)
+	}
+	defer src.Close()
+	path := filepath.Join(dir, fmt.Sprintf("%s-%d.bin", name, pid))
+	dst, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o700)
+	if err != nil {
+		return "", fmt.Errorf("keep the running binary: %w", err)
+	}
+	if _, err := io.Copy(dst, src); err != nil {
+		_ = dst.Close()
+		_ = os.Remove(path)
+		return "", fmt.Errorf("keep the running binary: %w", err)
+	}
+	if err := dst.Close(); err != nil {
+		_ = os.Remove(path)
+		return "", fmt.Errorf("keep the running binary: %w", err)
+	}
+	return path, nil
 }

@@ -294,8 +294,9 @@ func TestReloadZeroDowntime(t *testing.T) {
 	if code, body := h.greeting(); code != http.StatusOK || !strings.Contains(body, `"greeting":"two"`) {
 		t.Errorf("GET /hello/ after a refused reload = %d %s, want greeting two", code, body)
 	}
-	// Binaries that are not plugins: hello keeps its process; the wallet
-	// had to stop its own first, and starts it again.
+	// Binaries that are not plugins: each fails before the running
+	// process is touched (the wallet's at its Describe-only launch), so
+	// both keep their processes.
 	h.reload(zeroDowntimeConfig(dir, "two", "12h"), "config reloaded")
 	for _, name := range []string{"hello", "wallet"} {
 		pid := h.plugins()[name].Pid
@@ -311,4 +312,27 @@ func TestReloadZeroDowntime(t *testing.T) {
 	}
 	load.halt()
 	load.check(t)
+}
+
+// TestSingleInstanceUpgradeFallsBack upgrades the wallet, a
+// single-instance plugin, to a build that describes itself but refuses its
+// config: the host must stop the running wallet before starting the new
+// one, and then start the previous binary again, although the file at the
+// wallet's path is now the new build. The ledger is intact afterwards.
+func TestSingleInstanceUpgradeFallsBack(t *testing.T) {
+	dir := copyPlugins(t, "hello", "wallet")
+	h := startHost(t, zeroDowntimeConfig(dir, "one", "24h"))
+	before := readyPlugin(t, h, "wallet")
+	hdr := http.Header{"Content-Type": {"application/json"}, "Idempotency-Key": {"fallback-1"}}
+	if code, body := do(t, http.MethodPost, h.ingress+"/wallet/v1/issue", strings.NewReader(`{"to":"alice","amount":100}`), hdr); code != http.StatusOK {
+		t.Fatalf("POST /wallet/v1/issue = %d %s, want 200", code, body)
+	}
+	installBinary(t, filepath.Join(bins.plugins, "refuser"), filepath.Join(dir, "wallet"), nil)
+	st := h.upgrade("wallet", "the previous process is started again")
+	if st.Pid == before.Pid || st.State != "ready" {
+		t.Errorf("wallet after a failed upgrade = %+v, want a new process of the previous binary, ready", st)
+	}
+	if code, body := h.get(h.ingress + "/wallet/v1/accounts/alice"); code != http.StatusOK || !strings.Contains(body, `"balance":100`) {
+		t.Errorf("GET /wallet/v1/accounts/alice after a failed upgrade = %d %s, want the balance of 100", code, body)
+	}
 }
