@@ -43,20 +43,5 @@ func (d *decoder) connLimits(l *Limits, b *limitsBody) {
 // durationOrZero decodes a duration that may be zero ("0" or "0s"), which
 // turns the setting off; a negative one is an error.
 func (d *decoder) durationOrZero(a *hcl.Attribute, dst *time.Duration) bool {
-	var s string
-	if !decodeAttr(d, a, &s) {
-		return false
-	}
-	v, err := time.ParseDuration(s)
-	if err != nil {
-		d.errorf(a.Expr.Range(), "Invalid duration",
-			"%s must be a duration such as \"30s\" or \"1h\", or \"0\" for none; %s.", a.Name, err)
-		return false
-	}
-	if v < 0 {
-		d.errorf(a.Expr.Range(), "Invalid duration", "%s must not be negative, got %q.", a.Name, s)
-		return false
-	}
-	*dst = v
-	return true
+	return d.parseDuration(a, dst, true)
 }

@@ -463,17 +463,30 @@ func decodeInt[T int | int64](d *decoder, a *hcl.Attribute, dst *T, minimum T) b
 
 // duration decodes a positive duration string.
 func (d *decoder) duration(a *hcl.Attribute, dst *time.Duration) bool {
+	return d.parseDuration(a, dst, false)
+}
+
+// parseDuration decodes a duration string into dst: positive, or zero too
+// when orZero is set (for a setting that "0" turns off).
+func (d *decoder) parseDuration(a *hcl.Attribute, dst *time.Duration, orZero bool) bool {
 	var s string
 	if !decodeAttr(d, a, &s) {
 		return false
 	}
 	v, err := time.ParseDuration(s)
-	if err != nil {
+	switch {
+	case err != nil && orZero:
+		d.errorf(a.Expr.Range(), "Invalid duration",
+			"%s must be a duration such as \"30s\" or \"1h\", or \"0\" for none; %s.", a.Name, err)
+		return false
+	case err != nil:
 		d.errorf(a.Expr.Range(), "Invalid duration",
 			"%s must be a duration such as \"500ms\", \"5s\" or \"1m\"; %s.", a.Name, err)
 		return false
-	}
-	if v <= 0 {
+	case v < 0 && orZero:
+		d.errorf(a.Expr.Range(), "Invalid duration", "%s must not be negative, got %q.", a.Name, s)
+		return false
+	case v <= 0 && !orZero:
 		d.errorf(a.Expr.Range(), "Invalid duration", "%s must be greater than zero, got %q.", a.Name, s)
 		return false
 	}
