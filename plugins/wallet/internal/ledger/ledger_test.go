@@ -1,9 +1,13 @@
 package ledger_test
 
 import (
+	"archive/tar"
+	"compress/gzip"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"hash/crc32"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -685,8 +689,8 @@ func TestIdempotencyRecordStorage(t *testing.T) {
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
 		idem := tx.Bucket([]byte("idem"))
-		if v := idem.Get([]byte("new")); len(v) != 42+12+1 {
-			t.Errorf("stored record is %d bytes, want %d: header, receipt seq and checksum, newline", len(v), 42+12+1)
+		if v := idem.Get([]byte("new")); len(v) != 4+42+12+1 {
+			t.Errorf("stored record is %d bytes, want %d: the store's checksum, header, receipt seq and checksum, newline", len(v), 4+42+12+1)
 		}
 		ref := func(seq uint64) []byte {
 			b := binary.BigEndian.AppendUint64(nil, uint64(time.Now().Add(time.Hour).UnixNano()))
@@ -701,7 +705,7 @@ func TestIdempotencyRecordStorage(t *testing.T) {
 			"dangling": ref(999),
 			"changed":  ref(1),
 		} {
-			if err := idem.Put([]byte(k), v); err != nil {
+			if err := idem.Put([]byte(k), framed([]byte(k), v)); err != nil {
 				return err
 			}
 		}
@@ -737,117 +741,103 @@ func TestIdempotencyRecordStorage(t *testing.T) {
 	}
 }
 
-// TestOpenFormats checks that a file is format 4 while a ledger has it
-// open, since its write-ahead log files may hold groups the file lacks;
-// that a clean Close leaves format 1, which an older wallet can open,
-// until the first record that refers to a receipt, and format 2 after;
-// that Open accepts these, and a format 3 file that a crash left with
-// its groups in one log file (as wallets before the second file did);
-// and that it refuses a format it does not know.
-func TestOpenFormats(t *testing.T) {
-	format := func(t *testing.T, path string) uint64 {
-		t.Helper()
-		db, err := bolt.Open(path, 0o600, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer db.Close()
-		var v uint64
-		_ = db.View(func(tx *bolt.Tx) error {
-			v = binary.BigEndian.Uint64(tx.Bucket([]byte("meta")).Get([]byte("format")))
-			return nil
-		})
-		return v
-	}
-	reopen := func(t *testing.T, path string, ops ...ledger.Op) {
-		t.Helper()
-		l, err := ledger.Open(path, ledger.Options{})
-		if err != nil {
-			t.Fatalf("Open = %v", err)
-		}
-		if len(ops) > 0 {
-			if _, err := l.Apply(t.Context(), ops); err != nil {
+// TestOpensPreviousRelease opens data dirs written by the release before
+// the store (testdata/release-1.tar.gz: "closed", after a clean Close,
+// and "crashed", copied while open with two groups only in the log): both
+// open with every committed operation and idempotency record, and are
+// converted so that a wallet of that release refuses them rather than
+// misread them.
+func TestOpensPreviousRelease(t *testing.T) {
+	for _, name := range []string{"closed", "crashed"} {
+		t.Run(name, func(t *testing.T) {
+			dir := untar(t, "testdata/release-1.tar.gz")
+			path := filepath.Join(dir, name, "wallet.db")
+			for range 2 { // converted, then as converted
+				l := open(t, path, ledger.Options{})
+				for id, want := range map[string]ledger.Account{
+					"alice": {ID: "alice", Balance: 600, Nonce: 2},
+					"bob":   {ID: "bob", Balance: 250, Nonce: 1},
+					"carol": {ID: "carol", Balance: 100},
+					"dave":  {ID: "dave", Balance: 7},
+				} {
+					if got := account(t, l, id); got != want {
+						t.Errorf("account %s = %+v, want %+v", id, got, want)
+					}
+				}
+				if a := checkAudit(t, l); a.Issued != 1007 || a.Burned != 50 || a.Seq != 5 || a.Receipts != 5 {
+					t.Errorf("Audit = %+v, want issued 1007, burned 50, seq 5, 5 receipts", a)
+				}
+				for _, k := range []string{"k1", "k2", "k3"} {
+					if rec, ok, err := l.Idempotency(k); err != nil || !ok || rec.Status != 200 {
+						t.Errorf("Idempotency(%q) = %+v, %v, %v, want its recorded 200", k, rec, ok, err)
+					}
+				}
+				if err := l.Close(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			db, err := bolt.Open(path, 0o600, nil)
+			if err != nil {
 				t.Fatal(err)
 			}
-		}
-		if got := format(t, crashImage(t, path)); got != 4 {
-			t.Errorf("format while open = %d, want 4", got)
-		}
-		if err := l.Close(); err != nil {
-			t.Fatal(err)
-		}
-	}
-
-	path := filepath.Join(t.TempDir(), "wallet.db")
-	reopen(t, path, issue("a", 1)) // no idempotency key: no record
-	if got := format(t, path); got != 1 {
-		t.Errorf("format of a closed file with no records = %d, want 1", got)
-	}
-	keyed := issue("a", 1)
-	keyed.Idem = &ledger.Idem{Key: "k"}
-	reopen(t, path, keyed)
-	if got := format(t, path); got != 2 {
-		t.Errorf("format after the first record that refers to its receipt = %d, want 2", got)
-	}
-	reopen(t, path) // a format 2 file opens, and closes as format 2
-	if got := format(t, path); got != 2 {
-		t.Errorf("format of a format 2 file after a reopen = %d, want 2", got)
-	}
-
-	// A crash leaves format 4; the next Open replays the log and a
-	// Close then leaves format 2, as records may refer to receipts.
-	keyed2 := issue("b", 2)
-	keyed2.Idem = &ledger.Idem{Key: "k2"}
-	image := crashImage(t, openCopy(t, path, keyed2))
-	reopen(t, image)
-	if got := format(t, image); got != 2 {
-		t.Errorf("format of a crashed file after a reopen = %d, want 2", got)
-	}
-
-	// Format 3: a crashed file whose log is the one file ".wal".
-	path = filepath.Join(t.TempDir(), "v3.db")
-	l := open(t, path, ledger.Options{CheckpointInterval: time.Hour})
-	apply(t, l, issue("c", 3))
-	logFile, _ := ledger.LogEnd(l)
-	v3 := crashImage(t, path)
-	if logFile != ".wal" {
-		if err := os.Rename(v3+logFile, v3+".wal"); err != nil {
-			t.Fatal(err)
-		}
-	} else if err := os.Remove(v3 + ".wal.1"); err != nil {
-		t.Fatal(err)
-	}
-	setFormat(t, v3, 3)
-	if got := account(t, open(t, v3, ledger.Options{}), "c"); got.Balance != 3 {
-		t.Errorf("account c of a crashed format 3 file = %+v, want its logged issue", got)
-	}
-
-	path = filepath.Join(t.TempDir(), "v5.db")
-	reopen(t, path)
-	setFormat(t, path, 5)
-	if l, err := ledger.Open(path, ledger.Options{}); err == nil || !strings.Contains(err.Error(), "is not one of 1 to 4") {
-		if l != nil {
-			_ = l.Close()
-		}
-		t.Errorf("Open(format 5 file) = %v, want it refused", err)
+			defer db.Close()
+			_ = db.View(func(tx *bolt.Tx) error {
+				// The release before reads meta "format" as 8 bytes from
+				// 1 to 4 and refuses anything else.
+				if v := tx.Bucket([]byte("meta")).Get([]byte("format")); len(v) == 8 && binary.BigEndian.Uint64(v) <= 4 {
+					t.Errorf("meta format = %x, which the release before would open", v)
+				}
+				return nil
+			})
+		})
 	}
 }
 
-// setFormat sets meta "format" of the closed ledger file at path.
-func setFormat(t *testing.T, path string, format uint64) {
+// untar extracts the gzipped tar file at path into a new directory and
+// returns it.
+func untar(t *testing.T, path string) string {
 	t.Helper()
-	db, err := bolt.Open(path, 0o600, nil)
+	dir := t.TempDir()
+	f, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := db.Update(func(tx *bolt.Tx) error {
-		return tx.Bucket([]byte("meta")).Put([]byte("format"), binary.BigEndian.AppendUint64(nil, format))
-	}); err != nil {
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := db.Close(); err != nil {
-		t.Fatal(err)
+	tr := tar.NewReader(zr)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return dir
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		dst := filepath.Join(dir, filepath.Clean("/"+h.Name))
+		if h.Typeflag == tar.TypeDir {
+			if err := os.MkdirAll(dst, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		data, err := io.ReadAll(tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(dst, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
 	}
+}
+
+// framed returns v as the store keeps it under k: after the CRC-32C of k
+// and v.
+func framed(k, v []byte) []byte {
+	c := crc32.MakeTable(crc32.Castagnoli)
+	return append(binary.BigEndian.AppendUint32(nil, crc32.Update(crc32.Checksum(k, c), c, v)), v...)
 }
 
 // openCopy copies the closed ledger at path to a new directory, opens the

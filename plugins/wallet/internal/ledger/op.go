@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/plughost/plughost/sdk/store"
 )
 
 // Kind is the kind of an operation.
@@ -176,21 +178,20 @@ var (
 	// ErrNotFound is returned by Receipt for an unknown transaction id.
 	ErrNotFound = errors.New("not found")
 	// ErrClosed is returned by every method after Close.
-	ErrClosed = errors.New("ledger closed")
+	ErrClosed = store.ErrClosed
 	// ErrLocked is returned by Open when another process holds the file.
-	ErrLocked = errors.New("ledger file locked")
-	// ErrLogMismatch is returned by Open when the write-ahead log cannot
-	// be the file's: it is missing although the file was not closed
-	// cleanly, or it is newer than the file.
-	ErrLogMismatch = errors.New("write-ahead log does not match the ledger file")
+	ErrLocked = store.ErrLocked
+	// ErrCorrupt is wrapped by the error of Open, or of any method, that
+	// met damaged files or broken invariants (a *store.CorruptError).
+	ErrCorrupt = store.ErrCorrupt
 	// ErrFailed is wrapped by every write once a disk error has left the
-	// files in a state the ledger cannot vouch for (Ledger.Err); reopen
-	// it to recover from the write-ahead log.
-	ErrFailed = errors.New("ledger failed: reopen it to recover")
+	// files in a state the ledger cannot vouch for (Ledger.Err); Reopen
+	// recovers from the write-ahead log.
+	ErrFailed = store.ErrFailed
 	// ErrOutcomeUnknown is wrapped by the error of a group that may or
 	// may not have been committed: its log record could be neither
 	// written for sure nor erased. A recovery may replay it.
-	ErrOutcomeUnknown = errors.New("outcome unknown")
+	ErrOutcomeUnknown = store.ErrOutcomeUnknown
 )
 
 // InsufficientFundsError refuses a debit larger than the balance.

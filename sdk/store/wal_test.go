@@ -1,10 +1,20 @@
-package ledger
+package store
 
 import (
 	"bytes"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+)
+
+// The buckets of the tests' stores.
+const (
+	bMeta = iota
+	bAccounts
+	bReceipts
+	bIdem
+	bIdemExp
+	numBuckets
 )
 
 // FuzzDecodeWAL feeds decodeWAL arbitrary log files: it must not panic,
@@ -34,7 +44,7 @@ func FuzzDecodeWAL(f *testing.F) {
 	f.Add(appendRecord(nil, gen, 1, groups[0]))    // out of order
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, data []byte) {
-		got, n, err := decodeWAL(data, gen)
+		got, n, err := decodeWAL(data, gen, numBuckets)
 		if err != nil {
 			return
 		}
@@ -45,7 +55,7 @@ func FuzzDecodeWAL(f *testing.F) {
 		for i, g := range got {
 			again = appendRecord(again, gen, uint32(i), g)
 		}
-		back, m, err := decodeWAL(again, gen)
+		back, m, err := decodeWAL(again, gen, numBuckets)
 		if err != nil || m != len(again) {
 			t.Fatalf("re-encoded log: %d of %d bytes, %v", m, len(again), err)
 		}
@@ -77,7 +87,7 @@ func TestDecodeWALStops(t *testing.T) {
 		{"bad entry under a valid checksum", badEntry, 0, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, _, err := decodeWAL(tc.data, 3)
+			got, _, err := decodeWAL(tc.data, 3, numBuckets)
 			if len(got) != tc.groups || (err != nil) != tc.err {
 				t.Errorf("decodeWAL = %d groups, %v; want %d groups, error %v", len(got), err, tc.groups, tc.err)
 			}

@@ -1,0 +1,58 @@
+// Package store is the storage engine of stateful plugins: buckets of
+// keys and values in one bbolt file, in front of which a write-ahead log
+// makes each group of writes durable with one small sequential write.
+//
+// The lifecycle is Open → Update, View, Scan, Checkpoint and Scrub from
+// any goroutine → Close. Update runs a function that reads the current
+// state and writes (Tx.Get, Tx.Put, Tx.Delete); its writes go to the log
+// as one checksummed record, and Update returns once fdatasync has, so a
+// plugin that batches its requests into one Update (group commit) pays
+// one disk write per batch. The writes are kept in memory, in an overlay
+// of the latest value of each key written since the last checkpoint, as
+// an LSM tree's memtable is. Checkpoint freezes the overlay, starts the
+// log's next generation in its other file, and writes the frozen overlay
+// into the bbolt file in one transaction; groups go on committing
+// meanwhile. View and Scan read the state after the last committed group
+// (the bbolt file under the overlays) and never wait for an fdatasync or
+// a checkpoint.
+//
+// # Integrity
+//
+// Everything a plugin reads is checksummed: log records (CRC-32C) and
+// every value in the bbolt file (CRC-32C over its key and value, checked
+// on every read). bbolt checksums its meta pages and falls back to the
+// older one if the newer is damaged; the log still holds the groups of
+// that checkpoint, so nothing is lost. At Open:
+//
+//   - a torn record at the end of the newest log generation (an append
+//     that a crash cut short, never acknowledged) is left out and
+//     reported in Recovery.Trimmed;
+//   - any other damage (a bad record with acknowledged records after it,
+//     a log that belongs to another file, a missing log of a file not
+//     closed cleanly, unreadable meta pages) fails Open with a
+//     *CorruptError that names the file, where in it, and what to do.
+//
+// A damaged value or page met while running fails the read with a
+// *CorruptError, counts it (Corruptions) and makes the store refuse every
+// write (Err): a store that has served one bad value must not build on
+// it. Scrub re-reads the file in bounded slices to find damage before a
+// read does. Check verifies a store's files offline, and Repair cuts a
+// damaged log back to its last good record, saying what it drops.
+//
+// # Disk errors
+//
+// A group whose log write or fdatasync fails is erased from the log and
+// its Update fails: nothing of it happened, and writes resume by
+// themselves once the disk takes them. A failed checkpoint commit, or a
+// record that could be neither written nor erased, leaves the files in a
+// state the store cannot vouch for: it refuses writes (Err wraps
+// ErrFailed) until Reopen, which the plugin calls when it probes whether
+// the disk has recovered (no space left, say). Readers go on answering
+// from the state in memory throughout.
+//
+// The package owns its files and their integrity. It must not start
+// goroutines, retry, time out or know about HTTP: the plugin decides when
+// to Update, Checkpoint (CheckpointDue), Scrub and Reopen, and what a
+// failure means to its clients. Its interface has no bbolt types, so
+// that another backend can implement the same calls.
+package store
