@@ -251,7 +251,7 @@ func notApplied(r walletResp) bool {
 		return true
 	case http.StatusServiceUnavailable:
 		switch r.errCode() {
-		case "ledger_unavailable", "draining", "not_configured":
+		case "storage_unavailable", "draining", "not_configured":
 			return true
 		}
 	}
@@ -617,13 +617,13 @@ func TestWalletLedgerStall(t *testing.T) {
 		r := mustPost(t, h, "/wallet/v1/issue", fmt.Sprintf("stall-%d", keys), fmt.Sprintf(`{"to":%q,"amount":100}`, acct))
 		return r, time.Since(start)
 	}
-	// During the stall a POST is answered 503 ledger_unavailable with a
+	// During the stall a POST is answered 503 storage_unavailable with a
 	// Retry-After, within about the commit timeout.
 	bound := commitTimeout + 1500*time.Millisecond
 	checkStalled := func(what string, r walletResp, took time.Duration) {
 		t.Helper()
-		if r.code != http.StatusServiceUnavailable || r.errCode() != "ledger_unavailable" {
-			t.Errorf("%s during the stall = %v, want 503 ledger_unavailable", what, r)
+		if r.code != http.StatusServiceUnavailable || r.errCode() != "storage_unavailable" {
+			t.Errorf("%s during the stall = %v, want 503 storage_unavailable", what, r)
 		}
 		if _, err := retryAfter(r); err != nil {
 			t.Errorf("%s during the stall: %v", what, err)
@@ -697,10 +697,10 @@ func TestWalletLedgerStall(t *testing.T) {
 		case r.code == http.StatusOK:
 			issued += 100
 			return true
-		case r.code == http.StatusServiceUnavailable && r.errCode() == "ledger_unavailable":
+		case r.code == http.StatusServiceUnavailable && r.errCode() == "storage_unavailable":
 			return false
 		}
-		t.Fatalf("POST after the fault was cleared = %v, want 200 or 503 ledger_unavailable", r)
+		t.Fatalf("POST after the fault was cleared = %v, want 200 or 503 storage_unavailable", r)
 		return false
 	})
 	t.Logf("POSTs succeed %v after the fault was cleared", time.Since(cleared).Round(time.Millisecond))

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"path/filepath"
 	"runtime"
 	"sync/atomic"
@@ -21,6 +22,7 @@ import (
 	"github.com/plughost/plughost/sdk"
 	"github.com/plughost/plughost/sdk/breaker"
 	"github.com/plughost/plughost/sdk/group"
+	"github.com/plughost/plughost/sdk/store"
 )
 
 // version is the plugin's version, reported to the host.
@@ -32,6 +34,19 @@ const (
 	sweepInterval = 10 * time.Second
 	sweepBatch    = 4096
 )
+
+// Scrubbing: every scrubInterval the scrubber verifies the checksums of
+// scrubSlice more values of the ledger file, so a pass over a file of N
+// values takes N / scrubSlice intervals.
+const (
+	scrubInterval = time.Second
+	scrubSlice    = 1024
+)
+
+// SyncFaultPoint is the fault point inside the write-ahead log's write:
+// after the record is written, before its fdatasync. A delay there is a
+// stalled disk; an error, a failed fdatasync.
+const SyncFaultPoint = "ledger.sync"
 
 // drainMargin is the most of the drain deadline kept to answer the
 // requests whose commits are aborted at the end of a drain.
@@ -200,10 +215,32 @@ func (w *wallet) configure(_ context.Context, rt *sdk.Runtime) (err error) {
 		}
 	}()
 
+	faults := w.faults
+	if faults == nil {
+		faults = rt.Faults()
+	}
 	path := filepath.Join(rt.DataDir, "wallet.db")
-	l, err := ledger.Open(path, ledger.Options{IdempotencyTTL: s.idempotencyTTL, Render: api.Render})
+	hooks := &store.Hooks{}
+	opFaults := rt.Faults() // the operator's, not a test's gate
+	hooks.SetSync(func(f *os.File) error {
+		// A fault here stalls or fails the log's own write, after the
+		// record is written and before fdatasync returns.
+		if err := opFaults.Inject(context.Background(), SyncFaultPoint); err != nil {
+			return err
+		}
+		return store.Fdatasync(f)
+	})
+	l, err := ledger.Open(path, ledger.Options{IdempotencyTTL: s.idempotencyTTL, Render: api.Render, Hooks: hooks})
 	if err != nil {
+		// A damaged data dir is the operator's to repair: the SDK tells
+		// the host, which shows the reason and does not restart.
 		return err
+	}
+	if rec := l.Store().Recovery(); rec.Trimmed != nil {
+		rt.Logger.Warn("left out a torn record at the end of the write-ahead log, from a write that never completed",
+			"file", rec.Trimmed.File, "record", rec.Trimmed.Record, "offset", rec.Trimmed.Offset, "bytes", rec.Trimmed.Bytes)
+	} else if rec.Converted {
+		rt.Logger.Info("converted the ledger from the previous release's format", "path", path)
 	}
 	cleanup = append(cleanup, func() { _ = l.Close() })
 
@@ -218,10 +255,6 @@ func (w *wallet) configure(_ context.Context, rt *sdk.Runtime) (err error) {
 	})
 	events := bus.New[*ledger.Receipt](s.eventsBuffer, lagged.WithLabelValues("events"), eventsDropped)
 	v := view.New(view.Options{Source: l, Window: s.stalenessWindow, Stop: rt.Context().Done()}, l.Seq())
-	faults := w.faults
-	if faults == nil {
-		faults = rt.Faults()
-	}
 	cm, err := committer.New(committer.Options{
 		Ledger:        l,
 		Faults:        faults,
@@ -262,7 +295,11 @@ func (w *wallet) configure(_ context.Context, rt *sdk.Runtime) (err error) {
 		Help:        committer.TasksSpawnedHelp,
 		ConstLabels: prometheus.Labels{"kind": "sweeper"},
 	})
-	for _, col := range []prometheus.Collector{lagged, eventsDropped, sweepers, depth("commit", cm.QueueLen), depth("events", events.Buffered)} {
+	corruption := prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "store_corruption_total",
+		Help: "Damaged values or pages the ledger's store met while running (reads and the scrubber).",
+	}, func() float64 { return float64(l.Store().Corruptions()) })
+	for _, col := range []prometheus.Collector{lagged, eventsDropped, sweepers, corruption, depth("commit", cm.QueueLen), depth("events", events.Buffered)} {
 		if err := rt.Registerer.Register(col); err != nil {
 			return fmt.Errorf("register metrics: %w", err)
 		}
@@ -285,6 +322,7 @@ func (w *wallet) configure(_ context.Context, rt *sdk.Runtime) (err error) {
 	sweeper := group.New(rt.Context(), group.Options{Logger: rt.Logger.Named("sweeper")})
 	sweepers.Inc()
 	sweeper.Go("idempotency-sweeper", func(ctx context.Context) error { return sweep(ctx, l, rt.Logger) })
+	sweeper.Go("scrubber", func(ctx context.Context) error { return scrub(ctx, l, rt.Logger) })
 
 	w.running.Store(&running{logger: rt.Logger, ledger: l, committer: cm, api: a, sweeper: sweeper})
 	rt.Logger.Info("configured", "path", path, "seq", l.Seq(), "committers", s.committers,
@@ -321,6 +359,30 @@ func sweep(ctx context.Context, l *ledger.Ledger, logger hclog.Logger) error {
 		if l.Pending() && l.Err() == nil {
 			if err := l.Checkpoint(); err != nil && ctx.Err() == nil {
 				logger.Warn("checkpoint after sweeping failed", "error", err)
+			}
+		}
+	}
+}
+
+// scrub re-verifies the ledger file's checksums, scrubSlice values every
+// scrubInterval, until ctx ends. Damage makes the store refuse writes
+// (health turns degraded with the reason) and is logged once.
+func scrub(ctx context.Context, l *ledger.Ledger, logger hclog.Logger) error {
+	t := time.NewTicker(scrubInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		if _, err := l.Store().Scrub(scrubSlice); err != nil {
+			if errors.Is(err, ledger.ErrCorrupt) {
+				logger.Error("scrubber found damaged storage; writes are refused", "error", err)
+				return nil
+			}
+			if ctx.Err() == nil && !errors.Is(err, ledger.ErrClosed) {
+				logger.Warn("scrubbing the ledger failed", "error", err)
 			}
 		}
 	}
@@ -377,8 +439,14 @@ func (w *wallet) health(context.Context) sdk.Health {
 		return sdk.Health{Status: sdk.StatusNotReady, Reason: "not configured"}
 	case run.ledger.Closed():
 		return sdk.Health{Status: sdk.StatusNotReady, Reason: "ledger closed"}
-	case run.ledger.Err() != nil:
-		return sdk.Health{Status: sdk.StatusNotReady, Reason: "ledger refuses writes after a disk error; restart the plugin to recover from its write-ahead log: " + run.ledger.Err().Error()}
+	}
+	if err := run.ledger.Err(); err != nil {
+		// Reads are still served from what was committed: degraded, so
+		// that a load balancer can take writes away (/readyz/wallet).
+		if errors.Is(err, ledger.ErrCorrupt) {
+			return sdk.Health{Status: sdk.StatusDegraded, Reason: "writes refused: " + err.Error()}
+		}
+		return sdk.Health{Status: sdk.StatusDegraded, Reason: "writes refused after a disk error, recovering as the circuit breaker probes: " + err.Error()}
 	}
 	switch run.committer.BreakerState() {
 	case breaker.StateOpen:

@@ -345,8 +345,8 @@ breaker {
 }`, faults, "")
 	begin := time.Now()
 	r := tw.post("/v1/issue", "a", `{"to":"x","amount":1}`)
-	if r.code != 503 || r.errorCode() != "ledger_unavailable" || r.header.Get("Retry-After") == "" {
-		t.Errorf("POST while the ledger stalls = %s, want 503 ledger_unavailable with Retry-After", r)
+	if r.code != 503 || r.errorCode() != "storage_unavailable" || r.header.Get("Retry-After") == "" {
+		t.Errorf("POST while the ledger stalls = %s, want 503 storage_unavailable with Retry-After", r)
 	}
 	if d := time.Since(begin); d > 5*time.Second {
 		t.Errorf("POST while the ledger stalls took %v, want about the 100ms commit timeout", d)
@@ -410,15 +410,15 @@ func paidThenFailing(t *testing.T, config string) (*testWallet, response) {
 
 // checkPaidReplayed checks that, while commits fail or are refused, the
 // key "paid" is still answered with its first response, and a new key
-// with 503 ledger_unavailable.
+// with 503 storage_unavailable.
 func checkPaidReplayed(t *testing.T, tw *testWallet, first response, while string) {
 	t.Helper()
 	again := tw.mustPost("/v1/issue", "paid", `{"to":"x","amount":3}`, 200)
 	if again.body != first.body || again.header.Get("Idempotent-Replayed") != "true" {
 		t.Errorf("replay %s = %s (replayed %q), want the first response %q replayed", while, again, again.header.Get("Idempotent-Replayed"), first.body)
 	}
-	if r := tw.mustPost("/v1/issue", "new", `{"to":"x","amount":1}`, 503); r.errorCode() != "ledger_unavailable" {
-		t.Errorf("new key %s = %s, want ledger_unavailable", while, r)
+	if r := tw.mustPost("/v1/issue", "new", `{"to":"x","amount":1}`, 503); r.errorCode() != "storage_unavailable" {
+		t.Errorf("new key %s = %s, want storage_unavailable", while, r)
 	}
 }
 
@@ -460,8 +460,8 @@ breaker {
 	}
 	refused := tw.metric(`upstream_fail_total{svc="ledger"}`)
 	r := tw.mustPost("/v1/issue", "b", `{"to":"x","amount":1}`, 503)
-	if r.errorCode() != "ledger_unavailable" || r.header.Get("Retry-After") == "" {
-		t.Errorf("POST while the breaker is open = %s (Retry-After %q), want ledger_unavailable with Retry-After", r, r.header.Get("Retry-After"))
+	if r.errorCode() != "storage_unavailable" || r.header.Get("Retry-After") == "" {
+		t.Errorf("POST while the breaker is open = %s (Retry-After %q), want storage_unavailable with Retry-After", r, r.header.Get("Retry-After"))
 	}
 	if got := tw.metric(`upstream_fail_total{svc="ledger"}`); got != refused+1 {
 		t.Errorf(`upstream_fail_total{svc="ledger"} = %v after a POST the open breaker refused, want %v`, got, refused+1)

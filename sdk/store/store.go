@@ -145,6 +145,7 @@ type DB struct {
 	// corruptions counts the corrupt values and pages met while
 	// running (Corruptions).
 	corruptions atomic.Uint64
+	scrub       scrubber
 	// Of the log's current generation: the first group's time (clock),
 	// and the log's size, read by CheckpointDue without wmu.
 	first   atomic.Int64

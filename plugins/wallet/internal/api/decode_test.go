@@ -197,10 +197,10 @@ func TestClassify(t *testing.T) {
 		{ledger.ErrNotFound, 404, "not_found"},
 		{ledger.ErrClosed, 503, "draining"},
 		{committer.ErrBusy, 429, "busy"},
-		{committer.ErrUnavailable, 503, "ledger_unavailable"},
+		{committer.ErrUnavailable, 503, "storage_unavailable"},
 		// As the committer wraps a group's failure.
 		{fmt.Errorf("%w: commit failed: %w", committer.ErrUnavailable, ledger.ErrOutcomeUnknown), 503, "outcome_unknown"},
-		{fmt.Errorf("%w: commit failed: %w", committer.ErrUnavailable, ledger.ErrFailed), 503, "ledger_unavailable"},
+		{fmt.Errorf("%w: commit failed: %w", committer.ErrUnavailable, ledger.ErrFailed), 503, "storage_unavailable"},
 		{committer.ErrDraining, 503, "draining"},
 		{errDraining, 503, "draining"},
 		{errUnknown, 503, "cancelled"},

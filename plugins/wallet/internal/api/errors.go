@@ -102,6 +102,12 @@ func classify(err error) (int, errorDetail) {
 	case errors.Is(err, ledger.ErrNotFound):
 		d.Code = "not_found"
 		return http.StatusNotFound, d
+	case errors.Is(err, ledger.ErrCorrupt):
+		// Never served, and not the client's to retry: an operator must
+		// check and repair the data dir (docs/plugins/wallet.md).
+		d.Code = "storage_corrupt"
+		d.Message = err.Error()
+		return http.StatusInternalServerError, d
 	case errors.Is(err, committer.ErrBusy):
 		d.Code = "busy"
 		return http.StatusTooManyRequests, d
@@ -112,7 +118,7 @@ func classify(err error) (int, errorDetail) {
 		d.Message = "the ledger failed while committing this request, which may or may not have been applied; retry with the same Idempotency-Key once the wallet is back to learn its outcome"
 		return http.StatusServiceUnavailable, d
 	case errors.Is(err, committer.ErrUnavailable):
-		d.Code = "ledger_unavailable"
+		d.Code = "storage_unavailable"
 		return http.StatusServiceUnavailable, d
 	case errors.Is(err, committer.ErrDraining), errors.Is(err, errDraining), errors.Is(err, ledger.ErrClosed):
 		d.Code = "draining"
@@ -131,14 +137,14 @@ func classify(err error) (int, errorDetail) {
 }
 
 // writeError answers err. 429 and 503 carry Retry-After: the rest of the
-// breaker's cool-down for ledger_unavailable, else one second (which
+// breaker's cool-down for storage_unavailable, else one second (which
 // sdk.WriteErrorBody sets).
 func (a *API) writeError(w http.ResponseWriter, err error) {
 	status, d := classify(err)
 	if status == http.StatusInternalServerError {
 		a.logger.Error("request failed", "error", err)
 	}
-	if d.Code == "ledger_unavailable" {
+	if d.Code == "storage_unavailable" {
 		retry := a.committer.RetryAfter()
 		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(retry.Seconds()))))
 	}

@@ -341,7 +341,8 @@ func (c *Committer) checkpointDue() bool {
 // failure is logged and counted, and the next try waits for a backoff:
 // the groups stay in the log, and the ledger refuses new ones only once
 // the log is far past its size. A failure that fails the ledger
-// (ledger.ErrFailed) is final; CheckpointDue is false from then on.
+// (ledger.ErrFailed) stops checkpoints (CheckpointDue is false) until a
+// commit attempt has reopened the ledger.
 func (c *Committer) checkpoint() {
 	start := time.Now()
 	err := c.ledger.Checkpoint()
@@ -516,6 +517,15 @@ func (c *Committer) attempt(ctx context.Context, ops []ledger.Op) ([]ledger.Resu
 			c.m.timeouts.Inc()
 		}
 		return nil, fmt.Errorf("fault point %s: %w", FaultPoint, err)
+	}
+	if err := c.ledger.Err(); errors.Is(err, ledger.ErrFailed) {
+		// A disk error failed the ledger (a full disk, say): this
+		// attempt, which the breaker lets through only as a probe once
+		// it has opened, tries to recover it from its files.
+		if err := c.ledger.Reopen(); err != nil {
+			return nil, err
+		}
+		c.logger.Info("ledger recovered from its write-ahead log after a disk error", "seq", c.ledger.Seq())
 	}
 	results, err := c.ledger.Apply(ctx, ops)
 	if err != nil {
