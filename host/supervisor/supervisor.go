@@ -244,8 +244,10 @@ type command struct {
 // Start launches the plugin's goroutine. It returns once the first start
 // attempt has ended: with the plugin ready, or with a config error (the
 // plugin's schema or Configure refused the config), which is returned
-// and the plugin stopped. Any other failure is left to the restart loop
-// and Start returns nil.
+// and the plugin stopped. A plugin that reports its storage corrupt
+// (sdk.ErrStorageCorrupt) is left in the failed state with the plugin's
+// message as its last error, until Restart, and Start returns nil. Any
+// other failure is left to the restart loop and Start returns nil.
 func Start(ctx context.Context, spec Spec, opts Options) (*Process, error) {
 	return start(ctx, spec, opts, false)
 }
@@ -480,6 +482,23 @@ func (p *Process) run(ctx context.Context) {
 	for {
 		p.setState(StateStarting, nil)
 		inst, err := p.launch(ctx)
+		if errors.Is(err, sdk.ErrStorageCorrupt) {
+			// Starting again would find the same damage: the plugin
+			// waits, failed, for an operator who repaired or restored
+			// its data. Its own message is the last error. Only a
+			// replacement's first attempt reports it to the caller.
+			p.logger.Error("plugin found its storage corrupt; not restarting it", "error", err)
+			if p.strict && p.firstPending() {
+				p.firstDone(err)
+			} else {
+				p.firstDone(nil)
+			}
+			if !p.waitFailed(ctx, err) {
+				return
+			}
+			bo.Reset()
+			continue
+		}
 		refused := errors.Is(err, ErrConfigRefused)
 		if refused || err != nil && p.strict && p.firstPending() {
 			if refused {
@@ -694,14 +713,14 @@ func (p *Process) watch(ctx context.Context, inst *catalog.Instance, ep *Endpoin
 	for {
 		select {
 		case <-inst.Exited():
-			return nil, errors.New("plugin process exited")
+			return nil, inst.ExitError("")
 		case <-ep.data.Done():
 			// No request can reach the process any more. Most often it
 			// has died, and its sockets closed a moment before its exit
 			// is seen: say so if it has.
 			select {
 			case <-inst.Exited():
-				return nil, errors.New("plugin process exited")
+				return nil, inst.ExitError("")
 			case <-time.After(exitGrace):
 				return nil, errors.New("every data-plane connection broke")
 			}
