@@ -254,6 +254,10 @@ func (g *Ingress) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		g.readyz(w)
 		return
 	}
+	if name, ok := strings.CutPrefix(r.URL.Path, "/readyz/"); ok {
+		g.readyPlugin(w, name)
+		return
+	}
 	if bad := checkRequest(r); bad != nil {
 		// The client's fault, and anyone can send it: no log above debug.
 		g.logger.Debug("refused a malformed request", "reason", bad.message, "remote", r.RemoteAddr)
@@ -634,7 +638,8 @@ func (g *Ingress) readyz(w http.ResponseWriter) {
 		st := e.target.Status()
 		serving := e.target.Endpoint() != nil
 		body.Plugins = append(body.Plugins, readyPlugin{Name: st.Name, State: st.State, Health: st.Health, Ready: serving})
-		if st.Required && !serving {
+		degraded := st.Health == "degraded" && e.target.Spec().UnreadyWhenDegraded
+		if st.Required && (!serving || degraded) {
 			body.Ready = false
 		}
 	}
@@ -642,6 +647,36 @@ func (g *Ingress) readyz(w http.ResponseWriter) {
 	code := http.StatusOK
 	if !body.Ready {
 		code = http.StatusServiceUnavailable
+	}
+	writeJSON(w, code, body)
+}
+
+// pluginReadiness is the body of GET /readyz/NAME: the plugin's name and
+// its readiness, nothing more, since /readyz needs no token.
+type pluginReadiness struct {
+	Name string `json:"name"`
+	// State is the supervisor's state, except for a ready plugin that
+	// reports itself "degraded" or "not_ready", which it shows instead.
+	State string `json:"state"`
+}
+
+// readyPlugin answers GET /readyz/NAME: 200 while the plugin serves and
+// is not degraded, 503 otherwise, and 404 for a plugin the host does not
+// run.
+func (g *Ingress) readyPlugin(w http.ResponseWriter, name string) {
+	e, ok := g.table.Load().byName[name]
+	if !ok {
+		writeError(w, http.StatusNotFound, "not_found", "no plugin of this name")
+		return
+	}
+	st := e.target.Status()
+	body := pluginReadiness{Name: name, State: string(st.State)}
+	if st.State == supervisor.StateReady && st.Health != "" {
+		body.State = st.Health
+	}
+	code := http.StatusServiceUnavailable
+	if e.target.Endpoint() != nil && st.Health != "degraded" && !g.draining.Load() {
+		code = http.StatusOK
 	}
 	writeJSON(w, code, body)
 }

@@ -47,6 +47,10 @@ type Spec struct {
 	// MaxStreams caps the plugin's concurrent requests to streaming
 	// routes, which do not count against MaxInflight.
 	MaxStreams int
+	// UnreadyWhenDegraded makes the host's aggregate readiness count the
+	// plugin, if Required, as not ready while it reports itself degraded
+	// (config.PluginBlock.UnreadyWhenDegraded).
+	UnreadyWhenDegraded bool
 }
 
 // Policy holds the restart and health settings.
