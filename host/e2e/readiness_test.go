@@ -98,3 +98,69 @@ func TestReadyzPerPlugin(t *testing.T) {
 		t.Errorf("GET /readyz with frail ready again = %d %s, want 200", code, body)
 	}
 }
+
+// TestReadyzDuringSingleInstanceReplace polls /readyz and /readyz/wallet
+// while a reload replaces the wallet, a single-instance plugin whose
+// requests the host holds meanwhile: both stay 200 throughout, and
+// /readyz/wallet shows the replacement.
+func TestReadyzDuringSingleInstanceReplace(t *testing.T) {
+	dir := copyPlugins(t, "hello", "wallet")
+	h := startHost(t, zeroDowntimeConfig(dir, "one", "24h"))
+	before := readyPlugin(t, h, "wallet")
+	h.waitReadiness("wallet", http.StatusOK, "ready")
+
+	type poll struct {
+		path  string
+		code  int
+		state string
+	}
+	var (
+		bad      []poll
+		replaced bool
+		polls    int
+	)
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			for _, path := range []string{"/readyz", "/readyz/wallet"} {
+				resp, err := client.Get(h.ingress + path)
+				if err != nil {
+					bad = append(bad, poll{path: path, state: err.Error()})
+					continue
+				}
+				var body struct {
+					State string `json:"state"`
+				}
+				_ = json.NewDecoder(resp.Body).Decode(&body)
+				resp.Body.Close()
+				polls++
+				if resp.StatusCode != http.StatusOK {
+					bad = append(bad, poll{path, resp.StatusCode, body.State})
+				}
+				if body.State == "replacing" {
+					replaced = true
+				}
+			}
+		}
+	}()
+	h.reload(zeroDowntimeConfig(dir, "one", "12h"), "config reloaded")
+	close(stop)
+	<-done
+
+	if after := h.plugins()["wallet"]; after.Pid == before.Pid || after.State != "ready" {
+		t.Fatalf("wallet after a reload that changed its config = %+v, want a new ready process", after)
+	}
+	if len(bad) > 0 {
+		t.Errorf("%d of %d readiness polls during the wallet's replacement were not 200, first %+v", len(bad), polls, bad[0])
+	}
+	if !replaced {
+		t.Errorf("no poll of %d saw /readyz/wallet in state replacing: the test did not watch the replacement", polls)
+	}
+}

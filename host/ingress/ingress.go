@@ -609,6 +609,11 @@ func forwardHeader(h http.Header) http.Header {
 	return out
 }
 
+// stateReplacing is the state /readyz shows for a single-instance plugin
+// while the host replaces its process and holds its requests (Hold): it
+// counts as ready, since the held requests will be served.
+const stateReplacing supervisor.State = "replacing"
+
 type readyBody struct {
 	Ready    bool          `json:"ready"`
 	Draining bool          `json:"draining"`
@@ -637,6 +642,10 @@ func (g *Ingress) readyz(w http.ResponseWriter) {
 	for _, e := range t.byName {
 		st := e.target.Status()
 		serving := e.target.Endpoint() != nil
+		if !serving && g.holding(st.Name) {
+			// Replaced in turn: its requests wait and will be served.
+			serving, st.State, st.Health = true, stateReplacing, ""
+		}
 		body.Plugins = append(body.Plugins, readyPlugin{Name: st.Name, State: st.State, Health: st.Health, Ready: serving})
 		degraded := st.Health == "degraded" && e.target.Spec().UnreadyWhenDegraded
 		if st.Required && (!serving || degraded) {
@@ -674,8 +683,12 @@ func (g *Ingress) readyPlugin(w http.ResponseWriter, name string) {
 	if st.State == supervisor.StateReady && st.Health != "" {
 		body.State = st.Health
 	}
+	serving := e.target.Endpoint() != nil
+	if !serving && g.holding(name) {
+		serving, body.State, st.Health = true, string(stateReplacing), ""
+	}
 	code := http.StatusServiceUnavailable
-	if e.target.Endpoint() != nil && st.Health != "degraded" && !g.draining.Load() {
+	if serving && st.Health != "degraded" && !g.draining.Load() {
 		code = http.StatusOK
 	}
 	writeJSON(w, code, body)
