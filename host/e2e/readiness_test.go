@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -162,5 +163,40 @@ func TestReadyzDuringSingleInstanceReplace(t *testing.T) {
 	}
 	if !replaced {
 		t.Errorf("no poll of %d saw /readyz/wallet in state replacing: the test did not watch the replacement", polls)
+	}
+}
+
+// TestNotReadyIsNotReady checks the 503 a request gets while a plugin the
+// supervisor holds ready reports itself not ready: it says so, never that
+// the plugin "is ready", and the admin API shows the plugin's reason.
+func TestNotReadyIsNotReady(t *testing.T) {
+	data := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(data, "frail"), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	h := startHost(t, withDataDir(t, baseConfig("5s"), data)+pluginBlock("frail", "frail", ""))
+	h.waitReadiness("frail", http.StatusOK, "ready")
+	if err := os.WriteFile(filepath.Join(data, "frail", "health"), []byte("not_ready"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	h.waitReadiness("frail", http.StatusServiceUnavailable, "not_ready")
+
+	code, body := h.get(h.ingress + "/frail/")
+	var e struct {
+		Error struct {
+			Code    string `json:"code"`
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal([]byte(body), &e); err != nil {
+		t.Fatalf("GET /frail/ body %q: %v", body, err)
+	}
+	want := `plugin "frail" reports itself not ready; it is sent no requests until it is`
+	if code != http.StatusServiceUnavailable || e.Error.Code != "plugin_unavailable" || e.Error.Message != want {
+		t.Errorf("GET /frail/ while not ready = %d %s, want 503 plugin_unavailable %q", code, body, want)
+	}
+	_, list := h.get(h.admin + "/v1/plugins")
+	if !strings.Contains(list, `"health_reason":"told to be not ready"`) {
+		t.Errorf("GET /v1/plugins = %s, want frail's health_reason", list)
 	}
 }

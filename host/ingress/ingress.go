@@ -338,8 +338,7 @@ func (g *Ingress) forwardTo(w http.ResponseWriter, r *http.Request, e *entry, re
 		}
 	}
 	if ep == nil || e.routes == nil {
-		return writeError(w, http.StatusServiceUnavailable, "plugin_unavailable",
-			fmt.Sprintf("plugin %q is %s", name, e.target.Status().State))
+		return writeError(w, http.StatusServiceUnavailable, "plugin_unavailable", unavailable(e))
 	}
 	rt, pattern, err := e.routes.Match(r.Method, rest)
 	if err != nil {
@@ -397,8 +396,7 @@ func (g *Ingress) forwardTo(w http.ResponseWriter, r *http.Request, e *entry, re
 		// for its new process as a request arriving now would.
 		var ne *entry
 		if ne, ep, _ = g.await(r.Context(), e); ep == nil {
-			return writeError(w, http.StatusServiceUnavailable, "plugin_unavailable",
-				fmt.Sprintf("plugin %q is %s", name, ne.target.Status().State))
+			return writeError(w, http.StatusServiceUnavailable, "plugin_unavailable", unavailable(ne))
 		}
 		e = ne
 	}
@@ -523,6 +521,23 @@ func (g *Ingress) answer(w http.ResponseWriter, e *entry, ep *supervisor.Endpoin
 	}
 }
 
+// unavailable says why the plugin of e has no process to send a request
+// to. It never gives "ready" as the reason: a ready plugin the host
+// cannot use is one that reports itself not ready, or one it cannot
+// reach. The plugin's own reason stays on the admin API, since anyone
+// can read this answer.
+func unavailable(e *entry) string {
+	name := e.target.Name()
+	st := e.target.Status()
+	switch {
+	case st.State == supervisor.StateReady && st.Health == "not_ready":
+		return fmt.Sprintf("plugin %q reports itself not ready; it is sent no requests until it is", name)
+	case st.State == supervisor.StateReady:
+		return fmt.Sprintf("plugin %q could not be reached: it has no process to take requests", name)
+	}
+	return fmt.Sprintf("plugin %q is %s", name, st.State)
+}
+
 // failed maps a request that got no answer to an HTTP answer.
 func (g *Ingress) failed(ctx context.Context, w http.ResponseWriter, e *entry, ep *supervisor.Endpoint, err error) int {
 	name := e.target.Name()
@@ -550,8 +565,11 @@ func (g *Ingress) failed(ctx context.Context, w http.ResponseWriter, e *entry, e
 		if ok, suppressed := e.warn.allow(time.Now()); ok {
 			g.logger.Warn("plugin call failed", "plugin", name, "error", err, "suppressed", suppressed)
 		}
-		return writeError(w, http.StatusServiceUnavailable, "plugin_unavailable",
-			fmt.Sprintf("plugin %q could not be reached", name))
+		msg := fmt.Sprintf("plugin %q could not be reached", name)
+		if errors.Is(err, dataplane.ErrUnavailable) {
+			msg += ": its data-plane connections are closed"
+		}
+		return writeError(w, http.StatusServiceUnavailable, "plugin_unavailable", msg)
 	}
 }
 

@@ -186,15 +186,18 @@ func (c *Endpoint) RoundTrip(ctx context.Context, req *dataplane.Request) (*data
 
 // Status is a plugin's status for /readyz and /v1/plugins.
 type Status struct {
-	Name      string `json:"name"`
-	State     State  `json:"state"`
-	Health    string `json:"health,omitempty"`
-	Pid       int    `json:"pid"`
-	Restarts  int    `json:"restarts"`
-	Version   string `json:"version"`
-	LastError string `json:"last_error"`
-	Required  bool   `json:"required"`
-	Mount     string `json:"mount"`
+	Name   string `json:"name"`
+	State  State  `json:"state"`
+	Health string `json:"health,omitempty"`
+	// HealthReason is the reason the plugin gave with a degraded or
+	// not-ready health. It is for the admin API only: it can name files.
+	HealthReason string `json:"health_reason,omitempty"`
+	Pid          int    `json:"pid"`
+	Restarts     int    `json:"restarts"`
+	Version      string `json:"version"`
+	LastError    string `json:"last_error"`
+	Required     bool   `json:"required"`
+	Mount        string `json:"mount"`
 	// DataPlaneConns is how many of the running process's data-plane
 	// connections the host has not seen break.
 	DataPlaneConns int `json:"data_plane_conns"`
@@ -214,6 +217,7 @@ type Process struct {
 	mu       sync.Mutex
 	state    State
 	health   string
+	reason   string // the plugin's reason for health
 	inst     *catalog.Instance
 	ep       *Endpoint
 	manifest *pluginv1.DescribeResponse
@@ -347,7 +351,7 @@ func (p *Process) Status() Status {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	s := Status{
-		Name: p.spec.Name, State: p.state, Health: p.health, Restarts: p.restarts,
+		Name: p.spec.Name, State: p.state, Health: p.health, HealthReason: p.reason, Restarts: p.restarts,
 		LastError: p.lastErr, Required: p.spec.Required, Mount: p.spec.Mount,
 	}
 	if p.inst != nil {
@@ -430,7 +434,7 @@ func (p *Process) setState(s State, lastErr error) {
 		p.lastErr = lastErr.Error()
 	}
 	if s != StateReady {
-		p.health = ""
+		p.health, p.reason = "", ""
 	}
 	p.mu.Unlock()
 	p.publish()
@@ -736,7 +740,7 @@ func (p *Process) watch(ctx context.Context, inst *catalog.Instance, ep *Endpoin
 			p.logger.Debug("plugin stable; the next restart waits the initial backoff", "stable_after", pol.StableAfter)
 			bo.Reset()
 		case <-tick.C:
-			h, err := p.check(ctx, inst)
+			h, reason, err := p.check(ctx, inst)
 			if err != nil {
 				fails++
 				p.logger.Warn("health check failed", "consecutive", fails, "error", err)
@@ -747,8 +751,8 @@ func (p *Process) watch(ctx context.Context, inst *catalog.Instance, ep *Endpoin
 			}
 			fails = 0
 			p.mu.Lock()
-			changed := p.health != h
-			p.health = h
+			changed := p.health != h || p.reason != reason
+			p.health, p.reason = h, reason
 			p.mu.Unlock()
 			if changed {
 				p.publish()
@@ -757,20 +761,22 @@ func (p *Process) watch(ctx context.Context, inst *catalog.Instance, ep *Endpoin
 	}
 }
 
-func (p *Process) check(ctx context.Context, inst *catalog.Instance) (string, error) {
+// check asks the plugin for its health: "degraded", "not_ready" or ""
+// for ready, with the plugin's reason.
+func (p *Process) check(ctx context.Context, inst *catalog.Instance) (string, string, error) {
 	ctx, cancel := context.WithTimeout(ctx, p.opts.Policy.HealthTimeout)
 	defer cancel()
 	resp, err := inst.RPC().Health(ctx, &pluginv1.HealthRequest{})
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	switch resp.GetStatus() {
 	case pluginv1.HealthResponse_STATUS_DEGRADED:
-		return "degraded", nil
+		return "degraded", resp.GetReason(), nil
 	case pluginv1.HealthResponse_STATUS_NOT_READY:
-		return "not_ready", nil
+		return "not_ready", resp.GetReason(), nil
 	}
-	return "", nil
+	return "", "", nil
 }
 
 // drainAndKill asks the plugin to drain until deadline, then ends it: once
