@@ -115,7 +115,10 @@ func specFor(cfg *config.Config, p config.PluginBlock) supervisor.Spec {
 		MaxStreams:  p.MaxStreams,
 		Required:    p.Required,
 		DataDir:     p.DataDir,
-		Env:         p.Env,
+		// Part of the fingerprint, so a reload that changes it puts the
+		// new spec in place, as for required.
+		UnreadyWhenDegraded: p.UnreadyWhenDegraded,
+		Env:                 p.Env,
 		Decode: func(schema *pluginv1.Schema) ([]byte, error) {
 			if err := config.CheckSchema(schema); err != nil {
 				return nil, err
@@ -138,6 +141,7 @@ func fingerprint(cfg *config.Config, p config.PluginBlock) string {
 	h := sha256.New()
 	fmt.Fprintf(h, "%s\x00%s\x00%s\x00%d\x00%t\x00%s\x00", p.Path, p.SHA256, p.Mount, p.MaxInflight, p.Required, p.DataDir)
 	fmt.Fprintf(h, "max_streams\x00%d\x00", p.MaxStreams)
+	fmt.Fprintf(h, "unready_when_degraded\x00%t\x00", p.UnreadyWhenDegraded)
 	for _, k := range slices.Sorted(maps.Keys(p.Env)) {
 		fmt.Fprintf(h, "env\x00%s\x00%s\x00", k, p.Env[k])
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/plughost/plughost/host/admin"
 	"github.com/plughost/plughost/host/catalog"
 	"github.com/plughost/plughost/host/supervisor"
+	"github.com/plughost/plughost/sdk"
 )
 
 // defaultHeld bounds the requests held for a single-instance plugin
@@ -39,6 +40,11 @@ func (h *host) replace(old *supervisor.Process, spec supervisor.Spec, opts, oldO
 		return h.replaceInTurn(old, spec, opts, oldOpts, drain)
 	}
 	p, err := supervisor.StartStandby(h.ctx, spec, opts)
+	if err != nil && errors.Is(err, sdk.ErrStorageCorrupt) && !old.Ready() {
+		// Nothing serves to keep: show the plugin failed with its own
+		// report, as a start would.
+		return h.failCorrupt(old, spec, opts, err)
+	}
 	if err != nil {
 		err = fmt.Errorf("replace plugin %q: %w; the running process stays", spec.Name, err)
 		old.SetLastError(err)
@@ -95,6 +101,14 @@ func (h *host) replaceInTurn(old *supervisor.Process, spec supervisor.Spec, opts
 		h.logger.Info("plugin replaced", "plugin", spec.Name, "pid", p.Status().Pid)
 		return nil
 	}
+	if errors.Is(err, sdk.ErrStorageCorrupt) {
+		// The previous binary would open the same data: the plugin is
+		// shown failed with its report until the data is repaired.
+		if back.Path != old.Spec().Path {
+			_ = os.Remove(back.Path)
+		}
+		return h.failCorrupt(old, spec, opts, err)
+	}
 	err = fmt.Errorf("replace plugin %q: %w; the previous process is started again", spec.Name, err)
 	prev, berr := supervisor.StartStandby(h.ctx, back, oldOpts)
 	if berr != nil {
@@ -111,6 +125,25 @@ func (h *host) replaceInTurn(old *supervisor.Process, spec supervisor.Spec, opts
 	h.swap(old, prev)
 	prev.SetLastError(err)
 	return err
+}
+
+// failCorrupt puts a Process for spec, failed with the plugin's report of
+// corrupt storage (err), in the place of old, which does not serve: a
+// started Process stays failed with the plugin's own message as its last
+// error, where the next restart or reload finds it. old is stopped. It
+// returns err, for the reload's diagnostics.
+func (h *host) failCorrupt(old *supervisor.Process, spec supervisor.Spec, opts supervisor.Options, err error) error {
+	old.Stop(time.Now())
+	p, serr := supervisor.Start(h.ctx, spec, opts)
+	if serr != nil {
+		h.mu.Lock()
+		delete(h.plugins, spec.Name)
+		h.mu.Unlock()
+		h.update()
+		return errors.Join(err, serr)
+	}
+	h.swap(old, p)
+	return fmt.Errorf("replace plugin %q: %w", spec.Name, err)
 }
 
 // swap makes p the plugin's process in old's place and routes to it.

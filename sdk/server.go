@@ -105,6 +105,9 @@ func (s *server) Configure(ctx context.Context, req *pluginv1.ConfigureRequest) 
 	}
 	if s.p.Configure != nil {
 		if err := s.hook("configure", func() error { return s.p.Configure(ctx, rt) }); err != nil {
+			if errors.Is(err, ErrStorageCorrupt) {
+				return &pluginv1.ConfigureResponse{Error: err.Error(), StorageCorrupt: true}, nil
+			}
 			var ce *ConfigError
 			if errors.As(err, &ce) {
 				return &pluginv1.ConfigureResponse{Error: ce.message(), Attribute: ce.Attribute}, nil

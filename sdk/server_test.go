@@ -367,6 +367,9 @@ func TestConfigure(t *testing.T) {
 		config    string
 		wantError string // substring of ConfigureResponse.error; empty means accepted
 		wantAttr  string
+		// wantCorrupt is ConfigureResponse.storage_corrupt: the hook's
+		// error wraps ErrStorageCorrupt.
+		wantCorrupt bool
 	}{
 		{
 			name:   "config reaches DecodeConfig",
@@ -418,6 +421,15 @@ func TestConfigure(t *testing.T) {
 			wantAttr:  "greeting",
 		},
 		{
+			name: "storage corrupt",
+			hook: func(context.Context, *Runtime) error {
+				return fmt.Errorf("open ledger: %w: wallet.db.wal.1 record 17 at offset 20: checksum mismatch", ErrStorageCorrupt)
+			},
+			config:      `{}`,
+			wantError:   "open ledger: storage corrupt: wallet.db.wal.1 record 17 at offset 20: checksum mismatch",
+			wantCorrupt: true,
+		},
+		{
 			name:   "no hook",
 			config: `{"anything":1}`,
 		},
@@ -439,6 +451,9 @@ func TestConfigure(t *testing.T) {
 			}
 			if resp.GetAttribute() != tt.wantAttr {
 				t.Errorf("Configure(%q).attribute = %q, want %q", tt.config, resp.GetAttribute(), tt.wantAttr)
+			}
+			if resp.GetStorageCorrupt() != tt.wantCorrupt {
+				t.Errorf("Configure(%q).storage_corrupt = %v, want %v", tt.config, resp.GetStorageCorrupt(), tt.wantCorrupt)
 			}
 		})
 	}

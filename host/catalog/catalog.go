@@ -75,6 +75,8 @@ type Instance struct {
 	hostID   uint32
 	stdio    []*lineLogger
 	data     dataplane.Transport
+	cmd      *exec.Cmd
+	words    *lastWords
 }
 
 // maxDataPlaneConns caps the data-plane connections per plugin process.
@@ -167,6 +169,7 @@ func Launch(ctx context.Context, path, sha string, opts Options) (*Instance, err
 	if opts.SocketDir != "" {
 		cmd.Env = append(cmd.Env, plugin.EnvUnixSocketDir+"="+opts.SocketDir)
 	}
+	words := &lastWords{}
 	stdout := newLineLogger(opts.Logger, "stdout")
 	stderr := newLineLogger(opts.Logger, "stderr")
 	cfg := &plugin.ClientConfig{
@@ -181,7 +184,7 @@ func Launch(ctx context.Context, path, sha string, opts Options) (*Instance, err
 		GRPCBrokerMultiplex: true,
 		SkipHostEnv:         true,
 		StartTimeout:        opts.StartTimeout,
-		Logger:              goPluginLogger{opts.Logger},
+		Logger:              goPluginLogger{opts.Logger, words},
 		SyncStdout:          stdout,
 		SyncStderr:          stderr,
 		Stderr:              io.Discard,
@@ -198,7 +201,7 @@ func Launch(ctx context.Context, path, sha string, opts Options) (*Instance, err
 		cfg.SecureConfig = &plugin.SecureConfig{Checksum: sum, Hash: sha256.New()}
 	}
 	client := plugin.NewClient(cfg)
-	inst := &Instance{client: client, stdio: []*lineLogger{stdout, stderr}, data: dataplane.New(data)}
+	inst := &Instance{client: client, stdio: []*lineLogger{stdout, stderr}, data: dataplane.New(data), cmd: cmd, words: words}
 	ok := false
 	defer func() {
 		if !ok {
@@ -228,7 +231,7 @@ func Launch(ctx context.Context, path, sha string, opts Options) (*Instance, err
 	defer cancel()
 	m, err := inst.rpc.Describe(dctx, &pluginv1.DescribeRequest{})
 	if err != nil {
-		return nil, fmt.Errorf("describe: %w", err)
+		return nil, inst.exitError("start", fmt.Errorf("describe: %w", err))
 	}
 	inst.manifest = m
 
@@ -292,8 +295,35 @@ func (i *Instance) Pid() int { return i.pid }
 // Exited is closed when the plugin process exits.
 func (i *Instance) Exited() <-chan struct{} { return i.rpc.Exited.Done() }
 
+// exitGrace is how long a call that failed is given to see the process
+// exit, when its exit is the likelier reason: its connection breaks a
+// moment before its exit is seen.
+const exitGrace = time.Second
+
+// exitError returns an *ExitError wrapping err when the process has
+// exited or exits within exitGrace, and err otherwise.
+func (i *Instance) exitError(during string, err error) error {
+	t := time.NewTimer(exitGrace)
+	defer t.Stop()
+	select {
+	case <-i.Exited():
+	case <-t.C:
+		return err
+	}
+	return &ExitError{During: during, Status: exitStatus(i.cmd), Last: i.words.String(), Err: err}
+}
+
+// ExitError returns an *ExitError for a process that has exited (Exited
+// is closed), saying how it ended and what it last logged at error level.
+func (i *Instance) ExitError(during string) error {
+	return &ExitError{During: during, Status: exitStatus(i.cmd), Last: i.words.String(), Err: errors.New("plugin process exited")}
+}
+
 // Configure sends the decoded config. A plugin's refusal wraps an
-// *sdk.ConfigError: "plugin rejected config: ATTRIBUTE: MESSAGE".
+// *sdk.ConfigError: "plugin rejected config: ATTRIBUTE: MESSAGE". A
+// plugin that found its stored data corrupt returns an error that wraps
+// sdk.ErrStorageCorrupt and reads as the plugin's message. When the
+// process exits instead of answering, the error is an *ExitError.
 func (i *Instance) Configure(ctx context.Context, instance string, configJSON []byte, dataDir string, limits *pluginv1.Limits) error {
 	resp, err := i.rpc.Configure(ctx, &pluginv1.ConfigureRequest{
 		ConfigJson:   configJSON,
@@ -303,7 +333,10 @@ func (i *Instance) Configure(ctx context.Context, instance string, configJSON []
 		Instance:     instance,
 	})
 	if err != nil {
-		return fmt.Errorf("configure: %w", err)
+		return i.exitError("start", fmt.Errorf("configure: %w", err))
+	}
+	if resp.GetStorageCorrupt() {
+		return &corruptError{msg: resp.GetError()}
 	}
 	if resp.GetError() != "" {
 		return fmt.Errorf("plugin rejected config: %w", &sdk.ConfigError{Attribute: resp.GetAttribute(), Message: resp.GetError()})

@@ -9,8 +9,13 @@ var goPluginKeys = map[string]string{"plugin": "path"}
 
 // goPluginLogger is the logger go-plugin's client gets: the launch's
 // logger, with go-plugin's clashing keys renamed (goPluginKeys), so that no
-// record carries a key twice.
-type goPluginLogger struct{ hclog.Logger }
+// record carries a key twice. go-plugin logs the plugin's stderr through a
+// sub-logger named after the binary; that one keeps the plugin's
+// error-level records in words, for an error about the plugin's exit.
+type goPluginLogger struct {
+	hclog.Logger
+	words *lastWords
+}
 
 // Log logs at level with the keys of args renamed.
 func (l goPluginLogger) Log(level hclog.Level, msg string, args ...any) {
@@ -34,17 +39,22 @@ func (l goPluginLogger) Error(msg string, args ...any) { l.Logger.Error(msg, ren
 
 // With returns a sub-logger with args, keys renamed, that renames too.
 func (l goPluginLogger) With(args ...any) hclog.Logger {
-	return goPluginLogger{l.Logger.With(renameKeys(args)...)}
+	return goPluginLogger{l.Logger.With(renameKeys(args)...), l.words}
 }
 
-// Named returns a named sub-logger that renames too.
+// Named returns a named sub-logger that renames too. Unless it is
+// go-plugin's own stdio logger, it is the one for the plugin's stderr,
+// and keeps its error-level records.
 func (l goPluginLogger) Named(name string) hclog.Logger {
-	return goPluginLogger{l.Logger.Named(name)}
+	if l.words == nil || name == "stdio" {
+		return goPluginLogger{l.Logger.Named(name), nil}
+	}
+	return goPluginLogger{recordingLogger{l.Logger.Named(name), l.words}, nil}
 }
 
 // ResetNamed returns a sub-logger with name as its name that renames too.
 func (l goPluginLogger) ResetNamed(name string) hclog.Logger {
-	return goPluginLogger{l.Logger.ResetNamed(name)}
+	return goPluginLogger{l.Logger.ResetNamed(name), nil}
 }
 
 // renameKeys returns args, key/value pairs, with the keys in goPluginKeys

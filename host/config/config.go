@@ -163,6 +163,13 @@ type PluginBlock struct {
 	MaxStreams int
 	// Required marks a plugin the host cannot do without. Default true.
 	Required bool
+	// UnreadyWhenDegraded makes the aggregate /readyz answer 503 while
+	// this plugin, if required, reports itself degraded, so that a load
+	// balancer takes traffic away from a host whose plugin cannot do all
+	// its work. Default false: a degraded plugin still serves, and
+	// /readyz counts it as ready. GET /readyz/NAME answers 503 for a
+	// degraded plugin either way.
+	UnreadyWhenDegraded bool
 	// DataDir is the plugin's own directory, Config.DataDir/Name.
 	DataDir string
 	// Env holds the variables of the plugin's env block, set in the

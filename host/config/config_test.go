@@ -70,7 +70,7 @@ func defaultConfig(filename, dir string) Config {
 type comparePlugin struct {
 	Name, Path, SHA256, Mount, DataDir         string
 	MaxInflight, MaxStreams                    int
-	Required                                   bool
+	Required, UnreadyWhenDegraded              bool
 	DeclLine, PathLine, SHA256Line, ConfigLine int
 	ConfigStartLine                            int
 	Env                                        map[string]string
@@ -80,7 +80,8 @@ func plainPlugin(p PluginBlock) comparePlugin {
 	return comparePlugin{
 		Name: p.Name, Path: p.Path, SHA256: p.SHA256, Mount: p.Mount, DataDir: p.DataDir,
 		MaxInflight: p.MaxInflight, MaxStreams: p.MaxStreams, Required: p.Required,
-		DeclLine: p.DeclRange.Start.Line, PathLine: p.PathRange.Start.Line,
+		UnreadyWhenDegraded: p.UnreadyWhenDegraded,
+		DeclLine:            p.DeclRange.Start.Line, PathLine: p.PathRange.Start.Line,
 		SHA256Line: p.SHA256Range.Start.Line, ConfigLine: p.ConfigRange.Start.Line,
 		ConfigStartLine: p.Config.MissingItemRange().Start.Line,
 		Env:             p.Env,
@@ -169,19 +170,20 @@ func TestLoad(t *testing.T) {
 			ConfigRange: rng(43),
 		},
 		{
-			Name:        "kv_store-2",
-			Path:        "/opt/plughost/kv",
-			Mount:       "/kv_store-2",
-			MaxInflight: 512,
-			MaxStreams:  1024,
-			Required:    true,
-			DataDir:     "/var/lib/plughost/kv_store-2",
-			Env:         map[string]string{"GOGC": "400", "GOMEMLIMIT": "256MiB", "EMPTY": ""},
-			Config:      emptyBody(rng(49)),
-			DeclRange:   rng(49),
-			PathRange:   rng(50),
-			SHA256Range: rng(49),
-			ConfigRange: rng(49),
+			Name:                "kv_store-2",
+			Path:                "/opt/plughost/kv",
+			Mount:               "/kv_store-2",
+			MaxInflight:         512,
+			MaxStreams:          1024,
+			Required:            true,
+			DataDir:             "/var/lib/plughost/kv_store-2",
+			UnreadyWhenDegraded: true,
+			Env:                 map[string]string{"GOGC": "400", "GOMEMLIMIT": "256MiB", "EMPTY": ""},
+			Config:              emptyBody(rng(49)),
+			DeclRange:           rng(49),
+			PathRange:           rng(50),
+			SHA256Range:         rng(49),
+			ConfigRange:         rng(49),
 		},
 	}
 

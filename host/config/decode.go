@@ -114,8 +114,10 @@ type pluginBody struct {
 	MaxInflight *hcl.Attribute `hcl:"max_inflight,optional"`
 	MaxStreams  *hcl.Attribute `hcl:"max_streams,optional"`
 	Required    *hcl.Attribute `hcl:"required,optional"`
-	Env         *envBody       `hcl:"env,block"`
-	Config      *configBody    `hcl:"config,block"`
+	// UnreadyWhenDegraded is unready_when_degraded.
+	UnreadyWhenDegraded *hcl.Attribute `hcl:"unready_when_degraded,optional"`
+	Env                 *envBody       `hcl:"env,block"`
+	Config              *configBody    `hcl:"config,block"`
 }
 
 // envBody is a plugin's env block: attributes only, whose names are not
@@ -372,6 +374,7 @@ func (d *decoder) plugins(c *Config, blocks []*pluginBody) {
 		decodeInt(d, pb.MaxInflight, &p.MaxInflight, 1)
 		decodeInt(d, pb.MaxStreams, &p.MaxStreams, 1)
 		decodeAttr(d, pb.Required, &p.Required)
+		decodeAttr(d, pb.UnreadyWhenDegraded, &p.UnreadyWhenDegraded)
 
 		if pb.Env != nil {
 			p.Env = d.env(pb.Env.Body)

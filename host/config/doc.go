@@ -56,6 +56,7 @@
 //	  max_inflight = 512
 //	  max_streams  = 1024               # streaming requests, outside max_inflight
 //	  required     = true
+//	  unready_when_degraded = false
 //	  config {                          # checked later, against the plugin's schema
 //	    greeting = "hello"
 //	  }

@@ -54,6 +54,16 @@ func (g *Ingress) Hold(name string, until time.Time, max int) (release func()) {
 	}
 }
 
+// holding reports whether a handover holds the plugin named name now:
+// its requests wait for the new process and will be served, so its
+// readiness stays up (readyz) until the hold is released or expires.
+func (g *Ingress) holding(name string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	h := g.holds[name]
+	return h != nil && time.Now().Before(h.until)
+}
+
 // errHoldFull and errHoldExpired say why a held request got no process.
 var (
 	errHoldFull    = errors.New("too many requests are waiting for the plugin's replacement")

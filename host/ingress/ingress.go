@@ -254,6 +254,10 @@ func (g *Ingress) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		g.readyz(w)
 		return
 	}
+	if name, ok := strings.CutPrefix(r.URL.Path, "/readyz/"); ok {
+		g.readyPlugin(w, name)
+		return
+	}
 	if bad := checkRequest(r); bad != nil {
 		// The client's fault, and anyone can send it: no log above debug.
 		g.logger.Debug("refused a malformed request", "reason", bad.message, "remote", r.RemoteAddr)
@@ -334,8 +338,7 @@ func (g *Ingress) forwardTo(w http.ResponseWriter, r *http.Request, e *entry, re
 		}
 	}
 	if ep == nil || e.routes == nil {
-		return writeError(w, http.StatusServiceUnavailable, "plugin_unavailable",
-			fmt.Sprintf("plugin %q is %s", name, e.target.Status().State))
+		return writeError(w, http.StatusServiceUnavailable, "plugin_unavailable", unavailable(e))
 	}
 	rt, pattern, err := e.routes.Match(r.Method, rest)
 	if err != nil {
@@ -393,8 +396,7 @@ func (g *Ingress) forwardTo(w http.ResponseWriter, r *http.Request, e *entry, re
 		// for its new process as a request arriving now would.
 		var ne *entry
 		if ne, ep, _ = g.await(r.Context(), e); ep == nil {
-			return writeError(w, http.StatusServiceUnavailable, "plugin_unavailable",
-				fmt.Sprintf("plugin %q is %s", name, ne.target.Status().State))
+			return writeError(w, http.StatusServiceUnavailable, "plugin_unavailable", unavailable(ne))
 		}
 		e = ne
 	}
@@ -519,6 +521,23 @@ func (g *Ingress) answer(w http.ResponseWriter, e *entry, ep *supervisor.Endpoin
 	}
 }
 
+// unavailable says why the plugin of e has no process to send a request
+// to. It never gives "ready" as the reason: a ready plugin the host
+// cannot use is one that reports itself not ready, or one it cannot
+// reach. The plugin's own reason stays on the admin API, since anyone
+// can read this answer.
+func unavailable(e *entry) string {
+	name := e.target.Name()
+	st := e.target.Status()
+	switch {
+	case st.State == supervisor.StateReady && st.Health == "not_ready":
+		return fmt.Sprintf("plugin %q reports itself not ready; it is sent no requests until it is", name)
+	case st.State == supervisor.StateReady:
+		return fmt.Sprintf("plugin %q could not be reached: it has no process to take requests", name)
+	}
+	return fmt.Sprintf("plugin %q is %s", name, st.State)
+}
+
 // failed maps a request that got no answer to an HTTP answer.
 func (g *Ingress) failed(ctx context.Context, w http.ResponseWriter, e *entry, ep *supervisor.Endpoint, err error) int {
 	name := e.target.Name()
@@ -546,8 +565,11 @@ func (g *Ingress) failed(ctx context.Context, w http.ResponseWriter, e *entry, e
 		if ok, suppressed := e.warn.allow(time.Now()); ok {
 			g.logger.Warn("plugin call failed", "plugin", name, "error", err, "suppressed", suppressed)
 		}
-		return writeError(w, http.StatusServiceUnavailable, "plugin_unavailable",
-			fmt.Sprintf("plugin %q could not be reached", name))
+		msg := fmt.Sprintf("plugin %q could not be reached", name)
+		if errors.Is(err, dataplane.ErrUnavailable) {
+			msg += ": its data-plane connections are closed"
+		}
+		return writeError(w, http.StatusServiceUnavailable, "plugin_unavailable", msg)
 	}
 }
 
@@ -605,6 +627,11 @@ func forwardHeader(h http.Header) http.Header {
 	return out
 }
 
+// stateReplacing is the state /readyz shows for a single-instance plugin
+// while the host replaces its process and holds its requests (Hold): it
+// counts as ready, since the held requests will be served.
+const stateReplacing supervisor.State = "replacing"
+
 type readyBody struct {
 	Ready    bool          `json:"ready"`
 	Draining bool          `json:"draining"`
@@ -633,8 +660,13 @@ func (g *Ingress) readyz(w http.ResponseWriter) {
 	for _, e := range t.byName {
 		st := e.target.Status()
 		serving := e.target.Endpoint() != nil
+		if !serving && g.holding(st.Name) {
+			// Replaced in turn: its requests wait and will be served.
+			serving, st.State, st.Health = true, stateReplacing, ""
+		}
 		body.Plugins = append(body.Plugins, readyPlugin{Name: st.Name, State: st.State, Health: st.Health, Ready: serving})
-		if st.Required && !serving {
+		degraded := st.Health == "degraded" && e.target.Spec().UnreadyWhenDegraded
+		if st.Required && (!serving || degraded) {
 			body.Ready = false
 		}
 	}
@@ -642,6 +674,40 @@ func (g *Ingress) readyz(w http.ResponseWriter) {
 	code := http.StatusOK
 	if !body.Ready {
 		code = http.StatusServiceUnavailable
+	}
+	writeJSON(w, code, body)
+}
+
+// pluginReadiness is the body of GET /readyz/NAME: the plugin's name and
+// its readiness, nothing more, since /readyz needs no token.
+type pluginReadiness struct {
+	Name string `json:"name"`
+	// State is the supervisor's state, except for a ready plugin that
+	// reports itself "degraded" or "not_ready", which it shows instead.
+	State string `json:"state"`
+}
+
+// readyPlugin answers GET /readyz/NAME: 200 while the plugin serves and
+// is not degraded, 503 otherwise, and 404 for a plugin the host does not
+// run.
+func (g *Ingress) readyPlugin(w http.ResponseWriter, name string) {
+	e, ok := g.table.Load().byName[name]
+	if !ok {
+		writeError(w, http.StatusNotFound, "not_found", "no plugin of this name")
+		return
+	}
+	st := e.target.Status()
+	body := pluginReadiness{Name: name, State: string(st.State)}
+	if st.State == supervisor.StateReady && st.Health != "" {
+		body.State = st.Health
+	}
+	serving := e.target.Endpoint() != nil
+	if !serving && g.holding(name) {
+		serving, body.State, st.Health = true, string(stateReplacing), ""
+	}
+	code := http.StatusServiceUnavailable
+	if serving && st.Health != "degraded" && !g.draining.Load() {
+		code = http.StatusOK
 	}
 	writeJSON(w, code, body)
 }

@@ -3,6 +3,7 @@ package ingress_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -390,6 +391,21 @@ func TestReadyz(t *testing.T) {
 				if names[i-1] > names[i] {
 					t.Errorf("GET /readyz plugins = %v, want them sorted by name", names)
 				}
+			}
+			// Each plugin's own readiness: 200 while it serves.
+			for name, state := range tt.wantState {
+				want := http.StatusServiceUnavailable
+				if state == supervisor.StateReady && !tt.drain {
+					want = http.StatusOK
+				}
+				r := f.get(t, "/readyz/"+name)
+				wantBody := fmt.Sprintf(`{"name":%q,"state":%q}`+"\n", name, state)
+				if r.code != want || r.body != wantBody {
+					t.Errorf("GET /readyz/%s = %d %s, want %d %s", name, r.code, r.body, want, wantBody)
+				}
+			}
+			if r := f.get(t, "/readyz/nothing"); r.code != http.StatusNotFound || r.errorCode() != "not_found" {
+				t.Errorf("GET /readyz/nothing = %d %s, want 404 not_found", r.code, r.body)
 			}
 			// /healthz is about the process only.
 			if r := f.get(t, "/healthz"); r.code != http.StatusOK {

@@ -47,6 +47,10 @@ type Spec struct {
 	// MaxStreams caps the plugin's concurrent requests to streaming
 	// routes, which do not count against MaxInflight.
 	MaxStreams int
+	// UnreadyWhenDegraded makes the host's aggregate readiness count the
+	// plugin, if Required, as not ready while it reports itself degraded
+	// (config.PluginBlock.UnreadyWhenDegraded).
+	UnreadyWhenDegraded bool
 }
 
 // Policy holds the restart and health settings.
@@ -182,15 +186,18 @@ func (c *Endpoint) RoundTrip(ctx context.Context, req *dataplane.Request) (*data
 
 // Status is a plugin's status for /readyz and /v1/plugins.
 type Status struct {
-	Name      string `json:"name"`
-	State     State  `json:"state"`
-	Health    string `json:"health,omitempty"`
-	Pid       int    `json:"pid"`
-	Restarts  int    `json:"restarts"`
-	Version   string `json:"version"`
-	LastError string `json:"last_error"`
-	Required  bool   `json:"required"`
-	Mount     string `json:"mount"`
+	Name   string `json:"name"`
+	State  State  `json:"state"`
+	Health string `json:"health,omitempty"`
+	// HealthReason is the reason the plugin gave with a degraded or
+	// not-ready health. It is for the admin API only: it can name files.
+	HealthReason string `json:"health_reason,omitempty"`
+	Pid          int    `json:"pid"`
+	Restarts     int    `json:"restarts"`
+	Version      string `json:"version"`
+	LastError    string `json:"last_error"`
+	Required     bool   `json:"required"`
+	Mount        string `json:"mount"`
 	// DataPlaneConns is how many of the running process's data-plane
 	// connections the host has not seen break.
 	DataPlaneConns int `json:"data_plane_conns"`
@@ -210,6 +217,7 @@ type Process struct {
 	mu       sync.Mutex
 	state    State
 	health   string
+	reason   string // the plugin's reason for health
 	inst     *catalog.Instance
 	ep       *Endpoint
 	manifest *pluginv1.DescribeResponse
@@ -244,8 +252,10 @@ type command struct {
 // Start launches the plugin's goroutine. It returns once the first start
 // attempt has ended: with the plugin ready, or with a config error (the
 // plugin's schema or Configure refused the config), which is returned
-// and the plugin stopped. Any other failure is left to the restart loop
-// and Start returns nil.
+// and the plugin stopped. A plugin that reports its storage corrupt
+// (sdk.ErrStorageCorrupt) is left in the failed state with the plugin's
+// message as its last error, until Restart, and Start returns nil. Any
+// other failure is left to the restart loop and Start returns nil.
 func Start(ctx context.Context, spec Spec, opts Options) (*Process, error) {
 	return start(ctx, spec, opts, false)
 }
@@ -341,7 +351,7 @@ func (p *Process) Status() Status {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	s := Status{
-		Name: p.spec.Name, State: p.state, Health: p.health, Restarts: p.restarts,
+		Name: p.spec.Name, State: p.state, Health: p.health, HealthReason: p.reason, Restarts: p.restarts,
 		LastError: p.lastErr, Required: p.spec.Required, Mount: p.spec.Mount,
 	}
 	if p.inst != nil {
@@ -424,7 +434,7 @@ func (p *Process) setState(s State, lastErr error) {
 		p.lastErr = lastErr.Error()
 	}
 	if s != StateReady {
-		p.health = ""
+		p.health, p.reason = "", ""
 	}
 	p.mu.Unlock()
 	p.publish()
@@ -480,6 +490,23 @@ func (p *Process) run(ctx context.Context) {
 	for {
 		p.setState(StateStarting, nil)
 		inst, err := p.launch(ctx)
+		if errors.Is(err, sdk.ErrStorageCorrupt) {
+			// Starting again would find the same damage: the plugin
+			// waits, failed, for an operator who repaired or restored
+			// its data. Its own message is the last error. Only a
+			// replacement's first attempt reports it to the caller.
+			p.logger.Error("plugin found its storage corrupt; not restarting it", "error", err)
+			if p.strict && p.firstPending() {
+				p.firstDone(err)
+			} else {
+				p.firstDone(nil)
+			}
+			if !p.waitFailed(ctx, err) {
+				return
+			}
+			bo.Reset()
+			continue
+		}
 		refused := errors.Is(err, ErrConfigRefused)
 		if refused || err != nil && p.strict && p.firstPending() {
 			if refused {
@@ -694,14 +721,14 @@ func (p *Process) watch(ctx context.Context, inst *catalog.Instance, ep *Endpoin
 	for {
 		select {
 		case <-inst.Exited():
-			return nil, errors.New("plugin process exited")
+			return nil, inst.ExitError("")
 		case <-ep.data.Done():
 			// No request can reach the process any more. Most often it
 			// has died, and its sockets closed a moment before its exit
 			// is seen: say so if it has.
 			select {
 			case <-inst.Exited():
-				return nil, errors.New("plugin process exited")
+				return nil, inst.ExitError("")
 			case <-time.After(exitGrace):
 				return nil, errors.New("every data-plane connection broke")
 			}
@@ -713,7 +740,7 @@ func (p *Process) watch(ctx context.Context, inst *catalog.Instance, ep *Endpoin
 			p.logger.Debug("plugin stable; the next restart waits the initial backoff", "stable_after", pol.StableAfter)
 			bo.Reset()
 		case <-tick.C:
-			h, err := p.check(ctx, inst)
+			h, reason, err := p.check(ctx, inst)
 			if err != nil {
 				fails++
 				p.logger.Warn("health check failed", "consecutive", fails, "error", err)
@@ -724,8 +751,8 @@ func (p *Process) watch(ctx context.Context, inst *catalog.Instance, ep *Endpoin
 			}
 			fails = 0
 			p.mu.Lock()
-			changed := p.health != h
-			p.health = h
+			changed := p.health != h || p.reason != reason
+			p.health, p.reason = h, reason
 			p.mu.Unlock()
 			if changed {
 				p.publish()
@@ -734,20 +761,22 @@ func (p *Process) watch(ctx context.Context, inst *catalog.Instance, ep *Endpoin
 	}
 }
 
-func (p *Process) check(ctx context.Context, inst *catalog.Instance) (string, error) {
+// check asks the plugin for its health: "degraded", "not_ready" or ""
+// for ready, with the plugin's reason.
+func (p *Process) check(ctx context.Context, inst *catalog.Instance) (string, string, error) {
 	ctx, cancel := context.WithTimeout(ctx, p.opts.Policy.HealthTimeout)
 	defer cancel()
 	resp, err := inst.RPC().Health(ctx, &pluginv1.HealthRequest{})
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	switch resp.GetStatus() {
 	case pluginv1.HealthResponse_STATUS_DEGRADED:
-		return "degraded", nil
+		return "degraded", resp.GetReason(), nil
 	case pluginv1.HealthResponse_STATUS_NOT_READY:
-		return "not_ready", nil
+		return "not_ready", resp.GetReason(), nil
 	}
-	return "", nil
+	return "", "", nil
 }
 
 // drainAndKill asks the plugin to drain until deadline, then ends it: once

@@ -40,6 +40,7 @@ func TestMain(m *testing.M) {
 		"./plugins/hello",
 		"./host/e2e/testdata/plugins/crasher",
 		"./host/e2e/testdata/plugins/faulty",
+		"./host/e2e/testdata/plugins/frail",
 	))
 }
 

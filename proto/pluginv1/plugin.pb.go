@@ -688,9 +688,14 @@ type ConfigureResponse struct {
 	// error, when set, rejects the config; the host reports it as a diagnostic.
 	Error string `protobuf:"bytes,1,opt,name=error,proto3" json:"error,omitempty"`
 	// attribute optionally names the attribute the error is about.
-	Attribute     string `protobuf:"bytes,2,opt,name=attribute,proto3" json:"attribute,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Attribute string `protobuf:"bytes,2,opt,name=attribute,proto3" json:"attribute,omitempty"`
+	// storage_corrupt says that error is not about the config: the plugin
+	// found its stored data corrupt (sdk.ErrStorageCorrupt) and refuses to
+	// serve it. The host shows error as the plugin's last error and does not
+	// restart it until an operator asks.
+	StorageCorrupt bool `protobuf:"varint,3,opt,name=storage_corrupt,json=storageCorrupt,proto3" json:"storage_corrupt,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ConfigureResponse) Reset() {
@@ -735,6 +740,13 @@ func (x *ConfigureResponse) GetAttribute() string {
 		return x.Attribute
 	}
 	return ""
+}
+
+func (x *ConfigureResponse) GetStorageCorrupt() bool {
+	if x != nil {
+		return x.StorageCorrupt
+	}
+	return false
 }
 
 type Header struct {
@@ -1993,10 +2005,11 @@ const file_proto_pluginv1_plugin_proto_rawDesc = "" +
 	"\bdata_dir\x18\x02 \x01(\tR\adataDir\x122\n" +
 	"\x06limits\x18\x03 \x01(\v2\x1a.plughost.plugin.v1.LimitsR\x06limits\x12$\n" +
 	"\x0ehost_broker_id\x18\x04 \x01(\rR\fhostBrokerId\x12\x1a\n" +
-	"\binstance\x18\x05 \x01(\tR\binstance\"G\n" +
+	"\binstance\x18\x05 \x01(\tR\binstance\"p\n" +
 	"\x11ConfigureResponse\x12\x14\n" +
 	"\x05error\x18\x01 \x01(\tR\x05error\x12\x1c\n" +
-	"\tattribute\x18\x02 \x01(\tR\tattribute\"4\n" +
+	"\tattribute\x18\x02 \x01(\tR\tattribute\x12'\n" +
+	"\x0fstorage_corrupt\x18\x03 \x01(\bR\x0estorageCorrupt\"4\n" +
 	"\x06Header\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06values\x18\x02 \x03(\tR\x06values\"\x8e\x02\n" +

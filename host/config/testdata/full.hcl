@@ -48,6 +48,8 @@ plugin "hello" {
 
 plugin "kv_store-2" {
   path = "/opt/plughost/kv"
+  # A degraded kv store takes the host out of the load balancer.
+  unready_when_degraded = true
   env {
     GOGC       = "400"
     GOMEMLIMIT = "256MiB"

@@ -15,3 +15,8 @@ plugin "a" {
   mount  = "/healthz/a"
   sha256 = "abc"
 }
+
+plugin "b" {
+  path                  = "b"
+  unready_when_degraded = "sometimes"
+}
