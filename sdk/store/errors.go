@@ -3,6 +3,8 @@ package store
 import (
 	"errors"
 	"fmt"
+
+	"github.com/plughost/plughost/sdk"
 )
 
 // Errors of the store. CorruptError is the one for damaged files.
@@ -20,8 +22,10 @@ var (
 	// for sure nor erased. A recovery may replay it.
 	ErrOutcomeUnknown = errors.New("outcome unknown")
 	// ErrCorrupt is wrapped by *CorruptError: stored data failed a
-	// checksum or a structural check.
-	ErrCorrupt = errors.New("storage corrupt")
+	// checksum or a structural check. It is sdk.ErrStorageCorrupt, so a
+	// Configure hook that returns Open's error has the host show the
+	// plugin failed with the error's message instead of restarting it.
+	ErrCorrupt = sdk.ErrStorageCorrupt
 )
 
 // CorruptError reports damaged storage: a log record or a stored value
