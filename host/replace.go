@@ -60,6 +60,7 @@ func (h *host) replaceInTurn(old *supervisor.Process, spec supervisor.Spec, opts
 		Logger:       opts.Logger.Named(spec.Name).With("plugin", spec.Name),
 		StartTimeout: opts.Policy.StartTimeout,
 		ExtraEnv:     spec.Env,
+		SocketDir:    opts.SocketDir,
 	})
 	if err != nil {
 		err = fmt.Errorf("replace plugin %q: start: %w; the running process stays", spec.Name, err)

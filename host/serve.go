@@ -43,7 +43,14 @@ func validate(ctx context.Context, logger hclog.Logger, path string, stdout, std
 		diags = append(diags, checkTokenFile(cfg)...)
 	}
 	if !diags.HasErrors() {
-		diags = append(diags, describeAll(ctx, logger, cfg, cfg.Plugins, true)...)
+		// The plugins launched for Describe make their sockets in a
+		// directory of this run's own, removed when it ends.
+		sockets, _, err := catalog.OpenSocketDir("")
+		if err != nil {
+			return err
+		}
+		defer sockets.Close()
+		diags = append(diags, describeAll(ctx, logger, cfg, cfg.Plugins, true, sockets.Path())...)
 	}
 	if len(diags) > 0 {
 		printDiags(stderr, cfg, diags)
@@ -400,7 +407,7 @@ func (h *host) reload(path string) {
 			}
 		}
 		h.mu.Unlock()
-		diags = append(diags, describeAll(h.ctx, h.logger, cfg, changed, false)...)
+		diags = append(diags, describeAll(h.ctx, h.logger, cfg, changed, false, h.socketDir)...)
 	}
 	if diags.HasErrors() {
 		var b strings.Builder
