@@ -134,7 +134,14 @@ func inspect(ctx context.Context, path string) (info, error) {
 	if err != nil {
 		return info{}, err
 	}
-	inst, err := catalog.Launch(ctx, path, sum, catalog.Options{})
+	// The plugin makes its socket in a directory of this run's own,
+	// removed when it ends.
+	sockets, _, err := catalog.OpenSocketDir("")
+	if err != nil {
+		return info{}, err
+	}
+	defer sockets.Close()
+	inst, err := catalog.Launch(ctx, path, sum, catalog.Options{SocketDir: sockets.Path()})
 	if err != nil {
 		return info{}, err
 	}

@@ -62,7 +62,9 @@ func checkBinaries(cfg *config.Config) hcl.Diagnostics {
 // describeAll launches each plugin only as far as Describe, in parallel,
 // and checks its config block against its declared schema. Plugins that do
 // not describe themselves are diagnostics when strict, warnings otherwise.
-func describeAll(ctx context.Context, logger hclog.Logger, cfg *config.Config, plugins []config.PluginBlock, strict bool) hcl.Diagnostics {
+// The plugins make their go-plugin sockets in socketDir (see
+// catalog.Options.SocketDir).
+func describeAll(ctx context.Context, logger hclog.Logger, cfg *config.Config, plugins []config.PluginBlock, strict bool, socketDir string) hcl.Diagnostics {
 	diags := make([]hcl.Diagnostics, len(plugins))
 	var wg sync.WaitGroup
 	for i, p := range plugins {
@@ -73,6 +75,7 @@ func describeAll(ctx context.Context, logger hclog.Logger, cfg *config.Config, p
 				Logger:       logger.Named(p.Name).With("plugin", p.Name),
 				StartTimeout: cfg.Limits.StartTimeout,
 				ExtraEnv:     p.Env,
+				SocketDir:    socketDir,
 			})
 			if err != nil {
 				sev := hcl.DiagWarning

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +15,48 @@ import (
 	"github.com/plughost/plughost/host/supervisor"
 	"github.com/plughost/plughost/sdk"
 )
+
+// errShuttingDown is why a start or replacement cancelled by the host's
+// shutdown failed.
+var errShuttingDown = errors.New("the host is shutting down")
+
+// startProcess is start (supervisor.Start or StartStandby) made to give
+// up when shutdown begins: the process's own context is h.ctx, and only
+// while start has not returned does the shutdown cancel it, which stops
+// the process. A process start returned before that runs on, and the
+// shutdown drains it with the others.
+func (h *host) startProcess(start func(context.Context, supervisor.Spec, supervisor.Options) (*supervisor.Process, error), spec supervisor.Spec, opts supervisor.Options) (*supervisor.Process, error) {
+	ctx, cancel := context.WithCancel(h.ctx)
+	stop := context.AfterFunc(h.changes, cancel)
+	p, err := start(ctx, spec, opts)
+	if !stop() {
+		// The shutdown has cancelled ctx: the process is stopping, or
+		// stopped before start returned.
+		if p != nil {
+			p.Stop(time.Now())
+		}
+		return nil, fmt.Errorf("start plugin %q: %w", spec.Name, errShuttingDown)
+	}
+	return p, err
+}
+
+// stopProcess stops p by deadline and waits for it, unless the host's
+// shutdown begins first: then it returns false at once and p goes on
+// draining to its deadline, which serve waits for. It reports whether p
+// has stopped.
+func (h *host) stopProcess(p *supervisor.Process, deadline time.Time) bool {
+	done := make(chan struct{})
+	h.background.Go(func() {
+		defer close(done)
+		p.Stop(deadline)
+	})
+	select {
+	case <-done:
+		return true
+	case <-h.changes.Done():
+		return false
+	}
+}
 
 // defaultHeld bounds the requests held for a single-instance plugin
 // without max_inflight while it is replaced.
@@ -39,7 +82,10 @@ func (h *host) replace(old *supervisor.Process, spec supervisor.Spec, opts, oldO
 	if old.Manifest().GetSingleInstance() {
 		return h.replaceInTurn(old, spec, opts, oldOpts, drain)
 	}
-	p, err := supervisor.StartStandby(h.ctx, spec, opts)
+	p, err := h.startProcess(supervisor.StartStandby, spec, opts)
+	if errors.Is(err, errShuttingDown) {
+		return err // old is drained with the others
+	}
 	if err != nil && errors.Is(err, sdk.ErrStorageCorrupt) && !old.Ready() {
 		// Nothing serves to keep: show the plugin failed with its own
 		// report, as a start would.
@@ -52,7 +98,7 @@ func (h *host) replace(old *supervisor.Process, spec supervisor.Spec, opts, oldO
 	}
 	h.swap(old, p)
 	h.logger.Info("plugin replaced; draining the old process", "plugin", spec.Name, "pid", p.Status().Pid)
-	old.Stop(time.Now().Add(drain))
+	h.stopProcess(old, time.Now().Add(drain))
 	return nil
 }
 
@@ -62,11 +108,18 @@ func (h *host) replaceInTurn(old *supervisor.Process, spec supervisor.Spec, opts
 	// to start again if the new one does not come up, from a binary that
 	// may have been replaced on disk: launch the new binary as far as
 	// Describe first, and keep the old process if it cannot get that far.
-	inst, err := catalog.Launch(h.ctx, spec.Path, spec.SHA256, catalog.Options{
+	inst, err := catalog.Launch(h.changes, spec.Path, spec.SHA256, catalog.Options{
 		Logger:       opts.Logger.Named(spec.Name).With("plugin", spec.Name),
 		StartTimeout: opts.Policy.StartTimeout,
 		ExtraEnv:     spec.Env,
+		SocketDir:    opts.SocketDir,
 	})
+	if h.changes.Err() != nil {
+		if err == nil {
+			inst.Kill()
+		}
+		return fmt.Errorf("replace plugin %q: %w", spec.Name, errShuttingDown)
+	}
 	if err != nil {
 		err = fmt.Errorf("replace plugin %q: start: %w; the running process stays", spec.Name, err)
 		old.SetLastError(err)
@@ -91,8 +144,14 @@ func (h *host) replaceInTurn(old *supervisor.Process, spec supervisor.Spec, opts
 	release := h.ingress.Hold(spec.Name, deadline.Add(opts.Policy.StartTimeout), held)
 	defer release()
 	h.logger.Info("single-instance plugin: draining it before its replacement starts; holding its requests", "plugin", spec.Name)
-	old.Stop(deadline)
-	p, err := supervisor.StartStandby(h.ctx, spec, opts)
+	if !h.stopProcess(old, deadline) {
+		// old, still the plugin's process, is drained by the shutdown.
+		return fmt.Errorf("replace plugin %q: %w", spec.Name, errShuttingDown)
+	}
+	p, err := h.startProcess(supervisor.StartStandby, spec, opts)
+	if errors.Is(err, errShuttingDown) {
+		return err
+	}
 	if err == nil {
 		if back.Path != old.Spec().Path {
 			_ = os.Remove(back.Path) // not needed: the new process runs
@@ -110,10 +169,10 @@ func (h *host) replaceInTurn(old *supervisor.Process, spec supervisor.Spec, opts
 		return h.failCorrupt(old, spec, opts, err)
 	}
 	err = fmt.Errorf("replace plugin %q: %w; the previous process is started again", spec.Name, err)
-	prev, berr := supervisor.StartStandby(h.ctx, back, oldOpts)
-	if berr != nil {
+	prev, berr := h.startProcess(supervisor.StartStandby, back, oldOpts)
+	if berr != nil && !errors.Is(berr, errShuttingDown) {
 		// Left to the restart loop, as at host start.
-		prev, berr = supervisor.Start(h.ctx, back, oldOpts)
+		prev, berr = h.startProcess(supervisor.Start, back, oldOpts)
 	}
 	if berr != nil {
 		h.mu.Lock()
@@ -165,7 +224,7 @@ func (h *host) swap(old, p *supervisor.Process) {
 func (h *host) operatorReplace(name string, upgrade bool) {
 	h.reloadMu.Lock()
 	defer h.reloadMu.Unlock()
-	if h.closed {
+	if h.closed || h.changes.Err() != nil {
 		return
 	}
 	h.mu.Lock()
@@ -190,7 +249,7 @@ func (h *host) operatorReplace(name string, upgrade bool) {
 		what = "upgrade"
 	}
 	h.logger.Info("operator "+what+": replacing plugin", "plugin", name)
-	if err := h.replace(old, spec, opts, opts, h.cfg.DrainDeadline); err != nil {
+	if err := h.replace(old, spec, opts, opts, h.cfg.DrainDeadline); err != nil && !errors.Is(err, errShuttingDown) {
 		h.logger.Error("operator "+what+" failed", "plugin", name, "error", err)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -43,7 +44,14 @@ func validate(ctx context.Context, logger hclog.Logger, path string, stdout, std
 		diags = append(diags, checkTokenFile(cfg)...)
 	}
 	if !diags.HasErrors() {
-		diags = append(diags, describeAll(ctx, logger, cfg, cfg.Plugins, true)...)
+		// The plugins launched for Describe make their sockets in a
+		// directory of this run's own, removed when it ends.
+		sockets, _, err := catalog.OpenSocketDir("")
+		if err != nil {
+			return err
+		}
+		defer sockets.Close()
+		diags = append(diags, describeAll(ctx, logger, cfg, cfg.Plugins, true, sockets.Path())...)
 	}
 	if len(diags) > 0 {
 		printDiags(stderr, cfg, diags)
@@ -64,13 +72,23 @@ type host struct {
 	logger  hclog.Logger
 	metrics *metrics.Host
 	ingress *ingress.Ingress
-	ctx     context.Context
+	// ctx is the plugins' lifetime: its end stops them all.
+	ctx context.Context
+	// changes is ctx for reloads, restarts and upgrades: shutdown cancels
+	// it first, so that one in progress gives up at once (see
+	// startProcess and stopProcess) rather than delay the shutdown.
+	changes       context.Context
+	cancelChanges context.CancelFunc
 
 	// reloadMu serialises reloads, replacements and shutdown.
 	reloadMu sync.Mutex
 	cfg      *config.Config
 	closed   bool // shutdown has begun; under reloadMu
-	// background runs operator restarts and upgrades; serve waits for it.
+	// drainDeadline is cfg's drain_deadline, readable without reloadMu
+	// by a shutdown that must not wait for a reload.
+	drainDeadline atomic.Int64
+	// background runs the reload loop, operator restarts and upgrades,
+	// and the drains of replaced processes; serve waits for it.
 	background sync.WaitGroup
 
 	mu      sync.Mutex
@@ -130,6 +148,8 @@ func serve(ctx context.Context, logger hclog.Logger, path string, stderr io.Writ
 		ctx:     ctx,
 		plugins: map[string]*supervisor.Process{},
 	}
+	h.changes, h.cancelChanges = context.WithCancel(ctx)
+	defer h.cancelChanges()
 	h.writeTimeout = cfg.Limits.WriteTimeout
 	ln, adminLn = limitListeners(logger, h.metrics, cfg, ln, adminLn)
 	h.socketDir = sockets.Path()
@@ -164,21 +184,41 @@ func serve(ctx context.Context, logger hclog.Logger, path string, stderr io.Writ
 	logger.Info("plughost running", "version", version, "listen", ln.Addr().String(),
 		"admin", adminLn.Addr().String(), "plugins", len(cfg.Plugins), "pid", os.Getpid())
 
+	// Reloads run one at a time beside the signal loop, so that SIGTERM
+	// is seen while one is in progress. At most one more waits: SIGHUPs
+	// that arrive meanwhile join it, as the file is read when it begins.
+	reloads := make(chan struct{}, 1)
+	h.background.Go(func() {
+		for {
+			select {
+			case <-h.changes.Done():
+				return
+			case <-reloads:
+				h.reload(path)
+			}
+		}
+	})
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	defer signal.Stop(sigs)
 	for {
 		select {
 		case err := <-errc:
+			h.cancelChanges()
 			h.stopAll(time.Now())
 			h.background.Wait()
 			return fmt.Errorf("serve: %w", err)
 		case sig := <-sigs:
 			if sig == syscall.SIGHUP {
-				h.reload(path)
+				select {
+				case reloads <- struct{}{}:
+					logger.Debug("reload queued", "signal", sig.String())
+				default:
+					logger.Info("reload already queued; this signal joins it", "signal", sig.String())
+				}
 				continue
 			}
-			logger.Info("shutting down", "signal", sig.String(), "drain_deadline", h.config().DrainDeadline)
+			logger.Info("shutting down", "signal", sig.String(), "drain_deadline", h.drainDeadlineNow())
 			h.shutdown(srv, adminSrv)
 			h.background.Wait()
 			logger.Info("shutdown complete")
@@ -186,7 +226,7 @@ func serve(ctx context.Context, logger hclog.Logger, path string, stderr io.Writ
 		case <-ctx.Done():
 			// The caller of run gave up; the plugins, started with ctx,
 			// are already being stopped.
-			logger.Info("shutting down", "reason", "context done", "drain_deadline", h.config().DrainDeadline)
+			logger.Info("shutting down", "reason", "context done", "drain_deadline", h.drainDeadlineNow())
 			h.shutdown(srv, adminSrv)
 			h.background.Wait()
 			logger.Info("shutdown complete")
@@ -195,20 +235,27 @@ func serve(ctx context.Context, logger hclog.Logger, path string, stderr io.Writ
 	}
 }
 
-func (h *host) config() *config.Config {
-	h.reloadMu.Lock()
-	defer h.reloadMu.Unlock()
-	return h.cfg
+// drainDeadlineNow is the running config's drain_deadline.
+func (h *host) drainDeadlineNow() time.Duration {
+	return time.Duration(h.drainDeadline.Load())
 }
 
-// shutdown drains everything within the drain deadline: /readyz turns 503,
-// the listeners close, every plugin drains in parallel and is killed at the
-// deadline, and the requests it abandoned are answered with 503.
+// setConfig makes cfg the running config; the caller holds reloadMu.
+func (h *host) setConfig(cfg *config.Config) {
+	h.cfg = cfg
+	h.drainDeadline.Store(int64(cfg.DrainDeadline))
+}
+
+// shutdown drains everything within the drain deadline, counted from
+// now: a reload, restart or upgrade in progress gives up (a new process
+// it was starting is stopped), /readyz turns 503, the listeners close,
+// every plugin drains in parallel and is killed at the deadline, and the
+// requests it abandoned are answered with 503. A process that was already
+// draining, replaced or removed by a reload, keeps the deadline it was
+// given then.
 func (h *host) shutdown(srv, adminSrv *http.Server) {
-	h.reloadMu.Lock()
-	defer h.reloadMu.Unlock()
-	h.closed = true
-	deadline := time.Now().Add(h.cfg.DrainDeadline)
+	h.cancelChanges()
+	deadline := time.Now().Add(h.drainDeadlineNow())
 	h.ingress.SetDraining()
 	ctx, cancel := context.WithDeadline(context.Background(), deadline.Add(shutdownSlack))
 	defer cancel()
@@ -220,7 +267,8 @@ func (h *host) shutdown(srv, adminSrv *http.Server) {
 			_ = srv.Close()
 		}
 	}()
-	h.stopAllLocked(deadline)
+	// The change in progress, cancelled, lets go of the lock soon.
+	h.stopAll(deadline)
 	<-srvDone
 	actx, acancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer acancel()
@@ -296,8 +344,9 @@ func (h *host) applyLocked(cfg *config.Config) hcl.Diagnostics {
 	for _, p := range stop {
 		wg.Go(func() {
 			h.logger.Info("stopping plugin", "plugin", p.Name())
-			p.Stop(deadline)
-			h.metrics.Forget(p.Name())
+			if h.stopProcess(p, deadline) {
+				h.metrics.Forget(p.Name())
+			}
 		})
 	}
 	wg.Wait()
@@ -311,7 +360,7 @@ func (h *host) applyLocked(cfg *config.Config) hcl.Diagnostics {
 	diags := make([]hcl.Diagnostics, len(start)+len(replaced))
 	for i, pc := range start {
 		wg.Go(func() {
-			p, err := supervisor.Start(h.ctx, specFor(cfg, pc), opts)
+			p, err := h.startProcess(supervisor.Start, specFor(cfg, pc), opts)
 			if err != nil {
 				diags[i] = configErrDiag(pc, err)
 				return
@@ -333,7 +382,7 @@ func (h *host) applyLocked(cfg *config.Config) hcl.Diagnostics {
 		})
 	}
 	wg.Wait()
-	h.cfg = cfg
+	h.setConfig(cfg)
 	h.update()
 	var out hcl.Diagnostics
 	for _, d := range diags {
@@ -384,6 +433,9 @@ func (h *host) options(cfg *config.Config) supervisor.Options {
 func (h *host) reload(path string) {
 	h.reloadMu.Lock()
 	defer h.reloadMu.Unlock()
+	if h.closed || h.changes.Err() != nil {
+		return
+	}
 	h.logger.Info("reloading config", "file", path)
 	cfg, diags := config.Load(path)
 	if !diags.HasErrors() {
@@ -400,7 +452,11 @@ func (h *host) reload(path string) {
 			}
 		}
 		h.mu.Unlock()
-		diags = append(diags, describeAll(h.ctx, h.logger, cfg, changed, false)...)
+		diags = append(diags, describeAll(h.changes, h.logger, cfg, changed, false, h.socketDir)...)
+	}
+	if h.changes.Err() != nil {
+		h.logger.Info("config reload cut short: the host is shutting down")
+		return
 	}
 	if diags.HasErrors() {
 		var b strings.Builder
@@ -423,7 +479,12 @@ func (h *host) reload(path string) {
 	// ingress must keep extending deadlines against that one.
 	limits.WriteTimeout = h.writeTimeout
 	h.ingress.SetLimits(limits)
-	if diags := h.applyLocked(cfg); diags.HasErrors() {
+	diags = h.applyLocked(cfg)
+	if h.changes.Err() != nil {
+		h.logger.Info("config reload cut short: the host is shutting down")
+		return
+	}
+	if diags.HasErrors() {
 		var b strings.Builder
 		printDiags(&b, cfg, diags)
 		h.logger.Error("plugins refused their new config", "diagnostics", b.String())

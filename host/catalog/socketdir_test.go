@@ -3,11 +3,13 @@
 package catalog_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/plughost/plughost/host/catalog"
@@ -36,8 +38,8 @@ func TestOpenSocketDir(t *testing.T) {
 	}
 	// A dead host's: its lock holds a pid and nobody holds the lock.
 	dead := mk("plughost-sockets-1", "4242\n")
-	// Kept: no lock file, an empty one (a host between creating and
-	// locking it), and names that are not ours.
+	// Kept: no lock file, an empty one (neither is provably a dead
+	// host's), and names that are not ours.
 	kept := []string{
 		mk("plughost-sockets-2", ""),
 		mk("plughost-other-3", "4242\n"),
@@ -125,4 +127,43 @@ func TestLaunchSocketDir(t *testing.T) {
 		t.Errorf("sockets in the socket directory = %q, want the plugin's one", sockets)
 	}
 	inst.Kill()
+}
+
+// TestOpenSocketDirConcurrent: hosts that start at the same time, each
+// scanning the directory the others are creating theirs in, all get a
+// directory, and none loses its directory to another's scan while it
+// runs.
+func TestOpenSocketDirConcurrent(t *testing.T) {
+	parent := t.TempDir()
+	const starters, rounds = 4, 300
+	var wg sync.WaitGroup
+	errs := make(chan error, starters)
+	for range starters {
+		wg.Go(func() {
+			for range rounds {
+				d, _, err := catalog.OpenSocketDir(parent)
+				if err != nil {
+					errs <- fmt.Errorf("OpenSocketDir: %w", err)
+					return
+				}
+				_, serr := os.Stat(filepath.Join(d.Path(), "lock"))
+				if err := d.Close(); err != nil {
+					errs <- fmt.Errorf("Close: %w", err)
+					return
+				}
+				if serr != nil {
+					errs <- fmt.Errorf("own directory while open: %w", serr)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if left, err := os.ReadDir(parent); err != nil || len(left) != 0 {
+		t.Errorf("ReadDir(parent) after every Close = %v, %v; want nothing left", left, err)
+	}
 }

@@ -30,13 +30,21 @@ type SocketDir struct {
 	lock *os.File
 }
 
+// socketDirNewPrefix names a socket directory while its host creates and
+// locks it, before renaming it to socketDirPrefix plus the same suffix.
+// No scan looks at these names, so no host can take the lock of a
+// directory that another is about to lock; a host killed in that instant
+// leaves an empty one behind.
+const socketDirNewPrefix = "plughost-newsockets-"
+
 // OpenSocketDir removes the socket directories under parent (the
 // temporary directory when "") that a host which has died left behind,
 // and makes one for this host. It removes only directories named as
 // OpenSocketDir names them, owned by this user, whose lock file holds a
-// pid and is not locked: a live host holds its lock, and one that has not
-// yet written its pid is left alone. It returns the directories it
-// removed.
+// pid and is not locked: a live host holds its lock. A directory appears
+// under such a name only once its lock is held and its pid written, so
+// hosts that start together neither remove nor lock each other's. It
+// returns the directories it removed.
 func OpenSocketDir(parent string) (*SocketDir, []string, error) {
 	if parent == "" {
 		parent = os.TempDir()
@@ -45,16 +53,28 @@ func OpenSocketDir(parent string) (*SocketDir, []string, error) {
 	if err != nil {
 		return nil, removed, err
 	}
-	dir, err := os.MkdirTemp(parent, socketDirPrefix) // mode 0700
-	if err != nil {
-		return nil, removed, fmt.Errorf("socket directory: %w", err)
+	// A suffix is unique among the directories being created, not among
+	// the renamed ones: on a clash, try another.
+	for range 3 {
+		d, err := newSocketDir(parent)
+		if errors.Is(err, fs.ErrExist) || errors.Is(err, syscall.ENOTEMPTY) {
+			continue
+		}
+		return d, removed, err
 	}
-	lock, err := os.OpenFile(filepath.Join(dir, socketDirLock), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	return nil, removed, errors.New("socket directory: no free name")
+}
+
+// newSocketDir creates, locks and names a socket directory in parent.
+func newSocketDir(parent string) (*SocketDir, error) {
+	tmp, err := os.MkdirTemp(parent, socketDirNewPrefix) // mode 0700
+	if err != nil {
+		return nil, fmt.Errorf("socket directory: %w", err)
+	}
+	lock, err := os.OpenFile(filepath.Join(tmp, socketDirLock), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if err == nil {
 		err = syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
 		if err == nil {
-			// Only a locked file with a pid marks the directory as a
-			// host's: a host that scans before this write leaves it alone.
 			_, err = lock.WriteString(strconv.Itoa(os.Getpid()) + "\n")
 		}
 	}
@@ -62,10 +82,17 @@ func OpenSocketDir(parent string) (*SocketDir, []string, error) {
 		if lock != nil {
 			lock.Close()
 		}
-		os.RemoveAll(dir)
-		return nil, removed, fmt.Errorf("socket directory lock: %w", err)
+		os.RemoveAll(tmp)
+		return nil, fmt.Errorf("socket directory lock: %w", err)
 	}
-	return &SocketDir{path: dir, lock: lock}, removed, nil
+	// The lock stays with the open file across the rename.
+	dir := filepath.Join(parent, socketDirPrefix+strings.TrimPrefix(filepath.Base(tmp), socketDirNewPrefix))
+	if err := os.Rename(tmp, dir); err != nil {
+		lock.Close()
+		os.RemoveAll(tmp)
+		return nil, fmt.Errorf("socket directory: %w", err)
+	}
+	return &SocketDir{path: dir, lock: lock}, nil
 }
 
 // Path returns the directory's path.

@@ -6,6 +6,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"regexp"
+	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -96,5 +99,89 @@ func TestConnCaps(t *testing.T) {
 				return resp.StatusCode == http.StatusOK
 			})
 		})
+	}
+}
+
+// TestConnCapsAtFDLimit runs the host with a hard limit of 512 file
+// descriptors, as a small container or a careless unit file would give
+// it. The host says at start that max_conns (10000 by default) does not
+// fit, lowers it, and reports both limits. Connections are then opened
+// until the ingress refuses one, and beyond: the admin listener, on its
+// own allowance, keeps answering /metrics and /v1/plugins.
+func TestConnCapsAtFDLimit(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("needs sh's ulimit -n to set the hard limit")
+	}
+	const limit = 512
+	wrapper := []string{"sh", "-c", fmt.Sprintf(`ulimit -n %d && exec "$@"`, limit), "sh"}
+	h := waitServing(t, launchHostVia(t, baseConfig("2s")+pluginBlock("hello", "hello", ""), nil, wrapper))
+	readyPlugin(t, h, "hello")
+
+	log := h.log.String()
+	lowered := regexp.MustCompile(`max_conns exceeds what the file descriptor limit allows; lowering it: .*lowered_to=(\d+) fd_soft_limit=512 fd_hard_limit=512`).FindStringSubmatch(log)
+	if lowered == nil {
+		t.Fatalf("host log does not warn that max_conns is lowered to fit 512 descriptors:\n%s", log)
+	}
+	maxConns, _ := strconv.Atoi(lowered[1])
+	if maxConns <= 0 || maxConns >= limit {
+		t.Fatalf("max_conns lowered to %d, want between 0 and the limit %d", maxConns, limit)
+	}
+	if !strings.Contains(log, fmt.Sprintf("file descriptor limit: soft=512 hard=512 max_conns=%d", maxConns)) {
+		t.Errorf("host log does not report both descriptor limits and max_conns %d", maxConns)
+	}
+	for _, which := range []string{"soft", "hard"} {
+		if v, _ := h.metric(fmt.Sprintf(`plughost_fd_limit{limit=%q}`, which)); v != limit {
+			t.Errorf(`plughost_fd_limit{limit=%q} = %v, want %d`, which, v, limit)
+		}
+	}
+
+	// Fill the ingress: every connection until the first refusal is held.
+	held := 0
+	for {
+		_, resp := dialGet(t, h.ingress, "/healthz")
+		if resp.StatusCode == http.StatusServiceUnavailable {
+			body, _ := io.ReadAll(resp.Body)
+			if errorCode(string(body)) != "too_many_connections" {
+				t.Fatalf("connection %d: GET /healthz = 503 %s, want too_many_connections", held+1, body)
+			}
+			break
+		}
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("connection %d: GET /healthz = %d, want 200 or 503", held+1, resp.StatusCode)
+		}
+		held++
+		if held > maxConns {
+			t.Fatalf("%d connections held, more than max_conns %d", held, maxConns)
+		}
+	}
+	if held != maxConns {
+		t.Errorf("connections held before the first refusal = %d, want max_conns %d", held, maxConns)
+	}
+	// Then as many again, each refused, while the admin listener answers.
+	for i := range limit - maxConns {
+		c, err := net.DialTimeout("tcp", strings.TrimPrefix(h.ingress, "http://"), 5*time.Second)
+		if err != nil {
+			t.Fatalf("extra connection %d: %v", i+1, err)
+		}
+		t.Cleanup(func() { c.Close() })
+	}
+	// Each on a new connection, which the admin listener must accept.
+	fresh := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	for _, path := range []string{"/metrics", "/v1/plugins"} {
+		resp, err := fresh.Get(h.admin + path)
+		if err != nil {
+			t.Errorf("admin GET %s on a new connection with the ingress full at 512 descriptors: %v", path, err)
+			continue
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("admin GET %s on a new connection with the ingress full at 512 descriptors = %d, want 200", path, resp.StatusCode)
+		}
+	}
+	if v, _ := h.metric(`plughost_connections_refused_total{listener="ingress",reason="max_conns"}`); v < 1 {
+		t.Errorf(`plughost_connections_refused_total{listener="ingress",reason="max_conns"} = %v, want at least 1`, v)
+	}
+	if strings.Contains(h.log.String(), "too many open files") {
+		t.Errorf("host ran out of descriptors:\n%s", h.log.String())
 	}
 }

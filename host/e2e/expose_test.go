@@ -159,3 +159,48 @@ func TestStaleSocketsCleaned(t *testing.T) {
 		t.Errorf("TMPDIR after the host stopped = %q, want it empty", left)
 	}
 }
+
+// TestProbeSocketsInHostDir: the plugins launched only as far as Describe
+// (by validate, by plugin info, and by a reload to check a changed
+// plugin's config; for the wallet, single-instance, once more before its
+// old process is drained) make their go-plugin sockets in a directory
+// that is removed, never loose in TMPDIR where nobody removes them.
+func TestProbeSocketsInHostDir(t *testing.T) {
+	tmp := t.TempDir() // before Setenv: the test's other temp dirs stay outside
+	t.Setenv("TMPDIR", tmp)
+	cfg := baseConfig("2s") + helloWith("one") + walletBlock(`    idempotency_ttl = "24h"`)
+	path := writeConfigFile(t, cfg)
+
+	if res := runCLI(t, "validate", "-config", path); res.code != 0 {
+		t.Fatalf("plughost validate = exit %d, want 0\n%s", res.code, res.stderr)
+	}
+	if left := tmpEntries(t, tmp); len(left) != 0 {
+		t.Errorf("TMPDIR after plughost validate = %q, want it empty", left)
+	}
+	if res := runCLI(t, "plugin", "info", filepath.Join(bins.plugins, "hello")); res.code != 0 {
+		t.Fatalf("plughost plugin info = exit %d, want 0\n%s", res.code, res.stderr)
+	}
+	if left := tmpEntries(t, tmp); len(left) != 0 {
+		t.Errorf("TMPDIR after plughost plugin info = %q, want it empty", left)
+	}
+
+	h := startHost(t, cfg)
+	readyPlugin(t, h, "hello")
+	before := readyPlugin(t, h, "wallet")
+	h.reload(baseConfig("2s")+helloWith("two")+walletBlock(`    idempotency_ttl = "12h"`), "config reloaded")
+	if st := h.plugins()["wallet"]; st.Pid == before.Pid {
+		t.Fatalf("wallet after a reload that changed its config = %+v, want a new process", st)
+	}
+	for _, e := range tmpEntries(t, tmp) {
+		if !strings.HasPrefix(e, "plughost-sockets-") {
+			t.Errorf("TMPDIR holds %q after a reload, want everything in the host's plughost-sockets-* directory", e)
+		}
+	}
+	h.signal(syscall.SIGTERM)
+	if code, exited := h.waitExit(10 * time.Second); !exited || code != 0 {
+		t.Fatalf("host after SIGTERM: exited %t, code %d; want 0 within 10s", exited, code)
+	}
+	if left := tmpEntries(t, tmp); len(left) != 0 {
+		t.Errorf("TMPDIR after the host stopped = %q, want it empty", left)
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -178,13 +179,24 @@ func launchHost(t *testing.T, cfg string, args ...string) *hostProc {
 // launchHostWith is launchHost with the host's process attributes.
 func launchHostWith(t *testing.T, cfg string, attr *syscall.SysProcAttr, args ...string) *hostProc {
 	t.Helper()
+	return launchHostVia(t, cfg, attr, nil, args...)
+}
+
+// launchHostVia is launchHostWith with the host run through wrapper, a
+// command that sets something up and then execs the rest of its
+// arguments (the host keeps the wrapper's pid), such as sh -c 'ulimit
+// ...; exec "$@"'.
+func launchHostVia(t *testing.T, cfg string, attr *syscall.SysProcAttr, wrapper []string, args ...string) *hostProc {
+	t.Helper()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "config.hcl")
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	h := &hostProc{t: t, cfgPath: path, dir: dir, log: &testbin.SyncBuffer{}, exited: make(chan struct{})}
-	h.cmd = exec.Command(filepath.Join(bins.dir, "plughost"), append([]string{"run", "-config", path, "-log-level", "debug"}, args...)...)
+	argv := append([]string{filepath.Join(bins.dir, "plughost"), "run", "-config", path, "-log-level", "debug"}, args...)
+	argv = append(slices.Clone(wrapper), argv...)
+	h.cmd = exec.Command(argv[0], argv[1:]...)
 	h.cmd.Stdout = h.log
 	h.cmd.Stderr = h.log
 	h.cmd.SysProcAttr = attr
