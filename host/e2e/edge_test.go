@@ -324,9 +324,17 @@ func TestBodyMemoryBound(t *testing.T) {
 		codes = map[int]int{}
 		errs  = map[string]int{}
 	)
-	cl := &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: clients}}
-	t.Cleanup(cl.CloseIdleConnections)
-	for range clients {
+	// The clients come from eight loopback addresses (Linux routes all of
+	// 127/8 to lo): one address may hold only a quarter of the budget.
+	var cls []*http.Client
+	for i := range 8 {
+		d := &net.Dialer{Timeout: 10 * time.Second, LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(1+i))}}
+		cl := &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: clients, DialContext: d.DialContext}}
+		t.Cleanup(cl.CloseIdleConnections)
+		cls = append(cls, cl)
+	}
+	for i := range clients {
+		cl := cls[i%len(cls)]
 		wg.Go(func() {
 			for range 2 {
 				req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, h.ingress+"/bodies/sum", bytes.NewReader(body))

@@ -124,7 +124,9 @@ type pluginMetrics struct {
 	inflight prometheus.Gauge
 	busy     prometheus.Counter
 	aborted  prometheus.Counter
-	held     struct {
+	// bodyBytes is what request bodies hold in the host (bodyBudget).
+	bodyBytes prometheus.Gauge
+	held      struct {
 		depth  prometheus.Gauge
 		reject prometheus.Counter
 	}
@@ -141,6 +143,8 @@ func newPluginMetrics(m *metrics.Host, name string) *pluginMetrics {
 		inflight: m.Inflight.WithLabelValues(name),
 		busy:     m.BusyRejections.WithLabelValues(name),
 		aborted:  m.DrainAborted.WithLabelValues(name),
+
+		bodyBytes: m.BodyBytes.WithLabelValues(name),
 	}
 	pm.held.depth = m.HeldRequests.WithLabelValues(name)
 	pm.held.reject = m.HoldRejections.WithLabelValues(name)
@@ -365,8 +369,10 @@ func (g *Ingress) forwardTo(w http.ResponseWriter, r *http.Request, e *entry, re
 	if r.Body != nil && r.Body != http.NoBody && limits.BodyTimeout > 0 {
 		_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(limits.BodyTimeout))
 	}
-	body, taken, err := receiveBody(w, r, maxBody, e.bodies, e.max*limits.MaxBodyBytes)
-	defer e.bodies.give(taken)
+	bound := e.max * limits.MaxBodyBytes
+	charge := e.bodies.newCharge(r.RemoteAddr, e.metrics.bodyBytes)
+	defer charge.release()
+	body, err := receiveBody(w, r, maxBody, charge, bound, clientShare(bound, limits.MaxBodyBytes))
 	if err != nil {
 		var mbe *http.MaxBytesError
 		switch {
@@ -384,7 +390,11 @@ func (g *Ingress) forwardTo(w http.ResponseWriter, r *http.Request, e *entry, re
 		case errors.Is(err, errBodyBudget):
 			e.metrics.busy.Inc()
 			return writeError(w, http.StatusTooManyRequests, "busy",
-				fmt.Sprintf("plugin %q holds its limit of %d bytes of request bodies", name, e.max*limits.MaxBodyBytes))
+				fmt.Sprintf("plugin %q holds its limit of %d bytes of request bodies", name, bound))
+		case errors.Is(err, errClientShare):
+			e.metrics.busy.Inc()
+			return writeError(w, http.StatusTooManyRequests, "busy",
+				fmt.Sprintf("this client's request bodies to plugin %q hold their share of %d bytes", name, clientShare(bound, limits.MaxBodyBytes)))
 		}
 		return writeError(w, http.StatusBadRequest, "bad_body", "could not read the request body: "+err.Error())
 	}

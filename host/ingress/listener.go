@@ -189,6 +189,17 @@ func clientIP(a net.Addr) netip.Addr {
 	return netip.Addr{}
 }
 
+// clientKey returns the key of a request's client, from its RemoteAddr,
+// under which the per-client caps count it, and false when it has none
+// (a plugin calling through the Host service, or a Unix socket).
+func clientKey(remoteAddr string) (netip.Addr, bool) {
+	ap, err := netip.ParseAddrPort(remoteAddr)
+	if err != nil {
+		return netip.Addr{}, false
+	}
+	return ap.Addr().Unmap(), true
+}
+
 // conn is an admitted connection; closing it frees its slot once.
 type conn struct {
 	net.Conn
