@@ -68,6 +68,9 @@ func TestMalformedRequests(t *testing.T) {
 		{"encoded invalid UTF-8 in path", "GET /hello/%C3%28 HTTP/1.1\r\n", 400, "bad_request"},
 		{"encoded NUL in path", "GET /hello/sleep%00?ms=1 HTTP/1.1\r\n", 400, "bad_request"},
 		{"raw byte in query", "GET /hello/sleep?ms=1&x=\xfe HTTP/1.1\r\n", 400, "bad_request"},
+		{"encoded invalid byte in query", "GET /hello/sleep?ms=1&x=%ff HTTP/1.1\r\n", 400, "bad_request"},
+		{"encoded NUL in query", "GET /hello/sleep?ms=1%00 HTTP/1.1\r\n", 400, "bad_request"},
+		{"malformed escape in query", "GET /hello/sleep?ms=1&x=%zz HTTP/1.1\r\n", 400, "bad_request"},
 		{"header not UTF-8", "GET /hello/ HTTP/1.1\r\nX-Name: caf\xe9\r\n", 400, "bad_request"},
 		{"header with a C1 control", "GET /hello/ HTTP/1.1\r\nX-Name: a\xc2\x85b\r\n", 400, "bad_request"},
 		{"encoded slash after the mount", "GET /hello%2Fsleep?ms=1 HTTP/1.1\r\n", 404, "not_found"},
@@ -95,6 +98,7 @@ func TestMalformedRequests(t *testing.T) {
 	// cases above were refused for their bytes, not their routes.
 	for _, good := range []string{
 		"GET /hello/sleep?ms=1 HTTP/1.1\r\n",
+		"GET /hello/sleep?ms=1&x=%E2%82%AC+%3B HTTP/1.1\r\n",
 		"GET /hello/%C3%A9t%C3%A9 HTTP/1.1\r\n", // UTF-8, no such route: the plugin's 404
 		"POST /faulty/echo HTTP/1.1\r\nContent-Length: 4\r\n",
 	} {
