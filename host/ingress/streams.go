@@ -181,7 +181,14 @@ func (g *Ingress) answerStream(ctx context.Context, w http.ResponseWriter, r *ht
 		// host does not see: keep it near the plugin's window, so that a
 		// client that stops reading is noticed after that much, not after
 		// the megabytes the kernel would otherwise take on for it.
-		_ = setWriteBuffer(c, int(max(resp.Window(), 4<<10)))
+		if setWriteBuffer(c, int(max(resp.Window(), 4<<10))) == nil {
+			// The connection closes after the stream rather than serve
+			// later requests with the small buffer. Setting the size
+			// back would not undo it: once set, SO_SNDBUF turns off the
+			// kernel's tuning of the buffer for the socket's life, and a
+			// stream is long enough that a new connection costs nothing.
+			w.Header().Set("Connection", "close")
+		}
 	}
 	// A write to a client that has stopped reading blocks in the kernel
 	// whatever ctx says; when ctx ends (the client went away, the route's
