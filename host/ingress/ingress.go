@@ -350,15 +350,15 @@ func (g *Ingress) forwardTo(w http.ResponseWriter, r *http.Request, e *entry, re
 	}
 	limits := g.limits.Load()
 	maxBody := limits.MaxBodyBytes
-	if r.Method == http.MethodGet || r.Method == http.MethodHead {
-		// A GET or HEAD route takes no body: forwarding one would hold
-		// memory on both sides for nothing.
+	if r.Method == http.MethodGet || r.Method == http.MethodHead || rt.NoBody {
+		// A GET or HEAD route takes no body, nor does a route that says
+		// so (sdk.NoBody): forwarding one would hold memory on both sides
+		// for nothing.
 		maxBody = 0
 	}
 	if r.ContentLength > maxBody {
 		if maxBody == 0 {
-			return writeError(w, http.StatusRequestEntityTooLarge, "body_too_large",
-				fmt.Sprintf("%s requests take no body; the limit is 0 bytes", r.Method))
+			return writeError(w, http.StatusRequestEntityTooLarge, "body_too_large", noBodyMessage(r.Method, pattern, rt.NoBody))
 		}
 		return writeError(w, http.StatusRequestEntityTooLarge, "body_too_large",
 			fmt.Sprintf("request body is %d bytes; the limit is %d", r.ContentLength, maxBody))
@@ -378,8 +378,7 @@ func (g *Ingress) forwardTo(w http.ResponseWriter, r *http.Request, e *entry, re
 		switch {
 		case errors.As(err, &mbe):
 			if maxBody == 0 {
-				return writeError(w, http.StatusRequestEntityTooLarge, "body_too_large",
-					fmt.Sprintf("%s requests take no body; the limit is 0 bytes", r.Method))
+				return writeError(w, http.StatusRequestEntityTooLarge, "body_too_large", noBodyMessage(r.Method, pattern, rt.NoBody))
 			}
 			return writeError(w, http.StatusRequestEntityTooLarge, "body_too_large",
 				fmt.Sprintf("request body exceeds the limit of %d bytes", maxBody))
@@ -497,6 +496,15 @@ func (g *Ingress) forwardTo(w http.ResponseWriter, r *http.Request, e *entry, re
 	code, c := g.answer(w, e, ep, resp)
 	*cut = c
 	return code
+}
+
+// noBodyMessage is the message of the 413 for a body sent to a request
+// that takes none: its method's, or its route's (sdk.NoBody).
+func noBodyMessage(method, pattern string, route bool) string {
+	if route && method != http.MethodGet && method != http.MethodHead {
+		return fmt.Sprintf("%s %s takes no body; the limit is 0 bytes", method, pattern)
+	}
+	return fmt.Sprintf("%s requests take no body; the limit is 0 bytes", method)
 }
 
 // answer writes a plugin's response on an ordinary route: the head, then
