@@ -2,6 +2,7 @@ package main
 
 import (
 	"net"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -10,10 +11,20 @@ import (
 	"github.com/plughost/plughost/host/metrics"
 )
 
-// adminMaxConns caps the admin listener's connections: its own small
-// allowance, so that /metrics and the admin API keep answering when the
-// ingress is at max_conns.
-const adminMaxConns = 64
+// The admin listener's caps and timeouts: its own small allowance, so
+// that /metrics and the admin API keep answering when the ingress is at
+// max_conns, of which one client (keyed as for max_conns_per_ip) may
+// hold only adminMaxConnsPerIP, and a connection that sends no request
+// head within adminReadHeaderTimeout, or stays idle between requests for
+// adminIdleTimeout, is closed: whoever can reach the admin port cannot
+// fill it with idle connections from one address, nor hold them for long
+// from several. A scraper needs one connection.
+const (
+	adminMaxConns          = 64
+	adminMaxConnsPerIP     = 8
+	adminReadHeaderTimeout = 5 * time.Second
+	adminIdleTimeout       = 10 * time.Second
+)
 
 // fdReserve is how many file descriptors max_conns leaves for everything
 // but ingress connections: the admin listener's, each plugin's control
@@ -23,9 +34,10 @@ const fdReserve = 1024
 
 // limitListeners caps the ingress listener at limits.max_conns (lowered to
 // what the file descriptor limit allows) and max_conns_per_ip, and the
-// admin listener at adminMaxConns. It logs the descriptor limit, which Go
-// has already raised from the soft limit to the hard one at start (the
-// syscall package does so on every Unix since Go 1.19).
+// admin listener at adminMaxConns and adminMaxConnsPerIP. It logs the
+// descriptor limit, which Go has already raised from the soft limit to
+// the hard one at start (the syscall package does so on every Unix since
+// Go 1.19).
 func limitListeners(logger hclog.Logger, m *metrics.Host, cfg *config.Config, ln, adminLn net.Listener) (net.Listener, net.Listener) {
 	maxConns := cfg.Limits.MaxConns
 	soft, hard, err := fdLimit()
@@ -44,7 +56,9 @@ func limitListeners(logger hclog.Logger, m *metrics.Host, cfg *config.Config, ln
 	ln = ingress.NewListener(ln, ingress.ListenerOptions{
 		Name: "ingress", MaxConns: maxConns, MaxConnsPerIP: cfg.Limits.MaxConnsPerIP, Metrics: m.Conns,
 	})
-	adminLn = ingress.NewListener(adminLn, ingress.ListenerOptions{Name: "admin", MaxConns: adminMaxConns, Metrics: m.Conns})
+	adminLn = ingress.NewListener(adminLn, ingress.ListenerOptions{
+		Name: "admin", MaxConns: adminMaxConns, MaxConnsPerIP: adminMaxConnsPerIP, Metrics: m.Conns,
+	})
 	return ln, adminLn
 }
 

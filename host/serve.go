@@ -173,9 +173,10 @@ func serve(ctx context.Context, logger hclog.Logger, path string, stderr io.Writ
 	gatherer := &metrics.Gatherer{Host: h.metrics, Sources: h.sources, Timeout: cfg.Health.Timeout, Logger: logger.Named("metrics")}
 	adminSrv := &http.Server{
 		Handler:           admin.New(gatherer, h, admin.Options{Token: token, Faults: cfg.Debug.Faults}),
-		ReadHeaderTimeout: 5 * time.Second,
+		ReadHeaderTimeout: adminReadHeaderTimeout,
 		ReadTimeout:       10 * time.Second,
 		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       adminIdleTimeout,
 		ErrorLog:          logger.Named("admin").StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),
 	}
 	errc := make(chan error, 2)

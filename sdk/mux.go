@@ -39,6 +39,14 @@ func Streaming() RouteOption { return func(r *route.Route) { r.Streaming = true 
 // request_timeout; for a streaming route it bounds the whole stream.
 func Timeout(d time.Duration) RouteOption { return func(r *route.Route) { r.Timeout = d } }
 
+// NoBody declares that a route takes no request body, whatever its
+// method (GET and HEAD routes take none anyway): the host answers a
+// request to it that carries a body with 413 body_too_large before the
+// handler runs, so the body holds no memory in the host or the plugin.
+// Use it for a POST, PUT or DELETE whose handler reads nothing from
+// the body, such as POST /reset.
+func NoBody() RouteOption { return func(r *route.Route) { r.NoBody = true } }
+
 // Handle declares the route pattern, "[METHOD ]/path" as in ServeMux, and
 // serves it with h. Without a method the route matches every method.
 func (m *Mux) Handle(pattern string, h http.Handler, opts ...RouteOption) {

@@ -586,7 +586,7 @@ func TestHandleRequest(t *testing.T) {
 					"content-type": {"application/json"},
 					"X-Multi":      {"1", "2"},
 				},
-				Body:       []byte(`{"x":1}`),
+				Body:       [][]byte{[]byte(`{"x":1}`)},
 				RemoteAddr: "203.0.113.7:5555",
 				Host:       "example.com",
 				Pattern:    "POST /items/{id}",
@@ -634,7 +634,7 @@ func TestHandleRequest(t *testing.T) {
 			// Over a piece: the body comes in pieces, and without a
 			// Content-Length header its length is unknown.
 			name: "body in pieces",
-			req:  &dataplane.Request{Method: "PUT", Path: "/blob", Body: bytes.Repeat([]byte("x"), wire.PieceBytes+1)},
+			req:  &dataplane.Request{Method: "PUT", Path: "/blob", Body: [][]byte{bytes.Repeat([]byte("x"), wire.PieceBytes+1)}},
 			want: echo{
 				Method:        "PUT",
 				Path:          "/blob",

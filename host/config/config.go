@@ -85,18 +85,20 @@ type Limits struct {
 	// answered 503 and closed. Default 10000. The host lowers it at start
 	// when the file descriptor limit leaves too little room for it.
 	MaxConns int
-	// MaxConnsPerIP caps one client address's open ingress connections;
-	// 0 (the default) means no cap. Behind a proxy every client shares the
-	// proxy's address.
+	// MaxConnsPerIP caps one client's open ingress connections, a client
+	// being an IPv4 address or an IPv6 /64; 0 (the default) means no cap.
+	// Behind a proxy every client shares the proxy's address.
 	MaxConnsPerIP int
-	// MaxStreamsPerIP caps one client address's concurrent streams (requests
-	// to streaming routes), across plugins; 0 (the default) means no cap.
+	// MaxStreamsPerIP caps one client's concurrent streams (requests to
+	// streaming routes), across plugins, a client keyed as for
+	// MaxConnsPerIP; 0 (the default) means no cap.
 	MaxStreamsPerIP int
 	// StreamWriteTimeout is how long a stream's client may accept no bytes
 	// before the host cuts the stream. Default 30s.
 	StreamWriteTimeout time.Duration
-	// StreamMaxLifetime ends a stream this long after it began; 0 (the
-	// default) means no limit.
+	// StreamMaxLifetime ends a stream about this long after it began
+	// (within ±10%, so that clients do not all reconnect at once); 0 means
+	// no limit. Default 30m.
 	StreamMaxLifetime time.Duration
 	// StreamBuffer is the response credit a stream's plugin gets, in bytes:
 	// what the host buffers for a stream whose client reads slowly.

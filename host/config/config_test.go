@@ -48,6 +48,7 @@ func defaultConfig(filename, dir string) Config {
 
 			MaxConns:           10000,
 			StreamWriteTimeout: 30 * time.Second,
+			StreamMaxLifetime:  30 * time.Minute,
 			StreamBuffer:       65536,
 		},
 		Restart: Restart{
@@ -142,6 +143,7 @@ func TestLoad(t *testing.T) {
 
 		MaxConns:           10000,
 		StreamWriteTimeout: 30 * time.Second,
+		StreamMaxLifetime:  30 * time.Minute,
 		StreamBuffer:       65536,
 	}
 	full.Restart = Restart{

@@ -10,8 +10,12 @@ import (
 const (
 	defaultMaxConns           = 10000
 	defaultStreamWriteTimeout = 30 * time.Second
-	defaultStreamBuffer       = 64 << 10
-	defaultMaxStreams         = 1024
+	// As Kubernetes' API server bounds its long-running requests (watches)
+	// by default: an idle stream cannot hold a plugin's stream slot for
+	// ever, and a client reconnects every half hour.
+	defaultStreamMaxLifetime = 30 * time.Minute
+	defaultStreamBuffer      = 64 << 10
+	defaultMaxStreams        = 1024
 	// A stream's credit must hold a few frames' worth, and never more than
 	// a plugin built with an older SDK assumes it has (wire.ResponseWindow).
 	minStreamBuffer = 4 << 10
@@ -23,6 +27,7 @@ const (
 func (d *decoder) connLimits(l *Limits, b *limitsBody) {
 	l.MaxConns = defaultMaxConns
 	l.StreamWriteTimeout = defaultStreamWriteTimeout
+	l.StreamMaxLifetime = defaultStreamMaxLifetime
 	l.StreamBuffer = defaultStreamBuffer
 	decodeInt(d, b.MaxConns, &l.MaxConns, 1)
 	decodeInt(d, b.MaxConnsPerIP, &l.MaxConnsPerIP, 0)

@@ -31,7 +31,7 @@
 //	  max_conns_per_ip     = 0          # 0: no cap
 //	  max_streams_per_ip   = 0          # 0: no cap
 //	  stream_write_timeout = "30s"      # a stream whose client reads nothing this long is cut
-//	  stream_max_lifetime  = "0"        # 0: no limit
+//	  stream_max_lifetime  = "30m"      # ±10%; "0": no limit
 //	  stream_buffer        = 65536      # response credit per stream, in bytes
 //	}
 //	restart {

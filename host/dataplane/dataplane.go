@@ -49,8 +49,11 @@ type Request struct {
 	RawQuery string
 	// Header is sent as it is; the caller leaves out what the plugin must
 	// not see.
-	Header     http.Header
-	Body       []byte
+	Header http.Header
+	// Body is the request body in any number of pieces, sent as they
+	// are, each cut into frames of at most wire.PieceBytes: the ingress
+	// passes the pieces a body arrived in, so it is never copied whole.
+	Body       [][]byte
 	RemoteAddr string
 	Host       string
 	// Pattern is the route the host matched, relative to the mount.
@@ -241,9 +244,27 @@ func (cl *call) roundTrip(req *Request) (*Response, error) {
 // and then the rest in Body frames, each taking the send lock on its own
 // so that other requests' frames go out between them.
 func (cl *call) send(req *Request) error {
-	body := req.Body
-	first := body[:min(len(body), wire.PieceBytes)]
-	body = body[len(first):]
+	// rest is what is left to send of the piece at index i of req.Body.
+	var (
+		i    int
+		rest []byte
+	)
+	skip := func() {
+		for len(rest) == 0 && i < len(req.Body) {
+			rest = req.Body[i]
+			i++
+		}
+	}
+	// next returns the body's next frame of data, and whether more
+	// follows it.
+	next := func() ([]byte, bool) {
+		skip()
+		data := rest[:min(len(rest), wire.PieceBytes)]
+		rest = rest[len(data):]
+		skip()
+		return data, len(rest) > 0
+	}
+	first, more := next()
 	head := &pluginv1.RequestHead{
 		Request: &pluginv1.HTTPRequest{
 			Method:     req.Method,
@@ -256,7 +277,7 @@ func (cl *call) send(req *Request) error {
 			Pattern:    req.Pattern,
 			RequestId:  req.RequestID,
 		},
-		More:      len(body) > 0,
+		More:      more,
 		Streaming: req.Streaming,
 		Window:    req.Window,
 	}
@@ -266,7 +287,7 @@ func (cl *call) send(req *Request) error {
 	if err := cl.sendFrame(&pluginv1.Frame{Id: cl.id, Kind: &pluginv1.Frame_Request{Request: head}}, false); err != nil {
 		return err
 	}
-	for len(body) > 0 {
+	for more {
 		if cl.finished() {
 			// The plugin has answered in full, aborted or broken the
 			// protocol without the rest of the body: it will not read
@@ -274,9 +295,9 @@ func (cl *call) send(req *Request) error {
 			// stream its answer while it reads.)
 			return nil
 		}
-		piece := body[:min(len(body), wire.PieceBytes)]
-		body = body[len(piece):]
-		f := &pluginv1.Frame{Id: cl.id, Kind: &pluginv1.Frame_Body{Body: &pluginv1.Body{Data: piece, End: len(body) == 0}}}
+		var piece []byte
+		piece, more = next()
+		f := &pluginv1.Frame{Id: cl.id, Kind: &pluginv1.Frame_Body{Body: &pluginv1.Body{Data: piece, End: !more}}}
 		if err := cl.sendFrame(f, true); err != nil {
 			return err
 		}

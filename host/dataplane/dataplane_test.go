@@ -244,7 +244,7 @@ func TestRequestFrames(t *testing.T) {
 			name: "every field",
 			req: dataplane.Request{
 				Method: "POST", Path: "/items/7", RawQuery: "a=1", Header: http.Header{"X-Multi": {"1", "2"}},
-				Body: []byte("small"), RemoteAddr: "203.0.113.7:5555", Host: "example.com",
+				Body: [][]byte{[]byte("small")}, RemoteAddr: "203.0.113.7:5555", Host: "example.com",
 				Pattern: "POST /items/{id}", RequestID: "req-1",
 			},
 			deadline:  true,
@@ -252,8 +252,16 @@ func TestRequestFrames(t *testing.T) {
 		},
 		{name: "no body, no deadline", req: dataplane.Request{Method: "GET", Path: "/"}},
 		{name: "streaming", req: dataplane.Request{Method: "GET", Path: "/events", Streaming: true}},
-		{name: "body in pieces", req: dataplane.Request{Method: "PUT", Path: "/blob", Body: big}, wantFirst: wire.PieceBytes},
-		{name: "body of exactly a piece", req: dataplane.Request{Method: "PUT", Path: "/blob", Body: big[:wire.PieceBytes]}, wantFirst: wire.PieceBytes},
+		{name: "body in pieces", req: dataplane.Request{Method: "PUT", Path: "/blob", Body: [][]byte{big}}, wantFirst: wire.PieceBytes},
+		{name: "body of exactly a piece", req: dataplane.Request{Method: "PUT", Path: "/blob", Body: [][]byte{big[:wire.PieceBytes]}}, wantFirst: wire.PieceBytes},
+		{
+			name: "body as it arrived, in pieces of any size",
+			req: dataplane.Request{Method: "PUT", Path: "/blob", Body: [][]byte{
+				{}, big[:4<<10], big[4<<10 : 8<<10], {}, big[8<<10 : 150<<10], big[150<<10 : 150<<10+1], {},
+			}},
+			wantFirst: 4 << 10,
+		},
+		{name: "empty pieces only", req: dataplane.Request{Method: "PUT", Path: "/blob", Body: [][]byte{{}, {}}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -297,7 +305,8 @@ func TestRequestFrames(t *testing.T) {
 			if n := len(r.GetBody()); n != tt.wantFirst {
 				t.Errorf("head carries %d bytes of body, want %d", n, tt.wantFirst)
 			}
-			if more := len(tt.req.Body) > tt.wantFirst; got.GetMore() != more {
+			sent := bytes.Join(tt.req.Body, nil)
+			if more := len(sent) > tt.wantFirst; got.GetMore() != more {
 				t.Errorf("head more = %t, want %t", got.GetMore(), more)
 			}
 			body := bytes.Clone(r.GetBody())
@@ -312,8 +321,8 @@ func TestRequestFrames(t *testing.T) {
 				body = append(body, b.GetBody().GetData()...)
 				more = !b.GetBody().GetEnd()
 			}
-			if !bytes.Equal(body, tt.req.Body) {
-				t.Errorf("plugin got a body of %d bytes, want the %d sent", len(body), len(tt.req.Body))
+			if !bytes.Equal(body, sent) {
+				t.Errorf("plugin got a body of %d bytes, want the %d sent", len(body), len(sent))
 			}
 			fake.answer(f.GetId(), "ok")
 			res := await(t, rt, "RoundTrip")
@@ -874,7 +883,7 @@ func TestConcurrent(t *testing.T) {
 	rts := make([]<-chan result, n)
 	for i := range n {
 		body := pattern(i * wire.PieceBytes / 8)
-		rts[i] = h.goRoundTrip(t.Context(), &dataplane.Request{Method: "POST", Path: fmt.Sprint("/", i), Body: body})
+		rts[i] = h.goRoundTrip(t.Context(), &dataplane.Request{Method: "POST", Path: fmt.Sprint("/", i), Body: [][]byte{body}})
 	}
 	// Heads and pieces of different requests may interleave.
 	type req struct {
@@ -935,7 +944,7 @@ func TestBodyStopsOnceAnswered(t *testing.T) {
 	t.Run("answered in full", func(t *testing.T) {
 		h := newHarness(t, 1)
 		fake := h.fakes[0]
-		rt := h.goRoundTrip(t.Context(), &dataplane.Request{Method: "POST", Path: "/", Body: body})
+		rt := h.goRoundTrip(t.Context(), &dataplane.Request{Method: "POST", Path: "/", Body: [][]byte{body}})
 		if f := fake.recv(); f.GetRequest() == nil || !f.GetRequest().GetMore() {
 			t.Fatalf("first frame = %v, want a request head with more body", f)
 		}
@@ -983,7 +992,7 @@ func TestBodyStopsOnceAnswered(t *testing.T) {
 	t.Run("streaming while it reads", func(t *testing.T) {
 		h := newHarness(t, 1)
 		fake := h.fakes[0]
-		rt := h.goRoundTrip(t.Context(), &dataplane.Request{Method: "POST", Path: "/", Body: body, Streaming: true})
+		rt := h.goRoundTrip(t.Context(), &dataplane.Request{Method: "POST", Path: "/", Body: [][]byte{body}, Streaming: true})
 		if f := fake.recv(); f.GetRequest() == nil {
 			t.Fatalf("first frame = %v, want the request head", f)
 		}

@@ -185,3 +185,78 @@ func TestConnCapsAtFDLimit(t *testing.T) {
 		t.Errorf("host ran out of descriptors:\n%s", h.log.String())
 	}
 }
+
+// clientFrom returns an HTTP client whose connections come from the
+// loopback address local (Linux routes all of 127/8 to lo).
+func clientFrom(t *testing.T, local string) *http.Client {
+	t.Helper()
+	d := &net.Dialer{Timeout: 5 * time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP(local)}}
+	cl := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DialContext: d.DialContext}}
+	t.Cleanup(cl.CloseIdleConnections)
+	return cl
+}
+
+// TestAdminListenerPerClient holds eight idle connections to the admin
+// listener from one address, sending nothing: a ninth from that address is
+// answered 503 too_many_connections, while /metrics answers another
+// address at once, and the first address again once the host has closed
+// the idle connections at the admin listener's header timeout.
+func TestAdminListenerPerClient(t *testing.T) {
+	const perIP = 8
+	h := startHost(t, baseConfig("2s")+pluginBlock("hello", "hello", ""))
+	other := clientFrom(t, "127.0.0.2")
+	metricsFrom := func(cl *http.Client) (int, string) {
+		resp, err := cl.Get(h.admin + "/metrics")
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+
+	addr := strings.TrimPrefix(h.admin, "http://")
+	held := make([]net.Conn, 0, perIP)
+	for range perIP {
+		c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+		if err != nil {
+			t.Fatalf("dial the admin listener: %v", err)
+		}
+		t.Cleanup(func() { c.Close() })
+		held = append(held, c)
+	}
+	// The held connections and the other address's one.
+	want := fmt.Sprintf(`plughost_connections{listener="admin"} %d`, perIP+1)
+	waitFor(t, 5*time.Second, "the admin listener to count the held connections", func() bool {
+		code, body := metricsFrom(other)
+		return code == http.StatusOK && strings.Contains(body, want+"\n")
+	})
+
+	_, resp := dialGet(t, h.admin, "/metrics")
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusServiceUnavailable || errorCode(string(body)) != "too_many_connections" ||
+		!strings.Contains(string(body), "max_conns_per_ip") || resp.Header.Get("Retry-After") == "" {
+		t.Errorf("admin GET /metrics on connection %d from one address = %d (Retry-After %q) %s, want 503 too_many_connections (max_conns_per_ip) with Retry-After",
+			perIP+1, resp.StatusCode, resp.Header.Get("Retry-After"), body)
+	}
+	if code, body := metricsFrom(other); code != http.StatusOK ||
+		!strings.Contains(body, `plughost_connections_refused_total{listener="admin",reason="max_conns_per_ip"} 1`) {
+		t.Errorf("admin GET /metrics from another address = %d, want 200 counting one refusal at max_conns_per_ip", code)
+	}
+
+	// The host closes connections that send no request within its header
+	// timeout (5s), and the address has its slots back.
+	start := time.Now()
+	for i, c := range held {
+		_ = c.SetReadDeadline(time.Now().Add(15 * time.Second))
+		if n, err := c.Read(make([]byte, 1)); err != io.EOF {
+			t.Fatalf("idle admin connection %d: read = %d, %v; want the host to close it (EOF)", i+1, n, err)
+		}
+	}
+	if took := time.Since(start); took > 12*time.Second {
+		t.Errorf("the host closed the idle admin connections after %v, want about 5s", took)
+	}
+	if code, body := h.get(h.admin + "/metrics"); code != http.StatusOK {
+		t.Errorf("admin GET /metrics once the idle connections are closed = %d %.200s, want 200", code, body)
+	}
+}

@@ -68,6 +68,9 @@ func TestMalformedRequests(t *testing.T) {
 		{"encoded invalid UTF-8 in path", "GET /hello/%C3%28 HTTP/1.1\r\n", 400, "bad_request"},
 		{"encoded NUL in path", "GET /hello/sleep%00?ms=1 HTTP/1.1\r\n", 400, "bad_request"},
 		{"raw byte in query", "GET /hello/sleep?ms=1&x=\xfe HTTP/1.1\r\n", 400, "bad_request"},
+		{"encoded invalid byte in query", "GET /hello/sleep?ms=1&x=%ff HTTP/1.1\r\n", 400, "bad_request"},
+		{"encoded NUL in query", "GET /hello/sleep?ms=1%00 HTTP/1.1\r\n", 400, "bad_request"},
+		{"malformed escape in query", "GET /hello/sleep?ms=1&x=%zz HTTP/1.1\r\n", 400, "bad_request"},
 		{"header not UTF-8", "GET /hello/ HTTP/1.1\r\nX-Name: caf\xe9\r\n", 400, "bad_request"},
 		{"header with a C1 control", "GET /hello/ HTTP/1.1\r\nX-Name: a\xc2\x85b\r\n", 400, "bad_request"},
 		{"encoded slash after the mount", "GET /hello%2Fsleep?ms=1 HTTP/1.1\r\n", 404, "not_found"},
@@ -95,6 +98,7 @@ func TestMalformedRequests(t *testing.T) {
 	// cases above were refused for their bytes, not their routes.
 	for _, good := range []string{
 		"GET /hello/sleep?ms=1 HTTP/1.1\r\n",
+		"GET /hello/sleep?ms=1&x=%E2%82%AC+%3B HTTP/1.1\r\n",
 		"GET /hello/%C3%A9t%C3%A9 HTTP/1.1\r\n", // UTF-8, no such route: the plugin's 404
 		"POST /faulty/echo HTTP/1.1\r\nContent-Length: 4\r\n",
 	} {
@@ -324,9 +328,17 @@ func TestBodyMemoryBound(t *testing.T) {
 		codes = map[int]int{}
 		errs  = map[string]int{}
 	)
-	cl := &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: clients}}
-	t.Cleanup(cl.CloseIdleConnections)
-	for range clients {
+	// The clients come from eight loopback addresses (Linux routes all of
+	// 127/8 to lo): one address may hold only a quarter of the budget.
+	var cls []*http.Client
+	for i := range 8 {
+		d := &net.Dialer{Timeout: 10 * time.Second, LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(1+i))}}
+		cl := &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: clients, DialContext: d.DialContext}}
+		t.Cleanup(cl.CloseIdleConnections)
+		cls = append(cls, cl)
+	}
+	for i := range clients {
+		cl := cls[i%len(cls)]
 		wg.Go(func() {
 			for range 2 {
 				req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, h.ingress+"/bodies/sum", bytes.NewReader(body))

@@ -4,8 +4,13 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"sync/atomic"
+	"net/netip"
+	"sync"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/plughost/plughost/sdk/wire"
 )
 
 // Bounds of the discard after an early answer, as nginx's lingering
@@ -20,91 +25,162 @@ const (
 	lingerBytes = 64 << 20
 )
 
-// firstBodyBuffer is the buffer a body starts in when it may be larger.
-// The buffer grows bodyGrowth times as bytes arrive, so memory follows
-// what the client has sent (within a factor of bodyGrowth), not the
-// length it claims; the factor is large so that the buffers a body
-// leaves behind, garbage for the collector, come to a fraction of it.
-const (
-	firstBodyBuffer = 4 << 10
-	bodyGrowth      = 8
-)
+// firstPiece is the size of a body's first piece when it may be larger.
+// A body arrives in pieces that double from firstPiece up to
+// wire.PieceBytes, each allocated and charged to the plugin's budget as
+// the one before it fills: what a body holds follows what its client has
+// sent (at most twice that, plus firstPiece, and never more than one
+// piece beyond it), not the length it claims. The pieces go to the data
+// plane as they are, so no buffer is copied or left behind as garbage.
+const firstPiece = 4 << 10
+
+// clientShareDivisor sets the most one client address may hold of a
+// plugin's body budget: 1/clientShareDivisor of it, and at least one
+// body of max_body_bytes (clientShare), as Envoy pairs a per-connection
+// buffer limit with an overall one. A client alone may take a quarter
+// of the memory; filling it takes at least four addresses.
+const clientShareDivisor = 4
+
+// clientShare is the most one client address may hold of a budget of
+// bound bytes for bodies of at most maxBody; 0 (no cap) when bound is.
+func clientShare(bound, maxBody int64) int64 {
+	if bound <= 0 {
+		return 0
+	}
+	return max(maxBody, bound/clientShareDivisor)
+}
 
 // errBodyBudget is the error of a body that would take a plugin's
 // request bodies past their share of memory (bodyBudget).
 var errBodyBudget = errors.New("request bodies to this plugin hold their memory limit")
 
-// bodyBudget counts the bytes of buffer that one plugin's request bodies
-// hold in the host, from their first byte until their request ends, so
-// that bodies still arriving, which hold no in-flight slot, are bounded
-// too. Its zero value is empty.
-type bodyBudget struct{ used atomic.Int64 }
+// errClientShare is the error of a body that would take its client
+// address's bodies past their share of the plugin's budget (clientShare).
+var errClientShare = errors.New("this client's request bodies hold their share of the plugin's memory limit")
 
-// take reserves n bytes under bound (none when bound <= 0) and reports
-// whether they fit.
-func (b *bodyBudget) take(n, bound int64) bool {
-	if used := b.used.Add(n); bound > 0 && used > bound {
-		b.used.Add(-n)
-		return false
-	}
-	return true
+// bodyBudget counts the bytes that one plugin's request bodies hold in
+// the host, from their first byte until their request ends, in all and
+// by client address, so that bodies still arriving, which hold no
+// in-flight slot, are bounded too, and one client cannot take them all.
+// Its zero value is empty.
+type bodyBudget struct {
+	mu       sync.Mutex
+	used     int64
+	byClient map[netip.Addr]int64
 }
 
-// give returns n bytes taken with take.
-func (b *bodyBudget) give(n int64) { b.used.Add(-n) }
+// bodyCharge is what one body holds of its plugin's budget. Call release
+// when its request ends.
+type bodyCharge struct {
+	b      *bodyBudget
+	client netip.Addr
+	keyed  bool // the client's address is known: its share applies
+	gauge  prometheus.Gauge
+	n      int64
+}
 
-// receiveBody reads r's body, at most limit bytes, in a buffer whose
-// capacity it takes from budget (up to bound), and returns the body
-// and the bytes taken, which the caller gives back when the request
-// ends. The read fails with an *http.MaxBytesError past limit, with
-// errBodyBudget when budget has no room, and with an error that
+// newCharge returns an empty charge against b for a request from
+// remoteAddr, whose bytes gauge counts too.
+func (b *bodyBudget) newCharge(remoteAddr string, gauge prometheus.Gauge) *bodyCharge {
+	client, keyed := clientKey(remoteAddr)
+	return &bodyCharge{b: b, client: client, keyed: keyed, gauge: gauge}
+}
+
+// take charges n more bytes, within bound for the plugin (none when
+// bound <= 0) and share for the client (none when share <= 0), and
+// fails with errBodyBudget or errClientShare when they do not fit.
+func (c *bodyCharge) take(n, bound, share int64) error {
+	b := c.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if bound > 0 && b.used+n > bound {
+		return errBodyBudget
+	}
+	if c.keyed {
+		if share > 0 && b.byClient[c.client]+n > share {
+			return errClientShare
+		}
+		if b.byClient == nil {
+			b.byClient = map[netip.Addr]int64{}
+		}
+		b.byClient[c.client] += n
+	}
+	b.used += n
+	c.n += n
+	c.gauge.Add(float64(n))
+	return nil
+}
+
+// release gives back everything c took.
+func (c *bodyCharge) release() {
+	if c.n == 0 {
+		return
+	}
+	b := c.b
+	b.mu.Lock()
+	b.used -= c.n
+	if c.keyed {
+		if b.byClient[c.client] -= c.n; b.byClient[c.client] <= 0 {
+			delete(b.byClient, c.client)
+		}
+	}
+	b.mu.Unlock()
+	c.gauge.Sub(float64(c.n))
+	c.n = 0
+}
+
+// receiveBody reads r's body, at most limit bytes, in pieces (see
+// firstPiece) charged to charge within bound and share (see take), and
+// returns them. The caller releases charge when the request ends. The
+// read fails with an *http.MaxBytesError past limit, with errBodyBudget
+// or errClientShare when there is no room, and with an error that
 // matches os.ErrDeadlineExceeded when the body has not arrived by the
 // connection's read deadline.
-func receiveBody(w http.ResponseWriter, r *http.Request, limit int64, budget *bodyBudget, bound int64) (body []byte, taken int64, err error) {
+func receiveBody(w http.ResponseWriter, r *http.Request, limit int64, charge *bodyCharge, bound, share int64) ([][]byte, error) {
 	if r.Body == nil || r.Body == http.NoBody {
 		// Most requests have no body.
-		return nil, 0, nil
+		return nil, nil
 	}
 	want := r.ContentLength // net/http stops the body there
 	if want < 0 || want > limit {
 		want = limit
 	}
 	src := http.MaxBytesReader(w, r.Body, limit)
-	var buf []byte
+	var (
+		pieces [][]byte
+		got    int64
+	)
 	for {
-		if len(buf) == cap(buf) {
-			if int64(cap(buf)) >= want {
-				// Full: only the end, or a chunked body past the limit,
-				// can follow.
-				var one [1]byte
-				n, err := src.Read(one[:])
-				switch {
-				case err == io.EOF:
-					return buf, taken, nil
-				case err != nil:
-					return nil, taken, err
-				case n > 0:
-					return nil, taken, &http.MaxBytesError{Limit: limit}
-				}
-				continue
+		size := min(int64(wire.PieceBytes), max(firstPiece, got), want-got)
+		if size <= 0 {
+			// All that may come has come: only the end, or a chunked
+			// body past the limit, can follow.
+			var one [1]byte
+			n, err := src.Read(one[:])
+			switch {
+			case err == io.EOF:
+				return pieces, nil
+			case err != nil:
+				return nil, err
+			case n > 0:
+				return nil, &http.MaxBytesError{Limit: limit}
 			}
-			size := min(max(firstBodyBuffer, bodyGrowth*int64(cap(buf))), want)
-			// The old buffer is garbage once copied: count the growth.
-			if !budget.take(size-int64(cap(buf)), bound) {
-				return nil, taken, errBodyBudget
-			}
-			taken += size - int64(cap(buf))
-			next := make([]byte, len(buf), size)
-			copy(next, buf)
-			buf = next
+			continue
 		}
-		n, err := src.Read(buf[len(buf):cap(buf)])
-		buf = buf[:len(buf)+n]
-		if err == io.EOF {
-			return buf, taken, nil
+		if err := charge.take(size, bound, share); err != nil {
+			return nil, err
 		}
-		if err != nil {
-			return nil, taken, err
+		piece := make([]byte, size)
+		n, err := io.ReadFull(src, piece)
+		got += int64(n)
+		if n > 0 {
+			pieces = append(pieces, piece[:n])
+		}
+		switch {
+		case err == io.EOF || err == io.ErrUnexpectedEOF:
+			return pieces, nil
+		case err != nil:
+			return nil, err
 		}
 	}
 }

@@ -107,33 +107,80 @@ func TestSlowBody(t *testing.T) {
 	}
 }
 
-// TestBodyBudget checks that bodies still arriving are bounded by
-// max_inflight × max_body_bytes per plugin, the figure docs/config.md
-// states.
-func TestBodyBudget(t *testing.T) {
-	const maxBody = 16 << 10
-	fs := faulty()
-	fs.maxInflight = 1 // the budget: 1 × 16 KiB
-	f := newFixture(t, ingress.Limits{MaxBodyBytes: maxBody, RequestTimeout: 30 * time.Second, BodyTimeout: 30 * time.Second}, fs)
-
-	// A body that has sent more than half its declared length holds a
-	// buffer of the whole of it: the whole budget.
-	conn := f.dialRaw(t)
-	if _, err := fmt.Fprintf(conn, "POST /faulty/echo HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s", maxBody, bytes.Repeat([]byte("a"), maxBody/2+1)); err != nil {
+// dialFrom opens a connection to the fixture's server from the loopback
+// address local (Linux routes all of 127/8 to lo), closed when the test
+// ends.
+func (f *fixture) dialFrom(t *testing.T, local string) net.Conn {
+	t.Helper()
+	d := net.Dialer{Timeout: 5 * time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP(local)}}
+	conn, err := d.Dial("tcp", f.srv.Listener.Addr().String())
+	if err != nil {
 		t.Fatal(err)
 	}
-	var r response
-	waitFor(t, 30*time.Second, "a second body to find the budget spent", func() bool {
-		r = f.request(t, http.MethodPost, "/faulty/echo", strings.NewReader(strings.Repeat("b", 5000)))
-		return r.code == http.StatusTooManyRequests
-	})
-	if r.errorCode() != "busy" || !strings.Contains(r.body, fmt.Sprint(maxBody)) || r.header.Get("Retry-After") == "" {
-		t.Errorf("POST /faulty/echo with the body budget spent = %d %s (Retry-After %q), want 429 busy naming %d bytes with Retry-After",
+	t.Cleanup(func() { conn.Close() })
+	if err := conn.SetDeadline(time.Now().Add(30 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	return conn
+}
+
+// postFrom sends POST path with body from the loopback address local
+// and reads the answer.
+func (f *fixture) postFrom(t *testing.T, local, path string, body []byte) response {
+	t.Helper()
+	conn := f.dialFrom(t, local)
+	if _, err := fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s", path, len(body), body); err != nil {
+		t.Fatal(err)
+	}
+	return readResponse(t, conn)
+}
+
+// startSlowBody sends the head of POST /faulty/echo declaring a body of
+// declared bytes, and sent bytes of it, from local; the rest never comes
+// unless the test sends it.
+func (f *fixture) startSlowBody(t *testing.T, local string, declared, sent int) net.Conn {
+	t.Helper()
+	conn := f.dialFrom(t, local)
+	if _, err := fmt.Fprintf(conn, "POST /faulty/echo HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s", declared, bytes.Repeat([]byte("a"), sent)); err != nil {
+		t.Fatal(err)
+	}
+	return conn
+}
+
+// bodyBytes is plughost_request_body_bytes for plugin.
+func (f *fixture) bodyBytes(plugin string) int {
+	return int(testutil.ToFloat64(f.m.BodyBytes.WithLabelValues(plugin)))
+}
+
+// TestBodyBudget checks that bodies still arriving are bounded by
+// max_inflight × max_body_bytes per plugin, the figure docs/config.md
+// states, and that a body is charged by the bytes it has sent, in
+// pieces, not by the length it claims.
+func TestBodyBudget(t *testing.T) {
+	const maxBody = 64 << 10
+	fs := faulty()
+	fs.maxInflight = 1 // the budget: 1 × 64 KiB
+	f := newFixture(t, ingress.Limits{MaxBodyBytes: maxBody, RequestTimeout: 30 * time.Second, BodyTimeout: 30 * time.Second}, fs)
+
+	// 10 KiB of a declared 64 KiB arrive: pieces of 4, 4 and 8 KiB, the
+	// last partly filled, hold 16 KiB.
+	conn := f.startSlowBody(t, "127.0.0.1", maxBody, 10<<10)
+	waitFor(t, 10*time.Second, "the slow body's pieces to be charged", func() bool { return f.bodyBytes("faulty") == 16<<10 })
+
+	// Another client's 40 KiB fits beside it (16 + 40 <= 64 KiB).
+	other := bytes.Repeat([]byte("b"), 40<<10)
+	if r := f.postFrom(t, "127.0.0.2", "/faulty/echo", other); r.code != http.StatusOK || r.body != string(other) {
+		t.Errorf("POST /faulty/echo with 40 KiB beside a slow body holding 16 KiB = %d %.100s, want 200 and its body", r.code, r.body)
+	}
+	// 50 KiB does not.
+	r := f.postFrom(t, "127.0.0.2", "/faulty/echo", bytes.Repeat([]byte("b"), 50<<10))
+	if r.code != http.StatusTooManyRequests || r.errorCode() != "busy" || !strings.Contains(r.body, fmt.Sprint(maxBody)) || r.header.Get("Retry-After") == "" {
+		t.Errorf("POST /faulty/echo with 50 KiB beside a slow body holding 16 KiB = %d %s (Retry-After %q), want 429 busy naming %d bytes with Retry-After",
 			r.code, r.body, r.header.Get("Retry-After"), maxBody)
 	}
 	// The rest of the slow body arrives: it is answered, and frees the
 	// budget.
-	if _, err := conn.Write(bytes.Repeat([]byte("a"), maxBody/2-1)); err != nil {
+	if _, err := conn.Write(bytes.Repeat([]byte("a"), maxBody-10<<10)); err != nil {
 		t.Fatal(err)
 	}
 	if r := readResponse(t, conn); r.code != http.StatusOK || len(r.body) != maxBody {
@@ -141,9 +188,39 @@ func TestBodyBudget(t *testing.T) {
 	}
 	// The handler gives the budget back when it returns, a moment after
 	// the client has read its answer.
-	waitFor(t, 10*time.Second, "POST /faulty/echo to be served once the budget is free", func() bool {
-		return f.request(t, http.MethodPost, "/faulty/echo", strings.NewReader(strings.Repeat("b", 5000))).code == http.StatusOK
-	})
+	waitFor(t, 10*time.Second, "the budget to be given back", func() bool { return f.bodyBytes("faulty") == 0 })
+	if r := f.postFrom(t, "127.0.0.2", "/faulty/echo", bytes.Repeat([]byte("b"), 50<<10)); r.code != http.StatusOK {
+		t.Errorf("POST /faulty/echo with 50 KiB once the budget is free = %d %s, want 200", r.code, r.body)
+	}
+}
+
+// TestBodyClientShare checks that one client address holds at most its
+// share of a plugin's body budget (a quarter, and at least one body of
+// max_body_bytes), so that other clients' bodies still fit.
+func TestBodyClientShare(t *testing.T) {
+	const maxBody = 64 << 10
+	fs := faulty()
+	fs.maxInflight = 8 // the budget: 8 × 64 KiB = 512 KiB; a client's share 128 KiB
+	f := newFixture(t, ingress.Limits{MaxBodyBytes: maxBody, RequestTimeout: 30 * time.Second, BodyTimeout: 30 * time.Second}, fs)
+
+	// Two slow bodies from 127.0.0.1 that have sent 48 KiB each hold
+	// pieces of 4 + 4 + 8 + 16 + 32 = 64 KiB each: the share.
+	for range 2 {
+		f.startSlowBody(t, "127.0.0.1", maxBody, 48<<10)
+	}
+	waitFor(t, 10*time.Second, "the slow bodies' pieces to be charged", func() bool { return f.bodyBytes("faulty") == 2*maxBody })
+
+	r := f.postFrom(t, "127.0.0.1", "/faulty/echo", bytes.Repeat([]byte("c"), 10<<10))
+	if r.code != http.StatusTooManyRequests || r.errorCode() != "busy" || !strings.Contains(r.body, "this client") || !strings.Contains(r.body, fmt.Sprint(2*maxBody)) {
+		t.Errorf("POST /faulty/echo from the client holding its share = %d %s, want 429 busy naming this client's share of %d bytes", r.code, r.body, 2*maxBody)
+	}
+	// Another address still has room: most of the budget is free.
+	for range 3 {
+		body := bytes.Repeat([]byte("d"), 60<<10)
+		if r := f.postFrom(t, "127.0.0.2", "/faulty/echo", body); r.code != http.StatusOK || r.body != string(body) {
+			t.Errorf("POST /faulty/echo with 60 KiB from another address = %d %.100s, want 200 and its body", r.code, r.body)
+		}
+	}
 }
 
 // TestLingeringClose checks that a client that sends a body over the cap

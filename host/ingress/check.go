@@ -2,6 +2,7 @@ package ingress
 
 import (
 	"net/http"
+	"net/url"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -19,7 +20,11 @@ type refusal struct {
 // should never see: text that is not UTF-8 or holds control characters
 // (the data plane carries them as protobuf strings, and every plugin
 // would have to guard against them), and a path with an encoded slash.
-// It returns nil for a request the ingress may route.
+// The query is checked as sent and as a plugin decodes it (r.URL.Query):
+// %FF or %00 in a value is as much the client's fault as the raw byte,
+// and a malformed escape (%G0, a lone %) would make the plugin drop the
+// parameter without a word. It returns nil for a request the ingress may
+// route.
 //
 // The host matches and forwards the decoded path, so /a%2Fb would reach
 // the route /a/b, while a front proxy's ACL that compares the raw path
@@ -34,6 +39,9 @@ func checkRequest(r *http.Request) *refusal {
 	if !validText(r.URL.RawQuery, false) {
 		return &refusal{http.StatusBadRequest, "bad_request", "the query is not UTF-8 text or holds control characters"}
 	}
+	if bad := checkQuery(r.URL.RawQuery); bad != "" {
+		return &refusal{http.StatusBadRequest, "bad_request", bad}
+	}
 	if !validText(r.Host, false) {
 		return &refusal{http.StatusBadRequest, "bad_request", "the Host header is not UTF-8 text or holds control characters"}
 	}
@@ -46,6 +54,34 @@ func checkRequest(r *http.Request) *refusal {
 		}
 	}
 	return nil
+}
+
+// checkQuery checks the names and values of a raw query once decoded, as
+// url.ParseQuery decodes them (split at '&', '+' for a space), and
+// returns why it refuses them, or "". Only a percent-escape can decode to
+// what the raw query's own check let through, so a query without one
+// costs a scan. A ';' is left as a character, not taken as a separator
+// (as Go's own parser does), so it is no reason to refuse.
+func checkQuery(q string) string {
+	if strings.IndexByte(q, '%') < 0 {
+		return ""
+	}
+	for part := range strings.SplitSeq(q, "&") {
+		if strings.IndexByte(part, '%') < 0 {
+			continue
+		}
+		name, value, _ := strings.Cut(part, "=")
+		for _, s := range [2]string{name, value} {
+			d, err := url.QueryUnescape(s)
+			if err != nil {
+				return "the query holds a malformed percent-escape"
+			}
+			if !validText(d, false) {
+				return "the query, decoded, is not UTF-8 text or holds control characters"
+			}
+		}
+	}
+	return ""
 }
 
 // hasEncodedSlash reports whether an escaped path holds %2F in any case.

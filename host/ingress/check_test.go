@@ -3,6 +3,7 @@ package ingress
 import (
 	"net/http"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 )
@@ -25,7 +26,14 @@ func TestCheckRequest(t *testing.T) {
 		{name: "encoded NUL in path", target: "/hello/%00", wantCode: 400},
 		{name: "encoded C1 control in path", target: "/hello/%C2%85", wantCode: 400},
 		{name: "raw byte in query", target: "/hello/?q=\xff", wantCode: 400},
-		{name: "encoded invalid byte in query", target: "/hello/?q=%FF"}, // forwarded raw: the plugin decodes it
+		{name: "encoded invalid byte in query", target: "/hello/?q=%FF", wantCode: 400},
+		{name: "encoded NUL in query", target: "/hello/?a=1&q=%00", wantCode: 400},
+		{name: "encoded C1 control in query", target: "/hello/?q=x%C2%85", wantCode: 400},
+		{name: "encoded truncated rune in query name", target: "/hello/?%E2%82=1", wantCode: 400},
+		{name: "malformed escape in query", target: "/hello/?q=%G0", wantCode: 400},
+		{name: "lone percent in query", target: "/hello/?q=100%", wantCode: 400},
+		{name: "encoded UTF-8, plus and semicolon in query", target: "/hello/?q=%E2%82%AC+1;x=%3B&&r"},
+		{name: "encoded tab in query", target: "/hello/?q=a%09b", wantCode: 400},
 		{name: "header not UTF-8", target: "/hello/", header: http.Header{"X-Bad": {"\xff"}}, wantCode: 400},
 		{name: "header with DEL", target: "/hello/", header: http.Header{"X-Bad": {"a\x7fb"}}, wantCode: 400},
 		{name: "header truncated rune", target: "/hello/", header: http.Header{"X-Bad": {"\xe2\x82"}}, wantCode: 400},
@@ -73,4 +81,31 @@ func TestLogLimiter(t *testing.T) {
 			t.Errorf("allow(t0+%v) = %v, %d, want %v, %d", s.at, ok, n, s.wantOK, s.wantSuppressed)
 		}
 	}
+}
+
+// FuzzCheckQuery checks that a query checkRequest lets through decodes,
+// as a plugin's r.URL.Query() decodes it, without an error and to UTF-8
+// text without control characters.
+func FuzzCheckQuery(f *testing.F) {
+	for _, q := range []string{"", "a=1&b=2", "q=%E2%82%AC+1", "q=%FF", "q=%00", "q=%G0", "x;y=%3B", "%E2%82=1", "a=%C2%85"} {
+		f.Add(q)
+	}
+	f.Fuzz(func(t *testing.T, q string) {
+		r := &http.Request{Method: http.MethodGet, URL: &url.URL{Path: "/p", RawQuery: q}, Header: http.Header{}}
+		if checkRequest(r) != nil {
+			return
+		}
+		for part := range strings.SplitSeq(q, "&") {
+			name, value, _ := strings.Cut(part, "=")
+			for _, s := range []string{name, value} {
+				d, err := url.QueryUnescape(s)
+				if err != nil {
+					t.Fatalf("checkRequest let through query %q, whose %q does not decode: %v", q, s, err)
+				}
+				if !validText(d, false) {
+					t.Fatalf("checkRequest let through query %q, whose %q decodes to %q", q, s, d)
+				}
+			}
+		}
+	})
 }

@@ -124,7 +124,9 @@ type pluginMetrics struct {
 	inflight prometheus.Gauge
 	busy     prometheus.Counter
 	aborted  prometheus.Counter
-	held     struct {
+	// bodyBytes is what request bodies hold in the host (bodyBudget).
+	bodyBytes prometheus.Gauge
+	held      struct {
 		depth  prometheus.Gauge
 		reject prometheus.Counter
 	}
@@ -141,6 +143,8 @@ func newPluginMetrics(m *metrics.Host, name string) *pluginMetrics {
 		inflight: m.Inflight.WithLabelValues(name),
 		busy:     m.BusyRejections.WithLabelValues(name),
 		aborted:  m.DrainAborted.WithLabelValues(name),
+
+		bodyBytes: m.BodyBytes.WithLabelValues(name),
 	}
 	pm.held.depth = m.HeldRequests.WithLabelValues(name)
 	pm.held.reject = m.HoldRejections.WithLabelValues(name)
@@ -349,15 +353,15 @@ func (g *Ingress) forwardTo(w http.ResponseWriter, r *http.Request, e *entry, re
 	}
 	limits := g.limits.Load()
 	maxBody := limits.MaxBodyBytes
-	if r.Method == http.MethodGet || r.Method == http.MethodHead {
-		// A GET or HEAD route takes no body: forwarding one would hold
-		// memory on both sides for nothing.
+	if r.Method == http.MethodGet || r.Method == http.MethodHead || rt.NoBody {
+		// A GET or HEAD route takes no body, nor does a route that says
+		// so (sdk.NoBody): forwarding one would hold memory on both sides
+		// for nothing.
 		maxBody = 0
 	}
 	if r.ContentLength > maxBody {
 		if maxBody == 0 {
-			return writeError(w, http.StatusRequestEntityTooLarge, "body_too_large",
-				fmt.Sprintf("%s requests take no body; the limit is 0 bytes", r.Method))
+			return writeError(w, http.StatusRequestEntityTooLarge, "body_too_large", noBodyMessage(r.Method, pattern, rt.NoBody))
 		}
 		return writeError(w, http.StatusRequestEntityTooLarge, "body_too_large",
 			fmt.Sprintf("request body is %d bytes; the limit is %d", r.ContentLength, maxBody))
@@ -368,15 +372,16 @@ func (g *Ingress) forwardTo(w http.ResponseWriter, r *http.Request, e *entry, re
 	if r.Body != nil && r.Body != http.NoBody && limits.BodyTimeout > 0 {
 		_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(limits.BodyTimeout))
 	}
-	body, taken, err := receiveBody(w, r, maxBody, e.bodies, e.max*limits.MaxBodyBytes)
-	defer e.bodies.give(taken)
+	bound := e.max * limits.MaxBodyBytes
+	charge := e.bodies.newCharge(r.RemoteAddr, e.metrics.bodyBytes)
+	defer charge.release()
+	body, err := receiveBody(w, r, maxBody, charge, bound, clientShare(bound, limits.MaxBodyBytes))
 	if err != nil {
 		var mbe *http.MaxBytesError
 		switch {
 		case errors.As(err, &mbe):
 			if maxBody == 0 {
-				return writeError(w, http.StatusRequestEntityTooLarge, "body_too_large",
-					fmt.Sprintf("%s requests take no body; the limit is 0 bytes", r.Method))
+				return writeError(w, http.StatusRequestEntityTooLarge, "body_too_large", noBodyMessage(r.Method, pattern, rt.NoBody))
 			}
 			return writeError(w, http.StatusRequestEntityTooLarge, "body_too_large",
 				fmt.Sprintf("request body exceeds the limit of %d bytes", maxBody))
@@ -387,7 +392,11 @@ func (g *Ingress) forwardTo(w http.ResponseWriter, r *http.Request, e *entry, re
 		case errors.Is(err, errBodyBudget):
 			e.metrics.busy.Inc()
 			return writeError(w, http.StatusTooManyRequests, "busy",
-				fmt.Sprintf("plugin %q holds its limit of %d bytes of request bodies", name, e.max*limits.MaxBodyBytes))
+				fmt.Sprintf("plugin %q holds its limit of %d bytes of request bodies", name, bound))
+		case errors.Is(err, errClientShare):
+			e.metrics.busy.Inc()
+			return writeError(w, http.StatusTooManyRequests, "busy",
+				fmt.Sprintf("this client's request bodies to plugin %q hold their share of %d bytes", name, clientShare(bound, limits.MaxBodyBytes)))
 		}
 		return writeError(w, http.StatusBadRequest, "bad_body", "could not read the request body: "+err.Error())
 	}
@@ -489,6 +498,15 @@ func (g *Ingress) forwardTo(w http.ResponseWriter, r *http.Request, e *entry, re
 	code, c := g.answer(w, e, ep, resp)
 	*cut = c
 	return code
+}
+
+// noBodyMessage is the message of the 413 for a body sent to a request
+// that takes none: its method's, or its route's (sdk.NoBody).
+func noBodyMessage(method, pattern string, route bool) string {
+	if route && method != http.MethodGet && method != http.MethodHead {
+		return fmt.Sprintf("%s %s takes no body; the limit is 0 bytes", method, pattern)
+	}
+	return fmt.Sprintf("%s requests take no body; the limit is 0 bytes", method)
 }
 
 // answer writes a plugin's response on an ordinary route: the head, then

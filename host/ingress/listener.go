@@ -23,8 +23,8 @@ type ListenerOptions struct {
 	Name string
 	// MaxConns caps the connections open at once; at least 1.
 	MaxConns int
-	// MaxConnsPerIP caps one client address's open connections; 0 means
-	// no cap.
+	// MaxConnsPerIP caps one client's open connections, a client being
+	// an IPv4 address or an IPv6 /64 (keyOf); 0 means no cap.
 	MaxConnsPerIP int
 	// Metrics receives the open and refused counts; nil for none.
 	Metrics *metrics.Conns
@@ -179,14 +179,38 @@ func (l *listener) Close() error {
 	return err
 }
 
-// clientIP returns the address of a connection's client, the zero Addr
-// when it has none (a Unix socket, in tests).
+// clientIP returns the key of a connection's client (keyOf), the zero
+// Addr when it has none (a Unix socket, in tests).
 func clientIP(a net.Addr) netip.Addr {
 	if ta, ok := a.(*net.TCPAddr); ok {
 		ip, _ := netip.AddrFromSlice(ta.IP)
-		return ip.Unmap()
+		return keyOf(ip)
 	}
 	return netip.Addr{}
+}
+
+// keyOf returns the key under which the per-client caps count an
+// address: an IPv4 address as it is, and an IPv6 address's /64. One
+// subscriber usually gets a whole /64 (RFC 6177), and could otherwise
+// take each cap once per address in it.
+func keyOf(ip netip.Addr) netip.Addr {
+	ip = ip.Unmap()
+	if ip.Is6() {
+		p, _ := ip.WithZone("").Prefix(64)
+		return p.Addr()
+	}
+	return ip
+}
+
+// clientKey returns the key of a request's client, from its RemoteAddr,
+// under which the per-client caps count it, and false when it has none
+// (a plugin calling through the Host service, or a Unix socket).
+func clientKey(remoteAddr string) (netip.Addr, bool) {
+	ap, err := netip.ParseAddrPort(remoteAddr)
+	if err != nil {
+		return netip.Addr{}, false
+	}
+	return keyOf(ap.Addr()), true
 }
 
 // conn is an admitted connection; closing it frees its slot once.

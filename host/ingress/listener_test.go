@@ -105,3 +105,35 @@ func TestListenerRefusesBeyondCap(t *testing.T) {
 		t.Fatal("a connection after a slot was freed was not accepted")
 	}
 }
+
+// TestClientKey checks the key the per-client caps count a client under:
+// an IPv4 address as it is, and an IPv6 address's /64, since one
+// subscriber usually holds a whole /64.
+func TestClientKey(t *testing.T) {
+	tests := []struct {
+		remote string
+		want   string // "" when the address has no key
+	}{
+		{"192.0.2.7:5555", "192.0.2.7"},
+		{"[::ffff:192.0.2.7]:5555", "192.0.2.7"},
+		{"[2001:db8:1:2:aaaa:bbbb:cccc:dddd]:443", "2001:db8:1:2::"},
+		{"[2001:db8:1:2::1]:443", "2001:db8:1:2::"},
+		{"[2001:db8:1:3::1]:443", "2001:db8:1:3::"},
+		{"[fe80::1%eth0]:80", "fe80::"},
+		{"[::1]:80", "::"},
+		{"plugin", ""},
+		{"", ""},
+	}
+	for _, tt := range tests {
+		got, ok := ingress.ClientKey(tt.remote)
+		if tt.want == "" {
+			if ok {
+				t.Errorf("ClientKey(%q) = %v, true; want no key", tt.remote, got)
+			}
+			continue
+		}
+		if !ok || got.String() != tt.want {
+			t.Errorf("ClientKey(%q) = %v, %t; want %s", tt.remote, got, ok, tt.want)
+		}
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/netip"
@@ -22,14 +23,15 @@ import (
 // StreamLimits bound requests to streaming routes. They are part of
 // Limits.
 type StreamLimits struct {
-	// MaxStreamsPerIP caps one client address's concurrent streams,
-	// across plugins; 0 means no cap.
+	// MaxStreamsPerIP caps one client's concurrent streams, across
+	// plugins, a client being an IPv4 address or an IPv6 /64 (keyOf); 0
+	// means no cap.
 	MaxStreamsPerIP int
 	// StreamWriteTimeout cuts a stream whose client accepts no bytes for
 	// this long; 0 means never.
 	StreamWriteTimeout time.Duration
-	// StreamMaxLifetime ends a stream this long after it began; 0 means
-	// never.
+	// StreamMaxLifetime ends a stream this long after it began, give or
+	// take up to 10% (jittered); 0 means never.
 	StreamMaxLifetime time.Duration
 	// StreamBuffer is the response credit a stream starts with, in bytes;
 	// 0 means the data plane's default.
@@ -95,9 +97,7 @@ func (g *Ingress) admitStream(w http.ResponseWriter, r *http.Request, e *entry, 
 	}
 	ip, perIP := netip.Addr{}, false
 	if limits.MaxStreamsPerIP > 0 {
-		if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
-			ip, perIP = ap.Addr().Unmap(), true
-		}
+		ip, perIP = clientKey(r.RemoteAddr)
 	}
 	if perIP {
 		g.streams.mu.Lock()
@@ -146,7 +146,7 @@ func startStream(ctx context.Context, e *entry, limits *Limits) (_ context.Conte
 		return ctx, s, func() {}
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	t := time.AfterFunc(limits.StreamMaxLifetime, func() {
+	t := time.AfterFunc(jittered(limits.StreamMaxLifetime, rand.Float64()), func() {
 		s.expired.Store(true)
 		cancel()
 	})
@@ -154,6 +154,14 @@ func startStream(ctx context.Context, e *entry, limits *Limits) (_ context.Conte
 		t.Stop()
 		cancel()
 	}
+}
+
+// jittered returns d moved by up to 10% either way, by u in [0, 1): the
+// streams opened together (after a restart, say) then end spread over a
+// fifth of their lifetime, and their clients do not all reconnect at
+// once.
+func jittered(d time.Duration, u float64) time.Duration {
+	return d + time.Duration((u-0.5)*0.2*float64(d))
 }
 
 // answerStream writes a plugin's streaming response, flushing each piece
@@ -173,7 +181,14 @@ func (g *Ingress) answerStream(ctx context.Context, w http.ResponseWriter, r *ht
 		// host does not see: keep it near the plugin's window, so that a
 		// client that stops reading is noticed after that much, not after
 		// the megabytes the kernel would otherwise take on for it.
-		_ = setWriteBuffer(c, int(max(resp.Window(), 4<<10)))
+		if setWriteBuffer(c, int(max(resp.Window(), 4<<10))) == nil {
+			// The connection closes after the stream rather than serve
+			// later requests with the small buffer. Setting the size
+			// back would not undo it: once set, SO_SNDBUF turns off the
+			// kernel's tuning of the buffer for the socket's life, and a
+			// stream is long enough that a new connection costs nothing.
+			w.Header().Set("Connection", "close")
+		}
 	}
 	// A write to a client that has stopped reading blocks in the kernel
 	// whatever ctx says; when ctx ends (the client went away, the route's

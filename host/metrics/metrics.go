@@ -26,13 +26,16 @@ const ReservedPrefix = "plughost_"
 type Host struct {
 	Registry *prometheus.Registry
 
-	PluginUp         *prometheus.GaugeVec
-	PluginState      *prometheus.GaugeVec
-	PluginRestarts   *prometheus.CounterVec
-	Requests         *prometheus.CounterVec
-	RequestDuration  *prometheus.HistogramVec
-	Inflight         *prometheus.GaugeVec
-	BusyRejections   *prometheus.CounterVec
+	PluginUp        *prometheus.GaugeVec
+	PluginState     *prometheus.GaugeVec
+	PluginRestarts  *prometheus.CounterVec
+	Requests        *prometheus.CounterVec
+	RequestDuration *prometheus.HistogramVec
+	Inflight        *prometheus.GaugeVec
+	BusyRejections  *prometheus.CounterVec
+	// BodyBytes is the memory request bodies hold in the host, against
+	// each plugin's budget.
+	BodyBytes        *prometheus.GaugeVec
 	DrainAborted     *prometheus.CounterVec
 	PluginScrapeErrs *prometheus.CounterVec
 	// Conns holds the connection and stream metrics.
@@ -78,6 +81,10 @@ func New() *Host {
 			Name: "plughost_busy_rejections_total",
 			Help: "Requests refused with 429 because the plugin was at max_inflight.",
 		}, []string{"plugin"}),
+		BodyBytes: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "plughost_request_body_bytes",
+			Help: "Bytes of memory the host holds for request bodies to the plugin, arriving or in flight.",
+		}, []string{"plugin"}),
 		DrainAborted: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "plughost_drain_aborted_total",
 			Help: "Requests still in flight when a drain deadline passed, answered with 503.",
@@ -96,7 +103,7 @@ func New() *Host {
 		}, []string{"plugin"}),
 	}
 	r.MustRegister(h.PluginUp, h.PluginState, h.PluginRestarts, h.Requests, h.RequestDuration,
-		h.Inflight, h.BusyRejections, h.DrainAborted, h.PluginScrapeErrs, h.HeldRequests, h.HoldRejections,
+		h.Inflight, h.BusyRejections, h.BodyBytes, h.DrainAborted, h.PluginScrapeErrs, h.HeldRequests, h.HoldRejections,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	h.Conns = newConns(r)
 	return h
@@ -106,7 +113,7 @@ func New() *Host {
 func (h *Host) Forget(plugin string) {
 	l := prometheus.Labels{"plugin": plugin}
 	for _, v := range []*prometheus.MetricVec{h.PluginUp.MetricVec, h.PluginState.MetricVec,
-		h.Requests.MetricVec, h.Inflight.MetricVec, h.BusyRejections.MetricVec,
+		h.Requests.MetricVec, h.Inflight.MetricVec, h.BusyRejections.MetricVec, h.BodyBytes.MetricVec,
 		h.DrainAborted.MetricVec, h.PluginScrapeErrs.MetricVec, h.PluginRestarts.MetricVec,
 		h.RequestDuration.MetricVec, h.HeldRequests.MetricVec, h.HoldRejections.MetricVec} {
 		v.DeletePartialMatch(l)

@@ -472,7 +472,7 @@ func roundTrip(ctx context.Context, conn *supervisor.Endpoint, req *pluginv1.HTT
 	h := http.Header{}
 	wire.HeadersFromProto(h, req.GetHeaders())
 	return conn.RoundTrip(ctx, &dataplane.Request{
-		Method: req.GetMethod(), Path: req.GetPath(), RawQuery: req.GetRawQuery(), Header: h, Body: req.GetBody(),
+		Method: req.GetMethod(), Path: req.GetPath(), RawQuery: req.GetRawQuery(), Header: h, Body: [][]byte{req.GetBody()},
 		RemoteAddr: req.GetRemoteAddr(), Host: req.GetHost(), Pattern: pat, Streaming: streaming,
 	})
 }

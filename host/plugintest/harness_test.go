@@ -2,9 +2,11 @@ package plugintest_test
 
 import (
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -94,6 +96,61 @@ func TestHarnessRoutesAsTheHost(t *testing.T) {
 				if err := json.Unmarshal(rec.Body.Bytes(), &e); err != nil || e.Error.Code != tt.wantErr {
 					t.Errorf("%s %s body = %s, want the JSON error %q", tt.method, tt.path, rec.Body, tt.wantErr)
 				}
+			}
+		})
+	}
+}
+
+// unsized is a body whose length net/http does not know: it goes chunked.
+type unsized struct{ io.Reader }
+
+// TestHarnessNoBodyRoute checks that a route declared with sdk.NoBody
+// refuses a request body with 413 before its handler runs, whether the
+// body's length is declared or it comes chunked, and serves the request
+// without one, while the plugin's other POST routes still take bodies.
+func TestHarnessNoBodyRoute(t *testing.T) {
+	var resets atomic.Int64
+	mux := sdk.NewMux()
+	mux.HandleFunc("POST /reset", func(w http.ResponseWriter, _ *http.Request) {
+		resets.Add(1)
+		_, _ = w.Write([]byte("reset"))
+	}, sdk.NoBody())
+	mux.HandleFunc("POST /echo", func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		_, _ = w.Write(b)
+	})
+	h := plugintest.New(t, sdk.Plugin{Name: "nobody", Version: "0.0.1", Routes: mux}, plugintest.Options{
+		Limits: sdk.Limits{MaxBodyBytes: 4096, RequestTimeout: 5 * time.Second},
+	})
+	tests := []struct {
+		name, path string
+		body       io.Reader
+		wantCode   int
+		wantBody   string // a substring
+	}{
+		{"declared body", "/reset", strings.NewReader("x"), http.StatusRequestEntityTooLarge, `"body_too_large"`},
+		{"chunked body", "/reset", unsized{strings.NewReader("x")}, http.StatusRequestEntityTooLarge, "POST /reset takes no body"},
+		{"no body", "/reset", nil, http.StatusOK, "reset"},
+		{"empty chunked body", "/reset", unsized{strings.NewReader("")}, http.StatusOK, "reset"},
+		{"another route's body", "/echo", strings.NewReader("hello"), http.StatusOK, "hello"},
+	}
+	wantResets := int64(0)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rec := httptest.NewRecorder()
+			req := httptest.NewRequest(http.MethodPost, tt.path, tt.body)
+			if _, ok := tt.body.(unsized); ok {
+				req.ContentLength = -1
+			}
+			h.ServeHTTP(rec, req)
+			if rec.Code != tt.wantCode || !strings.Contains(rec.Body.String(), tt.wantBody) {
+				t.Errorf("POST %s (%s) = %d %s, want %d with %q", tt.path, tt.name, rec.Code, rec.Body, tt.wantCode, tt.wantBody)
+			}
+			if tt.path == "/reset" && tt.wantCode == http.StatusOK {
+				wantResets++
+			}
+			if got := resets.Load(); got != wantResets {
+				t.Errorf("POST /reset handler ran %d times, want %d: a body refused never reaches it", got, wantResets)
 			}
 		})
 	}

@@ -278,7 +278,11 @@ type Route struct {
 	// get no default deadline.
 	Streaming bool `protobuf:"varint,3,opt,name=streaming,proto3" json:"streaming,omitempty"`
 	// timeout_ms overrides the host's request_timeout for this route; 0 keeps it.
-	TimeoutMs     int64 `protobuf:"varint,4,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
+	TimeoutMs int64 `protobuf:"varint,4,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
+	// no_body routes take no request body, whatever their method: the host
+	// answers one that carries a body 413 before the plugin sees it, as it
+	// does for GET and HEAD.
+	NoBody        bool `protobuf:"varint,5,opt,name=no_body,json=noBody,proto3" json:"no_body,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -339,6 +343,13 @@ func (x *Route) GetTimeoutMs() int64 {
 		return x.TimeoutMs
 	}
 	return 0
+}
+
+func (x *Route) GetNoBody() bool {
+	if x != nil {
+		return x.NoBody
+	}
+	return false
 }
 
 // Schema declares a config body: attributes and nested blocks.
@@ -1968,13 +1979,14 @@ const file_proto_pluginv1_plugin_proto_rawDesc = "" +
 	"\rconfig_schema\x18\x04 \x01(\v2\x1a.plughost.plugin.v1.SchemaR\fconfigSchema\x12\x1f\n" +
 	"\vsdk_version\x18\x05 \x01(\tR\n" +
 	"sdkVersion\x12'\n" +
-	"\x0fsingle_instance\x18\a \x01(\bR\x0esingleInstanceJ\x04\b\x06\x10\a\"v\n" +
+	"\x0fsingle_instance\x18\a \x01(\bR\x0esingleInstanceJ\x04\b\x06\x10\a\"\x8f\x01\n" +
 	"\x05Route\x12\x16\n" +
 	"\x06method\x18\x01 \x01(\tR\x06method\x12\x18\n" +
 	"\apattern\x18\x02 \x01(\tR\apattern\x12\x1c\n" +
 	"\tstreaming\x18\x03 \x01(\bR\tstreaming\x12\x1d\n" +
 	"\n" +
-	"timeout_ms\x18\x04 \x01(\x03R\ttimeoutMs\"z\n" +
+	"timeout_ms\x18\x04 \x01(\x03R\ttimeoutMs\x12\x17\n" +
+	"\ano_body\x18\x05 \x01(\bR\x06noBody\"z\n" +
 	"\x06Schema\x12=\n" +
 	"\n" +
 	"attributes\x18\x01 \x03(\v2\x1d.plughost.plugin.v1.AttributeR\n" +

@@ -39,6 +39,10 @@ type Route struct {
 	// Timeout overrides the host's request_timeout for this route; zero
 	// keeps the host's.
 	Timeout time.Duration
+	// NoBody routes take no request body, whatever their method: the host
+	// answers a request that carries one 413 before the plugin sees it,
+	// as it does for GET and HEAD.
+	NoBody bool
 }
 
 // String returns the route as a ServeMux pattern: "GET /items/{id}", or

@@ -16,6 +16,7 @@ func RoutesToProto(rs []route.Route) []*pluginv1.Route {
 			Pattern:   r.Pattern,
 			Streaming: r.Streaming,
 			TimeoutMs: r.Timeout.Milliseconds(),
+			NoBody:    r.NoBody,
 		})
 	}
 	return out
@@ -31,6 +32,7 @@ func RoutesFromProto(rs []*pluginv1.Route) []route.Route {
 			Pattern:   r.GetPattern(),
 			Streaming: r.GetStreaming(),
 			Timeout:   time.Duration(r.GetTimeoutMs()) * time.Millisecond,
+			NoBody:    r.GetNoBody(),
 		})
 	}
 	return out

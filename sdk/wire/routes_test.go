@@ -18,6 +18,7 @@ func TestRoutesRoundTrip(t *testing.T) {
 		{"none", []route.Route{}},
 		{"method and pattern", []route.Route{{Method: "GET", Pattern: "/items/{id}"}}},
 		{"any method, streaming, timeout", []route.Route{{Pattern: "/events", Streaming: true, Timeout: 30 * time.Second}}},
+		{"no body", []route.Route{{Method: "POST", Pattern: "/reset", NoBody: true}}},
 		{"several", []route.Route{{Method: "GET", Pattern: "/{$}"}, {Method: "POST", Pattern: "/x", Timeout: 1500 * time.Millisecond}}},
 	}
 	for _, tt := range tests {

@@ -248,7 +248,7 @@ func TestUnary(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			p := servePlane(t, bodyHandler(tt.respLen))
-			r, err := p.do(t.Context(), &host.Request{Method: "POST", Path: "/", Header: tt.reqHeader, Body: pattern(tt.reqLen)})
+			r, err := p.do(t.Context(), &host.Request{Method: "POST", Path: "/", Header: tt.reqHeader, Body: [][]byte{pattern(tt.reqLen)}})
 			if err != nil {
 				t.Fatalf("do(%d-byte body) = %v", tt.reqLen, err)
 			}
@@ -747,10 +747,10 @@ func TestUnreadBody(t *testing.T) {
 	p := servePlane(t, mux)
 
 	const size = 8 << 20
-	slow := p.goDo(t.Context(), &host.Request{Method: "POST", Path: "/slow", Body: pattern(size)})
+	slow := p.goDo(t.Context(), &host.Request{Method: "POST", Path: "/slow", Body: [][]byte{pattern(size)}})
 	await(t, started, "the slow handler to start")
 	for i := range 3 {
-		r, err := p.do(t.Context(), &host.Request{Method: "POST", Path: "/fast", Body: pattern(2 * wire.PieceBytes)})
+		r, err := p.do(t.Context(), &host.Request{Method: "POST", Path: "/fast", Body: [][]byte{pattern(2 * wire.PieceBytes)}})
 		if err != nil || string(r.body()) != "fast" {
 			t.Fatalf("do(/fast) #%d while /slow leaves its body unread = %v, %v, want fast", i, r, err)
 		}
@@ -779,7 +779,7 @@ func TestConcurrent(t *testing.T) {
 	}))
 	var results [n]<-chan result
 	for i := range n {
-		req := &host.Request{Method: "POST", Path: fmt.Sprint("/", i), Body: pattern(i * 13 << 10), Streaming: i%2 == 1}
+		req := &host.Request{Method: "POST", Path: fmt.Sprint("/", i), Body: [][]byte{pattern(i * 13 << 10)}, Streaming: i%2 == 1}
 		results[i] = p.goDo(t.Context(), req)
 	}
 	for i, ch := range results {
