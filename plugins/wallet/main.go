@@ -7,23 +7,36 @@
 // group many operations into each log record. Reads come from
 // snapshots at most staleness_window old, and committed receipts stream as
 // server-sent events. See docs/plugins/wallet.md.
+//
+// Run as "wallet check [-repair] DATA_DIR", it verifies a stopped
+// wallet's files offline instead of serving (see check.go).
 package main
 
 import (
+	"errors"
 	"fmt"
+	"io"
 	"os"
 
 	"github.com/plughost/plughost/sdk"
 )
 
 func main() {
-	if err := run(); err != nil {
+	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, err)
+		var ex *exitError
+		if errors.As(err, &ex) {
+			os.Exit(ex.code)
+		}
 		os.Exit(1)
 	}
 }
 
-// run serves the plugin until the host closes the connection.
-func run() error {
+// run runs the check subcommand, or serves the plugin until the host
+// closes the connection.
+func run(args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "check" {
+		return runCheck(args[1:], stdout, stderr)
+	}
 	return sdk.Serve(definition())
 }

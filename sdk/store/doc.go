@@ -37,7 +37,11 @@
 // write (Err): a store that has served one bad value must not build on
 // it. Scrub re-reads the file in bounded slices to find damage before a
 // read does. Check verifies a store's files offline, and Repair cuts a
-// damaged log back to its last good record, saying what it drops.
+// damaged log back to its last good record, saying what it drops. The
+// records it drops were acknowledged: Repair loses acknowledged writes,
+// and runs only when an operator asks for it (a plugin's check command),
+// never by itself at Open. Damage in the bbolt file cannot be cut away;
+// the remedy there is a backup.
 //
 // # Disk errors
 //

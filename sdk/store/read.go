@@ -331,10 +331,12 @@ func (d *DB) View(fn func(*Snapshot) error) error {
 	s.ov[0] = d.ov.m
 	err := d.db.View(func(tx *bolt.Tx) error {
 		s.tx = tx
-		if err := fn(s); err != nil {
-			return err
+		err := fn(s)
+		if s.err != nil {
+			// A damaged value explains whatever fn made of it.
+			return s.err
 		}
-		return s.err
+		return err
 	})
 	d.noteCorrupt(err)
 	return d.mapErr(err)
@@ -369,8 +371,8 @@ func (d *DB) Scan(buckets []int, fn func(*Snapshot) error) error {
 	defer func() { _ = tx.Rollback() }()
 	s := &Snapshot{reader{d: d, tx: tx}}
 	s.ov[0] = copied
-	if err = fn(s); err == nil {
-		err = s.err
+	if err = fn(s); s.err != nil {
+		err = s.err // a damaged value explains whatever fn made of it
 	}
 	d.noteCorrupt(err)
 	return d.mapErr(err)

@@ -195,6 +195,7 @@ func replayWAL(path string, data [2][]byte, gen uint64, strict bool, numBuckets 
 		stop   int
 		index  uint32
 		clean  bool // the run ends at a zero header or the end of the file
+		ended  bool // the run ends at a whole zero header, as appends leave it
 	}
 	var runs [2]run
 	for j := range runs {
@@ -203,7 +204,7 @@ func replayWAL(path string, data [2][]byte, gen uint64, strict bool, numBuckets 
 		name := base + walSuffixes[g%2]
 		if first, ok := firstGen(d); ok && first != g {
 			// The generation never started: the file holds older ones.
-			runs[j] = run{clean: true}
+			runs[j] = run{clean: true, ended: true}
 			continue
 		}
 		groups, stop, err := decodeWAL(d, g, numBuckets)
@@ -211,7 +212,8 @@ func replayWAL(path string, data [2][]byte, gen uint64, strict bool, numBuckets 
 			return walState{}, &CorruptError{File: name, Where: err.where, Problem: err.problem, Remedy: remedy}
 		}
 		index := uint32(len(groups))
-		runs[j] = run{groups: groups, stop: stop, index: index, clean: zeroHeader(d[stop:])}
+		runs[j] = run{groups: groups, stop: stop, index: index, clean: zeroHeader(d[stop:]),
+			ended: len(d)-stop >= walHeader && zeroHeader(d[stop:])}
 		if off, idx, ok := laterRecord(d, stop, g, index); ok {
 			return walState{}, corruptf(name, fmt.Sprintf("record %d at offset %d", index, stop),
 				"checksum mismatch or damaged header, and record %d of the same generation follows at offset %d: acknowledged writes come after the damage", idx, off)
@@ -224,7 +226,12 @@ func replayWAL(path string, data [2][]byte, gen uint64, strict bool, numBuckets 
 	for j, r := range runs {
 		g := gen + uint64(j)
 		name := base + walSuffixes[g%2]
-		if r.clean || !strict {
+		if !strict {
+			continue
+		}
+		// A generation the next one follows was ended by its last
+		// append's zero header: a shorter end is a truncated file.
+		if r.clean && (j != 0 || newest == 0 || r.ended) {
 			continue
 		}
 		if j != newest {

@@ -144,7 +144,18 @@ func Open(path string, opts Options) (*Ledger, error) {
 // receipt's seq.
 func (l *Ledger) verify() (uint64, error) {
 	var seq uint64
-	err := l.db.Scan([]int{bMeta, bAccounts, bReceipts}, func(s *store.Snapshot) error {
+	err := l.db.Scan([]int{bMeta, bAccounts, bReceipts}, func(s *store.Snapshot) (err error) {
+		seq, err = verifySnapshot(s)
+		return err
+	})
+	return seq, err
+}
+
+// verifySnapshot checks the invariants of the state s shows and returns
+// its last receipt's seq.
+func verifySnapshot(s *store.Snapshot) (uint64, error) {
+	var seq uint64
+	err := func() error {
 		meta := bucketOf(s, bMeta)
 		issued, burned := getU64(meta, keyIssued), getU64(meta, keyBurned)
 		seq = getU64(meta, keySeq)
@@ -166,7 +177,7 @@ func (l *Ledger) verify() (uint64, error) {
 			return invariantf("a receipt after the last seq %d exists", seq)
 		}
 		return nil
-	})
+	}()
 	return seq, err
 }
 
