@@ -21,8 +21,9 @@
 // Everything a plugin reads is checksummed: log records (CRC-32C) and
 // every value in the bbolt file (CRC-32C over its key and value, checked
 // on every read). bbolt checksums its meta pages and falls back to the
-// older one if the newer is damaged; the log still holds the groups of
-// that checkpoint, so nothing is lost. At Open:
+// older one if the newer is damaged: the log still holds the groups of
+// that checkpoint until the next generation starts in its file, and once
+// it has, Open finds the log newer than the file and refuses. At Open:
 //
 //   - a torn record at the end of the newest log generation (an append
 //     that a crash cut short, never acknowledged) is left out and
