@@ -233,7 +233,13 @@ func (w *wallet) configure(_ context.Context, rt *sdk.Runtime) (err error) {
 	l, err := ledger.Open(path, ledger.Options{IdempotencyTTL: s.idempotencyTTL, Render: api.Render, Hooks: hooks})
 	if err != nil {
 		// A damaged data dir is the operator's to repair: the SDK tells
-		// the host, which shows the reason and does not restart.
+		// the host, which shows the reason and does not restart. The
+		// store's own error is the whole message (file, where, what to
+		// do); the wrapping would put the host's path in front of it.
+		var ce *store.CorruptError
+		if errors.As(err, &ce) {
+			return ce
+		}
 		return err
 	}
 	if rec := l.Store().Recovery(); rec.Trimmed != nil {
