@@ -178,16 +178,28 @@ func launchHost(t *testing.T, cfg string, args ...string) *hostProc {
 // launchHostWith is launchHost with the host's process attributes.
 func launchHostWith(t *testing.T, cfg string, attr *syscall.SysProcAttr, args ...string) *hostProc {
 	t.Helper()
+	return launchHostCmd(t, cfg, func(bin string, run []string) *exec.Cmd {
+		cmd := exec.Command(bin, append(run, args...)...)
+		cmd.SysProcAttr = attr
+		return cmd
+	})
+}
+
+// launchHostCmd starts the command that mk returns for the host binary
+// and its `run` arguments, without waiting for it. The command must
+// become the host process (exec it), so that signals and kills reach
+// the host.
+func launchHostCmd(t *testing.T, cfg string, mk func(bin string, run []string) *exec.Cmd) *hostProc {
+	t.Helper()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "config.hcl")
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	h := &hostProc{t: t, cfgPath: path, dir: dir, log: &testbin.SyncBuffer{}, exited: make(chan struct{})}
-	h.cmd = exec.Command(filepath.Join(bins.dir, "plughost"), append([]string{"run", "-config", path, "-log-level", "debug"}, args...)...)
+	h.cmd = mk(filepath.Join(bins.dir, "plughost"), []string{"run", "-config", path, "-log-level", "debug"})
 	h.cmd.Stdout = h.log
 	h.cmd.Stderr = h.log
-	h.cmd.SysProcAttr = attr
 	if err := h.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
