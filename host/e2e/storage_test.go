@@ -1,15 +1,18 @@
 package e2e
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -402,4 +405,276 @@ func TestStorageCorruptRefuses(t *testing.T) {
 	if s := supplyIsSum(t, h, accounts, maxSeq); s.Supply != workers*initial {
 		t.Errorf("supply = %+v, want %d", s, workers*initial)
 	}
+}
+
+// issueOp is one POST /wallet/v1/issue of a load, with its first answer.
+type issueOp struct {
+	key, body  string
+	start, end time.Time
+	r          walletResp
+	err        error
+}
+
+// issueLoad is a steady load of issues of 1, each with a new key, to one
+// account per worker, from workers each sending one every pace.
+type issueLoad struct {
+	accounts []string
+	stop     func()
+	done     chan struct{}
+	mu       sync.Mutex
+	ops      []issueOp
+}
+
+// startIssueLoad starts the load on h; it is stopped and waited for on
+// cleanup. Each worker sends at most maxPerWorker.
+func startIssueLoad(t *testing.T, h *hostProc, name string, workers int, pace time.Duration, maxPerWorker int) *issueLoad {
+	t.Helper()
+	tr := &http.Transport{MaxIdleConnsPerHost: workers}
+	t.Cleanup(tr.CloseIdleConnections)
+	lc := &http.Client{Transport: tr, Timeout: 15 * time.Second}
+	l := &issueLoad{done: make(chan struct{})}
+	stop := make(chan struct{})
+	l.stop = sync.OnceFunc(func() { close(stop) })
+	var wg sync.WaitGroup
+	for i := range workers {
+		acct := fmt.Sprintf("%s-%02d", name, i)
+		l.accounts = append(l.accounts, acct)
+		wg.Go(func() {
+			tick := time.NewTicker(pace)
+			defer tick.Stop()
+			for n := range maxPerWorker {
+				select {
+				case <-stop:
+					return
+				case <-tick.C:
+				}
+				op := issueOp{key: fmt.Sprintf("%s-%d", acct, n), body: fmt.Sprintf(`{"to":%q,"amount":1}`, acct), start: time.Now()}
+				op.r, op.err = walletPost(t.Context(), lc, h.ingress+"/wallet/v1/issue", op.key, op.body)
+				op.end = time.Now()
+				l.mu.Lock()
+				l.ops = append(l.ops, op)
+				l.mu.Unlock()
+			}
+		})
+	}
+	go func() {
+		wg.Wait()
+		close(l.done)
+	}()
+	t.Cleanup(func() {
+		l.stop()
+		<-l.done
+	})
+	return l
+}
+
+// snapshot returns the ops answered so far.
+func (l *issueLoad) snapshot() []issueOp {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]issueOp(nil), l.ops...)
+}
+
+// finish stops the load, waits for its requests, and resolves every
+// operation by its key: a 200 replays byte for byte, and every other
+// answer (a 503, no answer) is retried with the same key and body until
+// the wallet answers 200, a replay or its first commit. Then each key
+// was applied exactly once: issued = base + one per operation, and the
+// supply is the sum of the balances. It returns the first answers by
+// status and error code.
+func (l *issueLoad) finish(t *testing.T, h *hostProc, base uint64) map[string]int {
+	t.Helper()
+	l.stop()
+	select {
+	case <-l.done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("load requests still unanswered 30s after it stopped")
+	}
+	counts := map[string]int{}
+	var maxSeq uint64
+	for _, op := range l.ops {
+		first := "no answer"
+		if op.err == nil {
+			first = fmt.Sprintf("%d %s", op.r.code, op.r.errCode())
+		}
+		counts[first]++
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			r, err := walletPost(t.Context(), client, h.ingress+"/wallet/v1/issue", op.key, op.body)
+			if err == nil && r.code == http.StatusOK {
+				if op.err == nil && op.r.code == http.StatusOK && (!bytes.Equal(r.body, op.r.body) || !r.replayed()) {
+					t.Errorf("replay of acknowledged key %s = %v (Idempotent-Replayed %q), want %s, replayed", op.key, r, r.header.Get("Idempotent-Replayed"), bytes.TrimSpace(op.r.body))
+				}
+				rc, err := decodeReceipt(r.body)
+				if err != nil {
+					t.Fatal(err)
+				}
+				maxSeq = max(maxSeq, rc.Seq)
+				break
+			}
+			if err == nil && r.code != http.StatusServiceUnavailable && r.code != http.StatusTooManyRequests && r.code != http.StatusConflict {
+				t.Fatalf("retry of key %s (first answer %s) = %v, want 200 or a 503/429/409 to retry", op.key, first, r)
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("key %s (first answer %s): no 200 within 30s of retries (last %v, %v)", op.key, first, r, err)
+			}
+			time.Sleep(50 * time.Millisecond) // pace the retries, as a client would
+		}
+	}
+	s := supplyIsSum(t, h, l.accounts, maxSeq)
+	if want := base + uint64(len(l.ops)); s.Issued != want {
+		t.Errorf("issued = %d, want %d: %d before the load plus one per key of the load, each applied exactly once", s.Issued, want, base)
+	}
+	t.Logf("%d POSTs, first answers: %v", len(l.ops), counts)
+	return counts
+}
+
+// getsOK polls GET /wallet/v1/accounts/{acct} until stop is closed and
+// reports each answer that is not 200; wait for it with the returned
+// function.
+func getsOK(t *testing.T, h *hostProc, acct string) (stop func() []string) {
+	t.Helper()
+	quit := make(chan struct{})
+	var bad []string
+	var n int
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c := &http.Client{Timeout: 10 * time.Second}
+		for {
+			select {
+			case <-quit:
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+			resp, err := c.Get(h.ingress + "/wallet/v1/accounts/" + acct)
+			n++
+			if err != nil {
+				bad = append(bad, err.Error())
+				continue
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				bad = append(bad, fmt.Sprintf("%d %s", resp.StatusCode, bytes.TrimSpace(b)))
+			}
+		}
+	}()
+	var once sync.Once
+	t.Cleanup(func() { once.Do(func() { close(quit) }); <-done })
+	return func() []string {
+		once.Do(func() { close(quit) })
+		<-done
+		if n == 0 {
+			t.Errorf("no GET was made")
+		}
+		return bad
+	}
+}
+
+// TestStorageStall stalls the log's fdatasync (the fault point
+// ledger.sync, inside the log write) for 6 × commit_timeout under a
+// steady POST load: POSTs answer 503 storage_unavailable with Retry-After
+// within about commit_timeout, GETs answer 200 throughout, the breaker
+// opens (degraded, /readyz/wallet 503). Once the fault is cleared and
+// the stalled syncs return, POSTs succeed again, and every operation is
+// resolved by its key: each 200 replays, each other answer is retried
+// to a 200, and every key was applied exactly once.
+func TestStorageStall(t *testing.T) {
+	// The wallet does not yet fail fast on a stalled disk: its committer
+	// holds the commit turn, and the ledger its writer lock, across the
+	// log's fdatasync, and commit_timeout bounds only what comes before
+	// it. So during the stall POSTs wait out the host's request_timeout
+	// (504 timeout), the breaker counts a slow commit only once it
+	// returns, and health stays ready. Set PLUGHOST_E2E_STALL=1 to run
+	// this test against the committer; it is the acceptance test of
+	// that change (issue 12, must-show 3a).
+	if os.Getenv("PLUGHOST_E2E_STALL") == "" {
+		t.Skip("the committer does not yet fail fast when fdatasync stalls (issue 12, must-show 3a); PLUGHOST_E2E_STALL=1 runs it")
+	}
+	const commitTimeout = 500 * time.Millisecond
+	h := startHost(t, baseConfig("2s")+faultsOn+walletBlock(fmt.Sprintf(`    commit_timeout = %q
+    breaker {
+      failures  = 3
+      cool_down = "1s"
+      probes    = 2
+    }`, commitTimeout)))
+	readyPlugin(t, h, "wallet")
+	walletIssue(t, h, "stall-base", "stall-00", 1000)
+
+	load := startIssueLoad(t, h, "stall", 4, 20*time.Millisecond, 2000)
+	stopGets := getsOK(t, h, "stall-00")
+	waitFor(t, 10*time.Second, "50 POSTs acknowledged before the stall", func() bool {
+		n := 0
+		for _, op := range load.snapshot() {
+			if op.err == nil && op.r.code == http.StatusOK {
+				n++
+			}
+		}
+		return n >= 50
+	})
+
+	setFaults(t, h, "wallet", fmt.Sprintf(`{"faults":[{"point":"ledger.sync","delay":%q}]}`, (6 * commitTimeout).String()))
+	stalled := time.Now()
+	waitFor(t, 10*time.Second, "the wallet to be degraded, with /readyz/wallet 503", func() bool {
+		st := storageStatusOf(t, h, "wallet")
+		code, _ := h.readiness("wallet")
+		return st.Health == "degraded" && code == http.StatusServiceUnavailable
+	})
+	t.Logf("degraded %v after the stall began: %s", time.Since(stalled).Round(time.Millisecond), storageStatusOf(t, h, "wallet").HealthReason)
+	// Keep the stall for 3 s more of load.
+	measureFrom := time.Now()
+	waitFor(t, 10*time.Second, "3s of load during the stall", func() bool { return time.Since(measureFrom) > 3*time.Second })
+	setFaults(t, h, "wallet", "")
+	cleared := time.Now()
+
+	// POSTs sent during the stall, after the first stalled commit timed
+	// out: answered 503 storage_unavailable (or outcome_unknown, for the
+	// group whose record was written when the sync stalled) with a
+	// Retry-After, within about commit_timeout.
+	var took []time.Duration
+	for _, op := range load.snapshot() {
+		if op.start.Before(stalled.Add(2*commitTimeout)) || op.start.After(cleared) {
+			continue
+		}
+		switch {
+		case op.err != nil:
+			t.Errorf("POST %s during the stall: %v, want 503", op.key, op.err)
+		case op.r.code != http.StatusServiceUnavailable || (op.r.errCode() != "storage_unavailable" && op.r.errCode() != "outcome_unknown"):
+			t.Errorf("POST %s during the stall = %v, want 503 storage_unavailable", op.key, op.r)
+		default:
+			if _, err := retryAfter(op.r); err != nil {
+				t.Errorf("POST %s during the stall: %v", op.key, err)
+			}
+			took = append(took, op.end.Sub(op.start))
+		}
+	}
+	if len(took) < 20 {
+		t.Fatalf("%d POSTs answered 503 during the stall, want >= 20: the load did not cover it", len(took))
+	}
+	slices.Sort(took)
+	median, worst := took[len(took)/2], took[len(took)-1]
+	t.Logf("%d POSTs during the stall: 503 in median %v, at worst %v", len(took), median.Round(time.Millisecond), worst.Round(time.Millisecond))
+	if median > 2*commitTimeout {
+		t.Errorf("POSTs during the stall answered 503 in median %v, want within about commit_timeout (< 2 × %v)", median, commitTimeout)
+	}
+	if worst > 5*commitTimeout {
+		t.Errorf("a POST during the stall took %v to be answered, want < 5 × commit_timeout = %v", worst, 5*commitTimeout)
+	}
+
+	// The stall ends (the syncs already stalled return), and POSTs
+	// succeed again by themselves.
+	waitFor(t, 20*time.Second, "a POST sent after the fault was cleared to be answered 200", func() bool {
+		for _, op := range load.snapshot() {
+			if op.start.After(cleared) && op.err == nil && op.r.code == http.StatusOK {
+				return true
+			}
+		}
+		return false
+	})
+	t.Logf("POSTs succeed %v after the fault was cleared", time.Since(cleared).Round(time.Millisecond))
+	if bad := stopGets(); len(bad) > 0 {
+		t.Errorf("%d GETs were not answered 200 during the load; first: %v", len(bad), bad[:min(len(bad), 5)])
+	}
+	load.finish(t, h, 1000)
 }
