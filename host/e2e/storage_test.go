@@ -678,3 +678,77 @@ func TestStorageStall(t *testing.T) {
 	}
 	load.finish(t, h, 1000)
 }
+
+// TestStorageScrubber flips a byte of a stored value in wallet.db under
+// the running, idle wallet: the scrubber finds it (store_corruption_total
+// >= 1), the wallet turns degraded with a reason that says its storage
+// is corrupt, /readyz/wallet answers 503, and POSTs are refused.
+func TestStorageScrubber(t *testing.T) {
+	data := t.TempDir()
+	h := startHost(t, withDataDir(t, baseConfig("2s"), data)+walletBlock(""))
+	readyPlugin(t, h, "wallet")
+
+	// An account whose id appears nowhere else but in its own records
+	// (its account value, its issue's receipt and idempotency record).
+	const target = "scrubtarget-5f3a9c0e7d2b4a61"
+	for i := range 50 {
+		walletIssue(t, h, fmt.Sprintf("scrub-load-%d", i), fmt.Sprintf("scrub-%02d", i%8), 10)
+	}
+	walletIssue(t, h, "scrub-target", target, 1000)
+	for i := range 20 {
+		walletIssue(t, h, fmt.Sprintf("scrub-after-%d", i), fmt.Sprintf("scrub-%02d", i%8), 10)
+	}
+	// Idle: the groups reach the bbolt file with the next checkpoint,
+	// which the committer runs once the oldest group is due.
+	db := filepath.Join(data, "wallet", "wallet.db")
+	var offs []int
+	waitFor(t, 30*time.Second, "the target account to be in wallet.db", func() bool {
+		b, err := os.ReadFile(db)
+		if err != nil {
+			t.Fatal(err)
+		}
+		offs = offs[:0]
+		for i := 0; ; {
+			j := bytes.Index(b[i:], []byte(target))
+			if j < 0 {
+				break
+			}
+			offs = append(offs, i+j)
+			i += j + len(target)
+		}
+		return len(offs) > 0
+	})
+	if v, ok := h.metric(`store_corruption_total{plugin="wallet"}`); !ok || v != 0 {
+		t.Fatalf(`store_corruption_total{plugin="wallet"} before the flip = %v (present %t), want 0`, v, ok)
+	}
+	// The id is inside a key or a value of a leaf (an account key, a
+	// receipt's JSON), each covered by its value's checksum; flip the
+	// last byte of every copy, so that the one in the live page is hit
+	// whichever it is (copy-on-write leaves older copies in free pages).
+	for _, off := range offs {
+		flipByte(t, db, int64(off+len(target)-1))
+	}
+	t.Logf("flipped a byte in %d copies of %q in wallet.db", len(offs), target)
+
+	waitFor(t, 30*time.Second, "store_corruption_total >= 1", func() bool {
+		v, ok := h.metric(`store_corruption_total{plugin="wallet"}`)
+		return ok && v >= 1
+	})
+	var st storageStatus
+	waitFor(t, 10*time.Second, "the wallet to be degraded, storage corrupt", func() bool {
+		st = storageStatusOf(t, h, "wallet")
+		return st.Health == "degraded" && strings.Contains(st.HealthReason, "storage corrupt")
+	})
+	t.Logf("wallet health_reason: %s", st.HealthReason)
+	if st.State != "ready" || st.Restarts != 0 {
+		t.Errorf("wallet = %s with %d restarts, want ready (degraded) with 0: the scrubber refuses writes, it does not stop the plugin", st.State, st.Restarts)
+	}
+	if code, state := h.readiness("wallet"); code != http.StatusServiceUnavailable {
+		t.Errorf("GET /readyz/wallet = %d %s, want 503", code, state)
+	}
+	r := mustPost(t, h, "/wallet/v1/issue", "scrub-refused", `{"to":"scrub-00","amount":1}`)
+	if r.code == http.StatusOK {
+		t.Errorf("POST after the scrubber found damage = %v, want it refused", r)
+	}
+	t.Logf("POST after the scrubber found damage: %v", r)
+}
