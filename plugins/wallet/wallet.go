@@ -456,9 +456,18 @@ func (w *wallet) health(context.Context) sdk.Health {
 	}
 	switch run.committer.BreakerState() {
 	case breaker.StateOpen:
-		return sdk.Health{Status: sdk.StatusDegraded, Reason: "ledger commits are failing: circuit breaker open, POSTs answer 503, reads are served"}
+		return sdk.Health{Status: sdk.StatusDegraded, Reason: "ledger commits are failing: circuit breaker open, POSTs answer 503, reads are served" + lastCommitError(run.committer)}
 	case breaker.StateHalfOpen:
-		return sdk.Health{Status: sdk.StatusDegraded, Reason: "ledger circuit breaker half-open: probing commits after failures"}
+		return sdk.Health{Status: sdk.StatusDegraded, Reason: "ledger circuit breaker half-open: probing commits after failures" + lastCommitError(run.committer)}
 	}
 	return sdk.Health{Status: sdk.StatusReady}
+}
+
+// lastCommitError is ": " and the last failed commit's error, or "":
+// the operator reads in the health reason what the disk said.
+func lastCommitError(c *committer.Committer) string {
+	if err := c.LastError(); err != nil {
+		return ": " + err.Error()
+	}
+	return ""
 }
