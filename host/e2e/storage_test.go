@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -751,4 +752,120 @@ func TestStorageScrubber(t *testing.T) {
 		t.Errorf("POST after the scrubber found damage = %v, want it refused", r)
 	}
 	t.Logf("POST after the scrubber found damage: %v", r)
+}
+
+// TestStorageDiskFull runs the host with its data_dir on an 8 MB tmpfs,
+// mounted in a mount namespace of its own, and fills that tmpfs (through
+// /proc/PID/root) under a steady POST load. The write that hits ENOSPC
+// is the log's append past the end of its file (the log is reused in
+// place only up to the size it has grown to) and the checkpoint's growth
+// of the bbolt file, whichever comes first. While full: POSTs answer 503
+// storage_unavailable with Retry-After, GETs 200, the wallet is degraded
+// with "no space left on device" and /readyz/wallet 503. Once the filler
+// is removed, the wallet resumes by itself (no restart), and every key
+// of the load resolves to exactly one commit.
+func TestStorageDiskFull(t *testing.T) {
+	data := t.TempDir()
+	if out, err := exec.Command("unshare", "-Urm", "sh", "-c", `mount -t tmpfs -o size=8m tmpfs "$1"`, "sh", data).CombinedOutput(); err != nil {
+		t.Skipf("cannot mount a tmpfs in a private mount namespace (unshare -Urm): %v: %s", err, out)
+	}
+	cfg := withDataDir(t, baseConfig("2s"), data) + walletBlock(`    breaker {
+      failures  = 3
+      cool_down = "1s"
+      probes    = 2
+    }`)
+	h := waitServing(t, launchHostCmd(t, cfg, func(bin string, run []string) *exec.Cmd {
+		script := `mount -t tmpfs -o size=8m tmpfs "$1" && shift && exec "$@"`
+		return exec.Command("unshare", append([]string{"-Urm", "sh", "-c", script, "sh", data, bin}, run...)...)
+	}))
+	readyPlugin(t, h, "wallet")
+	mnt := filepath.Join(fmt.Sprintf("/proc/%d/root", h.cmd.Process.Pid), data)
+	if _, err := os.Stat(filepath.Join(mnt, "wallet", "wallet.db")); err != nil {
+		t.Fatalf("the wallet's file through /proc/PID/root: %v", err)
+	}
+	var base uint64
+	for i := range 20 {
+		walletIssue(t, h, fmt.Sprintf("full-base-%d", i), "full-00", 1)
+		base++
+	}
+
+	// Fill the tmpfs to the last byte.
+	filler := filepath.Join(mnt, "filler")
+	f, err := os.OpenFile(filler, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chunk := make([]byte, 4096)
+	for {
+		if _, err := f.Write(chunk); err != nil {
+			if !errors.Is(err, syscall.ENOSPC) {
+				t.Fatalf("fill the tmpfs: %v", err)
+			}
+			break
+		}
+	}
+	f.Close()
+	t.Cleanup(func() { _ = os.Remove(filler) })
+
+	load := startIssueLoad(t, h, "full", 4, 20*time.Millisecond, 3000)
+	stopGets := getsOK(t, h, "full-00")
+	var st storageStatus
+	waitFor(t, 30*time.Second, "the wallet to be degraded with no space left on device, /readyz/wallet 503", func() bool {
+		st = storageStatusOf(t, h, "wallet")
+		code, _ := h.readiness("wallet")
+		return st.Health == "degraded" && strings.Contains(st.HealthReason, "no space left on device") && code == http.StatusServiceUnavailable
+	})
+	t.Logf("full: wallet %s, health_reason %q", st.State, st.HealthReason)
+	restarts := st.Restarts
+	full := time.Now()
+	waitFor(t, 10*time.Second, "POSTs refused with 503 while the disk is full", func() bool {
+		for _, op := range load.snapshot() {
+			if op.start.After(full) && op.err == nil && op.r.code == http.StatusServiceUnavailable {
+				return true
+			}
+		}
+		return false
+	})
+
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	freed := time.Now()
+	waitFor(t, 30*time.Second, "a POST sent after the space was freed to be answered 200", func() bool {
+		for _, op := range load.snapshot() {
+			if op.start.After(freed) && op.err == nil && op.r.code == http.StatusOK {
+				return true
+			}
+		}
+		return false
+	})
+	t.Logf("POSTs succeed %v after the space was freed", time.Since(freed).Round(time.Millisecond))
+	waitFor(t, 15*time.Second, "the wallet's health to be ready again", func() bool {
+		return storageStatusOf(t, h, "wallet").Health == ""
+	})
+	if st := storageStatusOf(t, h, "wallet"); st.State != "ready" || st.Restarts != restarts {
+		t.Errorf("wallet after the space was freed = %s with %d restarts, want ready with %d: it resumes by itself", st.State, st.Restarts, restarts)
+	}
+	// Every answer while full was a 200 or a 503 storage_unavailable
+	// with a Retry-After.
+	for _, op := range load.snapshot() {
+		switch {
+		case op.err != nil:
+			t.Errorf("POST %s: %v, want an answer", op.key, op.err)
+		case op.r.code == http.StatusOK:
+		case op.r.code == http.StatusServiceUnavailable && (op.r.errCode() == "storage_unavailable" || op.r.errCode() == "outcome_unknown"):
+			if _, err := retryAfter(op.r); err != nil {
+				t.Errorf("POST %s: %v", op.key, err)
+			}
+		default:
+			t.Errorf("POST %s = %v, want 200 or 503 storage_unavailable", op.key, op.r)
+		}
+	}
+	if bad := stopGets(); len(bad) > 0 {
+		t.Errorf("%d GETs were not answered 200; first: %v", len(bad), bad[:min(len(bad), 5)])
+	}
+	counts := load.finish(t, h, base)
+	if counts["503 storage_unavailable"] == 0 {
+		t.Errorf("no POST was answered 503 storage_unavailable: the disk never filled under the load")
+	}
 }
