@@ -615,7 +615,7 @@ func TestStorageStall(t *testing.T) {
 		return n >= 50
 	})
 
-	setFaults(t, h, "wallet", fmt.Sprintf(`{"faults":[{"point":"ledger.sync","delay":%q}]}`, (6 * commitTimeout).String()))
+	setFaults(t, h, "wallet", fmt.Sprintf(`{"faults":[{"point":"ledger.sync","delay":%q}]}`, (6*commitTimeout).String()))
 	stalled := time.Now()
 	waitFor(t, 10*time.Second, "the wallet to be degraded, with /readyz/wallet 503", func() bool {
 		st := storageStatusOf(t, h, "wallet")
