@@ -188,18 +188,29 @@ func launchHostWith(t *testing.T, cfg string, attr *syscall.SysProcAttr, args ..
 // ...; exec "$@"'.
 func launchHostVia(t *testing.T, cfg string, attr *syscall.SysProcAttr, wrapper []string, args ...string) *hostProc {
 	t.Helper()
+	return launchHostCmd(t, cfg, func(bin string, run []string) *exec.Cmd {
+		argv := append(append(slices.Clone(wrapper), bin), append(run, args...)...)
+		cmd := exec.Command(argv[0], argv[1:]...)
+		cmd.SysProcAttr = attr
+		return cmd
+	})
+}
+
+// launchHostCmd starts the command that mk returns for the host binary
+// and its `run` arguments, without waiting for it. The command must
+// become the host process (exec it), so that signals and kills reach
+// the host.
+func launchHostCmd(t *testing.T, cfg string, mk func(bin string, run []string) *exec.Cmd) *hostProc {
+	t.Helper()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "config.hcl")
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	h := &hostProc{t: t, cfgPath: path, dir: dir, log: &testbin.SyncBuffer{}, exited: make(chan struct{})}
-	argv := append([]string{filepath.Join(bins.dir, "plughost"), "run", "-config", path, "-log-level", "debug"}, args...)
-	argv = append(slices.Clone(wrapper), argv...)
-	h.cmd = exec.Command(argv[0], argv[1:]...)
+	h.cmd = mk(filepath.Join(bins.dir, "plughost"), []string{"run", "-config", path, "-log-level", "debug"})
 	h.cmd.Stdout = h.log
 	h.cmd.Stderr = h.log
-	h.cmd.SysProcAttr = attr
 	if err := h.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

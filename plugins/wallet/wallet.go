@@ -233,7 +233,13 @@ func (w *wallet) configure(_ context.Context, rt *sdk.Runtime) (err error) {
 	l, err := ledger.Open(path, ledger.Options{IdempotencyTTL: s.idempotencyTTL, Render: api.Render, Hooks: hooks})
 	if err != nil {
 		// A damaged data dir is the operator's to repair: the SDK tells
-		// the host, which shows the reason and does not restart.
+		// the host, which shows the reason and does not restart. The
+		// store's own error is the whole message (file, where, what to
+		// do); the wrapping would put the host's path in front of it.
+		var ce *store.CorruptError
+		if errors.As(err, &ce) {
+			return ce
+		}
 		return err
 	}
 	if rec := l.Store().Recovery(); rec.Trimmed != nil {
@@ -450,9 +456,18 @@ func (w *wallet) health(context.Context) sdk.Health {
 	}
 	switch run.committer.BreakerState() {
 	case breaker.StateOpen:
-		return sdk.Health{Status: sdk.StatusDegraded, Reason: "ledger commits are failing: circuit breaker open, POSTs answer 503, reads are served"}
+		return sdk.Health{Status: sdk.StatusDegraded, Reason: "ledger commits are failing: circuit breaker open, POSTs answer 503, reads are served" + lastCommitError(run.committer)}
 	case breaker.StateHalfOpen:
-		return sdk.Health{Status: sdk.StatusDegraded, Reason: "ledger circuit breaker half-open: probing commits after failures"}
+		return sdk.Health{Status: sdk.StatusDegraded, Reason: "ledger circuit breaker half-open: probing commits after failures" + lastCommitError(run.committer)}
 	}
 	return sdk.Health{Status: sdk.StatusReady}
+}
+
+// lastCommitError is ": " and the last failed commit's error, or "":
+// the operator reads in the health reason what the disk said.
+func lastCommitError(c *committer.Committer) string {
+	if err := c.LastError(); err != nil {
+		return ": " + err.Error()
+	}
+	return ""
 }

@@ -114,6 +114,9 @@ type Committer struct {
 
 	breaker  *breaker.Breaker
 	openedAt atomic.Int64 // unix nanos of the breaker's last opening
+	// lastErr is the error of the last failed commit attempt, which
+	// health shows as the reason the breaker is open.
+	lastErr atomic.Pointer[error]
 
 	announce func([]*ledger.Receipt)
 	m        *metrics
@@ -229,6 +232,16 @@ func (c *Committer) Submit(op ledger.Op, done func(ledger.Result, error)) error 
 
 // QueueLen returns how many operations wait to commit.
 func (c *Committer) QueueLen() int { return c.q.Len() }
+
+// LastError returns the error of the last commit attempt that failed,
+// or nil if none has: what the disk said (no space left on device, say)
+// while the breaker is open.
+func (c *Committer) LastError() error {
+	if p := c.lastErr.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
 
 // BreakerState returns the circuit breaker's state.
 func (c *Committer) BreakerState() breaker.State { return c.breaker.State() }
@@ -479,6 +492,9 @@ func (c *Committer) apply(ctx context.Context, ops []ledger.Op) ([]ledger.Result
 		})
 		if results != nil {
 			return results, nil // committed, perhaps slowly
+		}
+		if err != nil && !errors.Is(err, breaker.ErrOpen) && ctx.Err() == nil {
+			c.lastErr.Store(&err)
 		}
 		switch {
 		case ctx.Err() != nil:
