@@ -369,7 +369,9 @@ func TestCorruption(t *testing.T) {
 				return
 			case err == nil:
 				t.Fatal("Open of damaged files succeeded, want ErrCorrupt")
-			case !tc.refuses || !errors.Is(err, ledger.ErrCorrupt) || !strings.Contains(err.Error(), named):
+			case !tc.refuses || !errors.Is(err, ledger.ErrCorrupt) || !(strings.Contains(err.Error(), named) || strings.Contains(err.Error(), strings.TrimSuffix(named, " ")+":")):
+				// A flip that lands in a key rather than a value can fail
+				// bbolt's page walk at open: "wallet.db: the file cannot be read".
 				t.Fatalf("Open = %v, want ErrCorrupt naming %s", err, file)
 			}
 			t.Logf("Open: %v", err)
