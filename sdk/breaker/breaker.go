@@ -49,9 +49,19 @@ func (s State) String() string {
 type Settings struct {
 	// Name identifies the breaker to OnStateChange.
 	Name string
-	// FailureThreshold is how many consecutive failures open a closed
-	// breaker; default 5 when <= 0.
+	// FailureThreshold is how many failures open a closed breaker:
+	// that many in a row, or that many within Window when they are at
+	// least FailureRate of the calls in it. Default 5 when <= 0.
 	FailureThreshold int
+	// Window is the rolling window over which FailureRate is measured,
+	// kept as ten buckets of a tenth of it each; default 10s when <= 0.
+	Window time.Duration
+	// FailureRate is the share of a window's calls that must have failed,
+	// with at least FailureThreshold failures, for the window to open the
+	// breaker: so a dependency failing every other call opens it, which
+	// counting failures in a row never would. Default 0.5 when <= 0; a
+	// value above 1 leaves only the rule of failures in a row.
+	FailureRate float64
 	// Cooldown is how long the breaker stays open before it lets probes
 	// through; default 5s when <= 0.
 	Cooldown time.Duration
@@ -85,6 +95,7 @@ type Breaker struct {
 	cooldown         time.Duration
 	halfOpenMax      int
 	successThreshold int
+	failureRate      float64
 	isFailure        func(error) bool
 	now              func() time.Time
 	onStateChange    func(name string, from, to State)
@@ -96,6 +107,46 @@ type Breaker struct {
 	openedAt time.Time // when the breaker last opened
 	probes   int       // probes in flight while half-open
 	passed   int       // successful probes while half-open
+	window   window    // calls and failures of the last Window while closed
+}
+
+// windowBuckets is how many buckets a window is kept in.
+const windowBuckets = 10
+
+// window counts the calls and failures of a rolling window in buckets;
+// a bucket older than the window counts for nothing.
+type window struct {
+	width   int64 // nanoseconds per bucket
+	buckets [windowBuckets]struct {
+		epoch           int64 // time in units of width
+		calls, failures int
+	}
+}
+
+// add counts one call at now and returns the window's totals.
+func (w *window) add(now time.Time, failed bool) (calls, failures int) {
+	e := now.UnixNano() / w.width
+	b := &w.buckets[e%windowBuckets]
+	if b.epoch != e {
+		b.epoch, b.calls, b.failures = e, 0, 0
+	}
+	b.calls++
+	if failed {
+		b.failures++
+	}
+	for _, b := range w.buckets {
+		if e-b.epoch < windowBuckets {
+			calls += b.calls
+			failures += b.failures
+		}
+	}
+	return calls, failures
+}
+
+// reset forgets every call.
+func (w *window) reset() {
+	width := w.width
+	*w = window{width: width}
 }
 
 // New returns a closed Breaker configured by s.
@@ -106,6 +157,7 @@ func New(s Settings) *Breaker {
 		cooldown:         s.Cooldown,
 		halfOpenMax:      s.HalfOpenMax,
 		successThreshold: s.SuccessThreshold,
+		failureRate:      s.FailureRate,
 		isFailure:        s.IsFailure,
 		now:              s.Now,
 		onStateChange:    s.OnStateChange,
@@ -115,6 +167,13 @@ func New(s Settings) *Breaker {
 	}
 	if b.cooldown <= 0 {
 		b.cooldown = 5 * time.Second
+	}
+	if s.Window <= 0 {
+		s.Window = 10 * time.Second
+	}
+	b.window.width = max(int64(s.Window/windowBuckets), 1)
+	if b.failureRate <= 0 {
+		b.failureRate = 0.5
 	}
 	if b.halfOpenMax <= 0 {
 		b.halfOpenMax = 1
@@ -227,12 +286,14 @@ func (b *Breaker) record(gen uint64, o outcome) {
 			if o == outcomeNone {
 				break
 			}
+			calls, failures := b.window.add(b.now(), failed)
 			if !failed {
 				b.failures = 0
 				break
 			}
 			b.failures++
-			if b.failures >= b.failureThreshold {
+			if b.failures >= b.failureThreshold ||
+				(failures >= b.failureThreshold && float64(failures) >= b.failureRate*float64(calls)) {
 				b.setState(StateOpen, &changes)
 			}
 		case StateHalfOpen:
@@ -254,6 +315,22 @@ func (b *Breaker) record(gen uint64, o outcome) {
 	b.notify(changes)
 }
 
+// Trip opens the breaker now, whatever it has counted, for a failure its
+// caller knows to be decisive without more calls: a dependency that has
+// stopped answering, say, whose calls would each take their whole timeout
+// to fail. An open breaker starts its Cooldown again.
+func (b *Breaker) Trip() {
+	b.mu.Lock()
+	var changes []transition
+	if b.state == StateOpen {
+		b.openedAt = b.now()
+	} else {
+		b.setState(StateOpen, &changes)
+	}
+	b.mu.Unlock()
+	b.notify(changes)
+}
+
 // refresh moves an open breaker to half-open once its cooldown has passed.
 // The caller holds b.mu.
 func (b *Breaker) refresh(changes *[]transition) {
@@ -269,6 +346,9 @@ func (b *Breaker) setState(to State, changes *[]transition) {
 	b.state = to
 	b.gen++
 	b.failures, b.probes, b.passed = 0, 0, 0
+	if to == StateClosed {
+		b.window.reset()
+	}
 	if to == StateOpen {
 		b.openedAt = b.now()
 	}

@@ -44,11 +44,13 @@ var (
 	errNotFound = errors.New("not found")
 )
 
-// step is one action in a scenario: a call that returns err (or, if advance
-// is set, a move of the clock instead), followed by the wanted result of Do
+// step is one action in a scenario: a call that returns err (or, if wait
+// is set, a move of the clock by advance; if trip is set, a Trip), followed by the wanted result of Do
 // and the wanted State.
 type step struct {
+	wait      bool // move the clock by advance instead
 	advance   time.Duration
+	trip      bool // call Trip instead
 	err       error
 	wantErr   error
 	wantState breaker.State
@@ -58,8 +60,12 @@ func call(err error, wantErr error, wantState breaker.State) step {
 	return step{err: err, wantErr: wantErr, wantState: wantState}
 }
 
+func trip(wantState breaker.State) step {
+	return step{trip: true, wantState: wantState}
+}
+
 func wait(d time.Duration, wantState breaker.State) step {
-	return step{advance: d, wantState: wantState}
+	return step{wait: true, advance: d, wantState: wantState}
 }
 
 func TestBreakerScenarios(t *testing.T) {
@@ -84,8 +90,8 @@ func TestBreakerScenarios(t *testing.T) {
 			},
 		},
 		{
-			name:     "success resets the failure count",
-			settings: breaker.Settings{FailureThreshold: 2},
+			name:     "success resets the count of failures in a row",
+			settings: breaker.Settings{FailureThreshold: 2, FailureRate: 2},
 			steps: []step{
 				call(errBackend, errBackend, closed),
 				call(nil, nil, closed),
@@ -202,6 +208,66 @@ func TestBreakerScenarios(t *testing.T) {
 				call(errBackend, errBackend, open),
 			},
 		},
+		{
+			name:     "failing every other call opens at the failure rate",
+			settings: breaker.Settings{FailureThreshold: 3},
+			steps: []step{
+				call(errBackend, errBackend, closed),
+				call(nil, nil, closed),
+				call(errBackend, errBackend, closed),
+				call(nil, nil, closed),
+				call(errBackend, errBackend, open), // 3 of 5
+			},
+		},
+		{
+			name:     "failures under the rate leave it closed, at the rate open it",
+			settings: breaker.Settings{FailureThreshold: 2, FailureRate: 0.5},
+			steps: []step{
+				call(errBackend, errBackend, closed),
+				call(nil, nil, closed),
+				call(nil, nil, closed),
+				call(nil, nil, closed),
+				call(errBackend, errBackend, closed), // 2 of 5
+				call(errBackend, errBackend, open),   // 3 of 6: at the rate
+			},
+		},
+		{
+			name:     "the rate counts only the window",
+			settings: breaker.Settings{FailureThreshold: 2, Window: 10 * time.Second},
+			steps: []step{
+				call(errBackend, errBackend, closed),
+				call(nil, nil, closed),
+				wait(11*time.Second, closed),
+				call(errBackend, errBackend, closed), // 1 of 1 in the window
+				call(nil, nil, closed),
+				call(errBackend, errBackend, open), // 2 of 3
+			},
+		},
+		{
+			name:     "closing forgets the window",
+			settings: breaker.Settings{FailureThreshold: 2, Cooldown: time.Minute},
+			steps: []step{
+				call(errBackend, errBackend, closed),
+				call(errBackend, errBackend, open),
+				wait(time.Minute, halfOpen),
+				call(nil, nil, closed),
+				call(errBackend, errBackend, closed), // 1 of 1 since closing
+			},
+		},
+		{
+			name:     "Trip opens at once and restarts the cool-down",
+			settings: breaker.Settings{FailureThreshold: 100, Cooldown: time.Minute},
+			steps: []step{
+				call(nil, nil, closed),
+				trip(open),
+				call(nil, breaker.ErrOpen, open),
+				wait(50*time.Second, open),
+				trip(open),
+				wait(50*time.Second, open),
+				wait(10*time.Second, halfOpen),
+				trip(open),
+			},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -209,9 +275,12 @@ func TestBreakerScenarios(t *testing.T) {
 			tt.settings.Now = c.Now
 			b := breaker.New(tt.settings)
 			for i, s := range tt.steps {
-				if s.advance != 0 {
+				switch {
+				case s.trip:
+					b.Trip()
+				case s.wait:
 					c.Advance(s.advance)
-				} else {
+				default:
 					called := false
 					err := b.Do(t.Context(), func(context.Context) error {
 						called = true

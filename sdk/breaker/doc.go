@@ -4,7 +4,10 @@
 //
 // A Breaker moves between three states:
 //
-//  1. Closed: calls go through. FailureThreshold consecutive failures open it.
+//  1. Closed: calls go through. FailureThreshold failures in a row open
+//     it, and so do FailureThreshold failures within the rolling Window
+//     when they are at least FailureRate of its calls. Trip opens it at
+//     once.
 //  2. Open: calls fail at once with [ErrOpen]. After Cooldown it is half-open.
 //  3. Half-open: at most HalfOpenMax calls at a time go through as probes;
 //     the rest fail with ErrOpen. SuccessThreshold successful probes close
