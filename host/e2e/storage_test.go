@@ -582,17 +582,6 @@ func getsOK(t *testing.T, h *hostProc, acct string) (stop func() []string) {
 // resolved by its key: each 200 replays, each other answer is retried
 // to a 200, and every key was applied exactly once.
 func TestStorageStall(t *testing.T) {
-	// The wallet does not yet fail fast on a stalled disk: its committer
-	// holds the commit turn, and the ledger its writer lock, across the
-	// log's fdatasync, and commit_timeout bounds only what comes before
-	// it. So during the stall POSTs wait out the host's request_timeout
-	// (504 timeout), the breaker counts a slow commit only once it
-	// returns, and health stays ready. Set PLUGHOST_E2E_STALL=1 to run
-	// this test against the committer; it is the acceptance test of
-	// that change (issue 12, must-show 3a).
-	if os.Getenv("PLUGHOST_E2E_STALL") == "" {
-		t.Skip("the committer does not yet fail fast when fdatasync stalls (issue 12, must-show 3a); PLUGHOST_E2E_STALL=1 runs it")
-	}
 	const commitTimeout = 500 * time.Millisecond
 	h := startHost(t, baseConfig("2s")+faultsOn+walletBlock(fmt.Sprintf(`    commit_timeout = %q
     breaker {
@@ -623,6 +612,10 @@ func TestStorageStall(t *testing.T) {
 		return st.Health == "degraded" && code == http.StatusServiceUnavailable
 	})
 	t.Logf("degraded %v after the stall began: %s", time.Since(stalled).Round(time.Millisecond), storageStatusOf(t, h, "wallet").HealthReason)
+	waitFor(t, 5*time.Second, "the breaker to open", func() bool {
+		v, ok := h.metric(`wallet_breaker_state{plugin="wallet"}`)
+		return ok && v == 1
+	})
 	// Keep the stall for 3 s more of load.
 	measureFrom := time.Now()
 	waitFor(t, 10*time.Second, "3s of load during the stall", func() bool { return time.Since(measureFrom) > 3*time.Second })

@@ -67,13 +67,15 @@ type config struct {
 }
 
 type breakerConfig struct {
-	Failures float64      `json:"failures"`
-	CoolDown sdk.Duration `json:"cool_down"`
-	Probes   float64      `json:"probes"`
+	Failures    float64      `json:"failures"`
+	FailureRate float64      `json:"failure_rate"`
+	Window      sdk.Duration `json:"window"`
+	CoolDown    sdk.Duration `json:"cool_down"`
+	Probes      float64      `json:"probes"`
 }
 
 // defaultBreaker is the breaker block's defaults, for when it is absent.
-var defaultBreaker = breakerConfig{Failures: 20, CoolDown: sdk.Duration(5 * time.Second), Probes: 10}
+var defaultBreaker = breakerConfig{Failures: 20, FailureRate: 0.5, Window: sdk.Duration(10 * time.Second), CoolDown: sdk.Duration(5 * time.Second), Probes: 10}
 
 // settings are the checked config values.
 type settings struct {
@@ -97,7 +99,9 @@ func schema() sdk.Schema {
 			Name:        "breaker",
 			Description: "the ledger circuit breaker",
 			Schema: sdk.Schema{Attrs: []sdk.Attr{
-				{Name: "failures", Type: sdk.TypeNumber, Default: 20, Description: "consecutive failed or timed-out commits that open it"},
+				{Name: "failures", Type: sdk.TypeNumber, Default: 20, Description: "failed or timed-out commits that open it: in a row, or within window when they are at least failure_rate of its commits"},
+				{Name: "failure_rate", Type: sdk.TypeNumber, Default: 0.5, Description: "share of the window's commits that must have failed to open it"},
+				{Name: "window", Type: sdk.TypeDuration, Default: "10s", Description: "the rolling window of failure_rate"},
 				{Name: "cool_down", Type: sdk.TypeDuration, Default: "5s", Description: "how long it stays open before probing"},
 				{Name: "probes", Type: sdk.TypeNumber, Default: 10, Description: "commits let through at once while half-open, and successes that close it"},
 			}},
@@ -144,13 +148,18 @@ func (c config) check() (settings, error) {
 	failures := whole("breaker", b.Failures, 1, 1<<20)
 	coolDown := dur("breaker", b.CoolDown, time.Millisecond, time.Hour)
 	probes := whole("breaker", b.Probes, 1, 1024)
+	window := dur("breaker", b.Window, 100*time.Millisecond, time.Hour)
+	if err == nil && !(b.FailureRate > 0 && b.FailureRate <= 1) {
+		err = &sdk.ConfigError{Attribute: "breaker", Message: fmt.Sprintf("failure_rate must be above 0 and at most 1, got %v", b.FailureRate)}
+	}
 	if err != nil {
 		return s, err
 	}
 	if s.committers == 0 {
 		s.committers = runtime.NumCPU()
 	}
-	s.breaker = breaker.Settings{FailureThreshold: failures, Cooldown: coolDown, HalfOpenMax: probes, SuccessThreshold: probes}
+	s.breaker = breaker.Settings{FailureThreshold: failures, FailureRate: b.FailureRate, Window: window,
+		Cooldown: coolDown, HalfOpenMax: probes, SuccessThreshold: probes}
 	return s, nil
 }
 
@@ -420,11 +429,19 @@ func (w *wallet) drain(ctx context.Context) error {
 		cctx, cancel = context.WithDeadline(ctx, dl.Add(-min(time.Until(dl)/10, drainMargin)))
 		defer cancel()
 	}
+	stalled := false
 	if err := run.committer.Close(cctx); err != nil {
 		errs = append(errs, err)
+		stalled = errors.Is(err, committer.ErrStalled)
 	}
 	if err := run.api.Close(ctx); err != nil {
 		errs = append(errs, err)
+	}
+	if stalled {
+		// Closing would wait for the stalled write's lock. The process
+		// exits with the files open; the next start replays the log.
+		run.logger.Warn("leaving the ledger open: a commit is still stalled on the disk")
+		return errors.Join(errs...)
 	}
 	run.sweeper.Stop()
 	if err := run.ledger.Close(); err != nil {
@@ -453,6 +470,9 @@ func (w *wallet) health(context.Context) sdk.Health {
 			return sdk.Health{Status: sdk.StatusDegraded, Reason: "writes refused: " + err.Error()}
 		}
 		return sdk.Health{Status: sdk.StatusDegraded, Reason: "writes refused after a disk error, recovering as the circuit breaker probes: " + err.Error()}
+	}
+	if d, ok := run.committer.Stalled(); ok {
+		return sdk.Health{Status: sdk.StatusDegraded, Reason: fmt.Sprintf("ledger commit stalled: the disk has not finished a write for %v; POSTs answer 503, reads are served", d.Round(time.Millisecond))}
 	}
 	switch run.committer.BreakerState() {
 	case breaker.StateOpen:

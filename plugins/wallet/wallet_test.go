@@ -39,6 +39,8 @@ staleness_window = "0s"
 events_buffer = 16
 breaker {
   failures = 5
+  failure_rate = 0.25
+  window = "30s"
   cool_down = "1s"
   probes = 2
 }`, ""},
@@ -53,6 +55,9 @@ breaker {
 		{"zero events buffer", `events_buffer = 0`, "events_buffer"},
 		{"zero breaker failures", `breaker { failures = 0 }`, "breaker"},
 		{"zero breaker probes", `breaker { probes = 0 }`, "breaker"},
+		{"zero failure rate", `breaker { failure_rate = 0 }`, "breaker"},
+		{"failure rate above 1", `breaker { failure_rate = 1.5 }`, "breaker"},
+		{"short breaker window", `breaker { window = "10ms" }`, "breaker"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

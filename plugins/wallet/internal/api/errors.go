@@ -112,10 +112,11 @@ func classify(err error) (int, errorDetail) {
 		d.Code = "busy"
 		return http.StatusTooManyRequests, d
 	case errors.Is(err, ledger.ErrOutcomeUnknown):
-		// A disk error after the group's log record was written: it may
-		// be replayed when the ledger recovers.
+		// A disk error after the group's log record was written, or a
+		// commit still waiting on a stalled disk at the commit timeout:
+		// it may yet be applied, and a retry with its key tells.
 		d.Code = "outcome_unknown"
-		d.Message = "the ledger failed while committing this request, which may or may not have been applied; retry with the same Idempotency-Key once the wallet is back to learn its outcome"
+		d.Message = "the wallet could not confirm this request's commit: the disk failed or did not answer in time, so it may or may not have been applied; retry with the same Idempotency-Key to learn its outcome"
 		return http.StatusServiceUnavailable, d
 	case errors.Is(err, committer.ErrUnavailable):
 		d.Code = "storage_unavailable"
@@ -137,14 +138,15 @@ func classify(err error) (int, errorDetail) {
 }
 
 // writeError answers err. 429 and 503 carry Retry-After: the rest of the
-// breaker's cool-down for storage_unavailable, else one second (which
+// breaker's cool-down for storage_unavailable and outcome_unknown, else
+// one second (which
 // sdk.WriteErrorBody sets).
 func (a *API) writeError(w http.ResponseWriter, err error) {
 	status, d := classify(err)
 	if status == http.StatusInternalServerError {
 		a.logger.Error("request failed", "error", err)
 	}
-	if d.Code == "storage_unavailable" {
+	if d.Code == "storage_unavailable" || d.Code == "outcome_unknown" {
 		retry := a.committer.RetryAfter()
 		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(retry.Seconds()))))
 	}

@@ -32,11 +32,22 @@ var (
 	// queued; as a result, the operation was accepted but aborted at the
 	// drain deadline, and nothing of it was applied.
 	ErrDraining = errors.New("committer draining")
+	// ErrStalled: Close returned while a commit was still waiting on the
+	// disk.
+	ErrStalled = errors.New("commit stalled on the disk")
 )
 
 // errSlow marks a commit that succeeded after its deadline: its results
 // stand, but the breaker counts it as a failure.
 var errSlow = errors.New("commit outlasted its timeout")
+
+// errAbandoned marks an attempt that stopped waiting for its ledger.Apply
+// at the commit timeout: the Apply goes on, and may still commit.
+var errAbandoned = errors.New("commit abandoned while the disk holds it")
+
+// errStalled marks an attempt refused because an earlier commit is still
+// waiting on the disk: nothing of it was applied.
+var errStalled = errors.New("a commit is stalled on the disk")
 
 // Injector is a set of fault points; *sdk.Faults is one.
 type Injector interface {
@@ -117,6 +128,11 @@ type Committer struct {
 	// lastErr is the error of the last failed commit attempt, which
 	// health shows as the reason the breaker is open.
 	lastErr atomic.Pointer[error]
+
+	// flight is the ledger.Apply under way, if any. One that outlasts
+	// the commit timeout is abandoned by its committer and stays here
+	// until it returns: no other group is applied meanwhile.
+	flight atomic.Pointer[flight]
 
 	announce func([]*ledger.Receipt)
 	m        *metrics
@@ -259,9 +275,12 @@ func (c *Committer) RetryAfter() time.Duration {
 // Close stops intake: Submit returns ErrDraining from now on. Operations
 // already queued keep committing until ctx ends; those still queued or
 // being retried then are aborted (their callbacks get ErrDraining). Close
-// returns when every committer goroutine has returned; a ledger.Apply or
-// checkpoint in progress cannot be interrupted and is waited for. The error, if any,
-// counts the aborted operations. Calling Close more than once is safe.
+// returns when every committer goroutine has returned; a checkpoint in
+// progress cannot be interrupted and is waited for. So is a ledger.Apply
+// still under way, stalled on the disk, until ctx ends: then the error
+// wraps ErrStalled, and the ledger must not be closed under it. The error
+// otherwise counts the aborted operations. Calling Close more than once is
+// safe.
 func (c *Committer) Close(ctx context.Context) error {
 	c.once.Do(func() {
 		c.q.Close()
@@ -272,10 +291,28 @@ func (c *Committer) Close(ctx context.Context) error {
 		c.workers.Stop()
 		c.abortQueued()
 	})
+	if f := c.flight.Load(); f != nil {
+		select {
+		case <-f.done:
+		case <-ctx.Done():
+			return fmt.Errorf("close committer: %w: %d operations have waited on the disk for %v", ErrStalled, f.n, time.Since(f.start).Round(time.Millisecond))
+		}
+	}
 	if n := c.aborted.Load(); n > 0 {
 		return fmt.Errorf("close committer: %d accepted operations aborted at the deadline: %w", n, context.DeadlineExceeded)
 	}
 	return nil
+}
+
+// Stalled returns how long the ledger.Apply under way has run, if it has
+// outlasted the commit timeout and its operations were answered
+// ErrOutcomeUnknown; ok is false when no commit is stalled.
+func (c *Committer) Stalled() (d time.Duration, ok bool) {
+	f := c.flight.Load()
+	if f == nil || !f.isAbandoned() {
+		return 0, false
+	}
+	return time.Since(f.start), true
 }
 
 // abortQueued fails what is left in the closed queue.
@@ -346,8 +383,10 @@ func (c *Committer) work(ctx context.Context) error {
 
 // checkpointDue reports whether the ledger wants a checkpoint and the
 // backoff after a failed one has passed.
+// A stalled commit holds the ledger's writer lock, which a checkpoint
+// needs to start the log's next generation: none runs meanwhile.
 func (c *Committer) checkpointDue() bool {
-	return c.ledger.CheckpointDue() && time.Now().UnixNano() >= c.checkpointAfter.Load()
+	return c.flight.Load() == nil && c.ledger.CheckpointDue() && time.Now().UnixNano() >= c.checkpointAfter.Load()
 }
 
 // checkpoint folds the ledger's write-ahead log into its bbolt file. A
@@ -402,7 +441,7 @@ func (c *Committer) take(ctx context.Context) ([]*job, error) {
 // has groups to checkpoint, it waits only until the checkpoint is due and
 // then runs it, so that a quiet ledger does not keep them in its log.
 func (c *Committer) first(ctx context.Context) (*job, error) {
-	for c.q.Len() == 0 && c.ledger.Pending() && c.ledger.Err() == nil {
+	for c.q.Len() == 0 && c.ledger.Pending() && c.ledger.Err() == nil && c.flight.Load() == nil {
 		in := c.ledger.CheckpointIn()
 		if after := time.Until(time.Unix(0, c.checkpointAfter.Load())); after > in {
 			in = after
@@ -497,12 +536,21 @@ func (c *Committer) apply(ctx context.Context, ops []ledger.Op) ([]ledger.Result
 			c.lastErr.Store(&err)
 		}
 		switch {
+		case errors.Is(err, errAbandoned):
+			// The Apply goes on (so this cannot say "nothing applied"),
+			// and the disk has stopped answering: stop sending it work.
+			if ctx.Err() == nil {
+				c.breaker.Trip()
+			}
+			return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 		case ctx.Err() != nil:
 			c.m.canceled.Inc()
 			return nil, fmt.Errorf("%w: commit abandoned: %w", ErrDraining, ctx.Err())
 		case errors.Is(err, breaker.ErrOpen):
 			c.m.upstreamFail.Inc()
 			return nil, fmt.Errorf("%w: circuit breaker open after repeated commit failures", ErrUnavailable)
+		case errors.Is(err, errStalled):
+			return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 		case errors.Is(err, context.DeadlineExceeded):
 			// Retrying would keep every queued caller waiting another
 			// timeout; fail now and let the breaker count it.
@@ -521,13 +569,20 @@ func (c *Committer) apply(ctx context.Context, ops []ledger.Op) ([]ledger.Result
 }
 
 // attempt runs the fault point and one ledger transaction under the
-// commit timeout. The transaction itself cannot be interrupted: one that
-// finishes late keeps its results, and counts as a timeout.
+// commit timeout. The transaction itself cannot be interrupted, so it
+// runs on a goroutine of its own (a flight): one that finishes late but
+// within the wait keeps its results and counts as a timeout; one still
+// running when the timeout ends is abandoned, its operations answered
+// ErrOutcomeUnknown, and it lands by itself later (see land).
 func (c *Committer) attempt(ctx context.Context, ops []ledger.Op) ([]ledger.Result, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	start := time.Now()
 	defer func() { c.m.seconds.Observe(time.Since(start).Seconds()) }()
+	if f := c.flight.Load(); f != nil {
+		// Only an abandoned flight outlives its attempt.
+		return nil, fmt.Errorf("%w: %d operations have waited for it for %v", errStalled, f.n, time.Since(f.start).Round(time.Millisecond))
+	}
 	if err := c.faults.Inject(ctx, FaultPoint); err != nil {
 		if errors.Is(err, context.DeadlineExceeded) {
 			c.m.timeouts.Inc()
@@ -543,7 +598,20 @@ func (c *Committer) attempt(ctx context.Context, ops []ledger.Op) ([]ledger.Resu
 		}
 		c.logger.Info("ledger recovered from its write-ahead log after a disk error", "seq", c.ledger.Seq())
 	}
-	results, err := c.ledger.Apply(ctx, ops)
+	f := c.fly(ctx, ops)
+	select {
+	case <-f.done:
+	case <-ctx.Done():
+		if f.abandon() {
+			c.m.timeouts.Inc()
+			return nil, fmt.Errorf("%w: %w: the commit of %d operations did not finish within %v, and may still complete once the disk answers", errAbandoned, ledger.ErrOutcomeUnknown, len(ops), c.timeout)
+		}
+		<-f.done // it returned as the wait ended
+	}
+	if f.panicked != nil {
+		panic(f.panicked)
+	}
+	results, err := f.results, f.err
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) {
 			c.m.timeouts.Inc()
@@ -561,6 +629,91 @@ func (c *Committer) attempt(ctx context.Context, ops []ledger.Op) ([]ledger.Resu
 		return results, breaker.ErrNotCounted
 	}
 	return results, nil
+}
+
+// flight is one ledger.Apply on a goroutine of its own.
+type flight struct {
+	start time.Time
+	n     int           // operations
+	done  chan struct{} // closed once Apply has returned and, if abandoned, landed
+
+	mu        sync.Mutex
+	returned  bool // Apply returned; results, err and panicked are set
+	abandoned bool // the attempt stopped waiting; the flight lands itself
+	results   []ledger.Result
+	err       error
+	panicked  any
+}
+
+// fly starts ledger.Apply(ctx, ops) as the committer's flight. The caller
+// has checked that no other is under way. Apply checks ctx only before it
+// begins.
+func (c *Committer) fly(ctx context.Context, ops []ledger.Op) *flight {
+	f := &flight{start: time.Now(), n: len(ops), done: make(chan struct{})}
+	c.flight.Store(f)
+	go func() {
+		defer close(f.done)
+		var (
+			results  []ledger.Result
+			err      error
+			panicked any
+		)
+		func() {
+			// A panic is the attempt's to raise, on the committer's
+			// goroutine, as if Apply had run there.
+			defer func() { panicked = recover() }()
+			results, err = c.ledger.Apply(ctx, ops)
+		}()
+		f.mu.Lock()
+		f.results, f.err, f.panicked, f.returned = results, err, panicked, true
+		abandoned := f.abandoned
+		f.mu.Unlock()
+		if abandoned {
+			c.land(f)
+		}
+		c.flight.Store(nil)
+	}()
+	return f
+}
+
+// abandon marks f abandoned unless Apply has returned already, and
+// reports whether it did.
+func (f *flight) abandon() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.returned {
+		f.abandoned = true
+	}
+	return f.abandoned
+}
+
+func (f *flight) isAbandoned() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.abandoned
+}
+
+// land finishes an abandoned flight once its Apply has returned: its
+// receipts are announced (before any later group's, which waits for the
+// flight to end) and its outcome is logged. Its callers were answered
+// ErrOutcomeUnknown already; a retry with the same key learns the
+// outcome from the ledger.
+func (c *Committer) land(f *flight) {
+	took := time.Since(f.start).Round(time.Millisecond)
+	switch {
+	case f.panicked != nil:
+		c.logger.Error("a stalled ledger commit panicked", "operations", f.n, "after", took, "panic", f.panicked)
+	case f.err != nil:
+		err := f.err
+		c.lastErr.Store(&err)
+		c.logger.Warn("a stalled ledger commit failed; nothing of it was applied", "operations", f.n, "after", took, "error", f.err)
+	default:
+		if rs := receiptsOf(f.results); len(rs) > 0 && c.announce != nil {
+			c.announce(rs)
+		}
+		c.logger.Warn("a stalled ledger commit completed after its callers were answered 503 outcome_unknown; retries with their keys replay the outcome",
+			"operations", f.n, "after", took, "seq", c.ledger.Seq())
+	}
 }
 
 // wrote reports whether a committed group wrote anything: a receipt or a

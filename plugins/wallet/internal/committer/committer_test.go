@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -19,6 +20,7 @@ import (
 	"github.com/plughost/plughost/sdk"
 	"github.com/plughost/plughost/sdk/backoff"
 	"github.com/plughost/plughost/sdk/breaker"
+	"github.com/plughost/plughost/sdk/store"
 )
 
 func TestMain(m *testing.M) {
@@ -491,5 +493,144 @@ func TestIdleCheckpoint(t *testing.T) {
 	// The committer still takes operations after its timed wait.
 	if o := wait(t, f.mustSubmit(t, transfer("a", "b", 1, 1))); o.err != nil || o.res.Err != nil {
 		t.Fatalf("transfer after the checkpoint = %+v", o)
+	}
+}
+
+// stallingSync returns ledger options whose log fdatasync blocks, while
+// stall is set, until release is closed; entered receives a value when a
+// sync blocks. release is closed at the end of the test at the latest.
+func stallingSync() (lopts ledger.Options, stall *atomic.Bool, entered <-chan struct{}, release func()) {
+	hooks := &store.Hooks{}
+	stall = &atomic.Bool{}
+	in := make(chan struct{}, 1)
+	gate := make(chan struct{})
+	var once sync.Once
+	release = func() { once.Do(func() { close(gate) }) }
+	hooks.SetSync(func(f *os.File) error {
+		if stall.Load() {
+			select {
+			case in <- struct{}{}:
+			default:
+			}
+			<-gate
+		}
+		return store.Fdatasync(f)
+	})
+	return ledger.Options{Hooks: hooks}, stall, in, release
+}
+
+func keyed(op ledger.Op, key string) ledger.Op {
+	op.Idem = &ledger.Idem{Key: key, Fingerprint: [32]byte{1}}
+	return op
+}
+
+// TestStalledSync stalls the log's fdatasync inside a group's commit. The
+// group's caller is answered ErrOutcomeUnknown while the sync is still
+// blocked, the breaker opens, Submit is refused at once and Stalled says
+// so. Once the sync returns the group lands: announced, its idempotency
+// record in the ledger. A later commit goes through when the breaker
+// probes, announced after it.
+func TestStalledSync(t *testing.T) {
+	lopts, stall, entered, release := stallingSync()
+	f := newFixtureWith(t, lopts, committer.Options{
+		Committers:    1,
+		CommitTimeout: 100 * time.Millisecond,
+		Breaker:       breaker.Settings{FailureThreshold: 100, Cooldown: 300 * time.Millisecond, HalfOpenMax: 1, SuccessThreshold: 1},
+	})
+	t.Cleanup(release) // before the fixture's Close, which waits for the stalled commit
+
+	stall.Store(true)
+	ch := f.mustSubmit(t, keyed(issue("a", 5), "k1"))
+	select {
+	case <-entered:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the commit never reached fdatasync")
+	}
+	o := wait(t, ch) // the sync is still blocked: only the timeout can answer
+	if !errors.Is(o.err, ledger.ErrOutcomeUnknown) || !errors.Is(o.err, committer.ErrUnavailable) {
+		t.Fatalf("stalled commit's outcome = %+v, want ErrUnavailable and ErrOutcomeUnknown", o)
+	}
+	if s := f.c.BreakerState(); s != breaker.StateOpen {
+		t.Errorf("BreakerState() during the stall = %v, want open", s)
+	}
+	if _, ok := f.c.Stalled(); !ok {
+		t.Error("Stalled() during the stall = false, want true")
+	}
+	if _, err := f.submit(t, keyed(issue("a", 1), "k2")); !errors.Is(err, committer.ErrUnavailable) {
+		t.Errorf("Submit during the stall = %v, want ErrUnavailable", err)
+	}
+	if got := f.metric(t, "io_timeouts_total"); got < 1 {
+		t.Errorf("io_timeouts_total = %v after the stall, want >= 1", got)
+	}
+	f.mu.Lock()
+	n := len(f.announced)
+	f.mu.Unlock()
+	if n != 0 {
+		t.Fatalf("%d receipts announced while the commit is stalled, want 0", n)
+	}
+
+	stall.Store(false)
+	release()
+	waitUntil(t, "the stalled commit to land", func() bool { _, ok := f.c.Stalled(); return !ok })
+	rec, ok, err := f.l.Idempotency("k1")
+	if err != nil || !ok {
+		t.Fatalf("Idempotency(k1) after the stall = %v, %v; want the record of the commit that landed", ok, err)
+	}
+	t.Logf("k1 landed after its caller was answered: status %d", rec.Status)
+
+	// The breaker probes once its cool-down has passed.
+	waitUntil(t, "a commit after the stall", func() bool {
+		ch, err := f.submit(t, keyed(issue("a", 1), "k3"))
+		if err != nil {
+			return false
+		}
+		o := wait(t, ch)
+		if o.err != nil && !errors.Is(o.err, committer.ErrUnavailable) {
+			t.Fatalf("commit after the stall = %v", o.err)
+		}
+		return o.err == nil
+	})
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.announced) != 2 || f.announced[0].Seq != 1 || f.announced[1].Seq != 2 {
+		t.Errorf("announced %d receipts %v, want seqs 1 (the stalled group) then 2", len(f.announced), f.announced)
+	}
+}
+
+// TestCloseWhileStalled: Close returns ErrStalled at its deadline while a
+// commit is stalled on the disk, and the commit still lands afterwards.
+func TestCloseWhileStalled(t *testing.T) {
+	lopts, stall, entered, release := stallingSync()
+	f := newFixtureWith(t, lopts, committer.Options{Committers: 1, CommitTimeout: 50 * time.Millisecond})
+	t.Cleanup(release)
+	stall.Store(true)
+	ch := f.mustSubmit(t, keyed(issue("a", 5), "k1"))
+	<-entered
+	if o := wait(t, ch); !errors.Is(o.err, ledger.ErrOutcomeUnknown) {
+		t.Fatalf("stalled commit's outcome = %+v, want ErrOutcomeUnknown", o)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if err := f.c.Close(ctx); !errors.Is(err, committer.ErrStalled) {
+		t.Fatalf("Close during the stall = %v, want ErrStalled", err)
+	}
+	release()
+	if err := f.c.Close(context.Background()); err != nil {
+		t.Errorf("Close after the stall ended = %v, want nil", err)
+	}
+	if _, ok, err := f.l.Idempotency("k1"); err != nil || !ok {
+		t.Errorf("Idempotency(k1) after the stall = %v, %v; want the record", ok, err)
+	}
+}
+
+// waitUntil polls cond every 10ms for up to 20s.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after 20s waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond) // poll
 	}
 }
