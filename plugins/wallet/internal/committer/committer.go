@@ -539,9 +539,7 @@ func (c *Committer) apply(ctx context.Context, ops []ledger.Op) ([]ledger.Result
 		case errors.Is(err, errAbandoned):
 			// The Apply goes on (so this cannot say "nothing applied"),
 			// and the disk has stopped answering: stop sending it work.
-			if ctx.Err() == nil {
-				c.breaker.Trip()
-			}
+			c.breaker.Trip()
 			return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 		case ctx.Err() != nil:
 			c.m.canceled.Inc()
@@ -573,11 +571,14 @@ func (c *Committer) apply(ctx context.Context, ops []ledger.Op) ([]ledger.Result
 // runs on a goroutine of its own (a flight): one that finishes late but
 // within the wait keeps its results and counts as a timeout; one still
 // running when the timeout ends is abandoned, its operations answered
-// ErrOutcomeUnknown, and it lands by itself later (see land).
+// ErrOutcomeUnknown, and it lands by itself later (see land). Only the
+// timeout abandons a flight: Close cancelling ctx at the drain deadline
+// waits for it, as for a healthy commit, up to the same timeout.
 func (c *Committer) attempt(ctx context.Context, ops []ledger.Op) ([]ledger.Result, error) {
-	ctx, cancel := context.WithTimeout(ctx, c.timeout)
-	defer cancel()
 	start := time.Now()
+	deadline := start.Add(c.timeout)
+	ctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
 	defer func() { c.m.seconds.Observe(time.Since(start).Seconds()) }()
 	if f := c.flight.Load(); f != nil {
 		// Only an abandoned flight outlives its attempt.
@@ -599,9 +600,11 @@ func (c *Committer) attempt(ctx context.Context, ops []ledger.Op) ([]ledger.Resu
 		c.logger.Info("ledger recovered from its write-ahead log after a disk error", "seq", c.ledger.Seq())
 	}
 	f := c.fly(ctx, ops)
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
 	select {
 	case <-f.done:
-	case <-ctx.Done():
+	case <-timer.C:
 		if f.abandon() {
 			c.m.timeouts.Inc()
 			return nil, fmt.Errorf("%w: %w: the commit of %d operations did not finish within %v, and may still complete once the disk answers", errAbandoned, ledger.ErrOutcomeUnknown, len(ops), c.timeout)
