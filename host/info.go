@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -69,6 +70,7 @@ func pluginCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 //	    "method": "GET",                // an HTTP method, or "*" for any
 //	    "pattern": "/sleep",            // relative to the mount
 //	    "streaming": false,
+//	    "no_body": false,               // the host refuses a request body (413) without reading it
 //	    "timeout_ms": 600000            // 0: the host's request_timeout, or none if streaming
 //	  }],
 //	  "config": {                       // the schema of the plugin's config block
@@ -172,6 +174,7 @@ type infoRoute struct {
 	Method    string `json:"method"`
 	Pattern   string `json:"pattern"`
 	Streaming bool   `json:"streaming"`
+	NoBody    bool   `json:"no_body"`
 	TimeoutMS int64  `json:"timeout_ms"`
 }
 
@@ -218,6 +221,7 @@ func newInfo(m *pluginv1.DescribeResponse, protocol int, sha string) info {
 			Method:    method,
 			Pattern:   r.GetPattern(),
 			Streaming: r.GetStreaming(),
+			NoBody:    r.GetNoBody(),
 			TimeoutMS: r.GetTimeoutMs(),
 		})
 	}
@@ -270,7 +274,7 @@ func (in info) writeText(w io.Writer) error {
 	} else {
 		fmt.Fprint(w, "\nroutes:\n")
 		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		fmt.Fprint(tw, "  METHOD\tPATTERN\tSTREAMING\tTIMEOUT\n")
+		fmt.Fprint(tw, "  METHOD\tPATTERN\tSTREAMING\tBODY\tTIMEOUT\n")
 		for _, r := range in.Routes {
 			// Mirrors the ingress: a route timeout wins; otherwise ordinary
 			// routes get request_timeout and streaming routes no deadline.
@@ -281,7 +285,13 @@ func (in info) writeText(w io.Writer) error {
 			if r.TimeoutMS != 0 {
 				timeout = (time.Duration(r.TimeoutMS) * time.Millisecond).String()
 			}
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", printable(r.Method), printable(r.Pattern), yesNo(r.Streaming), timeout)
+			// Mirrors the ingress too: GET, HEAD and no-body routes
+			// refuse a request body with 413.
+			body := "yes"
+			if r.NoBody || r.Method == http.MethodGet || r.Method == http.MethodHead {
+				body = "none"
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", printable(r.Method), printable(r.Pattern), yesNo(r.Streaming), body, timeout)
 		}
 		if err := tw.Flush(); err != nil {
 			return err

@@ -124,7 +124,7 @@ func TestPluginInfo(t *testing.T) {
 }
 
 // TestPluginInfoSchema covers what hello does not declare: any-method and
-// streaming routes, required attributes, and nested single and list blocks.
+// streaming and no-body routes, required attributes, and nested single and list blocks.
 func TestPluginInfoSchema(t *testing.T) {
 	m := &pluginv1.DescribeResponse{
 		Name:       "proxy",
@@ -134,6 +134,7 @@ func TestPluginInfoSchema(t *testing.T) {
 			{Pattern: "/items/{id}"},
 			{Method: "GET", Pattern: "/events", Streaming: true},
 			{Method: "POST", Pattern: "/upload", TimeoutMs: 1500},
+			{Method: "POST", Pattern: "/ping", NoBody: true},
 		},
 		ConfigSchema: &pluginv1.Schema{
 			Attributes: []*pluginv1.Attribute{
