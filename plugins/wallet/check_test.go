@@ -90,7 +90,7 @@ func TestCheckCommand(t *testing.T) {
 			t.Fatal(err)
 		}
 		if len(data) > 40 && data[0]|data[1]|data[2]|data[3] != 0 {
-			data[20] ^= 0xff // in record 0, with four acknowledged records after it
+			data[20] ^= 0xff // in record 0, the start record, with five acknowledged records after it
 			if err := os.WriteFile(filepath.Join(damaged, name), data, 0o600); err != nil {
 				t.Fatal(err)
 			}
@@ -98,12 +98,12 @@ func TestCheckCommand(t *testing.T) {
 		}
 	}
 	out, code := runBinary(t, bin, "check", damaged)
-	if code != 1 || !strings.Contains(out, "problem: "+logFile+" record 0 at offset 0") || !strings.Contains(out, "a repair drops: "+logFile+" records 0 to 4") {
+	if code != 1 || !strings.Contains(out, "problem: "+logFile+" record 0 at offset 0") || !strings.Contains(out, "a repair drops: "+logFile+" records 0 to 5") {
 		t.Errorf("check of a damaged dir = %d:\n%s\nwant 1, the problem in %s record 0 and the records a repair drops", code, out, logFile)
 	}
 	out, code = runBinary(t, bin, "check", "-repair", damaged)
-	if code != 0 || !strings.Contains(out, "dropped: "+logFile+" records 0 to 4") || !strings.Contains(out, "from seq 1 (tx_0000000000000001) to seq 5") || !strings.Contains(out, "repaired") {
-		t.Errorf("check -repair = %d:\n%s\nwant 0 and records 0 to 4, seqs 1 to 5 dropped", code, out)
+	if code != 0 || !strings.Contains(out, "dropped: "+logFile+" records 0 to 5") || !strings.Contains(out, "from seq 1 (tx_0000000000000001) to seq 5") || !strings.Contains(out, "repaired") {
+		t.Errorf("check -repair = %d:\n%s\nwant 0 and records 0 to 5, seqs 1 to 5 dropped", code, out)
 	}
 	if out, code := runBinary(t, bin, "check", damaged); code != 0 {
 		t.Errorf("check after -repair = %d:\n%s\nwant 0", code, out)

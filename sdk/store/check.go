@@ -61,10 +61,12 @@ func (p Problem) String() string {
 }
 
 // Drop is a run of one log generation's records that a repair cuts: from
-// the damaged record (index First, at Offset of File) to the last whole
-// record of the generation found after it (Last). Records a truncated
-// or zeroed file lost outright leave no trace to count: a generation cut
-// short with the next one's records after it may have held more.
+// the damaged record (index First, at Offset of File) to the generation's
+// last record (Last). Once the next generation has started, its start
+// record says which that is, so the records a truncated or zeroed file
+// lost outright are counted too; in the newest generation it is the last
+// whole record found after the damage. Record 0 of a generation is its
+// start record, which holds no writes.
 type Drop struct {
 	File    string
 	Gen     uint64
@@ -110,15 +112,19 @@ func Check(path string, opts Options) (Report, error) {
 // Repair cuts a damaged write-ahead log back to its last good record,
 // after which Open succeeds, and reports what it dropped: every record
 // of the damaged generation from the damage on, and the generation after
-// it. Those records were acknowledged to clients: a repair loses
-// acknowledged writes, and is run only when an operator asks for it,
-// with the store closed, having no backup to restore. It cuts by zeroing
-// the log from the damage to the end of the file (and the next
-// generation's file), then fdatasyncs.
+// it. An older generation that ends short of where the next one's start
+// record says (a tail zeroed or cut off) is damaged where its run stops:
+// Repair drops the records the start record says it held from there on,
+// and the next generation. Those records were acknowledged to clients: a
+// repair loses acknowledged writes, and is run only when an operator
+// asks for it, with the store closed, having no backup to restore. It
+// cuts by zeroing the log from the damage to the end of the file (and
+// the next generation's file), then fdatasyncs.
 //
 // Damage elsewhere (a value or page of the bbolt file, its meta pages, a
-// log file from another data dir, a missing log file) cannot be cut
-// away: Repair changes nothing and returns the report with an error
+// log file from another data dir or time, an older generation longer
+// than the next one's start record says, a missing log file) cannot be
+// cut away: Repair changes nothing and returns the report with an error
 // wrapping ErrCorrupt that says to restore from a backup. A healthy
 // store, or a torn tail (which Open trims by itself), is left alone.
 func Repair(path string, opts Options) (Report, error) {
@@ -334,96 +340,49 @@ func (ex *examination) checkLog(d *DB, lay layout) {
 		}
 		data[i] = b
 	}
-	st, err := replayWAL(d.path, data, lay.gen, lay.strict, nb)
-	if err == nil {
-		ex.groups, ex.report.Trimmed = st.groups, st.trim
+	runs, v := analyzeWAL(d.path, data, lay.gen, lay.strict, nb)
+	if v.err == nil {
+		for _, r := range runs {
+			ex.groups = append(ex.groups, r.groups...)
+		}
+		ex.report.Trimmed = v.trim
 		return
 	}
-	var ce *CorruptError
-	if !errors.As(err, &ce) {
-		ex.problem(Problem{File: d.name, What: err.Error()})
-		return
-	}
-	ex.problem(Problem{File: ce.File, Where: ce.Where, What: ce.Problem})
-	ex.planCut(d.path, data, lay.gen, nb)
+	ex.problem(Problem{File: v.err.File, Where: v.err.Where, What: v.err.Problem})
+	ex.planCut(d.path, runs, v.cut, nb)
 }
 
-// planCut finds where the log's damage starts, as replayWAL decided it,
-// and what cutting it there drops. A log file holding another store's
-// generation is not cut: this store's records are not there to count.
-func (ex *examination) planCut(path string, data [2][]byte, gen uint64, nb int) {
-	type run struct {
-		groups [][]entry
-		stop   int
-		clean  bool
-		ended  bool // at a whole zero header
-		later  bool // a whole record of the generation follows the stop
-		absent bool // the file holds an older generation
-	}
-	var runs [2]run
-	for j := range runs {
-		g := gen + uint64(j)
-		d := data[g%2]
-		if first, ok := firstGen(d); ok && first != g {
-			if first+2 != g {
-				return // another store's, or a later one's: restore
-			}
-			runs[j] = run{clean: true, ended: true, absent: true}
-			continue
-		}
-		groups, stop := scanRun(d, g, nb)
-		_, _, later := laterRecord(d, stop, g, uint32(len(groups)))
-		runs[j] = run{groups: groups, stop: stop, clean: zeroHeader(d[stop:]),
-			ended: len(d)-stop >= walHeader && zeroHeader(d[stop:]), later: later}
-	}
-	newer := len(runs[1].groups) > 0 || !runs[1].clean
-	var at int
-	switch {
-	case runs[0].later || !runs[0].ended && newer:
-		at = 0
-	case runs[1].later:
-		at = 1
-	default:
+// planCut works out what cutting the log where analyzeWAL found the
+// damage (run cut; -1 if a cut cannot repair it) drops: the run's records
+// from its stop on and, when the run is the older generation's, all of
+// the next one's, which were written after the records lost.
+func (ex *examination) planCut(path string, runs [2]genRun, cut, nb int) {
+	if cut < 0 {
 		return
 	}
-	g := gen + uint64(at)
-	r := runs[at]
-	ex.groups = append(ex.groups, runs[0].groups...)
-	if at == 1 {
-		ex.groups = append(ex.groups, runs[1].groups...)
+	r := &runs[cut]
+	for _, s := range runs[:cut+1] {
+		ex.groups = append(ex.groups, s.groups...)
 	}
-	ex.report.Drops = append(ex.report.Drops, dropFrom(path, data[g%2], g, uint32(len(r.groups)), r.stop, nb))
-	ex.cuts = append(ex.cuts, cutAt{path: walPath(path, g), off: int64(r.stop)})
-	if at == 0 && !runs[1].absent && (newer || runs[1].later) {
-		ex.report.Drops = append(ex.report.Drops, dropFrom(path, data[(g+1)%2], g+1, 0, 0, nb))
-		ex.cuts = append(ex.cuts, cutAt{path: walPath(path, g+1), off: 0})
+	// The next generation's start record says how many records the older
+	// one held: those a truncated or zeroed file lost outright count too.
+	var known *walEnd
+	if cut == 0 && runs[1].prev != nil {
+		known = runs[1].prev
 	}
-}
-
-// scanRun returns the groups of generation gen at the start of data and
-// where their run stops, as decodeWAL does, but stops at a record whose
-// entries do not decode too.
-func scanRun(data []byte, gen uint64, nb int) ([][]entry, int) {
-	var groups [][]entry
-	off := 0
-	for index := uint32(0); ; index++ {
-		body, ok := nextRecord(data[off:])
-		if !ok || binary.BigEndian.Uint64(body) != gen || binary.BigEndian.Uint32(body[8:]) != index {
-			return groups, off
-		}
-		es, err := decodeEntries(body[walRecordHead:], nb)
-		if err != nil {
-			return groups, off
-		}
-		groups = append(groups, es)
-		off += walHeader + len(body)
+	ex.report.Drops = append(ex.report.Drops, dropFrom(path, r.data, r.gen, r.end.records, int(r.end.off), nb, known))
+	ex.cuts = append(ex.cuts, cutAt{path: walPath(path, r.gen), off: r.end.off})
+	if n := &runs[1]; cut == 0 && !n.absent && (n.end.records > 0 || !n.clean || n.later >= 0) {
+		ex.report.Drops = append(ex.report.Drops, dropFrom(path, n.data, n.gen, 0, 0, nb, nil))
+		ex.cuts = append(ex.cuts, cutAt{path: walPath(path, n.gen), off: 0})
 	}
 }
 
 // dropFrom describes the records of generation gen in data from the
 // damaged one, index first at off, on: the whole records found after it,
-// with increasing indexes.
-func dropFrom(path string, data []byte, gen uint64, first uint32, off int, nb int) Drop {
+// with increasing indexes, and up to known's last record if the next
+// generation's start record says where the generation ends.
+func dropFrom(path string, data []byte, gen uint64, first uint32, off int, nb int, known *walEnd) Drop {
 	dr := Drop{File: filepath.Base(walPath(path, gen)), Gen: gen, First: first, Last: first, Offset: int64(off)}
 	var g [8]byte
 	binary.BigEndian.PutUint64(g[:], gen)
@@ -440,13 +399,19 @@ func dropFrom(path string, data []byte, gen uint64, first uint32, off int, nb in
 			continue
 		}
 		idx := binary.BigEndian.Uint32(body[8:])
-		es, err := decodeEntries(body[walRecordHead:], nb)
-		if err == nil {
-			dr.Groups = append(dr.Groups, writesOf(es))
+		if payload := body[walRecordHead:]; len(payload) == 0 || payload[0] != walStart {
+			// A start record holds no writes.
+			if es, err := decodeEntries(payload, nb); err == nil {
+				dr.Groups = append(dr.Groups, writesOf(es))
+			}
 		}
 		dr.Last, next = idx, idx+1
 		end = at + walHeader + len(body)
 		from = end + walHeader
+	}
+	if known != nil && known.records > 0 && known.records-1 > dr.Last {
+		dr.Last = known.records - 1
+		end = max(end, int(known.off))
 	}
 	dr.Records = int(dr.Last-dr.First) + 1
 	if end > off {

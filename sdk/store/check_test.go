@@ -184,8 +184,11 @@ func TestCheckHealthy(t *testing.T) {
 }
 
 // TestCheckAndRepairLog damages the log and checks that Check finds it,
-// that Open refuses it, and that Repair cuts it so that Open succeeds
-// without exactly the records it reports dropped.
+// that Open refuses it naming the file and the record where the damage
+// starts, and that Repair cuts it so that Open succeeds without exactly
+// the records it reports dropped. Record 0 of each generation is its
+// start record; records 1 to 10 hold keys 0 to 9 in the older, 10 to 19
+// in the newer.
 func TestCheckAndRepairLog(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
@@ -193,58 +196,79 @@ func TestCheckAndRepairLog(t *testing.T) {
 		lost      []int                                  // keys a repair loses
 		readable  []int                                  // of those, the ones in readable records
 		firstDrop uint32
-		records   int // the records Check knows it drops, if not len(lost)
+		records   int // the records Check drops, start records included
 	}{
 		{
 			name: "flipped byte in the newer generation",
 			damage: func(t *testing.T, path string) string {
 				_, newer := logFiles(t, path)
 				offs := recordOffsets(t, path+newer)
-				editFile(t, path+newer, func(b []byte) []byte { b[offs[4]+20] ^= 0xff; return b })
+				editFile(t, path+newer, func(b []byte) []byte { b[offs[5]+20] ^= 0xff; return b })
 				return newer
 			},
-			lost: span(14, 20), readable: span(15, 20), firstDrop: 4,
+			lost: span(14, 20), readable: span(15, 20), firstDrop: 5, records: 6,
+		},
+		{
+			name: "flipped byte in the newer generation's start record",
+			damage: func(t *testing.T, path string) string {
+				_, newer := logFiles(t, path)
+				editFile(t, path+newer, func(b []byte) []byte { b[20] ^= 0xff; return b })
+				return newer
+			},
+			lost: span(10, 20), readable: span(10, 20), firstDrop: 0, records: 11,
 		},
 		{
 			name: "flipped byte in the older generation",
 			damage: func(t *testing.T, path string) string {
 				older, _ := logFiles(t, path)
 				offs := recordOffsets(t, path+older)
-				editFile(t, path+older, func(b []byte) []byte { b[offs[7]+3] ^= 0x01; return b })
+				editFile(t, path+older, func(b []byte) []byte { b[offs[8]+3] ^= 0x01; return b })
 				return older
 			},
-			lost: span(7, 20), readable: append(span(8, 10), span(10, 20)...), firstDrop: 7,
+			lost: span(7, 20), readable: append(span(8, 10), span(10, 20)...), firstDrop: 8, records: 3 + 11,
 		},
 		{
 			name: "zeroed range in the newer generation",
 			damage: func(t *testing.T, path string) string {
 				_, newer := logFiles(t, path)
 				offs := recordOffsets(t, path+newer)
-				editFile(t, path+newer, func(b []byte) []byte { clear(b[offs[2] : offs[3]+5]); return b })
+				editFile(t, path+newer, func(b []byte) []byte { clear(b[offs[3] : offs[4]+5]); return b })
 				return newer
 			},
-			lost: span(12, 20), readable: span(14, 20), firstDrop: 2,
+			lost: span(12, 20), readable: span(14, 20), firstDrop: 3, records: 8,
 		},
 		{
 			name: "truncated older generation",
 			damage: func(t *testing.T, path string) string {
 				older, _ := logFiles(t, path)
 				offs := recordOffsets(t, path+older)
-				if err := os.Truncate(path+older, int64(offs[5]+3)); err != nil {
+				if err := os.Truncate(path+older, int64(offs[6]+3)); err != nil {
 					t.Fatal(err)
 				}
 				return older
 			},
-			// Records 6 to 9 left no trace: the drop counts record 5
-			// and the next generation's 10.
-			lost: span(5, 20), readable: span(10, 20), firstDrop: 5, records: 11,
+			// The newer generation's start record says the older held
+			// records 6 to 10 too.
+			lost: span(5, 20), readable: span(10, 20), firstDrop: 6, records: 5 + 11,
+		},
+		{
+			name: "zeroed tail of the older generation",
+			damage: func(t *testing.T, path string) string {
+				older, _ := logFiles(t, path)
+				offs := recordOffsets(t, path+older)
+				editFile(t, path+older, func(b []byte) []byte { clear(b[offs[6]:]); return b })
+				return older
+			},
+			lost: span(5, 20), readable: span(10, 20), firstDrop: 6, records: 5 + 11,
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := twoGenerations(t)
 			file := filepath.Base(path) + tc.damage(t, path)
-			if _, err := Open(imageOf(t, path), kvOpts); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), file) {
-				t.Fatalf("Open(damaged) = %v, want a corruption naming %s", err, file)
+			_, err := Open(imageOf(t, path), kvOpts)
+			var ce *CorruptError
+			if !errors.As(err, &ce) || ce.File != file {
+				t.Fatalf("Open(damaged) = %v, want a *CorruptError naming %s", err, file)
 			}
 			rep, err := Check(path, kvOpts)
 			if err != nil {
@@ -253,19 +277,18 @@ func TestCheckAndRepairLog(t *testing.T) {
 			if len(rep.Problems) != 1 || rep.Problems[0].File != file || !rep.Repairable {
 				t.Fatalf("Check = %+v, want one repairable problem in %s", rep, file)
 			}
-			if rep.Drops[0].File != file || rep.Drops[0].First != tc.firstDrop {
-				t.Errorf("Check drops %+v, want the cut at record %d of %s", rep.Drops, tc.firstDrop, file)
+			if p := rep.Problems[0]; p.Where != ce.Where || p.What != ce.Problem {
+				t.Errorf("Check's problem %v is not Open's error %v", p, ce)
+			}
+			if dr := rep.Drops[0]; dr.File != file || dr.First != tc.firstDrop || ce.Where != fmt.Sprintf("record %d at offset %d", dr.First, dr.Offset) {
+				t.Errorf("Check drops %+v, want the cut at record %d of %s, where Open's error %q says", rep.Drops, tc.firstDrop, file, ce.Where)
 			}
 			records := 0
 			for _, dr := range rep.Drops {
 				records += dr.Records
 			}
-			want := tc.records
-			if want == 0 {
-				want = len(tc.lost)
-			}
-			if records != want {
-				t.Errorf("Check drops %d records, want %d", records, want)
+			if records != tc.records {
+				t.Errorf("Check drops %d records, want %d", records, tc.records)
 			}
 			if diff := cmp.Diff(tc.readable, droppedKeys(rep.Drops)); diff != "" {
 				t.Errorf("writes of the dropped records (-want +got):\n%s", diff)
@@ -277,14 +300,7 @@ func TestCheckAndRepairLog(t *testing.T) {
 			if diff := cmp.Diff(rep.Drops, rrep.Drops); diff != "" {
 				t.Errorf("Repair dropped other than Check said (-check +repair):\n%s", diff)
 			}
-			have := keysIn(t, path)
-			var missing []int
-			for i := range 2 * perGen {
-				if !slices.Contains(have, i) {
-					missing = append(missing, i)
-				}
-			}
-			if diff := cmp.Diff(tc.lost, missing); diff != "" {
+			if diff := cmp.Diff(tc.lost, missingKeys(t, path)); diff != "" {
 				t.Errorf("keys lost by the repair (-want +got):\n%s", diff)
 			}
 			if rep, err := Check(path, kvOpts); err != nil || !rep.OK() {
@@ -292,6 +308,117 @@ func TestCheckAndRepairLog(t *testing.T) {
 			}
 		})
 	}
+}
+
+// missingKeys returns which of the logged keys 0 to 19 the store at path
+// lacks.
+func missingKeys(t *testing.T, path string) []int {
+	t.Helper()
+	have := keysIn(t, path)
+	var missing []int
+	for i := range 2 * perGen {
+		if !slices.Contains(have, i) {
+			missing = append(missing, i)
+		}
+	}
+	return missing
+}
+
+// TestZeroedOlderTail zeroes the older generation's file from a record
+// boundary to its end, as a disk may, while the newer generation holds
+// acknowledged records: the older's run then stops at a whole zero
+// header, as at an end, and only the newer's start record tells that
+// records are missing. Open refuses, Check reports it, and Repair drops
+// exactly the records the start record says were there and the newer
+// generation.
+func TestZeroedOlderTail(t *testing.T) {
+	path := twoGenerations(t)
+	older, newer := logFiles(t, path)
+	offs := recordOffsets(t, path+older)
+	end := recordEnd(t, path+older)
+	newerEnd := recordEnd(t, path+newer)
+	const cut = 6 // records 6 to 10 (keys 5 to 9) are zeroed
+	editFile(t, path+older, func(b []byte) []byte { clear(b[offs[cut]:]); return b })
+	gen := genOf(t, path+newer) - 1
+	where := fmt.Sprintf("record %d at offset %d", cut, offs[cut])
+
+	_, err := Open(imageOf(t, path), kvOpts)
+	var ce *CorruptError
+	if !errors.As(err, &ce) || ce.File != "s.db"+older || ce.Where != where || ce.Remedy != remedy ||
+		!strings.Contains(ce.Problem, fmt.Sprintf("start record (s.db%s record 0) says this generation holds %d records, to offset %d", newer, perGen+1, end)) {
+		t.Fatalf("Open(zeroed older tail) = %v, want a *CorruptError at s.db%s %s naming the start record in s.db%s and the remedy", err, older, where, newer)
+	}
+
+	rep, err := Check(path, kvOpts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Report{
+		Problems: []Problem{{File: ce.File, Where: ce.Where, What: ce.Problem}},
+		Drops: []Drop{
+			// The zeroed records: none can be read, the start record
+			// says how many there were.
+			{File: "s.db" + older, Gen: gen, First: cut, Last: perGen, Records: perGen + 1 - cut, Offset: int64(offs[cut]), Bytes: int64(end - offs[cut])},
+			{File: "s.db" + newer, Gen: gen + 1, First: 0, Last: perGen, Records: perGen + 1, Offset: 0, Bytes: int64(newerEnd), Groups: kvGroups(perGen, 2*perGen)},
+		},
+		Repairable: true,
+	}
+	if diff := cmp.Diff(want, rep, cmpEmpty); diff != "" {
+		t.Fatalf("Check(zeroed older tail) (-want +got):\n%s", diff)
+	}
+	rrep, err := Repair(path, kvOpts)
+	want.Repaired = true
+	if diff := cmp.Diff(want, rrep, cmpEmpty); err != nil || diff != "" {
+		t.Fatalf("Repair(zeroed older tail) = %v (-want +got):\n%s", err, diff)
+	}
+	if diff := cmp.Diff(span(perGen/2, 2*perGen), missingKeys(t, path)); diff != "" {
+		t.Errorf("keys lost by the repair (-want +got):\n%s", diff)
+	}
+	if rep, err := Check(path, kvOpts); err != nil || !rep.OK() {
+		t.Errorf("Check after Repair and Open = %+v, %v; want healthy", rep, err)
+	}
+}
+
+// recordEnd returns where the run of records at the start of the log file
+// at p ends.
+func recordEnd(t *testing.T, p string) int {
+	t.Helper()
+	data, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	off := 0
+	for {
+		body, ok := nextRecord(data[off:])
+		if !ok {
+			return off
+		}
+		off += walHeader + len(body)
+	}
+}
+
+// genOf returns the generation of the log file at p's first record.
+func genOf(t *testing.T, p string) uint64 {
+	t.Helper()
+	data, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, ok := firstGen(data)
+	if !ok {
+		t.Fatalf("%s starts with no whole record", p)
+	}
+	return g
+}
+
+// kvGroups returns the writes of the groups that put keys from to to-1,
+// as twoGenerations logs them.
+func kvGroups(from, to int) [][]Write {
+	var gs [][]Write
+	for i := from; i < to; i++ {
+		gs = append(gs, []Write{{Bucket: 0, Key: kvKey(i), Value: fmt.Appendf(nil, "value %03d", i)}})
+	}
+	return gs
 }
 
 func span(from, to int) []int {
@@ -312,8 +439,8 @@ func TestCheckTornTail(t *testing.T) {
 		t.Fatal(err)
 	}
 	rep, err := Check(path, kvOpts)
-	if err != nil || !rep.OK() || rep.Trimmed == nil || rep.Trimmed.Record != perGen-1 {
-		t.Fatalf("Check(torn tail) = %+v, %v; want no problem and record %d trimmed", rep, err, perGen-1)
+	if err != nil || !rep.OK() || rep.Trimmed == nil || rep.Trimmed.Record != perGen {
+		t.Fatalf("Check(torn tail) = %+v, %v; want no problem and record %d trimmed", rep, err, perGen)
 	}
 	if rep, err := Repair(path, kvOpts); err != nil || rep.Repaired {
 		t.Errorf("Repair(torn tail) = %+v, %v; want nothing done", rep, err)
@@ -356,6 +483,22 @@ func TestCheckRefusesUnrepairable(t *testing.T) {
 				})
 			},
 			file: "s.db", where: "meta pages",
+		},
+		{
+			name: "older generation longer than the newer's start record says",
+			damage: func(t *testing.T, path string) {
+				// A record of the older generation after its last, with
+				// the next index: its file is not the one the newer
+				// generation followed.
+				older, _ := logFiles(t, path)
+				gen := genOf(t, path+older)
+				editFile(t, path+older, func(b []byte) []byte {
+					end := recordEnd(t, path+older)
+					rec := appendRecord(nil, gen, perGen+1, []entry{{b: 0, k: []byte("late"), v: []byte("x")}})
+					return append(b[:end], append(rec, make([]byte, walHeader)...)...)
+				})
+			},
+			where: "record 0 at offset 0",
 		},
 		{
 			name: "log from another data dir",
@@ -420,26 +563,40 @@ func TestCheckLocked(t *testing.T) {
 // FuzzReplayWAL feeds replayWAL arbitrary pairs of log files: it must not
 // panic, and what it returns without error must be the run of whole
 // records of generation G at the start of its file followed by that of
-// G+1, the first ended by a zero header if the second has records, and
-// with no record of either generation skipped.
+// G+1, with no record of either generation skipped, G ending where G+1's
+// start record says if it has one, and otherwise, if a torn start record
+// begins G+1, at a whole zero header.
 func FuzzReplayWAL(f *testing.F) {
 	const gen = 6 // in .wal; gen+1 in .wal.1
 	g := []entry{{b: 0, k: []byte("k"), v: []byte("v")}, {b: 1, del: true, k: []byte("d")}}
-	var older, newer []byte
+	older := appendStart(nil, gen, walEnd{})
 	for i := range 3 {
-		older = appendRecord(older, gen, uint32(i), g)
-		newer = appendRecord(newer, gen+1, uint32(i), g)
+		older = appendRecord(older, gen, uint32(i+1), g)
+	}
+	run, _ := decodeWAL(older, gen, true, 2)
+	newer := appendStart(nil, gen+1, run.end)
+	startLen := len(newer)
+	for i := range 3 {
+		newer = appendRecord(newer, gen+1, uint32(i+1), g)
 	}
 	zero := make([]byte, walHeader)
 	olderEnded := append(bytes.Clone(older), zero...)
 	flipped := bytes.Clone(newer)
-	flipped[walHeader+20] ^= 1
+	flipped[startLen+walHeader+20] ^= 1
+	startFlipped := bytes.Clone(newer)
+	startFlipped[20] ^= 1
+	zeroedTail := bytes.Clone(olderEnded) // from the older's last record on
+	clear(zeroedTail[len(older)-len(appendRecord(nil, gen, 3, g)):])
 	f.Add(olderEnded, append(bytes.Clone(newer), zero...))
 	f.Add(olderEnded, newer[:len(newer)-2])
 	f.Add(olderEnded, flipped)
-	f.Add(older[:len(older)-1], newer)
-	f.Add(append(bytes.Clone(older), 0, 0, 0), newer) // the older cut short
-	f.Add(appendRecord(nil, gen-2, 0, g), []byte{})
+	f.Add(olderEnded, startFlipped)                               // the start record damaged, groups after it
+	f.Add(olderEnded, append(newer[:startLen:startLen], zero...)) // the start record alone
+	f.Add(olderEnded, newer[:startLen-3])                         // a crash during the rotation
+	f.Add(older[:len(older)-1], newer)                            // the older cut short
+	f.Add(append(bytes.Clone(older), 0, 0, 0), newer)             // the older cut short
+	f.Add(zeroedTail, newer)                                      // the older's tail zeroed
+	f.Add(appendStart(nil, gen-2, walEnd{}), []byte{})
 	f.Add(appendRecord(nil, 99, 0, g), newer)
 	f.Add([]byte{}, []byte{})
 	f.Fuzz(func(t *testing.T, a, b []byte) {
@@ -452,25 +609,30 @@ func FuzzReplayWAL(f *testing.F) {
 			return
 		}
 		var want [][]entry
-		var prevClean = true
+		var runs [2]walRun
+		var absent [2]bool
 		for j := range 2 {
 			gj := uint64(gen + j)
 			d := data[gj%2]
 			if first, ok := firstGen(d); ok && first != gj {
+				absent[j] = true
 				continue
 			}
-			groups, stop, werr := decodeWAL(d, gj, 2)
+			r, werr := decodeWAL(d, gj, true, 2)
 			if werr != nil {
 				t.Fatalf("replayWAL accepted generation %d whose record does not decode: %v", gj, werr)
 			}
-			if len(groups) > 0 && !prevClean {
-				t.Fatalf("replayWAL took generation %d's records after an unended generation %d", gj, gj-1)
-			}
-			if _, idx, ok := laterRecord(d, stop, gj, uint32(len(groups))); ok {
+			if _, idx, ok := laterRecord(d, int(r.end.off), gj, r.end.records); ok {
 				t.Fatalf("replayWAL skipped generation %d's record %d", gj, idx)
 			}
-			prevClean = len(d)-stop >= walHeader && zeroHeader(d[stop:])
-			want = append(want, groups...)
+			runs[j] = r
+			want = append(want, r.groups...)
+		}
+		if p := runs[1].prev; p != nil && runs[0].end != *p {
+			t.Fatalf("replayWAL took generation %d, whose start record says %d ends at %+v, but it ends at %+v", gen+1, gen, *p, runs[0].end)
+		}
+		if older := data[gen%2][runs[0].end.off:]; !absent[0] && !absent[1] && runs[1].prev == nil && !zeroHeader(data[(gen+1)%2]) && (len(older) < walHeader || !zeroHeader(older)) {
+			t.Fatalf("replayWAL took generation %d, not ended by a zero header, before a torn start of generation %d", gen, gen+1)
 		}
 		if diff := cmp.Diff(want, st.groups, cmp.AllowUnexported(entry{}), cmpEmpty); diff != "" {
 			t.Fatalf("replayed groups are not the runs of the two generations (-want +got):\n%s", diff)

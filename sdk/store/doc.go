@@ -16,6 +16,13 @@
 // (the bbolt file under the overlays) and never wait for an fdatasync or
 // a checkpoint.
 //
+// Each log generation begins with a start record that names where the
+// generation before it ended (its record count, end offset and last
+// record's checksum), written and fdatasynced when a checkpoint (or
+// Open) starts the generation, before any of its groups: one small write
+// per checkpoint, none per group. The log's format is described at the
+// top of wal.go.
+//
 // # Integrity
 //
 // Everything a plugin reads is checksummed: log records (CRC-32C) and
@@ -26,12 +33,19 @@
 // it has, Open finds the log newer than the file and refuses. At Open:
 //
 //   - a torn record at the end of the newest log generation (an append
-//     that a crash cut short, never acknowledged) is left out and
-//     reported in Recovery.Trimmed;
+//     that a crash cut short, never acknowledged), or a torn start
+//     record of it (a crash while a checkpoint started it), is left out
+//     and reported in Recovery.Trimmed;
 //   - any other damage (a bad record with acknowledged records after it,
-//     a log that belongs to another file, a missing log of a file not
-//     closed cleanly, unreadable meta pages) fails Open with a
-//     *CorruptError that names the file, where in it, and what to do.
+//     an older generation that ends short of where the next one's start
+//     record says, as a zeroed or cut off tail does, a log that belongs
+//     to another file or time, a missing log of a file not closed
+//     cleanly, unreadable meta pages) fails Open with a *CorruptError
+//     that names the file, where in it, and what to do.
+//
+// The newest generation's end is recorded nowhere: a damaged last record
+// of it passes for a torn one, and a tail of it zeroed from a record
+// boundary for its end.
 //
 // A damaged value or page met while running fails the read with a
 // *CorruptError, counts it (Corruptions) and makes the store refuse every
@@ -48,12 +62,14 @@
 //
 // A group whose log write or fdatasync fails is erased from the log and
 // its Update fails: nothing of it happened, and writes resume by
-// themselves once the disk takes them. A failed checkpoint commit, or a
-// record that could be neither written nor erased, leaves the files in a
-// state the store cannot vouch for: it refuses writes (Err wraps
-// ErrFailed) until Reopen, which the plugin calls when it probes whether
-// the disk has recovered (no space left, say). Readers go on answering
-// from the state in memory throughout.
+// themselves once the disk takes them. A checkpoint whose start record
+// fails is undone the same way: the start record is erased, and the next
+// checkpoint tries again. A failed checkpoint commit, or a log record (a
+// group's or a start record) that could be neither written nor erased,
+// leaves the files in a state the store cannot vouch for: it refuses
+// writes (Err wraps ErrFailed) until Reopen, which the plugin calls when
+// it probes whether the disk has recovered (no space left, say). Readers
+// go on answering from the state in memory throughout.
 //
 // The package owns its files and their integrity. It must not start
 // goroutines, retry, time out or know about HTTP: the plugin decides when

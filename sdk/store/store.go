@@ -35,8 +35,10 @@ const logLimit = 4
 // without a remap, during which bbolt holds readers off.
 const initialMmapSize = 256 << 20
 
-// Format is the version of the store's layout, in its "store" bucket.
-const Format = 1
+// Format is the version of the store's layout, in its "store" bucket:
+// 2 has a start record at the head of each log generation. Open refuses
+// a file of any other format.
+const Format = 2
 
 // The store's own bucket and keys.
 var (
@@ -252,8 +254,14 @@ type layout struct {
 func (d *DB) readLayout(tx *bolt.Tx) (layout, error) {
 	if st := tx.Bucket(bucketStore); st != nil {
 		v := st.Get(keyFormat)
-		if len(v) != 8 || binary.BigEndian.Uint64(v) != Format {
-			return layout{}, fmt.Errorf("store format %x is not %d: written by a newer release?", v, Format)
+		switch {
+		case len(v) != 8:
+			return layout{}, fmt.Errorf("store format %x is not a format number: this release reads format %d", v, Format)
+		case binary.BigEndian.Uint64(v) > Format:
+			return layout{}, fmt.Errorf("store format %d is newer than this release's %d: open the file with the release that wrote it", binary.BigEndian.Uint64(v), Format)
+		case binary.BigEndian.Uint64(v) < Format:
+			// No release wrote an older format: nothing converts it.
+			return layout{}, fmt.Errorf("store format %d is older than this release's %d and no release wrote it (a development build did): restore the data dir from a backup", binary.BigEndian.Uint64(v), Format)
 		}
 		return layout{gen: getU64(st, keyWALGen), open: getU64(st, keyOpen) == 1, strict: true}, nil
 	}
@@ -364,7 +372,9 @@ func (d *DB) recover(db *bolt.DB) error {
 		_ = log.close()
 		return err
 	}
-	if err := log.reset(next); err != nil {
+	// The generation before next is in the file now: its start record
+	// names none.
+	if err := log.start(next, walEnd{}); err != nil {
 		_ = log.close()
 		return err
 	}
@@ -637,13 +647,21 @@ func (d *DB) checkpointAll(open bool) error {
 	return d.commitFrozen(open)
 }
 
-// rotate starts the log's next generation, in the other file, and makes
-// the current one's overlay frozen, for commitFrozen to write into the
-// bbolt file. The caller holds cmu and wmu, and frozen is nil: the other
+// rotate starts the log's next generation, in the other file, with a
+// start record that names where the current one ends, and makes the
+// current one's overlay frozen, for commitFrozen to write into the bbolt
+// file. The caller holds cmu and wmu, and frozen is nil: the other
 // file's generation is in the bbolt file.
 func (d *DB) rotate() error {
 	next := d.ov.gen + 1
-	if err := d.log.reset(next); err != nil {
+	if err := d.log.start(next, d.log.end()); err != nil {
+		if uerr := d.log.unstart(next); uerr != nil {
+			// The start record may be on disk: a group appended to the
+			// current generation would make it longer than the start
+			// record says, which a recovery takes for damage.
+			d.fail(fmt.Errorf("%w: %w, and it could not be erased: %w", ErrFailed, err, uerr))
+			return d.Err()
+		}
 		return err
 	}
 	d.omu.Lock()

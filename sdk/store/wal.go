@@ -19,48 +19,85 @@ import (
 // generation in the other file and then writes its own into the bbolt
 // file, so that groups go on committing meanwhile. A record is
 //
-//	length(4) crc32c(4) | gen(8) index(4) entries
+//	length(4) crc32c(4) | gen(8) index(4) payload
 //
 // where the CRC-32C covers everything after it, gen is the record's
-// generation and index counts the generation's records from 0. An entry
-// is a byte with the bucket's number in the low bits and walDelete set
-// for a deletion, then the key (uvarint length, bytes) and, for a put,
-// the value (the same).
+// generation and index counts the generation's records from 0. Record 0
+// is the generation's start record, whose payload is
 //
-// Each generation starts at offset 0 of its file, whose first header is
-// zeroed (and fdatasynced) when the generation starts; each append writes
-// its record followed by a zero header, in one write, so the log always
-// ends at a zero header or at a record torn by a crash. Once the file has
-// grown to the size a generation needs, appends overwrite bytes in place
-// and an fdatasync writes only data, not the file's size. A generation
-// is started only once the one before the previous is in the bbolt file,
-// so it overwrites nothing still needed.
+//	0x7f records(4) end(8) last(4)
+//
+// naming where the generation before ended: how many records it holds
+// (its start record included), the offset after its last record, and
+// that record's checksum; all zero when the generation before is not in
+// the log (a generation started by Open, after replaying the log into
+// the bbolt file). Every later record is a group, whose payload is its
+// entries: each a byte with the bucket's number in the low bits
+// (never 0x7f: a store has at most 127 buckets) and walDelete set for a
+// deletion, then the key (uvarint length, bytes) and, for a put, the
+// value (the same).
+//
+// A generation starts at offset 0 of its file with its start record and
+// a zero header after it, in one write, fdatasynced before any group of
+// the generation is written; each append writes its record followed by
+// a zero header, in one write, so the log always ends at a zero header
+// or at a record torn by a crash. A generation ends when the next one
+// starts: a checkpoint starts it under the writers' lock, so the start
+// record names the very end of the generation before, and no group is
+// appended to that generation after it. Once the file has grown to the
+// size a generation needs, appends overwrite bytes in place and an
+// fdatasync writes only data, not the file's size. A generation is
+// started only once the one before the previous is in the bbolt file, so
+// it overwrites nothing still needed.
 //
 // Replay reads, for the generation G the bbolt file names and for G+1,
 // the records at the start of the file that holds that generation, for
 // as long as each is whole, has a valid checksum, belongs to the
-// generation and has the next index. Where that run stops tells a torn
-// write from damage:
+// generation and has the next index. G+1 has not started if its file is
+// empty, starts with a zero header (a repair cut it) or holds G-1 (a
+// crash came before its start record was written): G is then the newest
+// generation. Where the runs stop tells a torn write from damage:
 //
-//   - a zero header is the end;
-//   - anything else is a torn write only at the end of the newest
-//     generation (a crash during its last, unacknowledged, append), and
-//     is then trimmed: reported by Open, never replayed;
 //   - a record of the same generation with a later index anywhere after
-//     the stop (found by searching for the generation's 8 bytes, which
-//     are random per store) proves that acknowledged records follow
-//     the damage, and so does a stop in G while G+1 has records: Open
-//     refuses with a *CorruptError naming the file, record and offset.
+//     a run's stop (found by searching for the generation's 8 bytes,
+//     which are random per store) proves that acknowledged records follow
+//     the damage: Open refuses with a *CorruptError naming the file,
+//     record and offset;
+//   - once G+1 has started with a whole start record, G's run must end
+//     exactly where that record says. A shorter run lost acknowledged
+//     records, whatever stops it: a zero header (a zeroed tail), the end
+//     of the file (a truncated one) or a damaged record; Open refuses,
+//     naming G's file and where its run stops. A longer run, or one that
+//     ends elsewhere or with another last record, is not the G that G+1
+//     followed (files restored from different times): Open refuses,
+//     naming G+1's start record, and no repair can tell which is right;
+//   - if G+1's file starts with a torn start record (neither a whole
+//     record nor a zero header, and no record of G+1 follows), a crash
+//     cut short the checkpoint that started it: G+1 holds no group, and
+//     G is the newest generation that does. G's length cannot be checked
+//     then, since what was torn is the record of it, but G's last append
+//     left a zero header: a G that stops anywhere else is damage,
+//     refused. The torn start record is trimmed;
+//   - otherwise a run ends at a zero header, and anything else that stops
+//     the newest generation's run is a write torn by a crash (its last,
+//     unacknowledged, append, or its start record's zero header): it is
+//     trimmed, reported by Open, never replayed.
 //
-// A file written before the zero headers existed (the wallet's formats 3
-// and 4, see Open) ends wherever its run stops, unless a later record of
-// the generation proves damage.
+// The newest generation's end is recorded nowhere: a tail of it zeroed
+// from a record boundary on looks like its end, and a damaged last record
+// like a torn one. Neither is detected.
+//
+// A file of the wallet's formats 3 and 4 (see Open) has no start records
+// or zero headers: its groups start at record 0, and it ends wherever its
+// run stops, unless a later record of the generation proves damage.
 const (
 	walHeader     = 8       // length and checksum
 	walRecordHead = 8 + 4   // gen and index
 	walDelete     = 0x80    // in an entry's first byte
 	walMaxRecord  = 1 << 30 // larger lengths are garbage, not records
 	walMaxBuckets = 0x7f
+	walStart      = 0x7f                   // a start record's first payload byte
+	walStartBody  = walRecordHead + 1 + 16 // a start record's body
 )
 
 // entry is one write of a group: a put of v under k in bucket b, or a
@@ -80,9 +117,20 @@ type wal struct {
 	f     *os.File    // files[gen%2]
 	gen   uint64
 	index uint32
-	off   int64 // where the next record goes
+	off   int64  // where the next record goes
+	last  uint32 // the checksum of the generation's last record
 	buf   []byte
 	sync  func(*os.File) error // fdatasync; tests make it fail
+}
+
+// walEnd is where a generation ends: how many records it holds, its
+// start record included, the offset after its last record, and that
+// record's checksum. A start record names the generation before's; the
+// zero walEnd there says that generation is not in the log.
+type walEnd struct {
+	records uint32
+	off     int64
+	last    uint32
 }
 
 // walSuffixes are the names of the log's files after the store's path,
@@ -161,7 +209,53 @@ func openWAL(path string, gen uint64, strict bool, numBuckets int, sync func(*os
 // replayWAL reads generations gen and gen+1 from the files' contents
 // (data[i] is the file of parity i).
 func replayWAL(path string, data [2][]byte, gen uint64, strict bool, numBuckets int) (walState, error) {
+	runs, v := analyzeWAL(path, data, gen, strict, numBuckets)
+	if v.err != nil {
+		return walState{}, v.err
+	}
+	st := walState{trim: v.trim}
+	for _, r := range runs {
+		st.groups = append(st.groups, r.groups...)
+	}
+	return st, nil
+}
+
+// genRun is what the log holds of one of the two generations replay
+// reads.
+type genRun struct {
+	walRun
+	gen    uint64
+	file   string // the log file's base name
+	data   []byte
+	bad    *walError // the run stops at a record whose checksum holds but whose payload does not decode
+	absent bool      // the file starts with the generation two before: this one never started
+	clean  bool      // the run stops at a zero header, or within zeros at the end of the file
+	ended  bool      // the run stops at a whole zero header, as an append leaves it
+	later  int       // the offset of a whole record of the generation with a later index after the stop; -1 if none
+	next   uint32    // that record's index
+}
+
+// where names the record at which r stops.
+func (r *genRun) where() string {
+	return fmt.Sprintf("record %d at offset %d", r.end.records, r.end.off)
+}
+
+// walVerdict is what analyzeWAL decided.
+type walVerdict struct {
+	err *CorruptError // why Open refuses, nil if the log replays
+	// cut is the run (0 for gen, 1 for gen+1) whose records from its
+	// stop on a repair drops, with the whole next generation when it is
+	// gen's; -1 when cutting the log cannot repair it.
+	cut  int
+	trim *Trim // the torn record Open leaves out
+}
+
+// analyzeWAL reads the runs of generations gen and gen+1 and decides, as
+// the comment at the top of this file says, whether they replay, what a
+// torn tail trims, or what damage refuses them.
+func analyzeWAL(path string, data [2][]byte, gen uint64, strict bool, numBuckets int) ([2]genRun, walVerdict) {
 	base := filepath.Base(path)
+	var runs [2]genRun
 	// Which generation a file starts with tells whether it belongs here.
 	for i, d := range data {
 		g, ok := firstGen(d)
@@ -170,105 +264,174 @@ func replayWAL(path string, data [2][]byte, gen uint64, strict bool, numBuckets 
 		}
 		name := base + walSuffixes[i]
 		if strict {
-			// A generation's file starts zeroed: only it, or (for the
-			// generation after gen, if it never started) the one two
-			// before it, can be there.
+			// A generation's file starts with its start record: only
+			// it, or (for the generation after gen, if it never
+			// started) the one two before it, can be there.
 			own := gen
 			if own%2 != uint64(i) {
 				own = gen + 1
 			}
 			if g != own && g+2 != own {
 				// Anything else cannot be this store's.
-				return walState{}, &CorruptError{File: name, Where: "record 0 at offset 0",
+				return runs, walVerdict{cut: -1, err: &CorruptError{File: name, Where: "record 0 at offset 0",
 					Problem: fmt.Sprintf("holds generation %d, but the store file needs generation %d there: a log from another data dir, or files restored from different times", g, own),
-					Remedy:  "restore the data dir's files together from one backup"}
+					Remedy:  restoreTogether}}
 			}
 		} else if g > gen+1 {
-			return walState{}, &CorruptError{File: name, Where: "record 0 at offset 0",
+			return runs, walVerdict{cut: -1, err: &CorruptError{File: name, Where: "record 0 at offset 0",
 				Problem: fmt.Sprintf("starts with generation %d, but the store file only reached %d: the file is older than its log", g, gen),
-				Remedy:  "restore the data dir's files together from one backup"}
+				Remedy:  restoreTogether}}
 		}
 	}
-	var st walState
-	type run struct {
-		groups [][]entry
-		stop   int
-		index  uint32
-		clean  bool // the run ends at a zero header or the end of the file
-		ended  bool // the run ends at a whole zero header, as appends leave it
-	}
-	var runs [2]run
 	for j := range runs {
 		g := gen + uint64(j)
 		d := data[g%2]
-		name := base + walSuffixes[g%2]
+		r := genRun{gen: g, file: base + walSuffixes[g%2], data: d, later: -1}
 		if first, ok := firstGen(d); ok && first != g {
 			// The generation never started: the file holds older ones.
-			runs[j] = run{clean: true, ended: true}
+			r.absent, r.clean, r.ended = true, true, true
+			runs[j] = r
 			continue
 		}
-		groups, stop, err := decodeWAL(d, g, numBuckets)
-		if err != nil {
-			return walState{}, &CorruptError{File: name, Where: err.where, Problem: err.problem, Remedy: remedy}
+		r.walRun, r.bad = decodeWAL(d, g, strict, numBuckets)
+		stop := int(r.end.off)
+		r.clean = zeroHeader(d[stop:])
+		r.ended = r.clean && len(d)-stop >= walHeader
+		if off, idx, ok := laterRecord(d, stop, g, r.end.records); ok && r.bad == nil {
+			r.later, r.next = off, idx
 		}
-		index := uint32(len(groups))
-		runs[j] = run{groups: groups, stop: stop, index: index, clean: zeroHeader(d[stop:]),
-			ended: len(d)-stop >= walHeader && zeroHeader(d[stop:])}
-		if off, idx, ok := laterRecord(d, stop, g, index); ok {
-			return walState{}, corruptf(name, fmt.Sprintf("record %d at offset %d", index, stop),
-				"checksum mismatch or damaged header, and record %d of the same generation follows at offset %d: acknowledged writes come after the damage", idx, off)
-		}
+		runs[j] = r
 	}
-	newest := 0
-	if len(runs[1].groups) > 0 || !runs[1].clean {
-		newest = 1
-	}
-	for j, r := range runs {
-		g := gen + uint64(j)
-		name := base + walSuffixes[g%2]
-		if !strict {
-			continue
-		}
-		// A generation the next one follows was ended by its last
-		// append's zero header: a shorter end is a truncated file.
-		if r.clean && (j != 0 || newest == 0 || r.ended) {
-			continue
-		}
-		if j != newest {
-			return walState{}, corruptf(name, fmt.Sprintf("record %d at offset %d", r.index, r.stop),
-				"checksum mismatch or damaged header, and the next generation's records follow it in %s: acknowledged writes come after the damage", base+walSuffixes[(g+1)%2])
-		}
-		d := data[g%2]
-		st.trim = &Trim{File: name, Gen: g, Record: r.index, Offset: int64(r.stop), Bytes: nonZero(d[r.stop:])}
-	}
-	for _, r := range runs {
-		st.groups = append(st.groups, r.groups...)
-	}
-	return st, nil
+	return runs, judge(&runs, strict)
 }
 
-// walError is an entry that does not decode inside a record whose
-// checksum holds: not a torn write but a bug or a tampered file.
+// restoreTogether is the remedy for log files that do not belong with
+// the store file or with each other.
+const restoreTogether = "restore the data dir's files together from one backup"
+
+// judge decides what the runs of generations G (runs[0]) and G+1 mean.
+func judge(runs *[2]genRun, strict bool) walVerdict {
+	for j := range runs {
+		r := &runs[j]
+		if r.bad != nil {
+			return walVerdict{cut: j, err: &CorruptError{File: r.file, Where: r.bad.where, Problem: r.bad.problem, Remedy: remedy}}
+		}
+		if r.later >= 0 {
+			return walVerdict{cut: j, err: corruptf(r.file, r.where(),
+				"checksum mismatch or damaged header, and record %d of the same generation follows at offset %d: acknowledged writes come after the damage", r.next, r.later)}
+		}
+	}
+	v := walVerdict{cut: -1}
+	if !strict {
+		return v // the wallet's formats 3 and 4: a run ends where it stops
+	}
+	older, newer := &runs[0], &runs[1]
+	newest := older
+	if newer.end.records > 0 || !newer.clean {
+		newest = newer
+	}
+	switch p := newer.prev; {
+	case newest == older:
+		// G+1 never started, or a repair cut it.
+	case p != nil && (older.absent || older.end.records > p.records || older.end.records == p.records && older.end != *p):
+		return walVerdict{cut: -1, err: &CorruptError{File: newer.file, Where: "record 0 at offset 0",
+			Problem: fmt.Sprintf("this start record says the generation before, in %s, holds %d records, to offset %d, but it holds %d, to offset %d: files restored from different times, or from different data dirs",
+				older.file, p.records, p.off, older.end.records, older.end.off),
+			Remedy: restoreTogether}}
+	case p != nil && older.end.records < p.records:
+		return walVerdict{cut: 0, err: corruptf(older.file, older.where(),
+			"%s, but the next generation's start record (%s record 0) says this generation holds %d records, to offset %d: acknowledged writes are missing",
+			stopsAt(older.data, int(older.end.off)), newer.file, p.records, p.off)}
+	case p == nil && !older.ended:
+		// A crash cut G+1's start record short: G's last append left a
+		// zero header.
+		return walVerdict{cut: 0, err: corruptf(older.file, older.where(),
+			"%s, where this generation's last append left a zero header, and the next generation has started after it in %s: acknowledged writes may be missing",
+			stopsAt(older.data, int(older.end.off)), newer.file)}
+	}
+	if !newest.clean {
+		stop := newest.end.off
+		v.trim = &Trim{File: newest.file, Gen: newest.gen, Record: newest.end.records, Offset: stop, Bytes: nonZero(newest.data[stop:])}
+	}
+	return v
+}
+
+// stopsAt says what stops a run at off of data.
+func stopsAt(data []byte, off int) string {
+	switch {
+	case off >= len(data):
+		return "the file ends here"
+	case zeroHeader(data[off:]):
+		return "zeroed from here"
+	default:
+		return "checksum mismatch or damaged header"
+	}
+}
+
+// walError is a record whose checksum holds but whose payload does not
+// decode, or does not belong where it is: not a torn write but a bug or
+// a tampered file.
 type walError struct{ where, problem string }
 
-// decodeWAL returns the groups of generation gen at the start of data and
-// the offset where their run stops: at a record that is torn, fails its
-// checksum or belongs elsewhere.
-func decodeWAL(data []byte, gen uint64, numBuckets int) ([][]entry, int, *walError) {
-	var groups [][]entry
-	off := 0
-	for index := uint32(0); ; index++ {
+// walRun is the run of a generation's records at the start of its file.
+type walRun struct {
+	groups [][]entry
+	prev   *walEnd // what the start record says of the generation before; nil without one
+	end    walEnd  // where the run stops
+}
+
+// decodeWAL returns the run of generation gen's records at the start of
+// data: it stops at a record that is torn, fails its checksum or belongs
+// elsewhere, and at a record whose payload does not decode, which it
+// returns as a walError. strict says the generation starts with its
+// start record (the wallet's formats 3 and 4 have none).
+func decodeWAL(data []byte, gen uint64, strict bool, numBuckets int) (walRun, *walError) {
+	var r walRun
+	for {
+		off, index := int(r.end.off), r.end.records
 		body, ok := nextRecord(data[off:])
 		if !ok || binary.BigEndian.Uint64(body) != gen || binary.BigEndian.Uint32(body[8:]) != index {
-			return groups, off, nil
+			return r, nil
 		}
-		es, err := decodeEntries(body[walRecordHead:], numBuckets)
-		if err != nil {
-			return nil, 0, &walError{where: fmt.Sprintf("record %d at offset %d", index, off), problem: err.Error()}
+		payload := body[walRecordHead:]
+		isStart := len(payload) > 0 && payload[0] == walStart
+		var problem string
+		switch {
+		case isStart && (!strict || index != 0):
+			problem = "a start record where a group belongs"
+		case !isStart && strict && index == 0:
+			problem = "a group where the generation's start record belongs"
+		case isStart:
+			if prev, ok := decodeStart(body); ok {
+				r.prev = &prev
+			} else {
+				problem = fmt.Sprintf("a start record of %d bytes, want %d", len(body), walStartBody)
+			}
+		default:
+			if es, err := decodeEntries(payload, numBuckets); err == nil {
+				r.groups = append(r.groups, es)
+			} else {
+				problem = err.Error()
+			}
 		}
-		groups = append(groups, es)
-		off += walHeader + len(body)
+		if problem != "" {
+			return r, &walError{where: fmt.Sprintf("record %d at offset %d", index, off), problem: problem}
+		}
+		r.end = walEnd{records: index + 1, off: int64(off + walHeader + len(body)), last: binary.BigEndian.Uint32(data[off+4:])}
 	}
+}
+
+// decodeStart returns what the start record whose body is b names.
+func decodeStart(b []byte) (walEnd, bool) {
+	if len(b) != walStartBody || b[walRecordHead] != walStart {
+		return walEnd{}, false
+	}
+	b = b[walRecordHead+1:]
+	return walEnd{
+		records: binary.BigEndian.Uint32(b),
+		off:     int64(binary.BigEndian.Uint64(b[4:])),
+		last:    binary.BigEndian.Uint32(b[12:]),
+	}, true
 }
 
 // laterRecord looks after stop for a whole record of generation gen with
@@ -394,6 +557,7 @@ func (w *wal) append(es []entry) (int, error) {
 	}
 	w.off += int64(n)
 	w.index++
+	w.last = binary.BigEndian.Uint32(w.buf[4:])
 	return n, nil
 }
 
@@ -407,10 +571,31 @@ func appendRecord(b []byte, gen uint64, index uint32, es []entry) []byte {
 	for _, e := range es {
 		b = appendEntry(b, e)
 	}
-	body := b[start+walHeader:]
-	binary.BigEndian.PutUint32(b[start:], uint32(len(body)))
-	binary.BigEndian.PutUint32(b[start+4:], crc32.Checksum(body, castagnoli))
+	seal(b[start:])
 	return b
+}
+
+// appendStart appends the start record of generation gen, naming prev,
+// to b.
+func appendStart(b []byte, gen uint64, prev walEnd) []byte {
+	start := len(b)
+	b = append(b, make([]byte, walHeader)...)
+	b = binary.BigEndian.AppendUint64(b, gen)
+	b = binary.BigEndian.AppendUint32(b, 0)
+	b = append(b, walStart)
+	b = binary.BigEndian.AppendUint32(b, prev.records)
+	b = binary.BigEndian.AppendUint64(b, uint64(prev.off))
+	b = binary.BigEndian.AppendUint32(b, prev.last)
+	seal(b[start:])
+	return b
+}
+
+// seal fills in the header of the record that is rec: its body's length
+// and checksum.
+func seal(rec []byte) {
+	body := rec[walHeader:]
+	binary.BigEndian.PutUint32(rec, uint32(len(body)))
+	binary.BigEndian.PutUint32(rec[4:], crc32.Checksum(body, castagnoli))
 }
 
 // erase zeroes the header where the next record goes, so that a record
@@ -437,17 +622,42 @@ func (w *wal) zeroAt(f *os.File, off int64) error {
 	return nil
 }
 
-// reset starts generation gen at offset 0 of its file, whose first
-// header it zeroes. The caller makes sure that the file's records are in
-// the bbolt file.
-func (w *wal) reset(gen uint64) error {
+// start begins generation gen at offset 0 of its file: it writes the
+// generation's start record, naming prev as the end of the generation
+// before, with a zero header after it, and waits until they are on disk.
+// The caller makes sure that the file's records are in the bbolt file.
+// On error the log stays in its generation, but the start record may be
+// on disk anyway: the caller erases it (unstart) before another group
+// goes to the log, or the start record would name an end that later
+// groups moved.
+func (w *wal) start(gen uint64, prev walEnd) error {
 	f := w.files[gen%2]
-	if err := w.zeroAt(f, 0); err != nil {
-		return err
+	w.buf = appendStart(w.buf[:0], gen, prev)
+	n := len(w.buf)
+	last := binary.BigEndian.Uint32(w.buf[4:])
+	w.buf = append(w.buf, make([]byte, walHeader)...)
+	if _, err := f.WriteAt(w.buf, 0); err != nil {
+		return fmt.Errorf("start write-ahead log generation %d: %w", gen, err)
 	}
-	w.f, w.gen, w.index, w.off = f, gen, 0, 0
+	if err := w.sync(f); err != nil {
+		return fmt.Errorf("start write-ahead log generation %d: %w", gen, err)
+	}
+	w.f, w.gen, w.index, w.off, w.last = f, gen, 1, int64(n), last
 	return nil
 }
+
+// unstart zeroes the header of generation gen's start record, whose
+// write failed: once the zeros are on disk, the generation never
+// started.
+func (w *wal) unstart(gen uint64) error {
+	if err := w.zeroAt(w.files[gen%2], 0); err != nil {
+		return fmt.Errorf("erase write-ahead log start record: %w", err)
+	}
+	return nil
+}
+
+// end returns where the log's current generation ends now.
+func (w *wal) end() walEnd { return walEnd{records: w.index, off: w.off, last: w.last} }
 
 func (w *wal) close() error {
 	var errs []error

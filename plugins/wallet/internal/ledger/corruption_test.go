@@ -280,6 +280,25 @@ func TestCorruption(t *testing.T) {
 			refuses: true, repairable: true,
 		},
 		{
+			// The older generation's run then stops at a whole zero
+			// header, as at its end: only the newer generation's start
+			// record says that records are missing.
+			name: "zeroed tail of the older log generation",
+			damage: func(t *testing.T, p string) string {
+				offs, _ := logRecords(t, p+older)
+				data, err := os.ReadFile(p + older)
+				if err != nil {
+					t.Fatal(err)
+				}
+				clear(data[offs[len(offs)/2]:])
+				if err := os.WriteFile(p+older, data, 0o600); err != nil {
+					t.Fatal(err)
+				}
+				return older
+			},
+			refuses: true, repairable: true,
+		},
+		{
 			name: "flipped byte in a value of the main file",
 			damage: func(t *testing.T, p string) string {
 				// Every copy of account w1's value (its key and value
