@@ -339,10 +339,10 @@ func TestStorageCorruptRefuses(t *testing.T) {
 	if len(offs) < 4 {
 		t.Fatalf("newest log generation %s holds %d records after the kill, want >= 4 (a checkpoint ran in between?)", file, len(offs))
 	}
-	// Offset 20 is the first entry byte of record 0 (after its length,
-	// checksum, generation and index): inside the record, records 1..n
-	// after it.
-	const flipAt = 20
+	// Record 0 is the generation's start record; 20 bytes into record 1
+	// is its first entry byte (after its length, checksum, generation and
+	// index): inside a group's record, records 2..n after it.
+	flipAt := offs[1] + 20
 	orig := flipByte(t, file, flipAt)
 	t.Logf("flipped byte %d of %s, whose generation holds %d records", flipAt, filepath.Base(file), len(offs))
 

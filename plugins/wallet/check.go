@@ -95,8 +95,16 @@ func runCheck(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, "%s: healthy, seq %d\n", dir, rep.Seq)
 		return nil
 	case rep.Repairable:
-		return &exitError{1, fmt.Errorf("%s: %d problems in the write-ahead log; restore the data dir from a backup, or run wallet check -repair to drop what is listed above", dir, len(rep.Problems)+rep.Omitted)}
+		return &exitError{1, fmt.Errorf("%s: %s in the write-ahead log; restore the data dir from a backup, or run wallet check -repair to drop what is listed above", dir, problems(len(rep.Problems)+rep.Omitted))}
 	default:
-		return &exitError{1, fmt.Errorf("%s: %d problems; restore the data dir from a backup", dir, len(rep.Problems)+rep.Omitted)}
+		return &exitError{1, fmt.Errorf("%s: %s; restore the data dir from a backup", dir, problems(len(rep.Problems)+rep.Omitted))}
 	}
+}
+
+// problems is "1 problem" or "N problems".
+func problems(n int) string {
+	if n == 1 {
+		return "1 problem"
+	}
+	return fmt.Sprintf("%d problems", n)
 }
