@@ -344,8 +344,8 @@ func (c *Committer) countAborted(n int) {
 // so a second committer could only wait for that lock with a group formed
 // too early. Waiting for the turn instead, it forms its group after the
 // commit ends, from everything that arrived during it: that is what makes
-// the groups large. Every wait for the turn selects on
-// ctx.
+// the groups large. Every wait for the turn selects on ctx, and the turn
+// is held for at most the commit timeout of an Apply (see attempt).
 func (c *Committer) work(ctx context.Context) error {
 	for {
 		select {
