@@ -25,8 +25,13 @@
 //     A commit that times out fails its group at once (ErrUnavailable),
 //     so callers learn within about CommitTimeout; other failures are
 //     retried with jittered exponential backoff, up to Tries attempts.
-//     Every attempt goes through the circuit breaker, which opens after
-//     consecutive failures and half-opens with probes after a cool-down.
+//     ledger.Apply runs on a goroutine of its own (a flight): one still
+//     running at the timeout (a stalled log write or fdatasync) is
+//     abandoned, its callers answered ErrOutcomeUnknown, and the breaker
+//     tripped; no other group is applied until it returns, and then its
+//     receipts are announced first. Every attempt goes through the
+//     circuit breaker, which opens on failures in a row or at a rolling
+//     failure rate and half-opens with probes after a cool-down.
 //  4. Committed receipts are announced in seq order (Options.Announce),
 //     then each operation's callback gets its result, after the turn has
 //     been passed on.
