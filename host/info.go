@@ -7,7 +7,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net/http"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/plughost/plughost/host/catalog"
 	"github.com/plughost/plughost/host/config"
+	"github.com/plughost/plughost/host/ingress"
 	pluginv1 "github.com/plughost/plughost/proto/pluginv1"
 	"github.com/plughost/plughost/sdk/wire"
 )
@@ -70,7 +70,7 @@ func pluginCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 //	    "method": "GET",                // an HTTP method, or "*" for any
 //	    "pattern": "/sleep",            // relative to the mount
 //	    "streaming": false,
-//	    "no_body": false,               // the host refuses a request body (413) without reading it
+//	    "no_body": false,               // declared with sdk.NoBody: the host answers a body 413
 //	    "timeout_ms": 600000            // 0: the host's request_timeout, or none if streaming
 //	  }],
 //	  "config": {                       // the schema of the plugin's config block
@@ -285,10 +285,8 @@ func (in info) writeText(w io.Writer) error {
 			if r.TimeoutMS != 0 {
 				timeout = (time.Duration(r.TimeoutMS) * time.Millisecond).String()
 			}
-			// Mirrors the ingress too: GET, HEAD and no-body routes
-			// refuse a request body with 413.
 			body := "yes"
-			if r.NoBody || r.Method == http.MethodGet || r.Method == http.MethodHead {
+			if !ingress.TakesBody(r.Method, r.NoBody) {
 				body = "none"
 			}
 			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", printable(r.Method), printable(r.Pattern), yesNo(r.Streaming), body, timeout)

@@ -619,6 +619,28 @@ func TestStorageStall(t *testing.T) {
 	// Keep the stall for 3 s more of load.
 	measureFrom := time.Now()
 	waitFor(t, 10*time.Second, "3s of load during the stall", func() bool { return time.Since(measureFrom) > 3*time.Second })
+	// A retry of a key answered outcome_unknown, while the disk still
+	// stalls: its key stays claimed until the commit is known, so it is
+	// 409 in use (or, once landed, the replay), never a 503 that says
+	// nothing was applied.
+	retried := 0
+	for _, op := range load.snapshot() {
+		if op.err != nil || op.r.errCode() != "outcome_unknown" {
+			continue
+		}
+		r, err := walletPost(t.Context(), client, h.ingress+"/wallet/v1/issue", op.key, op.body)
+		switch {
+		case err != nil:
+			t.Errorf("retry of %s (outcome_unknown) during the stall: %v", op.key, err)
+		case r.code == http.StatusConflict && r.errCode() == "idempotency_key_in_use", r.code == http.StatusOK && r.replayed():
+			retried++
+		default:
+			t.Errorf("retry of %s (outcome_unknown) during the stall = %v, want 409 idempotency_key_in_use or the replay", op.key, r)
+		}
+	}
+	if retried == 0 {
+		t.Error("no POST was answered outcome_unknown during the stall: the stall did not hit a commit")
+	}
 	setFaults(t, h, "wallet", "")
 	cleared := time.Now()
 

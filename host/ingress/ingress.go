@@ -353,10 +353,7 @@ func (g *Ingress) forwardTo(w http.ResponseWriter, r *http.Request, e *entry, re
 	}
 	limits := g.limits.Load()
 	maxBody := limits.MaxBodyBytes
-	if r.Method == http.MethodGet || r.Method == http.MethodHead || rt.NoBody {
-		// A GET or HEAD route takes no body, nor does a route that says
-		// so (sdk.NoBody): forwarding one would hold memory on both sides
-		// for nothing.
+	if !TakesBody(r.Method, rt.NoBody) {
 		maxBody = 0
 	}
 	if r.ContentLength > maxBody {
@@ -498,6 +495,14 @@ func (g *Ingress) forwardTo(w http.ResponseWriter, r *http.Request, e *entry, re
 	code, c := g.answer(w, e, ep, resp)
 	*cut = c
 	return code
+}
+
+// TakesBody reports whether the ingress passes a request body on for a
+// request of method to a route: not for GET and HEAD, nor for a route
+// that says so (noBody, from sdk.NoBody). Forwarding one would hold
+// memory on both sides for nothing; the ingress answers it 413.
+func TakesBody(method string, noBody bool) bool {
+	return method != http.MethodGet && method != http.MethodHead && !noBody
 }
 
 // noBodyMessage is the message of the 413 for a body sent to a request

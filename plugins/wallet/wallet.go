@@ -270,6 +270,9 @@ func (w *wallet) configure(_ context.Context, rt *sdk.Runtime) (err error) {
 	})
 	events := bus.New[*ledger.Receipt](s.eventsBuffer, lagged.WithLabelValues("events"), eventsDropped)
 	v := view.New(view.Options{Source: l, Window: s.stalenessWindow, Stop: rt.Context().Done()}, l.Seq())
+	// The API is built after the committer, which hands it the
+	// operations of stalled commits once they land.
+	var apiOf atomic.Pointer[api.API]
 	cm, err := committer.New(committer.Options{
 		Ledger:        l,
 		Faults:        faults,
@@ -287,6 +290,11 @@ func (w *wallet) configure(_ context.Context, rt *sdk.Runtime) (err error) {
 			}
 			v.Advance(rs[len(rs)-1].Seq, touched)
 			events.Publish(rs...)
+		},
+		Settled: func(ops []ledger.Op) {
+			if a := apiOf.Load(); a != nil {
+				a.Settled(ops)
+			}
 		},
 	})
 	if err != nil {
@@ -333,6 +341,7 @@ func (w *wallet) configure(_ context.Context, rt *sdk.Runtime) (err error) {
 	if err != nil {
 		return err
 	}
+	apiOf.Store(a)
 
 	sweeper := group.New(rt.Context(), group.Options{Logger: rt.Logger.Named("sweeper")})
 	sweepers.Inc()

@@ -116,7 +116,8 @@ const windowBuckets = 10
 // window counts the calls and failures of a rolling window in buckets;
 // a bucket older than the window counts for nothing.
 type window struct {
-	width   int64 // nanoseconds per bucket
+	base    time.Time // bucket 0 starts here
+	width   int64     // nanoseconds per bucket
 	buckets [windowBuckets]struct {
 		epoch           int64 // time in units of width
 		calls, failures int
@@ -125,7 +126,9 @@ type window struct {
 
 // add counts one call at now and returns the window's totals.
 func (w *window) add(now time.Time, failed bool) (calls, failures int) {
-	e := now.UnixNano() / w.width
+	// Time since base, with the monotonic clock where now has it; a
+	// clock that went back counts as base.
+	e := max(int64(now.Sub(w.base)), 0) / w.width
 	b := &w.buckets[e%windowBuckets]
 	if b.epoch != e {
 		b.epoch, b.calls, b.failures = e, 0, 0
@@ -135,7 +138,7 @@ func (w *window) add(now time.Time, failed bool) (calls, failures int) {
 		b.failures++
 	}
 	for _, b := range w.buckets {
-		if e-b.epoch < windowBuckets {
+		if d := e - b.epoch; d >= 0 && d < windowBuckets {
 			calls += b.calls
 			failures += b.failures
 		}
@@ -145,8 +148,8 @@ func (w *window) add(now time.Time, failed bool) (calls, failures int) {
 
 // reset forgets every call.
 func (w *window) reset() {
-	width := w.width
-	*w = window{width: width}
+	base, width := w.base, w.width
+	*w = window{base: base, width: width}
 }
 
 // New returns a closed Breaker configured by s.
@@ -187,6 +190,7 @@ func New(s Settings) *Breaker {
 	if b.now == nil {
 		b.now = time.Now
 	}
+	b.window.base = b.now()
 	return b
 }
 

@@ -504,3 +504,29 @@ func TestStateString(t *testing.T) {
 		})
 	}
 }
+
+// TestWindowWithZeroTimeClock: a clock that starts at the zero time, or
+// goes back, neither panics nor counts old failures again.
+func TestWindowWithZeroTimeClock(t *testing.T) {
+	now := time.Time{}
+	b := breaker.New(breaker.Settings{FailureThreshold: 2, Window: 10 * time.Second, Now: func() time.Time { return now }})
+	fail := func(context.Context) error { return errBackend }
+	ok := func(context.Context) error { return nil }
+	_ = b.Do(t.Context(), fail)
+	_ = b.Do(t.Context(), ok)
+	_ = b.Do(t.Context(), ok)
+	now = now.Add(-time.Hour) // back: counts as the window's start
+	_ = b.Do(t.Context(), ok)
+	if s := b.State(); s != breaker.StateClosed {
+		t.Fatalf("State() = %v after 1 failure in 4 calls, want closed", s)
+	}
+	now = time.Time{}.Add(20 * time.Second) // the first failure has left the window
+	_ = b.Do(t.Context(), fail)
+	if s := b.State(); s != breaker.StateClosed {
+		t.Errorf("State() = %v after 1 failure in the window, want closed", s)
+	}
+	_ = b.Do(t.Context(), fail)
+	if s := b.State(); s != breaker.StateOpen {
+		t.Errorf("State() = %v after 2 failures in a row, want open", s)
+	}
+}

@@ -213,7 +213,12 @@ func (a *API) submit(w http.ResponseWriter, r *http.Request, kind ledger.Kind, k
 	err := a.committer.Submit(op, func(res ledger.Result, err error) {
 		// The claim lasts until the outcome is known, even if this
 		// handler has given up: a retry must not apply the op twice.
-		a.claims.release(key)
+		// A commit stalled on the disk may still apply it: then the
+		// claim lasts until Settled, and a retry meanwhile is told the
+		// key is in use, never that nothing was applied.
+		if !errors.Is(err, committer.ErrStalled) {
+			a.claims.release(key)
+		}
 		done <- outcome{res, err}
 	})
 	if err != nil {
@@ -366,6 +371,17 @@ func waitWithin(ctx context.Context, wait time.Duration) time.Duration {
 // claims are the idempotency keys whose request is in progress, with the
 // fingerprint of that request. There is at most one claim per operation
 // queued or committing, so the queue bounds it.
+// Settled releases the keys of operations whose commit stalled on the
+// disk, once the committer knows their outcome (committer.Options.Settled):
+// a retry now finds the recorded outcome, or commits afresh.
+func (a *API) Settled(ops []ledger.Op) {
+	for _, op := range ops {
+		if op.Idem != nil {
+			a.claims.release(op.Idem.Key)
+		}
+	}
+}
+
 type claims struct {
 	mu sync.Mutex
 	m  map[string][32]byte

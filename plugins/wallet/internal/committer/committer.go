@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,15 +27,18 @@ var (
 	// ErrBusy: the queue is full; nothing was queued. Retry later.
 	ErrBusy = errors.New("commit queue full")
 	// ErrUnavailable: the circuit breaker is open, or the operation's
-	// commit failed or timed out. Nothing of the operation was applied.
+	// commit failed or timed out. Nothing of the operation was applied,
+	// unless the error also wraps ledger.ErrOutcomeUnknown.
 	ErrUnavailable = errors.New("ledger unavailable")
 	// ErrDraining: the committer is closing. From Submit nothing was
 	// queued; as a result, the operation was accepted but aborted at the
 	// drain deadline, and nothing of it was applied.
 	ErrDraining = errors.New("committer draining")
-	// ErrStalled: Close returned while a commit was still waiting on the
-	// disk.
-	ErrStalled = errors.New("commit stalled on the disk")
+	// ErrStalled: the operation's commit was still waiting on the disk
+	// at the commit timeout (with ErrUnavailable and
+	// ledger.ErrOutcomeUnknown: Options.Settled says when it is known),
+	// or Close returned while a commit or checkpoint still was.
+	ErrStalled = errors.New("stalled on the disk")
 )
 
 // errSlow marks a commit that succeeded after its deadline: its results
@@ -45,9 +49,14 @@ var errSlow = errors.New("commit outlasted its timeout")
 // at the commit timeout: the Apply goes on, and may still commit.
 var errAbandoned = errors.New("commit abandoned while the disk holds it")
 
-// errStalled marks an attempt refused because an earlier commit is still
+// errAbandonedBefore marks an attempt that stopped waiting for its flight
+// at the commit timeout before the transaction began: it will not begin,
+// and nothing of it was applied.
+var errAbandonedBefore = errors.New("commit abandoned before it began")
+
+// errFlightPending marks an attempt refused because an earlier commit is still
 // waiting on the disk: nothing of it was applied.
-var errStalled = errors.New("a commit is stalled on the disk")
+var errFlightPending = errors.New("a commit is stalled on the disk")
 
 // Injector is a set of fault points; *sdk.Faults is one.
 type Injector interface {
@@ -101,6 +110,11 @@ type Options struct {
 	// groups in seq order, before the operations' callbacks run. It is
 	// called while the next group waits, so it must not block.
 	Announce func([]*ledger.Receipt)
+	// Settled, if not nil, receives the operations of a group whose
+	// callbacks got an error wrapping ErrStalled, once its outcome is
+	// known: in the ledger (committed) or not (failed). It runs after
+	// the group's receipts are announced, and must not block.
+	Settled func([]ledger.Op)
 }
 
 // Committer commits submitted operations in groups. Create one with New
@@ -131,12 +145,22 @@ type Committer struct {
 
 	// flight is the ledger.Apply under way, if any. One that outlasts
 	// the commit timeout is abandoned by its committer and stays here
-	// until it returns: no other group is applied meanwhile.
+	// until it returns: no other group is applied meanwhile. last is the
+	// latest flight, kept after it ends, for Close to wait on.
 	flight atomic.Pointer[flight]
+	last   atomic.Pointer[flight]
 
 	announce func([]*ledger.Receipt)
+	settled  func([]ledger.Op)
 	m        *metrics
 	once     sync.Once
+	stopOnce sync.Once
+
+	// The checkpointer goroutine runs checkpoints off the committers'
+	// path: a kick after each group, a timer while the ledger is quiet.
+	cpKick chan struct{}
+	cpStop chan struct{}
+	cpDone chan struct{}
 
 	// After a failed checkpoint, the next waits for checkpointAfter (unix
 	// nanos). cpMu guards checkpointBackoff, for the moment of an update.
@@ -167,6 +191,9 @@ func New(opts Options) (*Committer, error) {
 		n:        max(opts.Committers, 1),
 		turn:     make(chan struct{}, 1),
 		idle:     make(chan struct{}),
+		cpKick:   make(chan struct{}, 1),
+		cpStop:   make(chan struct{}),
+		cpDone:   make(chan struct{}),
 	}
 	if c.faults == nil {
 		c.faults = noFaults{}
@@ -215,6 +242,7 @@ func New(opts Options) (*Committer, error) {
 		return nil, fmt.Errorf("new committer: %w", err)
 	}
 	c.announce = opts.Announce
+	c.settled = opts.Settled
 
 	c.turn <- struct{}{}
 	// The group outlives no request: only Close ends it.
@@ -223,6 +251,9 @@ func New(opts Options) (*Committer, error) {
 		c.m.spawned.Inc()
 		c.workers.Go(fmt.Sprintf("committer-%d", i), c.work)
 	}
+	// Not under the group: Close must be able to stop waiting for a
+	// checkpoint stalled on the disk.
+	go c.checkpointer()
 	return c, nil
 }
 
@@ -291,12 +322,18 @@ func (c *Committer) Close(ctx context.Context) error {
 		c.workers.Stop()
 		c.abortQueued()
 	})
-	if f := c.flight.Load(); f != nil {
+	if f := c.last.Load(); f != nil {
 		select {
 		case <-f.done:
 		case <-ctx.Done():
-			return fmt.Errorf("close committer: %w: %d operations have waited on the disk for %v", ErrStalled, f.n, time.Since(f.start).Round(time.Millisecond))
+			return fmt.Errorf("close committer: a commit %w: %d operations have waited for %v", ErrStalled, f.n, time.Since(f.start).Round(time.Millisecond))
 		}
+	}
+	c.stopOnce.Do(func() { close(c.cpStop) })
+	select {
+	case <-c.cpDone:
+	case <-ctx.Done():
+		return fmt.Errorf("close committer: a checkpoint %w", ErrStalled)
 	}
 	if n := c.aborted.Load(); n > 0 {
 		return fmt.Errorf("close committer: %d accepted operations aborted at the deadline: %w", n, context.DeadlineExceeded)
@@ -373,8 +410,46 @@ func (c *Committer) work(ctx context.Context) error {
 			defer pass() // also on panic, before the group restarts us
 			c.commit(ctx, g, pass)
 		}()
-		// The group is answered; the next one may be committing, and
-		// goes on while this goroutine checkpoints.
+		c.kickCheckpointer()
+	}
+}
+
+// kickCheckpointer has the checkpointer look whether a checkpoint is due.
+func (c *Committer) kickCheckpointer() {
+	select {
+	case c.cpKick <- struct{}{}:
+	default: // a kick is pending already
+	}
+}
+
+// checkpointer runs checkpoints when they are due, until Close: after a
+// group (a kick), and on a timer while groups wait in the log of a quiet
+// ledger, so that it does not keep them there. It runs apart from the
+// committers so that a checkpoint stalled on the disk holds none of them:
+// it holds the ledger's writer lock only to start the log's next
+// generation, and a commit waiting for that lock is a stalled flight.
+func (c *Committer) checkpointer() {
+	defer close(c.cpDone)
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		timer.Stop()
+		wake := timer.C
+		if c.ledger.Pending() && c.ledger.Err() == nil {
+			in := c.ledger.CheckpointIn()
+			if after := time.Until(time.Unix(0, c.checkpointAfter.Load())); after > in {
+				in = after
+			}
+			timer.Reset(in)
+		} else {
+			wake = nil // only a kick can make one due
+		}
+		select {
+		case <-c.cpStop:
+			return
+		case <-c.cpKick:
+		case <-wake:
+		}
 		if c.checkpointDue() {
 			c.checkpoint()
 		}
@@ -383,10 +458,8 @@ func (c *Committer) work(ctx context.Context) error {
 
 // checkpointDue reports whether the ledger wants a checkpoint and the
 // backoff after a failed one has passed.
-// A stalled commit holds the ledger's writer lock, which a checkpoint
-// needs to start the log's next generation: none runs meanwhile.
 func (c *Committer) checkpointDue() bool {
-	return c.flight.Load() == nil && c.ledger.CheckpointDue() && time.Now().UnixNano() >= c.checkpointAfter.Load()
+	return c.ledger.CheckpointDue() && time.Now().UnixNano() >= c.checkpointAfter.Load()
 }
 
 // checkpoint folds the ledger's write-ahead log into its bbolt file. A
@@ -421,7 +494,7 @@ func (c *Committer) checkpoint() {
 // already queued. The caller holds the turn, so no other goroutine
 // dequeues and Len() > 0 means Dequeue will not wait.
 func (c *Committer) take(ctx context.Context) ([]*job, error) {
-	first, err := c.first(ctx)
+	first, err := c.q.Dequeue(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -435,28 +508,6 @@ func (c *Committer) take(ctx context.Context) ([]*job, error) {
 		g = append(g, j)
 	}
 	return g, nil
-}
-
-// first waits for an operation. While the queue is empty and the ledger
-// has groups to checkpoint, it waits only until the checkpoint is due and
-// then runs it, so that a quiet ledger does not keep them in its log.
-func (c *Committer) first(ctx context.Context) (*job, error) {
-	for c.q.Len() == 0 && c.ledger.Pending() && c.ledger.Err() == nil && c.flight.Load() == nil {
-		in := c.ledger.CheckpointIn()
-		if after := time.Until(time.Unix(0, c.checkpointAfter.Load())); after > in {
-			in = after
-		}
-		wait, cancel := context.WithTimeout(ctx, in)
-		j, err := c.q.Dequeue(wait)
-		cancel()
-		if err == nil || ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
-			return j, err
-		}
-		if c.checkpointDue() {
-			c.checkpoint()
-		}
-	}
-	return c.q.Dequeue(ctx)
 }
 
 // commit commits one group, calls pass once the transaction is over, and
@@ -536,9 +587,10 @@ func (c *Committer) apply(ctx context.Context, ops []ledger.Op) ([]ledger.Result
 			c.lastErr.Store(&err)
 		}
 		switch {
-		case errors.Is(err, errAbandoned):
-			// The Apply goes on (so this cannot say "nothing applied"),
-			// and the disk has stopped answering: stop sending it work.
+		case errors.Is(err, errAbandoned), errors.Is(err, errAbandonedBefore):
+			// The disk has stopped answering: stop sending it work. An
+			// abandoned transaction goes on, so its error cannot say
+			// "nothing applied".
 			c.breaker.Trip()
 			return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 		case ctx.Err() != nil:
@@ -547,7 +599,7 @@ func (c *Committer) apply(ctx context.Context, ops []ledger.Op) ([]ledger.Result
 		case errors.Is(err, breaker.ErrOpen):
 			c.m.upstreamFail.Inc()
 			return nil, fmt.Errorf("%w: circuit breaker open after repeated commit failures", ErrUnavailable)
-		case errors.Is(err, errStalled):
+		case errors.Is(err, errFlightPending):
 			return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
 		case errors.Is(err, context.DeadlineExceeded):
 			// Retrying would keep every queued caller waiting another
@@ -567,11 +619,14 @@ func (c *Committer) apply(ctx context.Context, ops []ledger.Op) ([]ledger.Result
 }
 
 // attempt runs the fault point and one ledger transaction under the
-// commit timeout. The transaction itself cannot be interrupted, so it
-// runs on a goroutine of its own (a flight): one that finishes late but
-// within the wait keeps its results and counts as a timeout; one still
-// running when the timeout ends is abandoned, its operations answered
-// ErrOutcomeUnknown, and it lands by itself later (see land). Only the
+// commit timeout. The transaction cannot be interrupted once it has begun,
+// so it runs on a goroutine of its own (a flight), with the recovery of a
+// failed ledger before it. A flight that returns late but within the wait
+// keeps its results and counts as a timeout. One still running when the
+// timeout ends is abandoned and trips the breaker: if its transaction had
+// begun, its operations are answered ErrStalled and ErrOutcomeUnknown and
+// it lands by itself later (see land); if not (a stalled recovery), it
+// will not begin, and they are answered that nothing was applied. Only the
 // timeout abandons a flight: Close cancelling ctx at the drain deadline
 // waits for it, as for a healthy commit, up to the same timeout.
 func (c *Committer) attempt(ctx context.Context, ops []ledger.Op) ([]ledger.Result, error) {
@@ -582,7 +637,7 @@ func (c *Committer) attempt(ctx context.Context, ops []ledger.Op) ([]ledger.Resu
 	defer func() { c.m.seconds.Observe(time.Since(start).Seconds()) }()
 	if f := c.flight.Load(); f != nil {
 		// Only an abandoned flight outlives its attempt.
-		return nil, fmt.Errorf("%w: %d operations have waited for it for %v", errStalled, f.n, time.Since(f.start).Round(time.Millisecond))
+		return nil, fmt.Errorf("%w: %d operations have waited for it for %v", errFlightPending, f.n, time.Since(f.start).Round(time.Millisecond))
 	}
 	if err := c.faults.Inject(ctx, FaultPoint); err != nil {
 		if errors.Is(err, context.DeadlineExceeded) {
@@ -590,14 +645,9 @@ func (c *Committer) attempt(ctx context.Context, ops []ledger.Op) ([]ledger.Resu
 		}
 		return nil, fmt.Errorf("fault point %s: %w", FaultPoint, err)
 	}
-	if err := c.ledger.Err(); errors.Is(err, ledger.ErrFailed) {
-		// A disk error failed the ledger (a full disk, say): this
-		// attempt, which the breaker lets through only as a probe once
-		// it has opened, tries to recover it from its files.
-		if err := c.ledger.Reopen(); err != nil {
-			return nil, err
-		}
-		c.logger.Info("ledger recovered from its write-ahead log after a disk error", "seq", c.ledger.Seq())
+	if err := ctx.Err(); err != nil {
+		c.m.timeouts.Inc()
+		return nil, err // the fault point used the whole timeout
 	}
 	f := c.fly(ctx, ops)
 	timer := time.NewTimer(time.Until(deadline))
@@ -605,9 +655,12 @@ func (c *Committer) attempt(ctx context.Context, ops []ledger.Op) ([]ledger.Resu
 	select {
 	case <-f.done:
 	case <-timer.C:
-		if f.abandon() {
+		if abandoned, begun := f.abandon(); abandoned {
 			c.m.timeouts.Inc()
-			return nil, fmt.Errorf("%w: %w: the commit of %d operations did not finish within %v, and may still complete once the disk answers", errAbandoned, ledger.ErrOutcomeUnknown, len(ops), c.timeout)
+			if !begun {
+				return nil, fmt.Errorf("%w: recovering the ledger did not finish within %v; the commit will not begin", errAbandonedBefore, c.timeout)
+			}
+			return nil, fmt.Errorf("%w: %w: %w: the commit of %d operations did not finish within %v, and may still complete once the disk answers", errAbandoned, ErrStalled, ledger.ErrOutcomeUnknown, len(ops), c.timeout)
 		}
 		<-f.done // it returned as the wait ended
 	}
@@ -634,28 +687,32 @@ func (c *Committer) attempt(ctx context.Context, ops []ledger.Op) ([]ledger.Resu
 	return results, nil
 }
 
-// flight is one ledger.Apply on a goroutine of its own.
+// flight is one group commit on a goroutine of its own.
 type flight struct {
 	start time.Time
+	ops   []ledger.Op
 	n     int           // operations
-	done  chan struct{} // closed once Apply has returned and, if abandoned, landed
+	done  chan struct{} // closed once it has returned and, if abandoned, landed
 
 	mu        sync.Mutex
-	returned  bool // Apply returned; results, err and panicked are set
+	begun     bool // ledger.Apply was called
+	returned  bool // results, err and panicked are set
 	abandoned bool // the attempt stopped waiting; the flight lands itself
 	results   []ledger.Result
 	err       error
 	panicked  any
 }
 
-// fly starts ledger.Apply(ctx, ops) as the committer's flight. The caller
-// has checked that no other is under way. Apply checks ctx only before it
-// begins.
+// fly starts the flight of ops: the recovery of a failed ledger, then
+// ledger.Apply(ctx, ops), which checks ctx only before it begins. The
+// caller has checked that no other flight is under way.
 func (c *Committer) fly(ctx context.Context, ops []ledger.Op) *flight {
-	f := &flight{start: time.Now(), n: len(ops), done: make(chan struct{})}
+	f := &flight{start: time.Now(), ops: ops, n: len(ops), done: make(chan struct{})}
 	c.flight.Store(f)
+	c.last.Store(f)
 	go func() {
 		defer close(f.done)
+		defer c.flight.Store(nil)
 		var (
 			results  []ledger.Result
 			err      error
@@ -663,31 +720,59 @@ func (c *Committer) fly(ctx context.Context, ops []ledger.Op) *flight {
 		)
 		func() {
 			// A panic is the attempt's to raise, on the committer's
-			// goroutine, as if Apply had run there.
+			// goroutine, as if the commit had run there.
 			defer func() { panicked = recover() }()
-			results, err = c.ledger.Apply(ctx, ops)
+			results, err = c.run(ctx, f)
 		}()
 		f.mu.Lock()
 		f.results, f.err, f.panicked, f.returned = results, err, panicked, true
-		abandoned := f.abandoned
+		landing := f.abandoned && f.begun
 		f.mu.Unlock()
-		if abandoned {
+		if landing {
 			c.land(f)
 		}
-		c.flight.Store(nil)
 	}()
 	return f
 }
 
-// abandon marks f abandoned unless Apply has returned already, and
-// reports whether it did.
-func (f *flight) abandon() bool {
+// run is the work of flight f.
+func (c *Committer) run(ctx context.Context, f *flight) ([]ledger.Result, error) {
+	if err := c.ledger.Err(); errors.Is(err, ledger.ErrFailed) {
+		// A disk error failed the ledger (a full disk, say): this
+		// attempt, which the breaker lets through only as a probe once
+		// it has opened, tries to recover it from its files.
+		if err := c.ledger.Reopen(); err != nil {
+			return nil, err
+		}
+		c.logger.Info("ledger recovered from its write-ahead log after a disk error", "seq", c.ledger.Seq())
+	}
+	if !f.begin() {
+		return nil, errAbandonedBefore
+	}
+	return c.ledger.Apply(ctx, f.ops)
+}
+
+// begin marks f's transaction begun unless f was abandoned first, and
+// reports whether it was.
+func (f *flight) begin() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.abandoned {
+		return false
+	}
+	f.begun = true
+	return true
+}
+
+// abandon marks f abandoned unless it has returned already. It reports
+// whether it did, and whether f's transaction had begun.
+func (f *flight) abandon() (abandoned, begun bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if !f.returned {
 		f.abandoned = true
 	}
-	return f.abandoned
+	return f.abandoned, f.begun
 }
 
 func (f *flight) isAbandoned() bool {
@@ -696,12 +781,19 @@ func (f *flight) isAbandoned() bool {
 	return f.abandoned
 }
 
-// land finishes an abandoned flight once its Apply has returned: its
-// receipts are announced (before any later group's, which waits for the
-// flight to end) and its outcome is logged. Its callers were answered
-// ErrOutcomeUnknown already; a retry with the same key learns the
-// outcome from the ledger.
+// land finishes an abandoned flight once its transaction has returned:
+// its receipts are announced (before any later group's, which waits for
+// the flight to end), Settled gets its operations, and its outcome is
+// logged. Its callers were answered ErrStalled already; a retry with the
+// same key learns the outcome from the ledger.
 func (c *Committer) land(f *flight) {
+	defer func() {
+		// Nobody waits on this goroutine to recover a panic for it.
+		if r := recover(); r != nil {
+			c.logger.Error("landing a stalled ledger commit panicked", "panic", r, "stack", string(debug.Stack()))
+		}
+		c.kickCheckpointer()
+	}()
 	took := time.Since(f.start).Round(time.Millisecond)
 	switch {
 	case f.panicked != nil:
@@ -716,6 +808,9 @@ func (c *Committer) land(f *flight) {
 		}
 		c.logger.Warn("a stalled ledger commit completed after its callers were answered 503 outcome_unknown; retries with their keys replay the outcome",
 			"operations", f.n, "after", took, "seq", c.ledger.Seq())
+	}
+	if c.settled != nil {
+		c.settled(f.ops)
 	}
 }
 

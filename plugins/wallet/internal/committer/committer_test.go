@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -34,6 +35,13 @@ type fixture struct {
 
 	mu        sync.Mutex
 	announced []*ledger.Receipt
+	settled   []string // keys of the operations Settled got
+}
+
+func (f *fixture) settledKeys() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.settled)
 }
 
 func newFixture(t *testing.T, opts committer.Options) *fixture {
@@ -53,6 +61,13 @@ func newFixtureWith(t *testing.T, lopts ledger.Options, opts committer.Options) 
 	opts.Announce = func(rs []*ledger.Receipt) {
 		f.mu.Lock()
 		f.announced = append(f.announced, rs...)
+		f.mu.Unlock()
+	}
+	opts.Settled = func(ops []ledger.Op) {
+		f.mu.Lock()
+		for _, op := range ops {
+			f.settled = append(f.settled, op.Idem.Key)
+		}
 		f.mu.Unlock()
 	}
 	f.c, err = committer.New(opts)
@@ -497,17 +512,25 @@ func TestIdleCheckpoint(t *testing.T) {
 }
 
 // stallingSync returns ledger options whose log fdatasync blocks, while
-// stall is set, until release is closed; entered receives a value when a
-// sync blocks. release is closed at the end of the test at the latest.
+// stall is set, until release is called; entered receives a value when a
+// sync blocks. release is called at the end of the test at the latest.
 func stallingSync() (lopts ledger.Options, stall *atomic.Bool, entered <-chan struct{}, release func()) {
+	return stallingSyncAfter(0)
+}
+
+// stallingSyncAfter is stallingSync, but it lets pass syncs through after
+// stall is set before it blocks one.
+func stallingSyncAfter(pass int32) (lopts ledger.Options, stall *atomic.Bool, entered <-chan struct{}, release func()) {
 	hooks := &store.Hooks{}
 	stall = &atomic.Bool{}
+	var passing atomic.Int32
+	passing.Store(pass)
 	in := make(chan struct{}, 1)
 	gate := make(chan struct{})
 	var once sync.Once
 	release = func() { once.Do(func() { close(gate) }) }
 	hooks.SetSync(func(f *os.File) error {
-		if stall.Load() {
+		if stall.Load() && passing.Add(-1) < 0 {
 			select {
 			case in <- struct{}{}:
 			default:
@@ -541,14 +564,10 @@ func TestStalledSync(t *testing.T) {
 
 	stall.Store(true)
 	ch := f.mustSubmit(t, keyed(issue("a", 5), "k1"))
-	select {
-	case <-entered:
-	case <-time.After(20 * time.Second):
-		t.Fatal("the commit never reached fdatasync")
-	}
+	waitEntered(t, entered)
 	o := wait(t, ch) // the sync is still blocked: only the timeout can answer
-	if !errors.Is(o.err, ledger.ErrOutcomeUnknown) || !errors.Is(o.err, committer.ErrUnavailable) {
-		t.Fatalf("stalled commit's outcome = %+v, want ErrUnavailable and ErrOutcomeUnknown", o)
+	if !errors.Is(o.err, ledger.ErrOutcomeUnknown) || !errors.Is(o.err, committer.ErrUnavailable) || !errors.Is(o.err, committer.ErrStalled) {
+		t.Fatalf("stalled commit's outcome = %+v, want ErrUnavailable, ErrStalled and ErrOutcomeUnknown", o)
 	}
 	if s := f.c.BreakerState(); s != breaker.StateOpen {
 		t.Errorf("BreakerState() during the stall = %v, want open", s)
@@ -576,7 +595,12 @@ func TestStalledSync(t *testing.T) {
 	if err != nil || !ok {
 		t.Fatalf("Idempotency(k1) after the stall = %v, %v; want the record of the commit that landed", ok, err)
 	}
-	t.Logf("k1 landed after its caller was answered: status %d", rec.Status)
+	if rec.Status != 200 {
+		t.Errorf("k1's record after the stall has status %d, want 200 (the issue committed)", rec.Status)
+	}
+	if got := f.settledKeys(); len(got) != 1 || got[0] != "k1" {
+		t.Errorf("Settled got keys %v, want [k1]", got)
+	}
 
 	// The breaker probes once its cool-down has passed.
 	waitUntil(t, "a commit after the stall", func() bool {
@@ -605,7 +629,7 @@ func TestCloseWhileStalled(t *testing.T) {
 	t.Cleanup(release)
 	stall.Store(true)
 	ch := f.mustSubmit(t, keyed(issue("a", 5), "k1"))
-	<-entered
+	waitEntered(t, entered)
 	if o := wait(t, ch); !errors.Is(o.err, ledger.ErrOutcomeUnknown) {
 		t.Fatalf("stalled commit's outcome = %+v, want ErrOutcomeUnknown", o)
 	}
@@ -620,6 +644,64 @@ func TestCloseWhileStalled(t *testing.T) {
 	}
 	if _, ok, err := f.l.Idempotency("k1"); err != nil || !ok {
 		t.Errorf("Idempotency(k1) after the stall = %v, %v; want the record", ok, err)
+	}
+}
+
+// waitEntered waits for a sync to block in stallingSync's hook.
+func waitEntered(t *testing.T, entered <-chan struct{}) {
+	t.Helper()
+	select {
+	case <-entered:
+	case <-time.After(20 * time.Second):
+		t.Fatal("no fdatasync blocked within 20s")
+	}
+}
+
+// TestStalledCheckpoint stalls the fdatasync of a checkpoint's switch to
+// the log's next generation, which holds the ledger's writer lock. It
+// runs on the checkpointer, so the committer is not held: the next group
+// waits for the lock, is abandoned at the timeout (ErrStalled), and
+// later ones are refused at once. Close stops waiting at its deadline.
+// Once the sync returns, the group lands and Close returns nil.
+func TestStalledCheckpoint(t *testing.T) {
+	// The first sync after stall is set is the first commit's; the next
+	// is the checkpoint's switch to the log's next generation (the group
+	// waits in the log, and the checkpoint is due within a millisecond).
+	lopts, stall, entered, release := stallingSyncAfter(1)
+	lopts.CheckpointInterval = time.Millisecond
+	f := newFixtureWith(t, lopts, committer.Options{
+		Committers:    1,
+		CommitTimeout: 100 * time.Millisecond,
+		Breaker:       breaker.Settings{Cooldown: time.Minute},
+	})
+	t.Cleanup(release)
+	stall.Store(true)
+	if o := wait(t, f.mustSubmit(t, keyed(issue("a", 5), "k1"))); o.err != nil {
+		t.Fatalf("first commit = %v", o.err)
+	}
+	waitEntered(t, entered)
+	o := wait(t, f.mustSubmit(t, keyed(issue("a", 1), "k2")))
+	if !errors.Is(o.err, committer.ErrStalled) || !errors.Is(o.err, ledger.ErrOutcomeUnknown) {
+		t.Fatalf("commit during a stalled checkpoint = %+v, want ErrStalled and ErrOutcomeUnknown", o)
+	}
+	if _, ok := f.c.Stalled(); !ok {
+		t.Error("Stalled() during the stalled checkpoint = false, want true")
+	}
+	if _, err := f.submit(t, keyed(issue("a", 1), "k3")); !errors.Is(err, committer.ErrUnavailable) {
+		t.Errorf("Submit during the stalled checkpoint = %v, want ErrUnavailable at once", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if err := f.c.Close(ctx); !errors.Is(err, committer.ErrStalled) {
+		t.Fatalf("Close during the stalled checkpoint = %v, want ErrStalled", err)
+	}
+	stall.Store(false)
+	release()
+	if err := f.c.Close(context.Background()); err != nil {
+		t.Errorf("Close after the stall ended = %v, want nil", err)
+	}
+	if rec, ok, err := f.l.Idempotency("k2"); err != nil || !ok || rec.Status != 200 {
+		t.Errorf("Idempotency(k2) after the stall = %+v, %v, %v; want its 200 record", rec, ok, err)
 	}
 }
 

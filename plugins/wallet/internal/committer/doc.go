@@ -2,10 +2,11 @@
 // into group commits: many operations per write-ahead log record and
 // fdatasync (ledger.Apply), and checkpoints of the log into the bbolt file.
 //
-// The lifecycle is New (which starts the committer goroutines) → Submit
-// from any goroutine → Close, which stops intake, lets the queued
-// operations commit until its context ends, aborts the rest and waits for
-// every goroutine.
+// The lifecycle is New (which starts the committer goroutines and the
+// checkpointer) → Submit from any goroutine → Close, which stops intake,
+// lets the queued operations commit until its context ends, aborts the
+// rest and waits for every goroutine, except one stalled on the disk
+// once its context has ended (ErrStalled).
 //
 // The pipeline, in order:
 //
@@ -35,16 +36,13 @@
 //  4. Committed receipts are announced in seq order (Options.Announce),
 //     then each operation's callback gets its result, after the turn has
 //     been passed on.
-//  5. A goroutine that has answered its group checkpoints the ledger if
-//     ledger.CheckpointDue says so (never while another checkpoint runs);
-//     the other goroutines go on committing groups meanwhile, waiting
+//  5. The checkpointer goroutine checkpoints the ledger when
+//     ledger.CheckpointDue says so: a committer kicks it after each
+//     group, and a timer wakes it while the ledger is quiet with groups
+//     in its log. The committers go on committing meanwhile, waiting
 //     only while the checkpoint switches the log to its next generation.
-//     With one committer, groups wait for the checkpoint. A holder of the
-//     turn that finds the queue
-//     empty while groups wait in the log waits for an operation only
-//     until the checkpoint is due, and then runs it. A failed checkpoint
-//     is logged and counted (wallet_checkpoints_total); the groups stay
-//     in the log.
+//     A failed checkpoint is logged and counted (wallet_checkpoints_total);
+//     the groups stay in the log.
 //
 // The package owns its queue, its goroutines and its breaker. It must not
 // hold a lock across the ledger call or a callback, block in Submit, or
