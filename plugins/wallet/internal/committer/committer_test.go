@@ -521,6 +521,14 @@ func stallingSync() (lopts ledger.Options, stall *atomic.Bool, entered <-chan st
 // stallingSyncAfter is stallingSync, but it lets pass syncs through after
 // stall is set before it blocks one.
 func stallingSyncAfter(pass int32) (lopts ledger.Options, stall *atomic.Bool, entered <-chan struct{}, release func()) {
+	lopts, stall, entered, release, _ = stallingSyncFailing(pass)
+	return lopts, stall, entered, release
+}
+
+// stallingSyncFailing is stallingSyncAfter, and a blocked sync fails with
+// errDiskOnFire once released if fail is set.
+func stallingSyncFailing(pass int32) (lopts ledger.Options, stall *atomic.Bool, entered <-chan struct{}, release func(), fail *atomic.Bool) {
+	fail = &atomic.Bool{}
 	hooks := &store.Hooks{}
 	stall = &atomic.Bool{}
 	var passing atomic.Int32
@@ -536,10 +544,59 @@ func stallingSyncAfter(pass int32) (lopts ledger.Options, stall *atomic.Bool, en
 			default:
 			}
 			<-gate
+			if fail.Load() {
+				return errDiskOnFire
+			}
 		}
 		return store.Fdatasync(f)
 	})
-	return ledger.Options{Hooks: hooks}, stall, in, release
+	return ledger.Options{Hooks: hooks}, stall, in, release, fail
+}
+
+var errDiskOnFire = errors.New("disk on fire")
+
+// TestStalledSyncFails: a stalled commit whose fdatasync then fails
+// applied nothing. Its keys are settled, and a retry commits afresh.
+func TestStalledSyncFails(t *testing.T) {
+	lopts, stall, entered, release, fail := stallingSyncFailing(0)
+	f := newFixtureWith(t, lopts, committer.Options{
+		Committers:    1,
+		CommitTimeout: 100 * time.Millisecond,
+		Breaker:       breaker.Settings{Cooldown: 100 * time.Millisecond},
+	})
+	t.Cleanup(release)
+	stall.Store(true)
+	fail.Store(true)
+	ch := f.mustSubmit(t, keyed(issue("a", 5), "k1"))
+	waitEntered(t, entered)
+	if o := wait(t, ch); !errors.Is(o.err, committer.ErrStalled) {
+		t.Fatalf("stalled commit's outcome = %+v, want ErrStalled", o)
+	}
+	stall.Store(false)
+	release()
+	waitUntil(t, "the failed commit to be settled", func() bool { return len(f.settledKeys()) == 1 })
+	if _, ok, err := f.l.Idempotency("k1"); err != nil || ok {
+		t.Fatalf("Idempotency(k1) after the failed stalled commit = %v, %v; want no record", ok, err)
+	}
+	if err := f.c.LastError(); !errors.Is(err, errDiskOnFire) {
+		t.Errorf("LastError() = %v, want the failed sync's error", err)
+	}
+	waitUntil(t, "the retry to commit", func() bool {
+		ch, err := f.submit(t, keyed(issue("a", 5), "k1"))
+		if err != nil {
+			return false
+		}
+		o := wait(t, ch)
+		if o.err == nil && o.res.Replayed {
+			t.Fatalf("retry of k1 = a replay, want a fresh commit: the failed commit applied nothing")
+		}
+		return o.err == nil
+	})
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.announced) != 1 || f.announced[0].Seq != 1 {
+		t.Errorf("announced %v, want only the retry's receipt, seq 1", f.announced)
+	}
 }
 
 func keyed(op ledger.Op, key string) ledger.Op {
