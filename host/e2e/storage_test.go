@@ -884,3 +884,77 @@ func TestStorageDiskFull(t *testing.T) {
 		t.Errorf("no POST was answered 503 storage_unavailable: the disk never filled under the load")
 	}
 }
+
+// TestStorageStallDrain sends SIGTERM to the host while the wallet's
+// fdatasync is stalled for longer than the drain deadline: the host
+// still exits within drain_deadline + 1s (the wallet stops waiting for
+// the stalled commit and leaves its ledger open). A new host on the same
+// data dir recovers from the log: every acknowledged issue replays, the
+// stalled one resolves by its key, and supply = issued = Σ balances.
+func TestStorageStallDrain(t *testing.T) {
+	const drainDeadline = 2 * time.Second
+	data := t.TempDir()
+	cfg := withDataDir(t, baseConfig(drainDeadline.String()), data) + faultsOn + walletBlock(`    commit_timeout = "500ms"`)
+	h := startHost(t, cfg)
+	readyPlugin(t, h, "wallet")
+	type acked struct {
+		key, body string
+		r         walletResp
+	}
+	var acks []acked
+	for i := range 20 {
+		key, body := fmt.Sprintf("drain-stall-%d", i), fmt.Sprintf(`{"to":"drain-stall-%02d","amount":%d}`, i%4, 10+i)
+		r := mustPost(t, h, "/wallet/v1/issue", key, body)
+		if r.code != http.StatusOK {
+			t.Fatalf("POST %s before the stall = %v, want 200", key, r)
+		}
+		acks = append(acks, acked{key, body, r})
+	}
+
+	setFaults(t, h, "wallet", `{"faults":[{"point":"ledger.sync","delay":"30s"}]}`)
+	const stalledKey, stalledBody = "drain-stall-stalled", `{"to":"drain-stall-00","amount":7}`
+	if r := mustPost(t, h, "/wallet/v1/issue", stalledKey, stalledBody); r.code != http.StatusServiceUnavailable || r.errCode() != "outcome_unknown" {
+		t.Fatalf("POST during the stall = %v, want 503 outcome_unknown", r)
+	}
+	begin := time.Now()
+	h.signal(syscall.SIGTERM)
+	code, ok := h.waitExit(drainDeadline + 10*time.Second)
+	took := time.Since(begin)
+	if !ok {
+		t.Fatalf("host still running %v after SIGTERM with the wallet's disk stalled", took)
+	}
+	t.Logf("host exited %v after SIGTERM (code %d) with the wallet's fdatasync stalled", took.Round(time.Millisecond), code)
+	if limit := drainDeadline + time.Second; took > limit {
+		t.Errorf("host exited %v after SIGTERM, want within drain_deadline + 1s = %v", took, limit)
+	}
+
+	h = startHost(t, withDataDir(t, baseConfig(drainDeadline.String()), data)+walletBlock(""))
+	readyPlugin(t, h, "wallet")
+	var maxSeq uint64
+	for _, a := range acks {
+		r := mustPost(t, h, "/wallet/v1/issue", a.key, a.body)
+		if r.code != http.StatusOK || !r.replayed() || !bytes.Equal(r.body, a.r.body) {
+			t.Errorf("replay of acknowledged %s after the restart = %v, want its receipt replayed", a.key, r)
+		}
+		if rc, err := decodeReceipt(r.body); err == nil {
+			maxSeq = max(maxSeq, rc.Seq)
+		}
+	}
+	r := mustPost(t, h, "/wallet/v1/issue", stalledKey, stalledBody)
+	if r.code != http.StatusOK {
+		t.Fatalf("retry of the stalled key after the restart = %v, want 200", r)
+	}
+	t.Logf("the stalled issue after the restart: replayed %t", r.replayed())
+	rc, err := decodeReceipt(r.body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := supplyIsSum(t, h, []string{"drain-stall-00", "drain-stall-01", "drain-stall-02", "drain-stall-03"}, max(maxSeq, rc.Seq))
+	var want uint64 = 7
+	for i := range 20 {
+		want += uint64(10 + i)
+	}
+	if s.Issued != want || s.Supply != want {
+		t.Errorf("after the restart issued = %d, supply = %d; want both %d (every acknowledged issue and the stalled one once)", s.Issued, s.Supply, want)
+	}
+}
