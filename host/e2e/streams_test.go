@@ -151,6 +151,7 @@ func TestNonReadingStreamsAreCut(t *testing.T) {
 	for i := range workers {
 		walletIssue(t, h, fmt.Sprintf("fund-%d", i), fmt.Sprintf("payer%d", i), 1<<40)
 	}
+	var nonces [workers]atomic.Uint64 // each payer's last nonce
 	load := func(ctx context.Context, n int) (ok, failed int) {
 		var mu sync.Mutex
 		var wg sync.WaitGroup
@@ -221,9 +222,6 @@ func TestNonReadingStreamsAreCut(t *testing.T) {
 		return open == 0 && depth == 0
 	})
 }
-
-// nonces are the transfer nonces of TestNonReadingStreamsAreCut's payers.
-var nonces [4]atomic.Uint64
 
 // TestStreamClosesItsConnection checks that a connection closes after a
 // stream, whose socket send buffer the host shrank to stream_buffer, so
