@@ -120,6 +120,9 @@ func TestSIGTERMDuringSlowStart(t *testing.T) {
 	if !strings.Contains(log, "config reload cut short: the host is shutting down") {
 		t.Errorf("host log does not say the reload was cancelled")
 	}
+	if strings.Contains(log, "[ERROR]") {
+		t.Errorf("host log has an ERROR line for a shutdown during a reload, which is not a failure")
+	}
 	if testing.Verbose() {
 		t.Logf("host log:\n%s", log)
 	}

@@ -509,9 +509,13 @@ func (p *Process) run(ctx context.Context) {
 		}
 		refused := errors.Is(err, ErrConfigRefused)
 		if refused || err != nil && p.strict && p.firstPending() {
-			if refused {
+			switch {
+			case refused:
 				p.logger.Error("plugin refused its config", "error", err)
-			} else {
+			case ctx.Err() != nil:
+				// The host is shutting down: not a failure to report.
+				p.logger.Info("replacement process start cancelled by the shutdown", "error", err)
+			default:
 				p.logger.Error("replacement process did not start", "error", err)
 			}
 			p.firstDone(err)
