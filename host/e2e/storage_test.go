@@ -958,3 +958,44 @@ func TestStorageStallDrain(t *testing.T) {
 		t.Errorf("after the restart issued = %d, supply = %d; want both %d (every acknowledged issue and the stalled one once)", s.Issued, s.Supply, want)
 	}
 }
+
+// TestStorageRecoversWithoutWrites: after commits failed and the breaker
+// opened (/readyz/wallet 503), clearing the fault brings /readyz/wallet
+// back to 200 with no POST sent: the wallet probes its disk itself, so a
+// load balancer that took writes away on the 503 sees it recover.
+func TestStorageRecoversWithoutWrites(t *testing.T) {
+	h := startHost(t, baseConfig("2s")+faultsOn+walletBlock(`    breaker {
+      failures  = 1
+      cool_down = "1s"
+    }`))
+	readyPlugin(t, h, "wallet")
+	walletIssue(t, h, "recover-base", "recover-00", 10)
+
+	setFaults(t, h, "wallet", `{"faults":[{"point":"ledger.commit","error":"EIO"}]}`)
+	if r := mustPost(t, h, "/wallet/v1/issue", "recover-failed", `{"to":"recover-00","amount":1}`); r.code != http.StatusServiceUnavailable {
+		t.Fatalf("POST with the commit failing = %v, want 503", r)
+	}
+	waitFor(t, 10*time.Second, "/readyz/wallet to answer 503", func() bool {
+		code, _ := h.readiness("wallet")
+		return code == http.StatusServiceUnavailable
+	})
+	// The probes fail while the fault lasts: still 503 after a cool-down.
+	waitFor(t, 10*time.Second, "a probe to fail", func() bool {
+		return strings.Contains(h.log.String(), "ledger probe failed")
+	})
+	if code, state := h.readiness("wallet"); code != http.StatusServiceUnavailable {
+		t.Errorf("GET /readyz/wallet while the fault lasts = %d %s, want 503", code, state)
+	}
+
+	setFaults(t, h, "wallet", "")
+	cleared := time.Now()
+	waitFor(t, 15*time.Second, "/readyz/wallet to answer 200 again with no POST sent", func() bool {
+		code, _ := h.readiness("wallet")
+		return code == http.StatusOK
+	})
+	t.Logf("/readyz/wallet 200 again %v after the fault was cleared, with no write sent", time.Since(cleared).Round(time.Millisecond))
+	r := mustPost(t, h, "/wallet/v1/issue", "recover-after", `{"to":"recover-00","amount":1}`)
+	if r.code != http.StatusOK {
+		t.Errorf("POST after the recovery = %v, want 200", r)
+	}
+}

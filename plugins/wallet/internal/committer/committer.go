@@ -159,8 +159,12 @@ type Committer struct {
 	// The checkpointer goroutine runs checkpoints off the committers'
 	// path: a kick after each group, a timer while the ledger is quiet.
 	cpKick chan struct{}
-	cpStop chan struct{}
+	cpStop chan struct{} // closed by Close: the checkpointer and the prober end
 	cpDone chan struct{}
+	// probeDone is closed when the prober has ended; probing is set
+	// while one of its probes waits or runs.
+	probeDone chan struct{}
+	probing   atomic.Bool
 
 	// After a failed checkpoint, the next waits for checkpointAfter (unix
 	// nanos). cpMu guards checkpointBackoff, for the moment of an update.
@@ -169,10 +173,12 @@ type Committer struct {
 	checkpointBackoff backoff.Backoff
 }
 
-// job is one submitted operation and the callback for its result.
+// job is one submitted operation and the callback for its result, or
+// a probe of the prober's (probe set, no callback).
 type job struct {
-	op   ledger.Op
-	done func(ledger.Result, error)
+	op    ledger.Op
+	done  func(ledger.Result, error)
+	probe bool
 }
 
 // New starts a committer. Its goroutines run until Close.
@@ -181,19 +187,20 @@ func New(opts Options) (*Committer, error) {
 		return nil, errors.New("new committer: no ledger")
 	}
 	c := &Committer{
-		ledger:   opts.Ledger,
-		faults:   opts.Faults,
-		logger:   opts.Logger,
-		maxBatch: opts.MaxBatch,
-		timeout:  opts.CommitTimeout,
-		retry:    opts.Retry,
-		tries:    opts.Tries,
-		n:        max(opts.Committers, 1),
-		turn:     make(chan struct{}, 1),
-		idle:     make(chan struct{}),
-		cpKick:   make(chan struct{}, 1),
-		cpStop:   make(chan struct{}),
-		cpDone:   make(chan struct{}),
+		ledger:    opts.Ledger,
+		faults:    opts.Faults,
+		logger:    opts.Logger,
+		maxBatch:  opts.MaxBatch,
+		timeout:   opts.CommitTimeout,
+		retry:     opts.Retry,
+		tries:     opts.Tries,
+		n:         max(opts.Committers, 1),
+		turn:      make(chan struct{}, 1),
+		idle:      make(chan struct{}),
+		cpKick:    make(chan struct{}, 1),
+		cpStop:    make(chan struct{}),
+		cpDone:    make(chan struct{}),
+		probeDone: make(chan struct{}),
 	}
 	if c.faults == nil {
 		c.faults = noFaults{}
@@ -252,8 +259,9 @@ func New(opts Options) (*Committer, error) {
 		c.workers.Go(fmt.Sprintf("committer-%d", i), c.work)
 	}
 	// Not under the group: Close must be able to stop waiting for a
-	// checkpoint stalled on the disk.
+	// checkpoint or probe stalled on the disk.
 	go c.checkpointer()
+	go c.prober()
 	return c, nil
 }
 
@@ -335,6 +343,11 @@ func (c *Committer) Close(ctx context.Context) error {
 	case <-ctx.Done():
 		return fmt.Errorf("close committer: a checkpoint %w", ErrStalled)
 	}
+	select {
+	case <-c.probeDone:
+	case <-ctx.Done():
+		return fmt.Errorf("close committer: a probe %w", ErrStalled)
+	}
 	if n := c.aborted.Load(); n > 0 {
 		return fmt.Errorf("close committer: %d accepted operations aborted at the deadline: %w", n, context.DeadlineExceeded)
 	}
@@ -360,6 +373,9 @@ func (c *Committer) abortQueued() {
 		j, err := c.q.Dequeue(context.Background())
 		if err != nil {
 			return
+		}
+		if j.probe {
+			continue
 		}
 		c.countAborted(1)
 		c.m.commit(j.op.Kind, resultAborted)
@@ -406,12 +422,36 @@ func (c *Committer) work(ctx context.Context) error {
 			}
 			return nil
 		}
+		g, probe := withoutProbes(g)
 		func() {
 			defer pass() // also on panic, before the group restarts us
-			c.commit(ctx, g, pass)
+			switch {
+			case len(g) > 0:
+				c.commit(ctx, g, pass) // its operations probe, if need be
+				if probe {
+					c.probing.Store(false)
+				}
+			case probe:
+				c.probe(ctx)
+			}
 		}()
 		c.kickCheckpointer()
 	}
+}
+
+// withoutProbes returns g without the prober's probes, and whether it
+// held one.
+func withoutProbes(g []*job) ([]*job, bool) {
+	probe := false
+	out := g[:0]
+	for _, j := range g {
+		if j.probe {
+			probe = true
+			continue
+		}
+		out = append(out, j)
+	}
+	return out, probe
 }
 
 // kickCheckpointer has the checkpointer look whether a checkpoint is due.
@@ -453,6 +493,56 @@ func (c *Committer) checkpointer() {
 		if c.checkpointDue() {
 			c.checkpoint()
 		}
+	}
+}
+
+// probeEvery is how often the prober looks whether the breaker waits for
+// a probe.
+const probeEvery = 250 * time.Millisecond
+
+// prober probes the disk while the breaker is half-open and no operation
+// waits to commit, until Close. Without it, a breaker would stay half-open
+// (and the wallet degraded) until a client's write came to probe: and a
+// load balancer that routes writes by /readyz/wallet sends none.
+func (c *Committer) prober() {
+	defer close(c.probeDone)
+	t := time.NewTicker(probeEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.cpStop:
+			return
+		case <-t.C:
+		}
+		if c.breaker.State() != breaker.StateHalfOpen || c.q.Len() > 0 || !c.probing.CompareAndSwap(false, true) {
+			continue
+		}
+		// Queued like an operation, so that it commits in its turn.
+		if c.q.TryEnqueue(&job{probe: true}) != nil {
+			c.probing.Store(false) // full or closed: operations will probe
+		}
+	}
+}
+
+// probe commits a probe (ledger.Probe) through the breaker, as a half-open
+// breaker's probe, under the commit timeout like a group.
+func (c *Committer) probe(ctx context.Context) {
+	defer c.probing.Store(false)
+	err := c.breaker.Do(ctx, func(ctx context.Context) error {
+		_, err := c.attempt(ctx, nil)
+		return err
+	})
+	switch {
+	case err == nil:
+		c.logger.Info("ledger probe committed: the disk takes writes again")
+	case errors.Is(err, breaker.ErrOpen), ctx.Err() != nil:
+		// Another probe is in flight, the breaker reopened, or Close.
+	default:
+		c.lastErr.Store(&err)
+		if errors.Is(err, errAbandoned) || errors.Is(err, errAbandonedBefore) {
+			c.breaker.Trip()
+		}
+		c.logger.Warn("ledger probe failed; the breaker stays open", "error", err)
 	}
 }
 
@@ -678,7 +768,7 @@ func (c *Committer) attempt(ctx context.Context, ops []ledger.Op) ([]ledger.Resu
 		c.m.timeouts.Inc()
 		return results, fmt.Errorf("%w: took %v", errSlow, d)
 	}
-	if !wrote(results) {
+	if ops != nil && !wrote(results) {
 		// Replays and unrecorded refusals only: the group wrote nothing,
 		// so its success says nothing of the disk, and must not close a
 		// half-open breaker.
@@ -736,6 +826,7 @@ func (c *Committer) fly(ctx context.Context, ops []ledger.Op) *flight {
 }
 
 // run is the work of flight f.
+// A flight without operations is a probe (see prober): ledger.Probe.
 func (c *Committer) run(ctx context.Context, f *flight) ([]ledger.Result, error) {
 	if err := c.ledger.Err(); errors.Is(err, ledger.ErrFailed) {
 		// A disk error failed the ledger (a full disk, say): this
@@ -748,6 +839,9 @@ func (c *Committer) run(ctx context.Context, f *flight) ([]ledger.Result, error)
 	}
 	if !f.begin() {
 		return nil, errAbandonedBefore
+	}
+	if f.ops == nil {
+		return nil, c.ledger.Probe()
 	}
 	return c.ledger.Apply(ctx, f.ops)
 }
@@ -809,7 +903,7 @@ func (c *Committer) land(f *flight) {
 		c.logger.Warn("a stalled ledger commit completed after its callers were answered 503 outcome_unknown; retries with their keys replay the outcome",
 			"operations", f.n, "after", took, "seq", c.ledger.Seq())
 	}
-	if c.settled != nil {
+	if c.settled != nil && len(f.ops) > 0 {
 		c.settled(f.ops)
 	}
 }

@@ -773,3 +773,30 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 		time.Sleep(10 * time.Millisecond) // poll
 	}
 }
+
+// TestProberClosesBreaker: once the fault is gone, a half-open breaker
+// closes by a probe of the committer's own, with no operation submitted.
+func TestProberClosesBreaker(t *testing.T) {
+	faults := &sdk.Faults{}
+	faults.Set([]sdk.Fault{{Point: committer.FaultPoint, Error: "disk on fire"}})
+	f := newFixture(t, committer.Options{
+		Committers: 1,
+		Faults:     faults,
+		Tries:      1,
+		Breaker:    breaker.Settings{FailureThreshold: 1, Cooldown: 200 * time.Millisecond},
+	})
+	if o := wait(t, f.mustSubmit(t, issue("a", 1))); !errors.Is(o.err, committer.ErrUnavailable) {
+		t.Fatalf("commit with the fault = %+v, want ErrUnavailable", o)
+	}
+	if s := f.c.BreakerState(); s != breaker.StateOpen {
+		t.Fatalf("BreakerState() after the failure = %v, want open", s)
+	}
+	// While the fault lasts, the probes fail (each is a commit attempt)
+	// and it does not close.
+	waitUntil(t, "two probes", func() bool { return f.metric(t, "wallet_commit_seconds") >= 3 })
+	if s := f.c.BreakerState(); s == breaker.StateClosed {
+		t.Fatalf("BreakerState() while the fault lasts = %v, want not closed", s)
+	}
+	faults.Set(nil)
+	waitUntil(t, "the breaker to close with no operation submitted", func() bool { return f.c.BreakerState() == breaker.StateClosed })
+}

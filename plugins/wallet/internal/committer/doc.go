@@ -2,8 +2,8 @@
 // into group commits: many operations per write-ahead log record and
 // fdatasync (ledger.Apply), and checkpoints of the log into the bbolt file.
 //
-// The lifecycle is New (which starts the committer goroutines and the
-// checkpointer) → Submit from any goroutine → Close, which stops intake,
+// The lifecycle is New (which starts the committer goroutines, the
+// checkpointer and the prober) → Submit from any goroutine → Close, which stops intake,
 // lets the queued operations commit until its context ends, aborts the
 // rest and waits for every goroutine, except one stalled on the disk
 // once its context has ended (ErrStalled).
@@ -32,7 +32,10 @@
 //     tripped; no other group is applied until it returns, and then its
 //     receipts are announced first. Every attempt goes through the
 //     circuit breaker, which opens on failures in a row or at a rolling
-//     failure rate and half-opens with probes after a cool-down.
+//     failure rate and half-opens with probes after a cool-down. While
+//     it is half-open and nothing is queued, the prober goroutine queues
+//     a probe of its own (ledger.Probe), so that it closes without a
+//     client's write.
 //  4. Committed receipts are announced in seq order (Options.Announce),
 //     then each operation's callback gets its result, after the turn has
 //     been passed on.

@@ -54,6 +54,7 @@ var (
 	keySeq    = []byte("seq")
 	keyIssued = []byte("issued")
 	keyBurned = []byte("burned")
+	keyProbed = []byte("probed") // the time of the last Probe
 )
 
 // Options configure Open. The zero Options is usable.
@@ -413,6 +414,22 @@ func (l *Ledger) Sweep(ctx context.Context, limit int) (int, error) {
 		return 0, fmt.Errorf("sweep idempotency records: %w", err)
 	}
 	return n, nil
+}
+
+// Probe writes one small record, the time, as a group of its own: a write
+// and fdatasync of the log that changes nothing a reader sees, to learn
+// whether the disk takes writes again. A ledger that a disk error failed
+// must be reopened first.
+func (l *Ledger) Probe() error {
+	l.wmu.Lock()
+	defer l.wmu.Unlock()
+	err := l.db.Update(func(tx *store.Tx) error {
+		return tx.Put(bMeta, keyProbed, u64(uint64(l.now().UnixNano())))
+	})
+	if err != nil {
+		return fmt.Errorf("probe the ledger's disk: %w", err)
+	}
+	return nil
 }
 
 // Audit scans the whole ledger and returns its totals, so that callers
