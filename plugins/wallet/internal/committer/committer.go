@@ -314,12 +314,12 @@ func (c *Committer) RetryAfter() time.Duration {
 // Close stops intake: Submit returns ErrDraining from now on. Operations
 // already queued keep committing until ctx ends; those still queued or
 // being retried then are aborted (their callbacks get ErrDraining). Close
-// returns when every committer goroutine has returned; a checkpoint in
-// progress cannot be interrupted and is waited for. So is a ledger.Apply
-// still under way, stalled on the disk, until ctx ends: then the error
-// wraps ErrStalled, and the ledger must not be closed under it. The error
-// otherwise counts the aborted operations. Calling Close more than once is
-// safe.
+// returns when every committer goroutine has returned, and then waits,
+// until ctx ends, for a flight, checkpoint or probe still under way (they
+// cannot be interrupted): if one is still stalled on the disk then, the
+// error wraps ErrStalled, and the ledger must not be closed under it. The
+// error otherwise counts the aborted operations. Calling Close more than
+// once is safe.
 func (c *Committer) Close(ctx context.Context) error {
 	c.once.Do(func() {
 		c.q.Close()
@@ -330,28 +330,36 @@ func (c *Committer) Close(ctx context.Context) error {
 		c.workers.Stop()
 		c.abortQueued()
 	})
-	if f := c.last.Load(); f != nil {
-		select {
-		case <-f.done:
-		case <-ctx.Done():
-			return fmt.Errorf("close committer: a commit %w: %d operations have waited for %v", ErrStalled, f.n, time.Since(f.start).Round(time.Millisecond))
-		}
+	if f := c.last.Load(); f != nil && !ended(ctx, f.done) {
+		return fmt.Errorf("close committer: a commit %w: %d operations have waited for %v", ErrStalled, f.n, time.Since(f.start).Round(time.Millisecond))
 	}
 	c.stopOnce.Do(func() { close(c.cpStop) })
-	select {
-	case <-c.cpDone:
-	case <-ctx.Done():
+	if !ended(ctx, c.cpDone) {
 		return fmt.Errorf("close committer: a checkpoint %w", ErrStalled)
 	}
-	select {
-	case <-c.probeDone:
-	case <-ctx.Done():
+	if !ended(ctx, c.probeDone) {
 		return fmt.Errorf("close committer: a probe %w", ErrStalled)
 	}
 	if n := c.aborted.Load(); n > 0 {
 		return fmt.Errorf("close committer: %d accepted operations aborted at the deadline: %w", n, context.DeadlineExceeded)
 	}
 	return nil
+}
+
+// ended waits for done to be closed until ctx ends, and reports whether it
+// was. A done already closed wins over a ctx already ended.
+func ended(ctx context.Context, done <-chan struct{}) bool {
+	select {
+	case <-done:
+		return true
+	default:
+	}
+	select {
+	case <-done:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // Stalled returns how long the ledger.Apply under way has run, if it has

@@ -25,11 +25,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	// bbolt's open of a file whose pages are damaged panics out of its
-	// page walk (freepages), leaving the walk's goroutine blocked on its
-	// error channel: bbolt's, not the ledger's, and only in the tests
-	// that damage a page on purpose (TestCorruption).
-	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("go.etcd.io/bbolt.(*DB).freepages.func2"))
+	goleak.VerifyTestMain(m)
 }
 
 func open(t *testing.T, path string, opts ledger.Options) *ledger.Ledger {
