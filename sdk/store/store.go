@@ -220,11 +220,6 @@ func (d *DB) openBolt() (db *bolt.DB, err error) {
 			db, err = nil, corruptf(d.name, "", "the file cannot be read: %v", v)
 		}
 	}()
-	if !d.opts.readOnly {
-		if err := d.walkPages(timeout); err != nil {
-			return nil, err
-		}
-	}
 	db, err = bolt.Open(d.path, 0o600, &bolt.Options{
 		Timeout: timeout,
 		// The freelist is rebuilt by a scan at open instead of being
@@ -245,40 +240,6 @@ func (d *DB) openBolt() (db *bolt.DB, err error) {
 		return nil, fmt.Errorf("open store %s: %w", d.path, err)
 	}
 	return db, nil
-}
-
-// walkPages checks every page of an existing file, read-only, before it
-// is opened for writing. Opening for writing rebuilds bbolt's freelist
-// with a walk of its own (NoFreelistSync), which on a damaged page panics
-// in bbolt's goroutine while its walker goes on reading the transaction
-// being rolled back: a data race, and a goroutine blocked for ever. The
-// walk of Tx.Check reports every problem without panicking, so a damaged
-// file never reaches bbolt's.
-func (d *DB) walkPages(timeout time.Duration) error {
-	if _, err := os.Stat(d.path); errors.Is(err, os.ErrNotExist) {
-		return nil // a new store
-	}
-	rdb, err := bolt.Open(d.path, 0o600, &bolt.Options{ReadOnly: true, Timeout: timeout, OpenFile: d.hooks().OpenFile})
-	switch {
-	case errors.Is(err, berrors.ErrTimeout):
-		return fmt.Errorf("open store %s: %w for %v: another process has it open", d.path, ErrLocked, timeout)
-	case errors.Is(err, berrors.ErrInvalid), errors.Is(err, berrors.ErrChecksum), errors.Is(err, berrors.ErrVersionMismatch):
-		return corruptf(d.name, "meta pages", "%v", err)
-	case err != nil:
-		return fmt.Errorf("open store %s: %w", d.path, err)
-	}
-	defer rdb.Close()
-	var first error
-	err = rdb.View(func(tx *bolt.Tx) error {
-		for e := range tx.Check() { // drained to the end: its goroutine ends
-			first = cmp.Or(first, e)
-		}
-		return nil
-	})
-	if err == nil && first != nil {
-		err = corruptf(d.name, "", "the file cannot be read: %v", first)
-	}
-	return err
 }
 
 // layout is what the file says of itself.

@@ -22,6 +22,10 @@ type ack struct {
 	body []byte
 }
 
+// workerAccount is the account of load's worker w: an id that no other
+// id contains and that no binary field is likely to hold.
+func workerAccount(w int) string { return fmt.Sprintf("worker-%d-5f3a9c0e", w) }
+
 // load runs writers in several goroutines against a ledger at a new path,
 // with checkpoints alongside, then leaves records in both log files (a
 // generation not yet in the bbolt file and the next one) and one group
@@ -49,8 +53,8 @@ func load(t *testing.T) (string, []ack) {
 	}
 	applyKeyed := func(w, i int, nonce uint64) error {
 		ops := []ledger.Op{
-			keyed(issue(fmt.Sprintf("w%d", w), 10), fmt.Sprintf("i-%d-%d", w, i)),
-			keyed(transfer(fmt.Sprintf("w%d", w), "sink", 3, nonce), fmt.Sprintf("t-%d-%d", w, i)),
+			keyed(issue(workerAccount(w), 10), fmt.Sprintf("i-%d-%d", w, i)),
+			keyed(transfer(workerAccount(w), "sink", 3, nonce), fmt.Sprintf("t-%d-%d", w, i)),
 		}
 		res, err := l.Apply(t.Context(), ops)
 		if err != nil {
@@ -301,28 +305,31 @@ func TestCorruption(t *testing.T) {
 		{
 			name: "flipped byte in a value of the main file",
 			damage: func(t *testing.T, p string) string {
-				// Every copy of account w1's value (its key and value
-				// lie side by side in a leaf page), the live one among
-				// them; no logged group rewrites it, and Open reads it
-				// to check the supply.
+				// Every copy of worker 1's account value (its key and
+				// value lie side by side in a leaf page), the live one
+				// among them; no logged group rewrites it, and Open
+				// reads it to check the supply. The id occurs nowhere
+				// else but in JSON, where a quote follows it, so the
+				// flip always lands in a value and never in bbolt's
+				// page structure.
 				data, err := os.ReadFile(p)
 				if err != nil {
 					t.Fatal(err)
 				}
 				n := 0
 				for i := 0; ; {
-					j := bytes.Index(data[i:], []byte("w1"))
+					j := bytes.Index(data[i:], []byte(workerAccount(1)))
 					if j < 0 {
 						break
 					}
-					if at := i + j + 2; at+8 < len(data) && data[at] != '"' {
+					if at := i + j + len(workerAccount(1)); at+8 < len(data) && data[at] != '"' {
 						data[at+6] ^= 0x40 // in the balance
 						n++
 					}
 					i += j + 1
 				}
 				if n == 0 {
-					t.Fatal("account w1 not found in the file")
+					t.Fatal("worker 1's account not found in the file")
 				}
 				if err := os.WriteFile(p, data, 0o600); err != nil {
 					t.Fatal(err)
