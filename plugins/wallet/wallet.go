@@ -345,7 +345,7 @@ func (w *wallet) configure(_ context.Context, rt *sdk.Runtime) (err error) {
 
 	sweeper := group.New(rt.Context(), group.Options{Logger: rt.Logger.Named("sweeper")})
 	sweepers.Inc()
-	sweeper.Go("idempotency-sweeper", func(ctx context.Context) error { return sweep(ctx, l, rt.Logger) })
+	sweeper.Go("idempotency-sweeper", func(ctx context.Context) error { return sweep(ctx, l, cm, rt.Logger) })
 	sweeper.Go("scrubber", func(ctx context.Context) error { return scrub(ctx, l, rt.Logger) })
 
 	w.running.Store(&running{logger: rt.Logger, ledger: l, committer: cm, api: a, sweeper: sweeper})
@@ -357,7 +357,7 @@ func (w *wallet) configure(_ context.Context, rt *sdk.Runtime) (err error) {
 // sweep deletes expired idempotency records every sweepInterval until ctx
 // ends. Each group deletes at most sweepBatch records, so a backlog is
 // worked off in short groups between the commits.
-func sweep(ctx context.Context, l *ledger.Ledger, logger hclog.Logger) error {
+func sweep(ctx context.Context, l *ledger.Ledger, cm *committer.Committer, logger hclog.Logger) error {
 	t := time.NewTicker(sweepInterval)
 	defer t.Stop()
 	for {
@@ -379,12 +379,8 @@ func sweep(ctx context.Context, l *ledger.Ledger, logger hclog.Logger) error {
 			}
 		}
 		// The sweep's groups wait in the write-ahead log, and a quiet
-		// wallet has no commits after which a committer would checkpoint.
-		if l.Pending() && l.Err() == nil {
-			if err := l.Checkpoint(); err != nil && ctx.Err() == nil {
-				logger.Warn("checkpoint after sweeping failed", "error", err)
-			}
-		}
+		// wallet has no commits after which the checkpointer would look.
+		cm.CheckpointSoon()
 	}
 }
 

@@ -447,6 +447,10 @@ func (c *Committer) work(ctx context.Context) error {
 	}
 }
 
+// CheckpointSoon has the checkpointer look whether a checkpoint is due,
+// for groups committed around the committer (the wallet's sweeper).
+func (c *Committer) CheckpointSoon() { c.kickCheckpointer() }
+
 // withoutProbes returns g without the prober's probes, and whether it
 // held one.
 func withoutProbes(g []*job) ([]*job, bool) {
