@@ -21,9 +21,10 @@ type heldConn struct {
 	br *bufio.Reader
 }
 
-// dialGet opens a connection to base (an http:// URL), sends GET path on
-// it and reads the answer, leaving the connection open.
-func dialGet(t *testing.T, base, path string) (*heldConn, *http.Response) {
+// sendGet opens a connection to base (an http:// URL), closed when the
+// test ends, and sends GET path on it with a 10 s deadline, which the
+// caller clears once it has read what it needs.
+func sendGet(t *testing.T, base, path string) net.Conn {
 	t.Helper()
 	c, err := net.DialTimeout("tcp", strings.TrimPrefix(base, "http://"), 5*time.Second)
 	if err != nil {
@@ -34,6 +35,14 @@ func dialGet(t *testing.T, base, path string) (*heldConn, *http.Response) {
 	if _, err := fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: test\r\n\r\n", path); err != nil {
 		t.Fatalf("send GET %s: %v", path, err)
 	}
+	return c
+}
+
+// dialGet opens a connection to base (an http:// URL), sends GET path on
+// it and reads the answer, leaving the connection open.
+func dialGet(t *testing.T, base, path string) (*heldConn, *http.Response) {
+	t.Helper()
+	c := sendGet(t, base, path)
 	hc := &heldConn{c: c, br: bufio.NewReader(c)}
 	resp, err := http.ReadResponse(hc.br, nil)
 	if err != nil {

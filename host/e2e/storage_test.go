@@ -583,12 +583,7 @@ func getsOK(t *testing.T, h *hostProc, acct string) (stop func() []string) {
 // to a 200, and every key was applied exactly once.
 func TestStorageStall(t *testing.T) {
 	const commitTimeout = 500 * time.Millisecond
-	h := startHost(t, baseConfig("2s")+faultsOn+walletBlock(fmt.Sprintf(`    commit_timeout = %q
-    breaker {
-      failures  = 3
-      cool_down = "1s"
-      probes    = 2
-    }`, commitTimeout)))
+	h := startHost(t, baseConfig("2s")+faultsOn+stallWalletBlock(commitTimeout))
 	readyPlugin(t, h, "wallet")
 	walletIssue(t, h, "stall-base", "stall-00", 1000)
 

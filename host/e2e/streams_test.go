@@ -20,16 +20,8 @@ import (
 // non-200 answer's body is read whole into body.
 func openStream(t *testing.T, base, path string) (c net.Conn, resp *http.Response, body string) {
 	t.Helper()
-	c, err := net.DialTimeout("tcp", strings.TrimPrefix(base, "http://"), 5*time.Second)
-	if err != nil {
-		t.Fatalf("dial %s: %v", base, err)
-	}
-	t.Cleanup(func() { c.Close() })
-	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-	if _, err := fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: test\r\n\r\n", path); err != nil {
-		t.Fatalf("send GET %s: %v", path, err)
-	}
-	resp, err = http.ReadResponse(bufio.NewReader(c), nil)
+	c = sendGet(t, base, path)
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 	if err != nil {
 		t.Fatalf("read the head of GET %s: %v", path, err)
 	}

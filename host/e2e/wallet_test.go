@@ -597,14 +597,21 @@ func (w *transferWorker) verify(ctx context.Context, c *http.Client, ingress str
 	return bad
 }
 
-func TestWalletLedgerStall(t *testing.T) {
-	const commitTimeout = 500 * time.Millisecond
-	h := startHost(t, baseConfig("2s")+faultsOn+walletBlock(fmt.Sprintf(`    commit_timeout = %q
+// stallWalletBlock is the wallet block of the stall tests: commit_timeout
+// commitTimeout, and a breaker that opens after 3 failures and probes
+// after a second.
+func stallWalletBlock(commitTimeout time.Duration) string {
+	return walletBlock(fmt.Sprintf(`    commit_timeout = %q
     breaker {
       failures  = 3
       cool_down = "1s"
       probes    = 2
-    }`, commitTimeout)))
+    }`, commitTimeout))
+}
+
+func TestWalletLedgerStall(t *testing.T) {
+	const commitTimeout = 500 * time.Millisecond
+	h := startHost(t, baseConfig("2s")+faultsOn+stallWalletBlock(commitTimeout))
 	readyPlugin(t, h, "wallet")
 
 	const acct = "stall-a"
