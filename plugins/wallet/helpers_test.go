@@ -52,7 +52,7 @@ type testWallet struct {
 // stops, so that nothing it started outlives the test.
 func start(t *testing.T, config string, faults committer.Injector, dir string) *testWallet {
 	t.Helper()
-	w := &wallet{faults: faults}
+	w := &wallet{faults: faults, now: plugintest.Now}
 	if dir == "" {
 		dir = t.TempDir()
 	}

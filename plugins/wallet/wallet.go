@@ -169,6 +169,9 @@ type wallet struct {
 	// faults, if set, stands in for the Runtime's fault points; tests set
 	// it to hold or fail commits without the host's admin API.
 	faults committer.Injector
+	// now, if set, is the ledger's clock (receipts' committed_at and
+	// idempotency expiry); tests set it to the suite's clock.
+	now func() time.Time
 
 	running atomic.Pointer[running]
 }
@@ -239,7 +242,7 @@ func (w *wallet) configure(_ context.Context, rt *sdk.Runtime) (err error) {
 		}
 		return store.Fdatasync(f)
 	})
-	l, err := ledger.Open(path, ledger.Options{IdempotencyTTL: s.idempotencyTTL, Render: api.Render, Hooks: hooks})
+	l, err := ledger.Open(path, ledger.Options{IdempotencyTTL: s.idempotencyTTL, Render: api.Render, Hooks: hooks, Now: w.now})
 	if err != nil {
 		// A damaged data dir is the operator's to repair: the SDK tells
 		// the host, which shows the reason and does not restart. The

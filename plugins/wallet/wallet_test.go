@@ -61,7 +61,7 @@ breaker {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			h, err := plugintest.Start(t, newDefinition(&wallet{}), plugintest.Options{Config: tt.config})
+			h, err := plugintest.Start(t, newDefinition(&wallet{now: plugintest.Now}), plugintest.Options{Config: tt.config})
 			if err == nil {
 				t.Cleanup(func() { _, _, _ = h.Drain(context.Background(), time.Now().Add(5*time.Second)) })
 			}
@@ -83,7 +83,7 @@ func TestConfigLockedDataDir(t *testing.T) {
 	dir := t.TempDir()
 	start(t, ``, nil, dir)
 	begin := time.Now()
-	_, err := plugintest.Start(t, newDefinition(&wallet{}), plugintest.Options{DataDir: dir})
+	_, err := plugintest.Start(t, newDefinition(&wallet{now: plugintest.Now}), plugintest.Options{DataDir: dir})
 	var ce *sdk.ConfigError
 	if !errors.As(err, &ce) || !strings.Contains(ce.Message, "locked") {
 		t.Fatalf("second wallet on the same data dir = %v, want a config error saying the ledger is locked", err)

@@ -176,7 +176,7 @@ func flip(t *testing.T, p string, at func(data []byte) int) {
 // recorded receipt, the rest are absent, and supply = Σ balances.
 func checkAcks(t *testing.T, p string, acks []ack, upTo uint64) {
 	t.Helper()
-	l, err := ledger.Open(p, ledger.Options{})
+	l, err := ledger.Open(p, clocked(ledger.Options{}))
 	if err != nil {
 		t.Fatalf("Open = %v", err)
 	}
@@ -385,7 +385,7 @@ func TestCorruption(t *testing.T) {
 			if strings.HasSuffix(file, "*") {
 				named = "storage corrupt: " + filepath.Base(p) // any file of the data dir
 			}
-			_, err := ledger.Open(crashImage(t, p), ledger.Options{})
+			_, err := ledger.Open(crashImage(t, p), clocked(ledger.Options{}))
 			switch {
 			case err == nil && tc.recovers:
 				checkAcks(t, crashImage(t, p), acks, 0)

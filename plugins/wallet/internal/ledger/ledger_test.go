@@ -20,6 +20,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 	"go.uber.org/goleak"
 
+	"github.com/plughost/plughost/host/plugintest"
 	"github.com/plughost/plughost/plugins/wallet/internal/ledger"
 	"github.com/plughost/plughost/plugins/wallet/internal/wallettest"
 )
@@ -28,9 +29,23 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
+// clocked returns opts on the suite's clock (plugintest.Now) unless it
+// names a clock of its own: records the tests write expire by the same
+// clock they are read by, and a run with the clock moved a year ahead
+// (plugintest.ClockShiftEnv) finds any test that expires with the
+// calendar.
+func clocked(opts ledger.Options) ledger.Options {
+	if opts.Now == nil {
+		opts.Now = plugintest.Now
+	}
+	return opts
+}
+
+// open opens the ledger at path on clocked(opts), and closes it when the
+// test ends.
 func open(t *testing.T, path string, opts ledger.Options) *ledger.Ledger {
 	t.Helper()
-	l, err := ledger.Open(path, opts)
+	l, err := ledger.Open(path, clocked(opts))
 	if err != nil {
 		t.Fatalf("Open(%q) = %v", path, err)
 	}
@@ -519,7 +534,7 @@ func TestSweep(t *testing.T) {
 
 func TestReopenKeepsEverything(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "wallet.db")
-	l, err := ledger.Open(path, ledger.Options{})
+	l, err := ledger.Open(path, clocked(ledger.Options{}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -568,7 +583,7 @@ func TestOpenLockedFails(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "wallet.db")
 	open(t, path, ledger.Options{})
 	start := time.Now()
-	l, err := ledger.Open(path, ledger.Options{LockTimeout: 100 * time.Millisecond})
+	l, err := ledger.Open(path, clocked(ledger.Options{LockTimeout: 100 * time.Millisecond}))
 	if !errors.Is(err, ledger.ErrLocked) {
 		if err == nil {
 			_ = l.Close()
@@ -660,7 +675,7 @@ func TestIdempotencyRecordStorage(t *testing.T) {
 		return 200, append(r.Receipt.AppendJSON(nil), '\n')
 	}
 	fp := [32]byte{7}
-	l, err := ledger.Open(path, ledger.Options{Render: render})
+	l, err := ledger.Open(path, clocked(ledger.Options{Render: render}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -682,7 +697,7 @@ func TestIdempotencyRecordStorage(t *testing.T) {
 		t.Fatal(err)
 	}
 	legacy := func(status uint16, body string) []byte {
-		b := binary.BigEndian.AppendUint64(nil, uint64(time.Now().Add(time.Hour).UnixNano()))
+		b := binary.BigEndian.AppendUint64(nil, uint64(plugintest.Now().Add(time.Hour).UnixNano()))
 		b = append(b, fp[:]...)
 		b = binary.BigEndian.AppendUint16(b, status)
 		return append(b, body...)
@@ -693,7 +708,7 @@ func TestIdempotencyRecordStorage(t *testing.T) {
 			t.Errorf("stored record is %d bytes, want %d: the store's checksum, header, receipt seq and checksum, newline", len(v), 4+42+12+1)
 		}
 		ref := func(seq uint64) []byte {
-			b := binary.BigEndian.AppendUint64(nil, uint64(time.Now().Add(time.Hour).UnixNano()))
+			b := binary.BigEndian.AppendUint64(nil, uint64(plugintest.Now().Add(time.Hour).UnixNano()))
 			b = append(b, fp[:]...)
 			b = binary.BigEndian.AppendUint16(b, 200|0x8000)
 			b = binary.BigEndian.AppendUint64(b, seq)
@@ -746,14 +761,18 @@ func TestIdempotencyRecordStorage(t *testing.T) {
 // and "crashed", copied while open with two groups only in the log): both
 // open with every committed operation and idempotency record, and are
 // converted so that a wallet of that release refuses them rather than
-// misread them.
+// misread them. The idempotency records expire a day after they were
+// written, so the ledger runs on a clock set to when the archive was
+// made (its entries' modification time), and the records are gone a day
+// later: the conversion keeps each record's expiry.
 func TestOpensPreviousRelease(t *testing.T) {
 	for _, name := range []string{"closed", "crashed"} {
 		t.Run(name, func(t *testing.T) {
-			dir := untar(t, "testdata/release-1.tar.gz")
+			dir, written := untar(t, "testdata/release-1.tar.gz")
 			path := filepath.Join(dir, name, "wallet.db")
+			clk := wallettest.NewClock(written)
 			for range 2 { // converted, then as converted
-				l := open(t, path, ledger.Options{})
+				l := open(t, path, ledger.Options{Now: clk.Now})
 				for id, want := range map[string]ledger.Account{
 					"alice": {ID: "alice", Balance: 600, Nonce: 2},
 					"bob":   {ID: "bob", Balance: 250, Nonce: 1},
@@ -769,12 +788,22 @@ func TestOpensPreviousRelease(t *testing.T) {
 				}
 				for _, k := range []string{"k1", "k2", "k3"} {
 					if rec, ok, err := l.Idempotency(k); err != nil || !ok || rec.Status != 200 {
-						t.Errorf("Idempotency(%q) = %+v, %v, %v, want its recorded 200", k, rec, ok, err)
+						t.Errorf("Idempotency(%q) at %v = %+v, %v, %v, want its recorded 200", k, clk.Now(), rec, ok, err)
 					}
 				}
 				if err := l.Close(); err != nil {
 					t.Fatal(err)
 				}
+			}
+			clk.Add(ledger.DefaultIdempotencyTTL + time.Minute)
+			l := open(t, path, ledger.Options{Now: clk.Now})
+			for _, k := range []string{"k1", "k2", "k3"} {
+				if rec, ok, err := l.Idempotency(k); err != nil || ok {
+					t.Errorf("Idempotency(%q) at %v = %+v, %v, %v, want none: it expired a day after it was written", k, clk.Now(), rec, ok, err)
+				}
+			}
+			if err := l.Close(); err != nil {
+				t.Fatal(err)
 			}
 			db, err := bolt.Open(path, 0o600, nil)
 			if err != nil {
@@ -794,10 +823,11 @@ func TestOpensPreviousRelease(t *testing.T) {
 }
 
 // untar extracts the gzipped tar file at path into a new directory and
-// returns it.
-func untar(t *testing.T, path string) string {
+// returns it, with the newest modification time of its entries: when the
+// archive's files were last written.
+func untar(t *testing.T, path string) (dir string, written time.Time) {
 	t.Helper()
-	dir := t.TempDir()
+	dir = t.TempDir()
 	f, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)
@@ -811,10 +841,13 @@ func untar(t *testing.T, path string) string {
 	for {
 		h, err := tr.Next()
 		if err == io.EOF {
-			return dir
+			return dir, written
 		}
 		if err != nil {
 			t.Fatal(err)
+		}
+		if h.ModTime.After(written) {
+			written = h.ModTime
 		}
 		dst := filepath.Join(dir, filepath.Clean("/"+h.Name))
 		if h.Typeflag == tar.TypeDir {

@@ -283,7 +283,7 @@ func TestFailedLogWrite(t *testing.T) {
 func TestLogUnrecoverable(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "wallet.db")
 	opts := ledger.Options{CheckpointInterval: time.Hour}
-	l, err := ledger.Open(path, opts)
+	l, err := ledger.Open(path, clocked(opts))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -330,7 +330,7 @@ func TestCheckpointFailure(t *testing.T) {
 		file = f
 		return f, err
 	})
-	l, err := ledger.Open(path, opts)
+	l, err := ledger.Open(path, clocked(opts))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -371,7 +371,7 @@ func TestMissingLog(t *testing.T) {
 		if err := os.Remove(image + missing); err != nil {
 			t.Fatal(err)
 		}
-		if l, err := ledger.Open(image, ledger.Options{}); !errors.Is(err, ledger.ErrCorrupt) || !strings.Contains(err.Error(), "create an empty file") {
+		if l, err := ledger.Open(image, clocked(ledger.Options{})); !errors.Is(err, ledger.ErrCorrupt) || !strings.Contains(err.Error(), "create an empty file") {
 			if l != nil {
 				_ = l.Close()
 			}
@@ -404,7 +404,7 @@ func TestMissingLog(t *testing.T) {
 	apply(t, l, keyed(issue("a", 7), "i3"))
 	image = crashImage(t, older)
 	copyLogs(t, path, image)
-	if l, err := ledger.Open(image, ledger.Options{}); !errors.Is(err, ledger.ErrCorrupt) || !strings.Contains(err.Error(), "restored from different times") {
+	if l, err := ledger.Open(image, clocked(ledger.Options{})); !errors.Is(err, ledger.ErrCorrupt) || !strings.Contains(err.Error(), "restored from different times") {
 		if l != nil {
 			_ = l.Close()
 		}
@@ -711,7 +711,7 @@ func TestForeignLogFiles(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	l, err := ledger.Open(path, ledger.Options{})
+	l, err := ledger.Open(path, clocked(ledger.Options{}))
 	if err != nil {
 		t.Fatal(err)
 	}
