@@ -399,6 +399,54 @@ func TestCrasherFails(t *testing.T) {
 	}
 }
 
+// TestOldRestartsLeaveWindow: max_restarts counts only the restarts within
+// window. With a budget of one, a plugin killed each time after window has
+// passed since its last restart is restarted every time; were old restarts
+// kept, the second kill would mark it failed.
+func TestOldRestartsLeaveWindow(t *testing.T) {
+	pol := testPolicy()
+	pol.MaxRestarts = 1
+	pol.Window = 300 * time.Millisecond
+	f := start(t, helloSpec(t), pol)
+	old := waitReady(t, f.p)
+
+	// lastRestart is when the new process was seen ready: the supervisor
+	// counted the restart before it started that process, so earlier. A
+	// slow machine only puts the next kill further from it.
+	var lastRestart time.Time
+	for kill := 1; kill <= 3; kill++ {
+		if kill > 1 {
+			// The condition is the time itself: the last restart has
+			// left the window.
+			time.Sleep(time.Until(lastRestart.Add(pol.Window)))
+		}
+		gap := "no earlier restart"
+		if kill > 1 {
+			gap = fmt.Sprintf("%v after the last restart was seen", time.Since(lastRestart).Round(time.Millisecond))
+		}
+		if err := syscall.Kill(old.Pid, syscall.SIGKILL); err != nil {
+			t.Fatalf("kill -9 %d: %v", old.Pid, err)
+		}
+		var st supervisor.Status
+		waitFor(t, 30*time.Second, fmt.Sprintf("kill %d: a new process to be ready", kill), func() bool {
+			st = f.p.Status()
+			if st.State == supervisor.StateFailed {
+				t.Fatalf("kill %d (%s): hello failed (%s) after %d restarts; want a restart: max_restarts = %d counts only the restarts within window = %v",
+					kill, gap, st.LastError, st.Restarts, pol.MaxRestarts, pol.Window)
+			}
+			return st.Pid != old.Pid && f.p.Ready()
+		})
+		lastRestart = time.Now()
+		if st.Restarts != kill {
+			t.Errorf("kill %d: Status().Restarts = %d, want %d", kill, st.Restarts, kill)
+		}
+		old = st
+	}
+	if got := testutil.ToFloat64(f.metrics.PluginRestarts.WithLabelValues("hello")); got != 3 {
+		t.Errorf("plughost_plugin_restarts_total{plugin=hello} = %v after three restarts, want 3", got)
+	}
+}
+
 func TestStopDrains(t *testing.T) {
 	f := start(t, helloSpec(t), testPolicy())
 	st := waitReady(t, f.p)

@@ -216,7 +216,20 @@ func TestBreakerScenarios(t *testing.T) {
 				call(nil, nil, closed),
 				call(errBackend, errBackend, closed),
 				call(nil, nil, closed),
-				call(errBackend, errBackend, open), // 3 of 5
+				call(errBackend, errBackend, open), // 3 of 5: above the rate
+			},
+		},
+		{
+			// The in-a-row rule cannot open it here, nor can the
+			// failures before the threshold: only the rate, reached
+			// exactly, does.
+			name:     "failing every other call opens exactly at the rate",
+			settings: breaker.Settings{FailureThreshold: 2, FailureRate: 0.5},
+			steps: []step{
+				call(nil, nil, closed),
+				call(errBackend, errBackend, closed), // 1 of 2: under the threshold
+				call(nil, nil, closed),
+				call(errBackend, errBackend, open), // 2 of 4: at the rate, 1 in a row
 			},
 		},
 		{
@@ -228,7 +241,7 @@ func TestBreakerScenarios(t *testing.T) {
 				call(nil, nil, closed),
 				call(nil, nil, closed),
 				call(errBackend, errBackend, closed), // 2 of 5
-				call(errBackend, errBackend, open),   // 3 of 6: at the rate
+				call(errBackend, errBackend, open),   // 3 of 6: at the rate, and 2 in a row
 			},
 		},
 		{
