@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -58,7 +59,13 @@ func newFixtureWith(t *testing.T, lopts ledger.Options, opts committer.Options) 
 	f := &fixture{l: l, reg: prometheus.NewRegistry()}
 	opts.Ledger = l
 	opts.Registerer = f.reg
+	// A test's own Announce runs first, so that it can hold an
+	// announcement: the receipts count as announced once it returns.
+	hold := opts.Announce
 	opts.Announce = func(rs []*ledger.Receipt) {
+		if hold != nil {
+			hold(rs)
+		}
 		f.mu.Lock()
 		f.announced = append(f.announced, rs...)
 		f.mu.Unlock()
@@ -258,6 +265,59 @@ func TestAnnounceInSeqOrder(t *testing.T) {
 			t.Fatalf("announced receipt %d has seq %d, want %d: announcements out of order", i, r.Seq, i+1)
 		}
 	}
+}
+
+// TestAnnounceBeforePass pins the order of announce and pass: a committer
+// announces its group's receipts while it still holds the commit turn, so
+// no later group commits, let alone is announced, during an announcement.
+// Seq 1's announcement is held until every other goroutine is blocked
+// (synctest.Wait): had its committer passed the turn first, the other
+// committer would by then have committed seq 2 and announced it.
+// TestAnnounceInSeqOrder catches a swap only when a whole commit happens
+// to fit between the two calls.
+func TestAnnounceBeforePass(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		entered, release := make(chan struct{}), make(chan struct{})
+		f := newFixture(t, committer.Options{
+			Committers: 2,
+			MaxBatch:   1,
+			Announce: func(rs []*ledger.Receipt) {
+				if rs[0].Seq == 1 {
+					close(entered)
+					<-release
+				}
+			},
+		})
+		first := f.mustSubmit(t, issue("a", 1))
+		<-entered
+		second := f.mustSubmit(t, issue("b", 1))
+		synctest.Wait()
+		f.mu.Lock()
+		early := seqs(f.announced)
+		f.mu.Unlock()
+		if len(early) > 0 {
+			t.Errorf("receipts %v announced while seq 1's announcement was under way, want none: the turn was passed before announcing", early)
+		}
+		close(release)
+		for _, ch := range []<-chan outcome{first, second} {
+			if o := wait(t, ch); o.err != nil || o.res.Receipt == nil {
+				t.Errorf("op = %+v, want committed", o)
+			}
+		}
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if got, want := seqs(f.announced), []uint64{1, 2}; !slices.Equal(got, want) {
+			t.Errorf("announced seqs %v, want %v", got, want)
+		}
+	})
+}
+
+func seqs(rs []*ledger.Receipt) []uint64 {
+	var out []uint64
+	for _, r := range rs {
+		out = append(out, r.Seq)
+	}
+	return out
 }
 
 func TestQueueFullIsBusy(t *testing.T) {
