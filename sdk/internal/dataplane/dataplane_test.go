@@ -554,6 +554,87 @@ func TestFlowControl(t *testing.T) {
 	}
 }
 
+// TestFlowControlUnevenChunks checks that a handler never has more of its
+// response sent than its window while the host grants none of it back,
+// when the pieces it flushes do not divide the window: the last piece
+// that fits leaves some credit, too little for the next, which must wait
+// for more rather than overrun the window.
+func TestFlowControlUnevenChunks(t *testing.T) {
+	const (
+		// window is below wire.ResponseWindow, all that the host holds
+		// a plugin to whatever window the request named, so that an
+		// overrun is the plugin's count's to catch rather than a breach
+		// the host cancels the request for.
+		window = 64 << 10
+		chunk  = 3000 // 21 fit in the window, leaving 2,536 bytes of credit
+		total  = 100 * chunk
+		fits   = window / chunk * chunk
+	)
+	var sent atomic.Int64 // the bytes of the Flushes that have returned
+	writers := make(chan http.ResponseWriter, 1)
+	finished := make(chan error, 1)
+	p := servePlane(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writers <- w
+		b := pattern(total)
+		for len(b) > 0 {
+			if _, err := w.Write(b[:chunk]); err != nil {
+				finished <- err
+				return
+			}
+			w.(http.Flusher).Flush()
+			sent.Add(chunk)
+			b = b[chunk:]
+		}
+		finished <- nil
+	}))
+	resp, err := p.tr.RoundTrip(t.Context(), &host.Request{Method: "GET", Path: "/", Streaming: true, Window: window})
+	if err != nil {
+		t.Fatalf("RoundTrip() = %v", err)
+	}
+	defer resp.Close()
+	w := await(t, writers, "the handler to start")
+
+	// The host reads nothing, so it grants nothing: once the handler has
+	// waited for credit, it waits for good, and what it sent before is
+	// all it sends.
+	for deadline := time.Now().Add(waitTime); !dataplane.WaitedForCredit(w); time.Sleep(time.Millisecond) {
+		select {
+		case err := <-finished:
+			t.Fatalf("handler finished (%v) having sent %d bytes to a host that reads nothing, want it stalled by its %d-byte window",
+				err, sent.Load(), window)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("handler sent %d bytes in %d-byte chunks and did not wait for credit within %v, want it stalled by its %d-byte window",
+				sent.Load(), chunk, waitTime, window)
+		}
+	}
+	if n := sent.Load(); n > window {
+		t.Fatalf("plugin sent %d bytes with none granted back, want at most its %d-byte window", n, window)
+	} else if n != fits {
+		t.Errorf("plugin sent %d bytes before it waited for credit, want the %d of the %d-byte chunks its %d-byte window holds",
+			n, fits, chunk, window)
+	}
+
+	var got []byte
+	for {
+		b, err := resp.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("Next() after %d bytes = %v", len(got), err)
+		}
+		got = append(got, b...)
+	}
+	if !bytes.Equal(got, pattern(total)) {
+		t.Errorf("host read %d bytes, want the %d written, intact", len(got), total)
+	}
+	if err := await(t, finished, "the handler to finish"); err != nil {
+		t.Errorf("handler's Write() = %v once the host read, want nil", err)
+	}
+}
+
 // streamUntilFail is a handler that streams until a write fails, as one
 // that ignores its context would, and reports the write's error and its
 // context's once that has ended. It gives up after waitTime, so that a broken data plane fails
