@@ -14,15 +14,19 @@ import (
 )
 
 // Bounds of the discard after an early answer, as nginx's lingering
-// close: a client that sends its whole body before it reads (and most do,
-// net/http's client among them when the body is large) sees a
-// connection reset instead of the answer when the host closes with its
-// body still arriving, because the reset throws away what the client's
-// kernel had received. The bounds keep an attacker from holding the
-// connection open with an endless body.
-const (
-	lingerTime  = 5 * time.Second
-	lingerBytes = 64 << 20
+// close (lingering_timeout, lingering_time): a client that sends its
+// whole body before it reads (and most do, net/http's client among them
+// when the body is large) sees a connection reset instead of the answer
+// when the host closes with its body still arriving, because the reset
+// throws away what the client's kernel had received. The discard goes on
+// while the body keeps arriving, with no gap over lingerTimeout, so that
+// a slow or busy client still reads the answer; lingerTime and
+// lingerBytes keep an attacker from holding the connection open with an
+// endless body. Variables, not constants, so that tests can shorten them.
+var (
+	lingerTimeout       = 5 * time.Second
+	lingerTime          = 30 * time.Second
+	lingerBytes   int64 = 64 << 20
 )
 
 // firstPiece is the size of a body's first piece when it may be larger.
@@ -234,7 +238,8 @@ func (w *earlyAnswer) Write(b []byte) (int, error) {
 func (w *earlyAnswer) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // linger sends the answer written so far and then reads and discards
-// what is left of body, for at most lingerTime and lingerBytes, so that a
+// what is left of body while it keeps arriving (no gap over
+// lingerTimeout), for at most lingerTime and lingerBytes, so that a
 // client still sending receives the answer rather than a reset. net/http
 // closes the connection afterwards unless the body ended.
 func linger(w http.ResponseWriter, body io.Reader) {
@@ -242,6 +247,18 @@ func linger(w http.ResponseWriter, body io.Reader) {
 	if rc.Flush() != nil {
 		return
 	}
-	_ = rc.SetReadDeadline(time.Now().Add(lingerTime))
-	_, _ = io.CopyN(io.Discard, body, lingerBytes)
+	end := time.Now().Add(lingerTime)
+	buf := make([]byte, 32<<10)
+	for left := lingerBytes; left > 0; {
+		deadline := time.Now().Add(lingerTimeout)
+		if deadline.After(end) {
+			deadline = end
+		}
+		_ = rc.SetReadDeadline(deadline)
+		n, err := body.Read(buf[:min(int64(len(buf)), left)])
+		left -= int64(n)
+		if err != nil {
+			return
+		}
+	}
 }

@@ -373,6 +373,14 @@ func (g *Ingress) forwardTo(w http.ResponseWriter, r *http.Request, e *entry, re
 	charge := e.bodies.newCharge(r.RemoteAddr, e.metrics.bodyBytes)
 	defer charge.release()
 	body, err := receiveBody(w, r, maxBody, charge, bound, clientShare(bound, limits.MaxBodyBytes))
+	if r.Body != nil && r.Body != http.NoBody && limits.WriteTimeout > 0 {
+		// The server's write deadline runs from the request's head, and
+		// the body may have taken most of it to arrive: the answer,
+		// whether the plugin's or a refusal of the body, gets the whole
+		// write timeout from now, as an answer to a request without a
+		// body gets it from its head.
+		_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(limits.WriteTimeout))
+	}
 	if err != nil {
 		var mbe *http.MaxBytesError
 		switch {

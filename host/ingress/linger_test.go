@@ -1,0 +1,71 @@
+package ingress_test
+
+import (
+	"bytes"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/plughost/plughost/host/ingress"
+)
+
+// TestLingerFollowsProgress checks that the discard after an early answer
+// goes on while the body keeps arriving, as nginx's lingering_timeout
+// does, rather than for a fixed time: a client that sends its body in
+// pieces, never pausing for the linger timeout but for longer than it in
+// all, and reads only when it has sent everything, still reads the 413.
+func TestLingerFollowsProgress(t *testing.T) {
+	const (
+		timeout = time.Second
+		pieces  = 30
+		gap     = 100 * time.Millisecond // pieces × gap is 3 × timeout
+	)
+	ingress.SetLinger(t, timeout, time.Minute)
+	f := newFixture(t, ingress.Limits{MaxBodyBytes: 1 << 10, RequestTimeout: 30 * time.Second, BodyTimeout: 30 * time.Second}, faulty())
+
+	conn := f.dialRaw(t)
+	piece := bytes.Repeat([]byte("p"), 4<<10)
+	if _, err := fmt.Fprintf(conn, "POST /faulty/echo HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n", pieces*len(piece)); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	for i := range pieces {
+		if _, err := conn.Write(piece); err != nil {
+			t.Fatalf("piece %d of the body, %v after the head: %v (the host stopped reading)", i, time.Since(start), err)
+		}
+		time.Sleep(gap) // the client's pace, not a condition
+	}
+	if r := readResponse(t, conn); r.code != http.StatusRequestEntityTooLarge || r.errorCode() != "body_too_large" {
+		t.Errorf("POST of %d bytes over %v in pieces %v apart, read after sending = %d %s, want 413 body_too_large",
+			pieces*len(piece), time.Since(start), gap, r.code, r.body)
+	}
+}
+
+// TestAnswerAfterSlowBody checks that a body that takes longer than the
+// server's write timeout to arrive still gets its answer: the write
+// deadline runs from when the body is in, not from the request's head.
+// The answer here is the 413 of a chunked body that passes the cap only
+// after the write timeout.
+func TestAnswerAfterSlowBody(t *testing.T) {
+	const writeTimeout = 500 * time.Millisecond
+	f := newFixture(t, ingress.Limits{MaxBodyBytes: 1 << 10, RequestTimeout: 100 * time.Millisecond, BodyTimeout: 30 * time.Second, WriteTimeout: writeTimeout}, faulty())
+	srv := httptest.NewUnstartedServer(f.g)
+	srv.Config.WriteTimeout = writeTimeout
+	srv.Start()
+	t.Cleanup(srv.Close)
+	f.srv = srv
+
+	conn := f.dialRaw(t)
+	if _, err := fmt.Fprintf(conn, "POST /faulty/echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n200\r\n%s\r\n", bytes.Repeat([]byte("a"), 0x200)); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * writeTimeout) // the write timeout passes: the condition itself
+	if _, err := fmt.Fprintf(conn, "800\r\n%s\r\n0\r\n\r\n", bytes.Repeat([]byte("b"), 0x800)); err != nil {
+		t.Fatal(err)
+	}
+	if r := readResponse(t, conn); r.code != http.StatusRequestEntityTooLarge || r.errorCode() != "body_too_large" {
+		t.Errorf("chunked POST passing the 1 KiB cap %v after its head = %d %s, want 413 body_too_large", 2*writeTimeout, r.code, r.body)
+	}
+}
