@@ -323,10 +323,11 @@ func TestBodyMemoryBound(t *testing.T) {
 
 	body := bytes.Repeat([]byte("m"), maxBody)
 	var (
-		wg    sync.WaitGroup
-		mu    sync.Mutex
-		codes = map[int]int{}
-		errs  = map[string]int{}
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		codes   = map[int]int{}
+		errs    = map[string]int{}
+		retries int
 	)
 	// The clients come from eight loopback addresses (Linux routes all of
 	// 127/8 to lo): one address may hold only a quarter of the budget.
@@ -337,38 +338,53 @@ func TestBodyMemoryBound(t *testing.T) {
 		t.Cleanup(cl.CloseIdleConnections)
 		cls = append(cls, cl)
 	}
+	// post sends one body and returns the answer's status, sending it
+	// again after a failure in transport. The 500 clients are part of
+	// the load: on a busy machine one may be held off the CPU past the
+	// host's read timeout, or be writing its body when the host, having
+	// answered 429 early, closes the connection; a client then sends
+	// again, as this one does. What the test checks is what the host
+	// answers and the memory it holds, not the clients' luck.
+	post := func(cl *http.Client) int {
+		const attempts = 20
+		for range attempts {
+			req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, h.ingress+"/bodies/sum", bytes.NewReader(body))
+			if err != nil {
+				return 0
+			}
+			resp, err := cl.Do(req)
+			if err == nil {
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				return resp.StatusCode
+			}
+			mu.Lock()
+			errs[err.Error()]++
+			retries++
+			mu.Unlock()
+			if t.Context().Err() != nil {
+				return 0
+			}
+		}
+		return 0
+	}
 	for i := range clients {
 		cl := cls[i%len(cls)]
 		wg.Go(func() {
 			for range 2 {
-				req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, h.ingress+"/bodies/sum", bytes.NewReader(body))
-				if err != nil {
-					return
-				}
-				code := 0
-				resp, err := cl.Do(req)
-				if err == nil {
-					_, _ = io.Copy(io.Discard, resp.Body)
-					resp.Body.Close()
-					code = resp.StatusCode
-				}
+				code := post(cl)
 				mu.Lock()
 				codes[code]++
-				if err != nil {
-					errs[err.Error()]++
-				}
 				mu.Unlock()
 			}
 		})
 	}
 	wg.Wait()
-	// A request that fails in transport on a loaded machine (rare) is
-	// reported, not failed: what this test checks is memory.
-	if failed := codes[0]; failed > 0 {
-		t.Logf("%d requests failed in transport: %v", failed, errs)
+	if retries > 0 {
+		t.Logf("%d sends failed in transport and were sent again: %v", retries, errs)
 	}
-	if codes[http.StatusOK] == 0 || codes[http.StatusOK]+codes[http.StatusTooManyRequests]+codes[0] != 2*clients || codes[0] > 2*clients/100 {
-		t.Errorf("answers to %d POST /bodies/sum of %d bytes = %v (errors %v), want only 200 and 429, some 200", 2*clients, maxBody, codes, errs)
+	if codes[http.StatusOK] == 0 || codes[http.StatusOK]+codes[http.StatusTooManyRequests] != 2*clients {
+		t.Errorf("answers to %d POST /bodies/sum of %d bytes = %v (0: failed in transport 20 times; errors %v), want only 200 and 429, some 200", 2*clients, maxBody, codes, errs)
 	}
 	live := float64(maxInflight*maxBody) / (1 << 20)
 	hostGain, pluginGain := procMB(t, hostPid, "VmHWM")-hostBase, procMB(t, pluginPid, "VmHWM")-pluginBase
