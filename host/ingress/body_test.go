@@ -158,26 +158,41 @@ func (f *fixture) bodyBytes(plugin string) int {
 // pieces, not by the length it claims.
 func TestBodyBudget(t *testing.T) {
 	const maxBody = 64 << 10
+	// The ingress cuts a request off at its request timeout, which so
+	// bounds each wait below for one to end.
+	const requestTimeout = 30 * time.Second
 	fs := faulty()
 	fs.maxInflight = 1 // the budget: 1 × 64 KiB
-	f := newFixture(t, ingress.Limits{MaxBodyBytes: maxBody, RequestTimeout: 30 * time.Second, BodyTimeout: 30 * time.Second}, fs)
+	f := newFixture(t, ingress.Limits{MaxBodyBytes: maxBody, RequestTimeout: requestTimeout, BodyTimeout: 30 * time.Second}, fs)
 
 	// 10 KiB of a declared 64 KiB arrive: pieces of 4, 4 and 8 KiB, the
 	// last partly filled, hold 16 KiB.
 	conn := f.startSlowBody(t, "127.0.0.1", maxBody, 10<<10)
 	waitFor(t, 10*time.Second, "the slow body's pieces to be charged", func() bool { return f.bodyBytes("faulty") == 16<<10 })
+	// A request gives its slot and its body's charge back when it ends,
+	// which may be after its client has read the whole answer: each
+	// check below starts once the requests before it have ended, so that
+	// the slow body alone holds the budget.
+	slowBodyAlone := func(after string) {
+		t.Helper()
+		waitFor(t, requestTimeout, "the budget to hold only the slow body's 16 KiB after "+after, func() bool {
+			return f.inflight("faulty") == 0 && f.bodyBytes("faulty") == 16<<10
+		})
+	}
 
 	// Another client's 40 KiB fits beside it (16 + 40 <= 64 KiB).
 	other := bytes.Repeat([]byte("b"), 40<<10)
 	if r := f.postFrom(t, "127.0.0.2", "/faulty/echo", other); r.code != http.StatusOK || r.body != string(other) {
 		t.Errorf("POST /faulty/echo with 40 KiB beside a slow body holding 16 KiB = %d %.100s, want 200 and its body", r.code, r.body)
 	}
+	slowBodyAlone("the 40 KiB request")
 	// 50 KiB does not.
 	r := f.postFrom(t, "127.0.0.2", "/faulty/echo", bytes.Repeat([]byte("b"), 50<<10))
 	if r.code != http.StatusTooManyRequests || r.errorCode() != "busy" || !strings.Contains(r.body, fmt.Sprint(maxBody)) || r.header.Get("Retry-After") == "" {
 		t.Errorf("POST /faulty/echo with 50 KiB beside a slow body holding 16 KiB = %d %s (Retry-After %q), want 429 busy naming %d bytes with Retry-After",
 			r.code, r.body, r.header.Get("Retry-After"), maxBody)
 	}
+	slowBodyAlone("the refused 50 KiB request")
 	// The rest of the slow body arrives: it is answered, and frees the
 	// budget.
 	if _, err := conn.Write(bytes.Repeat([]byte("a"), maxBody-10<<10)); err != nil {
@@ -186,9 +201,9 @@ func TestBodyBudget(t *testing.T) {
 	if r := readResponse(t, conn); r.code != http.StatusOK || len(r.body) != maxBody {
 		t.Errorf("the slow POST /faulty/echo = %d with %d bytes, want 200 with %d", r.code, len(r.body), maxBody)
 	}
-	// The handler gives the budget back when it returns, a moment after
-	// the client has read its answer.
-	waitFor(t, 10*time.Second, "the budget to be given back", func() bool { return f.bodyBytes("faulty") == 0 })
+	waitFor(t, requestTimeout, "the slow request to end and give the budget back", func() bool {
+		return f.inflight("faulty") == 0 && f.bodyBytes("faulty") == 0
+	})
 	if r := f.postFrom(t, "127.0.0.2", "/faulty/echo", bytes.Repeat([]byte("b"), 50<<10)); r.code != http.StatusOK {
 		t.Errorf("POST /faulty/echo with 50 KiB once the budget is free = %d %s, want 200", r.code, r.body)
 	}
@@ -199,9 +214,12 @@ func TestBodyBudget(t *testing.T) {
 // max_body_bytes), so that other clients' bodies still fit.
 func TestBodyClientShare(t *testing.T) {
 	const maxBody = 64 << 10
+	// The ingress cuts a request off at its request timeout, which so
+	// bounds each wait below for one to end.
+	const requestTimeout = 30 * time.Second
 	fs := faulty()
 	fs.maxInflight = 8 // the budget: 8 × 64 KiB = 512 KiB; a client's share 128 KiB
-	f := newFixture(t, ingress.Limits{MaxBodyBytes: maxBody, RequestTimeout: 30 * time.Second, BodyTimeout: 30 * time.Second}, fs)
+	f := newFixture(t, ingress.Limits{MaxBodyBytes: maxBody, RequestTimeout: requestTimeout, BodyTimeout: 30 * time.Second}, fs)
 
 	// Two slow bodies from 127.0.0.1 that have sent 48 KiB each hold
 	// pieces of 4 + 4 + 8 + 16 + 32 = 64 KiB each: the share.
@@ -214,8 +232,12 @@ func TestBodyClientShare(t *testing.T) {
 	if r.code != http.StatusTooManyRequests || r.errorCode() != "busy" || !strings.Contains(r.body, "this client") || !strings.Contains(r.body, fmt.Sprint(2*maxBody)) {
 		t.Errorf("POST /faulty/echo from the client holding its share = %d %s, want 429 busy naming this client's share of %d bytes", r.code, r.body, 2*maxBody)
 	}
-	// Another address still has room: most of the budget is free.
+	// Another address still has room: most of the budget is free. Each
+	// body from it is checked once the one before it has ended and given
+	// back its charge (a request may end after its client has read the
+	// answer), so that the slow bodies alone hold the budget.
 	for range 3 {
+		waitFor(t, requestTimeout, "the budget to hold only the slow bodies", func() bool { return f.bodyBytes("faulty") == 2*maxBody })
 		body := bytes.Repeat([]byte("d"), 60<<10)
 		if r := f.postFrom(t, "127.0.0.2", "/faulty/echo", body); r.code != http.StatusOK || r.body != string(body) {
 			t.Errorf("POST /faulty/echo with 60 KiB from another address = %d %.100s, want 200 and its body", r.code, r.body)
