@@ -143,6 +143,12 @@ func TestExitDuringStart(t *testing.T) {
 // The wallet's storage faults (issue 12): tests with the real host and
 // wallet binaries that damage, fill and stall the wallet's data dir.
 
+// hangGuard bounds the storage tests' waits that end on what the wallet
+// did (a checkpoint committed, a scrub pass completed),
+// not on how long it took: far beyond the work, so that only a stuck
+// wallet reaches it, however busy the machine.
+const hangGuard = 2 * time.Minute
+
 // storageStatus is the part of GET /v1/plugins the storage tests read.
 type storageStatus struct {
 	Name         string `json:"name"`
@@ -692,8 +698,9 @@ func TestStorageStall(t *testing.T) {
 
 // TestStorageScrubber flips a byte of a stored value in wallet.db under
 // the running, idle wallet: the scrubber finds it (store_corruption_total
-// >= 1), the wallet turns degraded with a reason that says its storage
-// is corrupt, /readyz/wallet answers 503, and POSTs are refused.
+// >= 1) within a pass over the file that began after the flip, the
+// wallet turns degraded with a reason that says its storage is corrupt,
+// /readyz/wallet answers 503, and POSTs are refused.
 func TestStorageScrubber(t *testing.T) {
 	data := t.TempDir()
 	h := startHost(t, withDataDir(t, baseConfig("2s"), data)+walletBlock(""))
@@ -709,26 +716,36 @@ func TestStorageScrubber(t *testing.T) {
 	for i := range 20 {
 		walletIssue(t, h, fmt.Sprintf("scrub-after-%d", i), fmt.Sprintf("scrub-%02d", i%8), 10)
 	}
-	// Idle: the groups reach the bbolt file with the next checkpoint,
-	// which the committer runs once the oldest group is due.
-	db := filepath.Join(data, "wallet", "wallet.db")
-	var offs []int
-	waitFor(t, 30*time.Second, "the target account to be in wallet.db", func() bool {
-		b, err := os.ReadFile(db)
-		if err != nil {
-			t.Fatal(err)
-		}
-		offs = offs[:0]
-		for i := 0; ; {
-			j := bytes.Index(b[i:], []byte(target))
-			if j < 0 {
-				break
-			}
-			offs = append(offs, i+j)
-			i += j + len(target)
-		}
-		return len(offs) > 0
+	// Idle: the groups reach the bbolt file with the checkpoints the
+	// committer runs once the oldest group is due. Flip only once the
+	// last of them has committed: a checkpoint still under way may
+	// rewrite the target's leaf copy-on-write after the file is read (or
+	// hold it in memory, read before the flip), and the live page would
+	// then be one the flip never touched. With nothing in the log and no
+	// checkpoint running, an idle wallet writes nothing more (the test
+	// sends nothing, an idle sweep logs no group): the file read is the
+	// file the scrubber reads.
+	waitFor(t, hangGuard, "the checkpoints to write every group into wallet.db (wallet_checkpoint_lag_seconds 0)", func() bool {
+		v, ok := h.metric(`wallet_checkpoint_lag_seconds{plugin="wallet"}`)
+		return ok && v == 0
 	})
+	db := filepath.Join(data, "wallet", "wallet.db")
+	b, err := os.ReadFile(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var offs []int
+	for i := 0; ; {
+		j := bytes.Index(b[i:], []byte(target))
+		if j < 0 {
+			break
+		}
+		offs = append(offs, i+j)
+		i += j + len(target)
+	}
+	if len(offs) == 0 {
+		t.Fatalf("%q is not in wallet.db with every group checkpointed", target)
+	}
 	if v, ok := h.metric(`store_corruption_total{plugin="wallet"}`); !ok || v != 0 {
 		t.Fatalf(`store_corruption_total{plugin="wallet"} before the flip = %v (present %t), want 0`, v, ok)
 	}
@@ -741,10 +758,26 @@ func TestStorageScrubber(t *testing.T) {
 	}
 	t.Logf("flipped a byte in %d copies of %q in wallet.db", len(offs), target)
 
-	waitFor(t, 30*time.Second, "store_corruption_total >= 1", func() bool {
-		v, ok := h.metric(`store_corruption_total{plugin="wallet"}`)
-		return ok && v >= 1
+	// The pass under way may have checked the target before the flip;
+	// the one after it began after the flip, and must find it.
+	passes := func() float64 {
+		v, ok := h.metric(`wallet_scrub_passes_total{plugin="wallet"}`)
+		if !ok {
+			t.Fatal(`no wallet_scrub_passes_total{plugin="wallet"}`)
+		}
+		return v
+	}
+	corruption := func() float64 {
+		v, _ := h.metric(`store_corruption_total{plugin="wallet"}`)
+		return v
+	}
+	flipped := passes()
+	waitFor(t, hangGuard, "the scrubber to find the damage or complete a pass begun after the flip", func() bool {
+		return corruption() >= 1 || passes() >= flipped+2
 	})
+	if v := corruption(); v < 1 {
+		t.Fatalf("store_corruption_total = %v after the scrubber completed %v passes over wallet.db since the flip, the last begun after it; want >= 1", v, passes()-flipped)
+	}
 	var st storageStatus
 	waitFor(t, 10*time.Second, "the wallet to be degraded, storage corrupt", func() bool {
 		st = storageStatusOf(t, h, "wallet")
