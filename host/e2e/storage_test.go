@@ -13,7 +13,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -142,6 +144,12 @@ func TestExitDuringStart(t *testing.T) {
 
 // The wallet's storage faults (issue 12): tests with the real host and
 // wallet binaries that damage, fill and stall the wallet's data dir.
+
+// hangGuard bounds the storage tests' waits that end on what the wallet
+// did (a checkpoint committed, a scrub pass completed, a start ended),
+// not on how long it took: far beyond the work, so that only a stuck
+// wallet reaches it, however busy the machine.
+const hangGuard = 2 * time.Minute
 
 // storageStatus is the part of GET /v1/plugins the storage tests read.
 type storageStatus struct {
@@ -313,31 +321,72 @@ func TestStorageCorruptRefuses(t *testing.T) {
 
 	// Sequential transfers, one log record each, until the newest
 	// generation holds at least 4 records: the flipped byte is in its
-	// first, and acknowledged ones follow it.
+	// first group's record, and acknowledged ones follow it. Once the
+	// oldest group is due, the checkpointer may start the next
+	// generation at any moment (its start record is then the newest
+	// generation's only record), so the records are counted with the
+	// wallet stopped (SIGSTOP, every thread seen stopped), and the wallet
+	// never runs again before the kill. If the stopped wallet's log holds
+	// fewer, it continues and more transfers follow. A checkpoint the
+	// stop froze midway changes nothing the test asserts: one that has
+	// started the next generation shows it as the newest, with 1 record,
+	// so the wallet is not killed then; one still writing the generation
+	// before into wallet.db has not marked it written, so the next start
+	// replays that generation's log, intact, before it meets the damaged
+	// one, and refuses there.
 	dir := filepath.Join(data, "wallet")
+	wallet := h.plugins()["wallet"].Pid
+	stopped := false
+	t.Cleanup(func() {
+		if stopped { // the test failed with it stopped: let it die with its host
+			_ = syscall.Kill(wallet, syscall.SIGCONT)
+		}
+	})
 	w0 := ws[0]
 	rng := rand.New(rand.NewPCG(99, 99))
-	waitFor(t, 20*time.Second, "the newest log generation to hold 4 records", func() bool {
-		if _, offs := newestWAL(t, dir); len(offs) >= 4 {
-			return true
+	var file string
+	var offs []int64
+	const maxTransfers = 2000 // a bound on the work, not on its time
+	transfers, stops := 0, 0
+	for {
+		if _, peek := newestWAL(t, dir); len(peek) >= 4 {
+			stopProcess(t, wallet)
+			stopped = true
+			stops++
+			if file, offs = newestWAL(t, dir); len(offs) >= 4 {
+				break
+			}
+			if err := syscall.Kill(wallet, syscall.SIGCONT); err != nil {
+				t.Fatalf("continue the wallet (pid %d): %v", wallet, err)
+			}
+			stopped = false
+		}
+		if transfers == maxTransfers {
+			t.Fatalf("the newest log generation never held 4 records, with the wallet stopped, in %d sequential transfers (%d stops)", transfers, stops)
 		}
 		if err := w0.run(t.Context(), client, func() string { return h.ingress + "/wallet/v1/transfer" }, rng, accounts, 100, 1, never, func(ackedTransfer) {}); err != nil {
 			t.Fatal(err)
 		}
-		return false
-	})
+		transfers++
+	}
+	t.Logf("with the wallet stopped, %s holds %d records of the newest generation (%d sequential transfers, %d stops)", filepath.Base(file), len(offs), transfers, stops)
 
-	pid := h.plugins()["wallet"].Pid
 	h.signal(syscall.SIGKILL)
 	if _, ok := h.waitExit(5 * time.Second); !ok {
 		t.Fatal("host still running 5s after SIGKILL")
 	}
-	if !waitGone(pid, 5*time.Second) {
-		t.Fatalf("wallet (pid %d) still alive 5s after kill -9 of the host", pid)
+	// The kernel kills the stopped wallet with its host (the plugins'
+	// parent-death signal is SIGKILL, which a stopped process does not
+	// hold off); kill it here too, where there is no such signal.
+	if err := syscall.Kill(wallet, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+		t.Fatalf("kill -9 the stopped wallet (pid %d): %v", wallet, err)
 	}
-	file, offs := newestWAL(t, dir)
-	if len(offs) < 4 {
-		t.Fatalf("newest log generation %s holds %d records after the kill, want >= 4 (a checkpoint ran in between?)", file, len(offs))
+	stopped = false
+	if !waitGone(wallet, 5*time.Second) {
+		t.Fatalf("wallet (pid %d) still alive 5s after kill -9 of the host and of itself", wallet)
+	}
+	if f, o := newestWAL(t, dir); f != file || !slices.Equal(o, offs) {
+		t.Fatalf("the log changed after the wallet was stopped: its newest generation was in %s with %d records, after the kill in %s with %d", filepath.Base(file), len(offs), filepath.Base(f), len(o))
 	}
 	// Record 0 is the generation's start record; 20 bytes into record 1
 	// is its first entry byte (after its length, checksum, generation and
@@ -348,10 +397,13 @@ func TestStorageCorruptRefuses(t *testing.T) {
 
 	h = startHost(t, cfg)
 	var st storageStatus
-	waitFor(t, 30*time.Second, "the wallet to be failed", func() bool {
+	waitFor(t, hangGuard, "the wallet's start to end, failed or ready", func() bool {
 		st = storageStatusOf(t, h, "wallet")
-		return st.State == "failed"
+		return st.State == "failed" || st.State == "ready"
 	})
+	if st.State != "failed" {
+		t.Fatalf("wallet = %s after its start on a log with a damaged record 1 and records 2 to %d after it, want failed", st.State, len(offs)-1)
+	}
 	prefix := "storage corrupt: " + filepath.Base(file) + " record "
 	if !strings.HasPrefix(st.LastError, prefix) || !regexp.MustCompile(`record \d+ at offset \d+: `).MatchString(st.LastError) {
 		t.Errorf("wallet last_error = %q, want it to start %q and name the record and offset", st.LastError, prefix)
@@ -692,8 +744,9 @@ func TestStorageStall(t *testing.T) {
 
 // TestStorageScrubber flips a byte of a stored value in wallet.db under
 // the running, idle wallet: the scrubber finds it (store_corruption_total
-// >= 1), the wallet turns degraded with a reason that says its storage
-// is corrupt, /readyz/wallet answers 503, and POSTs are refused.
+// >= 1) within a pass over the file that began after the flip, the
+// wallet turns degraded with a reason that says its storage is corrupt,
+// /readyz/wallet answers 503, and POSTs are refused.
 func TestStorageScrubber(t *testing.T) {
 	data := t.TempDir()
 	h := startHost(t, withDataDir(t, baseConfig("2s"), data)+walletBlock(""))
@@ -709,26 +762,36 @@ func TestStorageScrubber(t *testing.T) {
 	for i := range 20 {
 		walletIssue(t, h, fmt.Sprintf("scrub-after-%d", i), fmt.Sprintf("scrub-%02d", i%8), 10)
 	}
-	// Idle: the groups reach the bbolt file with the next checkpoint,
-	// which the committer runs once the oldest group is due.
-	db := filepath.Join(data, "wallet", "wallet.db")
-	var offs []int
-	waitFor(t, 30*time.Second, "the target account to be in wallet.db", func() bool {
-		b, err := os.ReadFile(db)
-		if err != nil {
-			t.Fatal(err)
-		}
-		offs = offs[:0]
-		for i := 0; ; {
-			j := bytes.Index(b[i:], []byte(target))
-			if j < 0 {
-				break
-			}
-			offs = append(offs, i+j)
-			i += j + len(target)
-		}
-		return len(offs) > 0
+	// Idle: the groups reach the bbolt file with the checkpoints the
+	// committer runs once the oldest group is due. Flip only once the
+	// last of them has committed: a checkpoint still under way may
+	// rewrite the target's leaf copy-on-write after the file is read (or
+	// hold it in memory, read before the flip), and the live page would
+	// then be one the flip never touched. With nothing in the log and no
+	// checkpoint running, an idle wallet writes nothing more (the test
+	// sends nothing, an idle sweep logs no group): the file read is the
+	// file the scrubber reads.
+	waitFor(t, hangGuard, "the checkpoints to write every group into wallet.db (wallet_checkpoint_lag_seconds 0)", func() bool {
+		v, ok := h.metric(`wallet_checkpoint_lag_seconds{plugin="wallet"}`)
+		return ok && v == 0
 	})
+	db := filepath.Join(data, "wallet", "wallet.db")
+	b, err := os.ReadFile(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var offs []int
+	for i := 0; ; {
+		j := bytes.Index(b[i:], []byte(target))
+		if j < 0 {
+			break
+		}
+		offs = append(offs, i+j)
+		i += j + len(target)
+	}
+	if len(offs) == 0 {
+		t.Fatalf("%q is not in wallet.db with every group checkpointed", target)
+	}
 	if v, ok := h.metric(`store_corruption_total{plugin="wallet"}`); !ok || v != 0 {
 		t.Fatalf(`store_corruption_total{plugin="wallet"} before the flip = %v (present %t), want 0`, v, ok)
 	}
@@ -741,10 +804,26 @@ func TestStorageScrubber(t *testing.T) {
 	}
 	t.Logf("flipped a byte in %d copies of %q in wallet.db", len(offs), target)
 
-	waitFor(t, 30*time.Second, "store_corruption_total >= 1", func() bool {
-		v, ok := h.metric(`store_corruption_total{plugin="wallet"}`)
-		return ok && v >= 1
+	// The pass under way may have checked the target before the flip;
+	// the one after it began after the flip, and must find it.
+	passes := func() float64 {
+		v, ok := h.metric(`wallet_scrub_passes_total{plugin="wallet"}`)
+		if !ok {
+			t.Fatal(`no wallet_scrub_passes_total{plugin="wallet"}`)
+		}
+		return v
+	}
+	corruption := func() float64 {
+		v, _ := h.metric(`store_corruption_total{plugin="wallet"}`)
+		return v
+	}
+	flipped := passes()
+	waitFor(t, hangGuard, "the scrubber to find the damage or complete a pass begun after the flip", func() bool {
+		return corruption() >= 1 || passes() >= flipped+2
 	})
+	if v := corruption(); v < 1 {
+		t.Fatalf("store_corruption_total = %v after the scrubber completed %v passes over wallet.db since the flip, the last begun after it; want >= 1", v, passes()-flipped)
+	}
 	var st storageStatus
 	waitFor(t, 10*time.Second, "the wallet to be degraded, storage corrupt", func() bool {
 		st = storageStatusOf(t, h, "wallet")
@@ -993,4 +1072,45 @@ func TestStorageRecoversWithoutWrites(t *testing.T) {
 	if r.code != http.StatusOK {
 		t.Errorf("POST after the recovery = %v, want 200", r)
 	}
+}
+
+// stopProcess sends SIGSTOP to pid and waits until each of its threads
+// has stopped: a write it had under way has then returned, and nothing
+// it does changes its files until SIGCONT or SIGKILL.
+func stopProcess(t *testing.T, pid int) {
+	t.Helper()
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatalf("stop pid %d: %v", pid, err)
+	}
+	waitFor(t, time.Minute, fmt.Sprintf("every thread of pid %d to stop", pid), func() bool {
+		return allStopped(t, pid)
+	})
+}
+
+// allStopped reports whether every thread of pid is stopped by a signal.
+func allStopped(t *testing.T, pid int) bool {
+	t.Helper()
+	if runtime.GOOS != "linux" {
+		out, err := exec.Command("ps", "-o", "state=", "-p", strconv.Itoa(pid)).Output()
+		if err != nil {
+			t.Fatalf("ps -p %d: %v", pid, err)
+		}
+		return strings.HasPrefix(strings.TrimSpace(string(out)), "T")
+	}
+	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", pid))
+	if err != nil || len(tasks) == 0 {
+		t.Fatalf("threads of pid %d: %v (%d found)", pid, err, len(tasks))
+	}
+	for _, path := range tasks {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			continue // the thread has exited
+		}
+		// The state follows the parenthesised command name.
+		s := string(b)
+		if i := strings.LastIndexByte(s, ')'); i < 0 || i+2 >= len(s) || s[i+2] != 'T' {
+			return false
+		}
+	}
+	return true
 }

@@ -325,7 +325,15 @@ func (w *wallet) configure(_ context.Context, rt *sdk.Runtime) (err error) {
 		Name: "store_corruption_total",
 		Help: "Damaged values or pages the ledger's store met while running (reads and the scrubber).",
 	}, func() float64 { return float64(l.Store().Corruptions()) })
-	for _, col := range []prometheus.Collector{lagged, eventsDropped, sweepers, corruption, depth("commit", cm.QueueLen), depth("events", events.Buffered)} {
+	checkpointLag := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "wallet_checkpoint_lag_seconds",
+		Help: "How long the oldest group not yet checkpointed into the ledger's bbolt file has waited in the write-ahead log; 0 exactly when none waits and no checkpoint is writing the file.",
+	}, func() float64 { return l.Store().CheckpointLag().Seconds() })
+	scrubPasses := prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "wallet_scrub_passes_total",
+		Help: "Passes of the scrubber over every value of the ledger's bbolt file completed.",
+	})
+	for _, col := range []prometheus.Collector{lagged, eventsDropped, sweepers, corruption, checkpointLag, scrubPasses, depth("commit", cm.QueueLen), depth("events", events.Buffered)} {
 		if err := rt.Registerer.Register(col); err != nil {
 			return fmt.Errorf("register metrics: %w", err)
 		}
@@ -349,7 +357,7 @@ func (w *wallet) configure(_ context.Context, rt *sdk.Runtime) (err error) {
 	sweeper := group.New(rt.Context(), group.Options{Logger: rt.Logger.Named("sweeper")})
 	sweepers.Inc()
 	sweeper.Go("idempotency-sweeper", func(ctx context.Context) error { return sweep(ctx, l, cm, rt.Logger) })
-	sweeper.Go("scrubber", func(ctx context.Context) error { return scrub(ctx, l, rt.Logger) })
+	sweeper.Go("scrubber", func(ctx context.Context) error { return scrub(ctx, l, scrubPasses, rt.Logger) })
 
 	w.running.Store(&running{logger: rt.Logger, ledger: l, committer: cm, api: a, sweeper: sweeper})
 	rt.Logger.Info("configured", "path", path, "seq", l.Seq(), "committers", s.committers,
@@ -388,9 +396,10 @@ func sweep(ctx context.Context, l *ledger.Ledger, cm *committer.Committer, logge
 }
 
 // scrub re-verifies the ledger file's checksums, scrubSlice values every
-// scrubInterval, until ctx ends. Damage makes the store refuse writes
-// (health turns degraded with the reason) and is logged once.
-func scrub(ctx context.Context, l *ledger.Ledger, logger hclog.Logger) error {
+// scrubInterval, until ctx ends, and counts the passes it completes over
+// the whole file. Damage makes the store refuse writes (health turns
+// degraded with the reason) and is logged once.
+func scrub(ctx context.Context, l *ledger.Ledger, passes prometheus.Counter, logger hclog.Logger) error {
 	t := time.NewTicker(scrubInterval)
 	defer t.Stop()
 	for {
@@ -399,7 +408,11 @@ func scrub(ctx context.Context, l *ledger.Ledger, logger hclog.Logger) error {
 			return nil
 		case <-t.C:
 		}
-		if _, err := l.Store().Scrub(scrubSlice); err != nil {
+		st, err := l.Store().Scrub(scrubSlice)
+		if st.Wrapped {
+			passes.Inc()
+		}
+		if err != nil {
 			if errors.Is(err, ledger.ErrCorrupt) {
 				logger.Error("scrubber found damaged storage; writes are refused", "error", err)
 				return nil

@@ -152,7 +152,10 @@ type DB struct {
 	// and the log's size, read by CheckpointDue without wmu.
 	first   atomic.Int64
 	logSize atomic.Int64
-	opened  time.Time // for clock
+	// frozenFirst is first of the generation frozen holds, for
+	// CheckpointLag: rotate stores it before frozen.
+	frozenFirst atomic.Int64
+	opened      time.Time // for clock
 
 	// omu guards the pointers db, ov and frozen and ov's contents:
 	// writers extend ov, rotate moves it to frozen, a checkpoint drops
@@ -589,6 +592,31 @@ func (d *DB) CheckpointIn() time.Duration {
 // checkpoint.
 func (d *DB) Pending() bool { return d.first.Load() != 0 || d.frozen.Load() != nil }
 
+// CheckpointLag returns how long the oldest group not yet in the bbolt
+// file has been waiting for a checkpoint: from its log record until the
+// checkpoint that writes it commits. It is zero exactly when Pending is
+// false, so that zero also means that no checkpoint is writing the file.
+// A lag well past Options.CheckpointInterval means checkpoints fail or
+// stall.
+func (d *DB) CheckpointLag() time.Duration {
+	// first before frozen, the reverse of rotate's stores (frozen, then
+	// first = 0): a checkpoint that rotates in between shows in frozen.
+	first := d.first.Load()
+	if d.frozen.Load() != nil {
+		// A checkpoint is under way. Its generation may hold no group
+		// (Close and Reopen checkpoint an empty one): pending even so.
+		if ff := d.frozenFirst.Load(); ff != 0 {
+			first = ff
+		} else if first == 0 {
+			return time.Nanosecond
+		}
+	}
+	if first == 0 {
+		return 0
+	}
+	return max(time.Duration(d.clock()-first), time.Nanosecond)
+}
+
 // Checkpoint writes the groups committed since the last checkpoint into
 // the bbolt file, in one bbolt transaction (bbolt's two fdatasyncs), so
 // that their log generation can be reused. Groups go on committing
@@ -664,6 +692,7 @@ func (d *DB) rotate() error {
 		}
 		return err
 	}
+	d.frozenFirst.Store(d.first.Load())
 	d.omu.Lock()
 	d.frozen.Store(d.ov)
 	d.ov = newOverlay(next, len(d.buckets))

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	bolt "go.etcd.io/bbolt"
@@ -166,4 +167,60 @@ func TestAscendChecksum(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestCheckpointLag follows one store through a checkpoint that has
+// rotated the log and not yet committed (Rotate): CheckpointLag counts
+// from the oldest group not in the bbolt file, its frozen generation's
+// first, through the rotation, while a newer group waits behind it; it
+// is zero exactly when Pending is false, once the last checkpoint has
+// committed.
+func TestCheckpointLag(t *testing.T) {
+	d, err := Open(filepath.Join(t.TempDir(), "s.db"), kvOpts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.Close() })
+	put := func(i int) time.Time {
+		t.Helper()
+		if err := d.Update(func(tx *Tx) error { return tx.Put(0, kvKey(i), scannedValue(i)) }); err != nil {
+			t.Fatal(err)
+		}
+		return time.Now()
+	}
+	// lagAtLeast checks that the lag is at least the time since since
+	// (taken after the group it counts from was logged).
+	lagAtLeast := func(step string, since time.Time) {
+		t.Helper()
+		least := time.Since(since)
+		if lag := d.CheckpointLag(); lag < least || !d.Pending() {
+			t.Errorf("%s: CheckpointLag() = %v, Pending() = %t; want at least %v, pending", step, lag, d.Pending(), least)
+		}
+	}
+	none := func(step string) {
+		t.Helper()
+		if lag := d.CheckpointLag(); lag != 0 || d.Pending() {
+			t.Errorf("%s: CheckpointLag() = %v, Pending() = %t; want 0, not pending", step, lag, d.Pending())
+		}
+	}
+
+	none("after Open")
+	first := put(0)
+	lagAtLeast("after a group", first)
+	if err := Rotate(d); err != nil {
+		t.Fatal(err)
+	}
+	lagAtLeast("during a checkpoint, after the rotation", first)
+	// The newer group's own age would be less than the time since first:
+	// the rotation and an fdatasync came in between.
+	second := put(1)
+	lagAtLeast("during a checkpoint, with a newer group", first)
+	if err := d.Checkpoint(); err != nil { // commits the frozen generation
+		t.Fatal(err)
+	}
+	lagAtLeast("with the newer group waiting", second)
+	if err := d.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	none("after the last checkpoint")
 }
