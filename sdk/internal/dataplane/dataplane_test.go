@@ -535,23 +535,7 @@ func TestFlowControl(t *testing.T) {
 	default:
 	}
 
-	var got []byte
-	for {
-		b, err := resp.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatalf("Next() after %d bytes = %v", len(got), err)
-		}
-		got = append(got, b...)
-	}
-	if !bytes.Equal(got, pattern(total)) {
-		t.Errorf("host read %d bytes, want the %d written, intact", len(got), total)
-	}
-	if err := await(t, finished, "the handler to finish"); err != nil {
-		t.Errorf("handler's Write() = %v once the host read, want nil", err)
-	}
+	readIntact(t, resp, total, finished)
 }
 
 // TestFlowControlUnevenChunks checks that a handler never has more of its
@@ -616,6 +600,14 @@ func TestFlowControlUnevenChunks(t *testing.T) {
 			n, fits, chunk, window)
 	}
 
+	readIntact(t, resp, total, finished)
+}
+
+// readIntact reads resp to its end as the host does once it grants
+// credit again, checks it holds the pattern(total) the handler wrote, and
+// waits for the handler to report on finished that its writes succeeded.
+func readIntact(t *testing.T, resp *host.Response, total int, finished <-chan error) {
+	t.Helper()
 	var got []byte
 	for {
 		b, err := resp.Next()
