@@ -1,6 +1,11 @@
 package catalog
 
-import "github.com/hashicorp/go-hclog"
+import (
+	"io"
+	"log"
+
+	"github.com/hashicorp/go-hclog"
+)
 
 // goPluginKeys renames the keys go-plugin puts in its records that clash
 // with the keys of the logger it is given: it logs "plugin process exited"
@@ -42,14 +47,42 @@ func (l goPluginLogger) With(args ...any) hclog.Logger {
 	return goPluginLogger{l.Logger.With(renameKeys(args)...), l.words}
 }
 
-// Named returns a named sub-logger that renames too. Unless it is
-// go-plugin's own stdio logger, it is the one for the plugin's stderr,
-// and keeps its error-level records.
+// Named returns a named sub-logger that renames too. Unless it is one of
+// go-plugin's own (its stdio stream's, or its connection multiplexer's:
+// muxLogger), it is the one for the plugin's stderr, and keeps its
+// error-level records.
 func (l goPluginLogger) Named(name string) hclog.Logger {
-	if l.words == nil || name == "stdio" {
+	switch {
+	case l.words != nil && name == "yamux":
+		return muxLogger{l.Logger.Named(name)}
+	case l.words == nil || name == "stdio":
 		return goPluginLogger{l.Logger.Named(name), nil}
 	}
 	return goPluginLogger{recordingLogger{l.Logger.Named(name), l.words}, nil}
+}
+
+// muxLogger is the logger of go-plugin's connection multiplexer (yamux),
+// which logs through a standard logger. Its records are about the session
+// to the plugin process: a write that failed because the process exited
+// or is being stopped, a keepalive that timed out. Each one that matters
+// reaches the supervisor as a failed call or an exit, which it logs with
+// what it means, so yamux's own records are logged at debug: a plugin the
+// host stops in the middle of a write is no error.
+type muxLogger struct{ hclog.Logger }
+
+// StandardLogger returns a standard logger that logs at debug.
+func (l muxLogger) StandardLogger(opts *hclog.StandardLoggerOptions) *log.Logger {
+	return log.New(l.StandardWriter(opts), "", 0)
+}
+
+// StandardWriter returns a writer that logs each line at debug.
+func (l muxLogger) StandardWriter(opts *hclog.StandardLoggerOptions) io.Writer {
+	o := hclog.StandardLoggerOptions{}
+	if opts != nil {
+		o = *opts
+	}
+	o.ForceLevel = hclog.Debug
+	return l.Logger.StandardWriter(&o)
 }
 
 // ResetNamed returns a sub-logger with name as its name that renames too.

@@ -1,0 +1,37 @@
+package catalog
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/plughost/plughost/host/internal/testbin"
+)
+
+// TestMuxLoggerAtDebug checks that go-plugin's multiplexer logs through
+// the launch's logger at debug, whatever level yamux gives its line, and
+// that its lines are not taken for the plugin's last words.
+func TestMuxLoggerAtDebug(t *testing.T) {
+	buf := &testbin.SyncBuffer{}
+	words := &lastWords{}
+	l := goPluginLogger{hclog.New(&hclog.LoggerOptions{Name: "plughost", Level: hclog.Trace, Output: buf}), words}
+
+	// As go-plugin's client muxer builds yamux's logger.
+	std := l.Named("yamux").StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true})
+	std.Print("[ERR] yamux: Failed to write header: write unix @->/tmp/p: write: broken pipe")
+
+	got := buf.String()
+	if !strings.Contains(got, "[DEBUG] plughost.yamux: yamux: Failed to write header") || strings.Contains(got, "[ERROR]") {
+		t.Errorf("yamux's [ERR] line logged as %q, want it at debug", got)
+	}
+	if w := words.String(); w != "" {
+		t.Errorf("the plugin's last words after a yamux line = %q, want none", w)
+	}
+
+	// The plugin's own stderr logger still keeps its error records.
+	l.Named("plugin-binary").Error("disk on fire")
+	if w := words.String(); !strings.Contains(w, "disk on fire") {
+		t.Errorf("the plugin's last words after its error record = %q, want it kept", w)
+	}
+}
