@@ -237,6 +237,10 @@ func (w *earlyAnswer) Write(b []byte) (int, error) {
 // Unwrap is for http.ResponseController.
 func (w *earlyAnswer) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
+// lingerBufs holds the buffers linger discards into: anyone can make the
+// host linger (a 404 with a body), and each would otherwise allocate one.
+var lingerBufs = sync.Pool{New: func() any { return new([32 << 10]byte) }}
+
 // linger sends the answer written so far and then reads and discards
 // what is left of body while it keeps arriving (no gap over
 // lingerTimeout), for at most lingerTime and lingerBytes, so that a
@@ -248,7 +252,9 @@ func linger(w http.ResponseWriter, body io.Reader) {
 		return
 	}
 	end := time.Now().Add(lingerTime)
-	buf := make([]byte, 32<<10)
+	bp := lingerBufs.Get().(*[32 << 10]byte)
+	defer lingerBufs.Put(bp)
+	buf := bp[:]
 	for left := lingerBytes; left > 0; {
 		deadline := time.Now().Add(lingerTimeout)
 		if deadline.After(end) {

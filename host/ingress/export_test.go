@@ -1,6 +1,9 @@
 package ingress
 
-import "time"
+import (
+	"testing"
+	"time"
+)
 
 // Exported for tests of functions no test can reach through the
 // ingress's own interfaces: a host has no second address in a loopback
@@ -10,9 +13,10 @@ var (
 	Jittered  = jittered
 )
 
-// SetLinger shortens the lingering close's bounds (no gap over timeout,
-// at most total) until the test ends.
-func SetLinger(t interface{ Cleanup(func()) }, timeout, total time.Duration) {
+// SetLinger sets the lingering close's bounds of time (no gap over
+// timeout, at most total in all) until the test ends; its bound of bytes
+// stays.
+func SetLinger(t testing.TB, timeout, total time.Duration) {
 	oldTimeout, oldTotal := lingerTimeout, lingerTime
 	lingerTimeout, lingerTime = timeout, total
 	t.Cleanup(func() { lingerTimeout, lingerTime = oldTimeout, oldTotal })

@@ -45,9 +45,11 @@ type Limits struct {
 	// BodyTimeout bounds the arrival of a request body, from the moment
 	// the ingress starts reading it; 0 leaves the server's read timeout.
 	BodyTimeout time.Duration
-	// WriteTimeout is the server's write timeout. Routes whose deadline is
-	// longer, and streaming routes, get their connection's write deadline
-	// moved so the server does not cut their responses.
+	// WriteTimeout is the server's write timeout. The answer to a request
+	// with a body has it from when the body is read or refused, not from
+	// the request's head. Routes whose deadline is longer, and streaming
+	// routes, get their connection's write deadline moved so the server
+	// does not cut their responses.
 	WriteTimeout time.Duration
 	StreamLimits
 }

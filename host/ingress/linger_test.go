@@ -18,9 +18,9 @@ import (
 // all, and reads only when it has sent everything, still reads the 413.
 func TestLingerFollowsProgress(t *testing.T) {
 	const (
-		timeout = time.Second
-		pieces  = 30
-		gap     = 100 * time.Millisecond // pieces × gap is 3 × timeout
+		timeout = 2 * time.Second
+		pieces  = 50
+		gap     = 100 * time.Millisecond // pieces × gap is 2.5 × timeout
 	)
 	ingress.SetLinger(t, timeout, time.Minute)
 	f := newFixture(t, ingress.Limits{MaxBodyBytes: 1 << 10, RequestTimeout: 30 * time.Second, BodyTimeout: 30 * time.Second}, faulty())
@@ -41,6 +41,34 @@ func TestLingerFollowsProgress(t *testing.T) {
 		t.Errorf("POST of %d bytes over %v in pieces %v apart, read after sending = %d %s, want 413 body_too_large",
 			pieces*len(piece), time.Since(start), gap, r.code, r.body)
 	}
+}
+
+// TestLingerIsBounded checks that the discard after an early answer ends
+// after lingerTime in all, even while the body keeps arriving: a client
+// trickling an endless body cannot hold the connection.
+func TestLingerIsBounded(t *testing.T) {
+	const (
+		total  = 2 * time.Second
+		pieces = 100
+		gap    = 100 * time.Millisecond // pieces × gap is 5 × total
+	)
+	ingress.SetLinger(t, time.Minute, total)
+	f := newFixture(t, ingress.Limits{MaxBodyBytes: 1 << 10, RequestTimeout: 30 * time.Second, BodyTimeout: 30 * time.Second}, faulty())
+
+	conn := f.dialRaw(t)
+	piece := bytes.Repeat([]byte("p"), 4<<10)
+	if _, err := fmt.Fprintf(conn, "POST /faulty/echo HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n", pieces*len(piece)); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	for i := range pieces {
+		if _, err := conn.Write(piece); err != nil {
+			t.Logf("piece %d of the body, %v after the head: %v", i, time.Since(start), err)
+			return
+		}
+		time.Sleep(gap) // the client's pace, not a condition
+	}
+	t.Errorf("the host read all %d bytes of a body it had answered 413, over %v, want it to stop after %v", pieces*len(piece), time.Since(start), total)
 }
 
 // TestAnswerAfterSlowBody checks that a body that takes longer than the
