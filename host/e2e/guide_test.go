@@ -130,8 +130,9 @@ func TestGuideMinimalPlugin(t *testing.T) {
 // their own, points the go.mod's replace line at root, and runs the
 // guide's go build command there. It returns the built binary. The module
 // gets a copy of root's go.sum, and the build runs with -mod=mod in place
-// of go mod tidy and with GOPROXY=off, so that it needs no network: what
-// it needs is in the module cache once this repository builds.
+// of go mod tidy, fetching through the environment's GOPROXY what the
+// module cache lacks; the replace line alone decides where
+// github.com/plughost/plughost comes from.
 func buildGuidePlugin(t *testing.T, root, mainSrc, goMod, build string) string {
 	t.Helper()
 	dir := t.TempDir()
@@ -167,11 +168,8 @@ func buildGuidePlugin(t *testing.T, root, mainSrc, goMod, build string) string {
 	}
 	cmd := exec.CommandContext(t.Context(), "go", args[1:]...)
 	cmd.Dir = dir
-	// The build fetches through the environment's GOPROXY what the module
-	// cache lacks, as the guide's reader's build does: a module of its own
-	// loads go.mod files that this repository's pruned module graph never
-	// needs, so a fresh cache lacks some. The replace line alone decides
-	// where github.com/plughost/plughost comes from.
+	// A module of its own loads go.mod files that this repository's
+	// pruned module graph never needs, so a fresh cache lacks some.
 	goflags := strings.TrimSpace(os.Getenv("GOFLAGS") + " -mod=mod")
 	cmd.Env = append(os.Environ(), "GOFLAGS="+goflags, "GOWORK=off", "GOTOOLCHAIN=local")
 	if out, err := cmd.CombinedOutput(); err != nil {
