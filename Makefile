@@ -25,7 +25,7 @@ run: build
 # not enter. Every step runs even when one before it failed, so that one
 # run shows every failure; test fails if any step did. Set
 # PLUGHOST_TEST_CLOCK_SHIFT (a Go duration, such as 8760h) to run the tests
-# on a clock moved that far ahead (host/plugintest.Now).
+# that read host/plugintest.Now (the wallet's) on a clock that far ahead.
 test:
 	@status=0; \
 	step() { echo "$$*"; "$$@" || { status=1; echo "FAILED: $$*"; }; }; \
@@ -34,9 +34,10 @@ test:
 	step gofmt_clean; \
 	step $(GO) vet ./...; \
 	step $(GO) test -race -count=1 -timeout 20m ./...; \
-	cd docs/examples/greeter; \
-	step $(GO) vet ./...; \
-	step $(GO) test -race -count=1 -timeout 10m ./...; \
+	if step cd docs/examples/greeter; then \
+		step $(GO) vet ./...; \
+		step $(GO) test -race -count=1 -timeout 10m ./...; \
+	fi; \
 	exit $$status
 
 bench: build
