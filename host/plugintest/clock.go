@@ -14,8 +14,10 @@ import (
 // validity window, a recorded time compared to the present.
 const ClockShiftEnv = "PLUGHOST_TEST_CLOCK_SHIFT"
 
-var clockShift = sync.OnceValues(func() (time.Duration, error) {
-	s := os.Getenv(ClockShiftEnv)
+var clockShift = sync.OnceValues(func() (time.Duration, error) { return parseShift(os.Getenv(ClockShiftEnv)) })
+
+// parseShift reads a value of ClockShiftEnv: empty for none.
+func parseShift(s string) (time.Duration, error) {
 	if s == "" {
 		return 0, nil
 	}
@@ -24,7 +26,7 @@ var clockShift = sync.OnceValues(func() (time.Duration, error) {
 		return 0, fmt.Errorf("%s=%q: %w", ClockShiftEnv, s, err)
 	}
 	return d, nil
-})
+}
 
 // ClockShift returns how far the clock tests read is moved from the wall
 // clock: ClockShiftEnv's duration, 0 when it is unset. A value that is not

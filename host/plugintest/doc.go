@@ -19,6 +19,12 @@
 // enforcement, health, robustness to malformed input, drain, exit and
 // metrics. Each failure says what a good plugin does instead.
 //
+// Now is the clock a plugin's tests should take as the present: the wall
+// clock moved by PLUGHOST_TEST_CLOCK_SHIFT (ClockShiftEnv). Give it to the
+// code under test wherever that takes a clock, and run the suite once with
+// the shift set a year ahead, as plughost's CI does, to find a fixture or a
+// recorded time that would expire with the calendar before it does.
+//
 // The kit depends on the host's packages (catalog, supervisor, config,
 // metrics) on purpose: it checks a plugin against the real host code, not a
 // copy of it. Plugins import it only from tests.

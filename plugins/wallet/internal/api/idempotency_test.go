@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -51,6 +52,7 @@ func newStalledWallet(t *testing.T) *stalledWallet {
 	})
 
 	settled := make(chan struct{})
+	var settledOnce sync.Once
 	var current atomic.Pointer[API]
 	c, err := committer.New(committer.Options{
 		Ledger:     l,
@@ -58,13 +60,13 @@ func newStalledWallet(t *testing.T) *stalledWallet {
 		// Long enough that the stalled commit has surely begun, and so
 		// is answered outcome_unknown, on a loaded machine; the gate,
 		// not the timeout, decides when the commit ends.
-		CommitTimeout: time.Second,
+		CommitTimeout: 3 * time.Second,
 		// The breaker, tripped by the stall, stays open throughout: the
 		// answers do not depend on when it would half-open.
 		Breaker: breaker.Settings{Cooldown: time.Hour},
 		Settled: func(ops []ledger.Op) {
 			current.Load().Settled(ops)
-			close(settled)
+			settledOnce.Do(func() { close(settled) })
 		},
 	})
 	if err != nil {
