@@ -128,15 +128,37 @@ type recordingLogger struct {
 // Log logs at level, keeping an error-level record.
 func (l recordingLogger) Log(level hclog.Level, msg string, args ...any) {
 	if level == hclog.Error {
-		l.words.record(msg, args)
+		l.Error(msg, args...)
+		return
 	}
 	l.Logger.Log(level, msg, args...)
 }
 
-// Error logs at error level and keeps the record.
+// Error logs at error level and keeps the record. A record of the
+// plugin's own go-plugin multiplexer is logged at debug and not kept, as
+// the host's own are (muxLogger): it says the session to the host broke,
+// which the host knows better.
 func (l recordingLogger) Error(msg string, args ...any) {
+	if muxRecord(args) {
+		l.Logger.Debug(msg, args...)
+		return
+	}
 	l.words.record(msg, args)
 	l.Logger.Error(msg, args...)
+}
+
+// muxRecord reports whether args, a plugin's record's key/value pairs,
+// name go-plugin's multiplexer as the record's module: hclog's
+// "@module" is the logger's name, and go-plugin names the multiplexer's
+// logger "yamux".
+func muxRecord(args []any) bool {
+	for i := 0; i+1 < len(args); i += 2 {
+		if k, _ := args[i].(string); k == "@module" {
+			v, _ := args[i+1].(string)
+			return v == "yamux" || strings.HasSuffix(v, ".yamux")
+		}
+	}
+	return false
 }
 
 // With returns a sub-logger with args that records too.

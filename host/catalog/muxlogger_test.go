@@ -29,8 +29,20 @@ func TestMuxLoggerAtDebug(t *testing.T) {
 		t.Errorf("the plugin's last words after a yamux line = %q, want none", w)
 	}
 
+	// The plugin process's multiplexer logs at error too, as JSON on its
+	// stderr, which go-plugin logs through the plugin's stderr logger with
+	// the record's module.
+	before := len(buf.String())
+	l.Named("plugin-binary").Error("yamux: Failed to write body: use of closed network connection", "@module", "slowstart.yamux")
+	if got := buf.String()[before:]; !strings.Contains(got, "[DEBUG]") || strings.Contains(got, "[ERROR]") {
+		t.Errorf("the plugin's yamux record logged as %q, want it at debug", got)
+	}
+	if w := words.String(); w != "" {
+		t.Errorf("the plugin's last words after its yamux record = %q, want none", w)
+	}
+
 	// The plugin's own stderr logger still keeps its error records.
-	l.Named("plugin-binary").Error("disk on fire")
+	l.Named("plugin-binary").Error("disk on fire", "@module", "slowstart")
 	if w := words.String(); !strings.Contains(w, "disk on fire") {
 		t.Errorf("the plugin's last words after its error record = %q, want it kept", w)
 	}
