@@ -550,7 +550,15 @@ func (p *Process) run(ctx context.Context) {
 					continue
 				}
 			}
-			inst.Kill()
+			if errors.Is(reason, ErrUnhealthy) {
+				// A process that does not answer health checks would not
+				// answer go-plugin's graceful shutdown either: waiting
+				// for it would only lengthen the outage.
+				p.logger.Warn("killing plugin that failed its health checks", "pid", inst.Pid())
+				inst.ForceKill()
+			} else {
+				inst.Kill()
+			}
 			p.mu.Lock()
 			p.inst, p.ep = nil, nil
 			p.mu.Unlock()
@@ -703,6 +711,13 @@ func (p *Process) clearInst() {
 	p.mu.Unlock()
 }
 
+// ErrUnhealthy is wrapped by the last error (Status.LastError) of a
+// plugin process that failed Policy.HealthFailures health checks in a
+// row. Such a process is hung or wedged: the supervisor SIGKILLs it at
+// once, without the graceful shutdown over its control connection that
+// it could not answer, and restarts it after the backoff.
+var ErrUnhealthy = errors.New("unhealthy")
+
 // exitGrace is how long a plugin whose data plane broke is given to be
 // seen exiting, which is the likelier reason.
 const exitGrace = time.Second
@@ -749,7 +764,7 @@ func (p *Process) watch(ctx context.Context, inst *catalog.Instance, ep *Endpoin
 				fails++
 				p.logger.Warn("health check failed", "consecutive", fails, "error", err)
 				if fails >= pol.HealthFailures {
-					return nil, fmt.Errorf("unhealthy: %d consecutive failed health checks: %w", fails, err)
+					return nil, fmt.Errorf("%w: %d consecutive failed health checks, killed as hung: %w", ErrUnhealthy, fails, err)
 				}
 				continue
 			}
