@@ -961,3 +961,67 @@ func TestHealthFailureThreshold(t *testing.T) {
 		t.Errorf("Status() = %+v, want 1 restart and last_error naming 3 consecutive failed health checks", st)
 	}
 }
+
+// TestHungPluginKilled: a process that is alive but answers nothing
+// (SIGSTOP) fails its health checks and is then SIGKILLed at once, not
+// asked over its stopped control connection to exit, so a new process
+// is ready within the health budget: the checks (the first starts at
+// most one interval after the stop, and each one unanswered takes the
+// whole timeout, which is at most the interval), the backoff, and 1s to
+// kill, reap and start again.
+func TestHungPluginKilled(t *testing.T) {
+	pol := noJitter()
+	pol.HealthInterval = 500 * time.Millisecond
+	pol.HealthTimeout = 500 * time.Millisecond // long enough that a loaded machine does not fail checks by accident
+	pol.HealthFailures = 3
+	f := start(t, helloSpec(t), pol)
+	old := waitReady(t, f.p)
+	reaped := false
+	// Runs before the Stop that start registered: a supervisor stuck on
+	// the stopped process is freed, and none is left behind.
+	t.Cleanup(func() {
+		if !reaped {
+			_ = syscall.Kill(old.Pid, syscall.SIGKILL)
+		}
+	})
+
+	stopped := time.Now()
+	if err := syscall.Kill(old.Pid, syscall.SIGSTOP); err != nil {
+		t.Fatalf("kill -STOP %d: %v", old.Pid, err)
+	}
+	limit := time.Duration(pol.HealthFailures)*pol.HealthInterval + pol.HealthTimeout + pol.InitialBackoff + time.Second
+	var st supervisor.Status
+	waitFor(t, 3*limit, "a new process to be ready", func() bool {
+		st = f.p.Status()
+		return st.Pid != old.Pid && f.p.Ready()
+	})
+	back := time.Since(stopped)
+	t.Logf("ready again %v after SIGSTOP", back)
+	if back > limit {
+		t.Errorf("ready again %v after SIGSTOP, want within health interval × failures + timeout + backoff + 1s = %v", back, limit)
+	}
+	// The supervisor waits for the old process before it starts another.
+	if alive(old.Pid) {
+		t.Errorf("stopped process %d still exists (or is a zombie) after its replacement is ready, want it killed and reaped", old.Pid)
+	} else {
+		reaped = true
+	}
+	if st.Restarts != 1 || !strings.Contains(st.LastError, "consecutive failed health checks, killed as hung") {
+		t.Errorf("Status() = %+v, want 1 restart and a last error saying the failed health checks had it killed as hung", st)
+	}
+	log := f.log.String()
+	var at []int
+	for _, msg := range []string{"consecutive=3", "killing plugin that failed its health checks", "plugin down", "restarting plugin after backoff"} {
+		i := strings.Index(log, msg)
+		if i < 0 {
+			t.Fatalf("supervisor log lacks %q:\n%s", msg, log)
+		}
+		at = append(at, i)
+	}
+	if !slices.IsSorted(at) {
+		t.Errorf("supervisor log positions of the verdict, kill, down and backoff = %v, want in that order", at)
+	}
+	if got, want := failedChecks(log), []int{1, 2, 3}; !slices.Equal(got, want) {
+		t.Errorf("consecutive counts of failed checks = %v, want %v", got, want)
+	}
+}
