@@ -141,6 +141,9 @@ func TestHungPluginReplaced(t *testing.T) {
 	if v, ok := h.metric(`plughost_plugin_restarts_total{plugin="hello"}`); !ok || v != 1 {
 		t.Errorf("plughost_plugin_restarts_total{plugin=\"hello\"} = %v (found %v), want 1", v, ok)
 	}
+	if v, ok := h.metric(`plughost_plugin_hung_kills_total{plugin="hello"}`); !ok || v != 1 {
+		t.Errorf("plughost_plugin_hung_kills_total{plugin=\"hello\"} = %v (found %v), want 1", v, ok)
+	}
 
 	// The mechanism: the kill follows the health verdict at once, and
 	// the process is down (killed and reaped) well within go-plugin's

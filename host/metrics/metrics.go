@@ -26,9 +26,12 @@ const ReservedPrefix = "plughost_"
 type Host struct {
 	Registry *prometheus.Registry
 
-	PluginUp        *prometheus.GaugeVec
-	PluginState     *prometheus.GaugeVec
-	PluginRestarts  *prometheus.CounterVec
+	PluginUp       *prometheus.GaugeVec
+	PluginState    *prometheus.GaugeVec
+	PluginRestarts *prometheus.CounterVec
+	// PluginHungKills counts the plugin processes killed at once, with
+	// no graceful exit, after they failed their health checks.
+	PluginHungKills *prometheus.CounterVec
 	Requests        *prometheus.CounterVec
 	RequestDuration *prometheus.HistogramVec
 	Inflight        *prometheus.GaugeVec
@@ -63,6 +66,10 @@ func New() *Host {
 		PluginRestarts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "plughost_plugin_restarts_total",
 			Help: "Restarts of a plugin after it exited, failed to start, failed health checks or was restarted by an operator.",
+		}, []string{"plugin"}),
+		PluginHungKills: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "plughost_plugin_hung_kills_total",
+			Help: "Plugin processes SIGKILLed without a graceful exit because they failed health.failures health checks in a row.",
 		}, []string{"plugin"}),
 		Requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "plughost_http_requests_total",
@@ -102,7 +109,7 @@ func New() *Host {
 			Help: "Requests answered 503 because the queue of a plugin being replaced was full or its wait ran out.",
 		}, []string{"plugin"}),
 	}
-	r.MustRegister(h.PluginUp, h.PluginState, h.PluginRestarts, h.Requests, h.RequestDuration,
+	r.MustRegister(h.PluginUp, h.PluginState, h.PluginRestarts, h.PluginHungKills, h.Requests, h.RequestDuration,
 		h.Inflight, h.BusyRejections, h.BodyBytes, h.DrainAborted, h.PluginScrapeErrs, h.HeldRequests, h.HoldRejections,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	h.Conns = newConns(r)
@@ -114,7 +121,7 @@ func (h *Host) Forget(plugin string) {
 	l := prometheus.Labels{"plugin": plugin}
 	for _, v := range []*prometheus.MetricVec{h.PluginUp.MetricVec, h.PluginState.MetricVec,
 		h.Requests.MetricVec, h.Inflight.MetricVec, h.BusyRejections.MetricVec, h.BodyBytes.MetricVec,
-		h.DrainAborted.MetricVec, h.PluginScrapeErrs.MetricVec, h.PluginRestarts.MetricVec,
+		h.DrainAborted.MetricVec, h.PluginScrapeErrs.MetricVec, h.PluginRestarts.MetricVec, h.PluginHungKills.MetricVec,
 		h.RequestDuration.MetricVec, h.HeldRequests.MetricVec, h.HoldRejections.MetricVec} {
 		v.DeletePartialMatch(l)
 	}

@@ -298,6 +298,7 @@ func TestForget(t *testing.T) {
 		h.PluginUp.WithLabelValues(p).Set(1)
 		h.PluginState.WithLabelValues(p, "ready").Set(1)
 		h.PluginRestarts.WithLabelValues(p).Inc()
+		h.PluginHungKills.WithLabelValues(p).Inc()
 		h.Requests.WithLabelValues(p, "200").Inc()
 		h.RequestDuration.WithLabelValues(p).Observe(0.1)
 		h.Inflight.WithLabelValues(p).Set(0)
@@ -328,8 +329,8 @@ func TestForget(t *testing.T) {
 			}
 		}
 	}
-	if kept != 9 {
-		t.Errorf("%d series left for plugin b, want 9 (one per host metric)", kept)
+	if kept != 10 {
+		t.Errorf("%d series left for plugin b, want 10 (one per host metric)", kept)
 	}
 }
 

@@ -311,6 +311,7 @@ func start(ctx context.Context, spec Spec, opts Options, standby bool) (*Process
 	p.active.Store(!standby)
 	if opts.Metrics != nil {
 		opts.Metrics.PluginRestarts.WithLabelValues(spec.Name)
+		opts.Metrics.PluginHungKills.WithLabelValues(spec.Name)
 	}
 	p.publish()
 	go p.run(ctx)
@@ -555,6 +556,9 @@ func (p *Process) run(ctx context.Context) {
 				// answer go-plugin's graceful shutdown either: waiting
 				// for it would only lengthen the outage.
 				p.logger.Warn("killing plugin that failed its health checks", "pid", inst.Pid())
+				if m := p.opts.Metrics; m != nil {
+					m.PluginHungKills.WithLabelValues(p.spec.Name).Inc()
+				}
 				inst.ForceKill()
 			} else {
 				inst.Kill()

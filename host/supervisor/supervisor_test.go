@@ -331,6 +331,9 @@ func TestRestartAfterKill(t *testing.T) {
 	if got := testutil.ToFloat64(f.metrics.PluginRestarts.WithLabelValues("hello")); got != 1 {
 		t.Errorf("plughost_plugin_restarts_total{plugin=hello} = %v, want 1", got)
 	}
+	if got := testutil.ToFloat64(f.metrics.PluginHungKills.WithLabelValues("hello")); got != 0 {
+		t.Errorf("plughost_plugin_hung_kills_total{plugin=hello} = %v after a crash, want 0: only failed health checks kill a process as hung", got)
+	}
 	waitGone(t, old.Pid)
 	if code, body, err := do(t.Context(), f.p.Endpoint(), "GET", "/", ""); err != nil || code != 200 {
 		t.Errorf("GET / on the new process = %d %s, %v, want 200", code, body, err)
@@ -1008,6 +1011,9 @@ func TestHungPluginKilled(t *testing.T) {
 	}
 	if st.Restarts != 1 || !strings.Contains(st.LastError, "consecutive failed health checks, killed as hung") {
 		t.Errorf("Status() = %+v, want 1 restart and a last error saying the failed health checks had it killed as hung", st)
+	}
+	if got := testutil.ToFloat64(f.metrics.PluginHungKills.WithLabelValues("hello")); got != 1 {
+		t.Errorf("plughost_plugin_hung_kills_total{plugin=\"hello\"} = %v, want 1", got)
 	}
 	log := f.log.String()
 	var at []int
