@@ -370,7 +370,11 @@ func (i *Instance) Kill() {
 }
 
 // ForceKill sends SIGKILL to the plugin process at once and then cleans up
-// as Kill does. The supervisor uses it when a drain deadline has passed.
+// as Kill does, without waiting for a graceful exit: go-plugin's shutdown
+// RPC fails as soon as the process is dead. It blocks until the process
+// has been reaped. SIGKILL also ends a process stopped with SIGSTOP. The
+// supervisor uses it when a drain deadline has passed and for a process
+// that failed its health checks.
 func (i *Instance) ForceKill() {
 	if i.pid > 0 {
 		killNow(i.pid)

@@ -279,6 +279,56 @@ func TestLaunchHello(t *testing.T) {
 	inst.Kill() // a second Kill is harmless
 }
 
+// TestForceKillStopped: a process stopped with SIGSTOP answers nothing,
+// not even go-plugin's shutdown RPC, so Kill would wait for it. ForceKill
+// ends it at once, returns once it has been reaped, and closes Exited.
+func TestForceKillStopped(t *testing.T) {
+	inst := launch(t, "hello", catalog.Options{})
+	pid := inst.Pid()
+	done := make(chan struct{})
+	reaped := false
+	// Cleanups run last first: a stopped process left by a failing test
+	// is SIGKILLed, which frees a ForceKill stuck on it, and that one is
+	// waited for.
+	t.Cleanup(func() { <-done })
+	t.Cleanup(func() {
+		if !reaped {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	})
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		close(done)
+		t.Fatalf("kill -STOP %d: %v", pid, err)
+	}
+
+	start := time.Now()
+	go func() {
+		defer close(done)
+		inst.ForceKill()
+	}()
+	// go-plugin waits 2s for a graceful exit, and the shutdown RPC before
+	// that does not return while the process is stopped.
+	const limit = time.Second
+	select {
+	case <-done:
+	case <-time.After(5 * limit):
+		t.Fatalf("ForceKill of a stopped process did not return within %v", 5*limit)
+	}
+	if d := time.Since(start); d > limit {
+		t.Errorf("ForceKill of a stopped process took %v, want within %v: it must not wait for a graceful exit", d, limit)
+	}
+	if alive(pid) {
+		t.Errorf("process %d exists (or is a zombie) after ForceKill returned, want it killed and reaped", pid)
+	} else {
+		reaped = true
+	}
+	select {
+	case <-inst.Exited():
+	default:
+		t.Error("Exited() is open after ForceKill returned")
+	}
+}
+
 func TestLaunchPinnedChecksum(t *testing.T) {
 	path := filepath.Join(bin, "hello")
 	sum, err := catalog.FileSHA256(path)
