@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/plughost/plughost/host/config"
 )
 
 // logTimeRE reads the timestamp hclog starts each line with.
@@ -44,24 +46,45 @@ func logTime(t *testing.T, log, plugin, msg string) (time.Time, bool) {
 // one starts at most one interval after the stop, and a check that is
 // not answered takes the whole timeout, which is at most the interval),
 // the restart backoff, and 1s to kill the process, start the new one
-// and answer a request.
+// and answer a request. It runs with baseConfig's health checks and with
+// the defaults (no health block).
 func TestHungPluginReplaced(t *testing.T) {
-	const (
-		// These are baseConfig's health and restart settings.
-		interval       = time.Second
-		timeout        = time.Second
-		failures       = 3
-		initialBackoff = 100 * time.Millisecond // the first restart's backoff, at most
-		workers        = 4
-		pace           = 20 * time.Millisecond // between one worker's requests: a light load
-	)
-	cfg := baseConfig("2s")
-	for _, s := range []string{`interval = "1s"`, `timeout  = "1s"`, `failures = 3`, `initial_backoff = "100ms"`} {
-		if !strings.Contains(cfg, s) {
-			t.Fatalf("baseConfig no longer sets %s; update this test", s)
-		}
+	const baseHealth = `
+health {
+  interval = "1s"
+  timeout  = "1s"
+  failures = 3
+}
+`
+	base := baseConfig("2s")
+	if !strings.Contains(base, baseHealth) {
+		t.Fatalf("baseConfig no longer has this health block; update this test:%s", baseHealth)
 	}
-	h := startHost(t, cfg+pluginBlock("hello", "hello", ""))
+	for _, tc := range []struct{ name, cfg string }{
+		{"base_config", base},
+		{"default_health", strings.Replace(base, baseHealth, "\n", 1)},
+	} {
+		t.Run(tc.name, func(t *testing.T) { testHungPluginReplaced(t, tc.cfg+pluginBlock("hello", "hello", "")) })
+	}
+}
+
+// testHungPluginReplaced is TestHungPluginReplaced with the host config
+// cfg, which runs hello.
+func testHungPluginReplaced(t *testing.T, cfg string) {
+	const (
+		workers = 4
+		pace    = 20 * time.Millisecond // between one worker's requests: a light load
+	)
+	// The bound comes from the config the host runs.
+	c, diags := config.Parse([]byte(cfg), "hung.hcl")
+	if diags.HasErrors() {
+		t.Fatalf("config.Parse: %v", diags)
+	}
+	interval, timeout, failures := c.Health.Interval, c.Health.Timeout, c.Health.Failures
+	initialBackoff := c.Restart.InitialBackoff // the first restart's backoff, at most
+	t.Logf("health interval %v, timeout %v, failures %d; initial_backoff %v", interval, timeout, failures, initialBackoff)
+
+	h := startHost(t, cfg)
 	old := readyPlugin(t, h, "hello")
 	// A stopped process left behind by a failing test is killed before
 	// its host is (cleanups run last first); SIGKILL ends a stopped
@@ -124,7 +147,7 @@ func TestHungPluginReplaced(t *testing.T) {
 	}
 
 	t.Logf("hello served again %v after SIGSTOP", back)
-	limit := failures*interval + timeout + initialBackoff + time.Second
+	limit := time.Duration(failures)*interval + timeout + initialBackoff + time.Second
 	if back > limit {
 		t.Errorf("hello served again %v after SIGSTOP, want within health.interval × failures + timeout + initial_backoff + 1s = %v", back, limit)
 	}
