@@ -551,7 +551,7 @@ func (p *Process) run(ctx context.Context) {
 					continue
 				}
 			}
-			if errors.Is(reason, ErrUnhealthy) {
+			if errors.Is(reason, errUnhealthy) {
 				// A process that does not answer health checks would not
 				// answer go-plugin's graceful shutdown either: waiting
 				// for it would only lengthen the outage.
@@ -715,12 +715,12 @@ func (p *Process) clearInst() {
 	p.mu.Unlock()
 }
 
-// ErrUnhealthy is wrapped by the last error (Status.LastError) of a
-// plugin process that failed Policy.HealthFailures health checks in a
-// row. Such a process is hung or wedged: the supervisor SIGKILLs it at
-// once, without the graceful shutdown over its control connection that
-// it could not answer, and restarts it after the backoff.
-var ErrUnhealthy = errors.New("unhealthy")
+// errUnhealthy is wrapped by the reason watch gives for a process that
+// failed Policy.HealthFailures health checks in a row, and so starts its
+// last error. Such a process is hung or wedged: run SIGKILLs it at once,
+// without the graceful shutdown over its control connection that it
+// could not answer, before it goes down as any other failed process.
+var errUnhealthy = errors.New("unhealthy")
 
 // exitGrace is how long a plugin whose data plane broke is given to be
 // seen exiting, which is the likelier reason.
@@ -768,7 +768,7 @@ func (p *Process) watch(ctx context.Context, inst *catalog.Instance, ep *Endpoin
 				fails++
 				p.logger.Warn("health check failed", "consecutive", fails, "error", err)
 				if fails >= pol.HealthFailures {
-					return nil, fmt.Errorf("%w: %d consecutive failed health checks, killed as hung: %w", ErrUnhealthy, fails, err)
+					return nil, fmt.Errorf("%w: %d consecutive failed health checks, killed as hung: %w", errUnhealthy, fails, err)
 				}
 				continue
 			}
