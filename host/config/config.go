@@ -205,7 +205,7 @@ type PluginBlock struct {
 // diagnostics; its other fields are meaningful only when the diagnostics hold
 // no errors.
 func Load(path string) (*Config, hcl.Diagnostics) {
-	src, err := os.ReadFile(path)
+	src, err := readFile(path)
 	if err != nil {
 		start := hcl.Pos{Line: 1, Column: 1}
 		return &Config{File: path, Files: map[string]*hcl.File{}}, hcl.Diagnostics{{
@@ -216,6 +216,17 @@ func Load(path string) (*Config, hcl.Diagnostics) {
 		}}
 	}
 	return Parse(src, path)
+}
+
+// readFile reads the file at path, or its first maxFileBytes+1 bytes
+// when it is larger, which is enough for Parse to refuse it.
+func readFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(io.LimitReader(f, maxFileBytes+1))
 }
 
 // Parse parses src as the config file named filename. The name appears in
