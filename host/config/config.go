@@ -86,9 +86,15 @@ type Limits struct {
 	// when the file descriptor limit leaves too little room for it.
 	MaxConns int
 	// MaxConnsPerIP caps one client's open ingress connections, a client
-	// being an IPv4 address or an IPv6 /64; 0 (the default) means no cap.
-	// Behind a proxy every client shares the proxy's address.
+	// being an IPv4 address or an IPv6 /64; 0 means no cap. Default a
+	// quarter of MaxConns, rounded up (DefaultMaxConnsPerIP): 2500 at the
+	// default MaxConns. Behind a proxy or NAT every client shares one
+	// address, and so one quarter.
 	MaxConnsPerIP int
+	// MaxConnsPerIPDefault reports that the file does not set
+	// max_conns_per_ip, so that MaxConnsPerIP is its default; the host
+	// keeps it a quarter of MaxConns when it lowers MaxConns at start.
+	MaxConnsPerIPDefault bool
 	// MaxStreamsPerIP caps one client's concurrent streams (requests to
 	// streaming routes), across plugins, a client keyed as for
 	// MaxConnsPerIP; 0 (the default) means no cap.

@@ -46,10 +46,12 @@ func defaultConfig(filename, dir string) Config {
 			StartTimeout:   10 * time.Second,
 			BodyTimeout:    10 * time.Second,
 
-			MaxConns:           10000,
-			StreamWriteTimeout: 30 * time.Second,
-			StreamMaxLifetime:  30 * time.Minute,
-			StreamBuffer:       65536,
+			MaxConns:             10000,
+			MaxConnsPerIP:        2500,
+			MaxConnsPerIPDefault: true,
+			StreamWriteTimeout:   30 * time.Second,
+			StreamMaxLifetime:    30 * time.Minute,
+			StreamBuffer:         65536,
 		},
 		Restart: Restart{
 			InitialBackoff: 100 * time.Millisecond,
@@ -141,10 +143,12 @@ func TestLoad(t *testing.T) {
 		StartTimeout:   20 * time.Second,
 		BodyTimeout:    4 * time.Second,
 
-		MaxConns:           10000,
-		StreamWriteTimeout: 30 * time.Second,
-		StreamMaxLifetime:  30 * time.Minute,
-		StreamBuffer:       65536,
+		MaxConns:             10000,
+		MaxConnsPerIP:        2500,
+		MaxConnsPerIPDefault: true,
+		StreamWriteTimeout:   30 * time.Second,
+		StreamMaxLifetime:    30 * time.Minute,
+		StreamBuffer:         65536,
 	}
 	full.Restart = Restart{
 		InitialBackoff: 250 * time.Millisecond,

@@ -28,7 +28,7 @@
 //	  start_timeout   = "10s"
 //	  body_timeout    = "10s"
 //	  max_conns            = 10000      # ingress connections; more are answered 503 and closed
-//	  max_conns_per_ip     = 0          # 0: no cap
+//	  max_conns_per_ip     = 2500       # a quarter of max_conns; 0: no cap
 //	  max_streams_per_ip   = 0          # 0: no cap
 //	  stream_write_timeout = "30s"      # a stream whose client reads nothing this long is cut
 //	  stream_max_lifetime  = "30m"      # ±10%; "0": no limit
