@@ -16,8 +16,9 @@ import (
 // treats as a fatal error that no recover catches. The bounds sit far
 // above anything a hand-written config needs.
 const (
-	// maxFileBytes bounds a config file's size.
-	maxFileBytes = 1 << 20
+	// maxFileBytes bounds a config file's size, and with it the memory
+	// that scanning and parsing it take, many times its size.
+	maxFileBytes = 256 << 10
 	// maxNesting bounds how deep brackets, braces, parentheses, strings,
 	// heredocs and template sequences (${ and %{) nest.
 	maxNesting = 128
@@ -39,7 +40,7 @@ func checkBounds(src []byte, filename string) hcl.Diagnostics {
 		return hcl.Diagnostics{{
 			Severity: hcl.DiagError,
 			Summary:  "Config file too large",
-			Detail:   fmt.Sprintf("The file is larger than %d bytes (1 MiB), the most the host reads.", maxFileBytes),
+			Detail:   fmt.Sprintf("The file is larger than %d bytes (256 KiB), the most the host reads.", maxFileBytes),
 			Subject:  &hcl.Range{Filename: filename, Start: start, End: start},
 		}}
 	}

@@ -36,8 +36,8 @@ func TestCheckBounds(t *testing.T) {
 		{"template sequences beyond it", nest(maxNesting/2+1, `"${`, `}"`), "Config nested too deeply", 1},
 		{"brackets in strings and comments", "# " + strings.Repeat("[", 5000) + "\n/* " + strings.Repeat("{", 5000) + " */\nx = \"" + strings.Repeat("(", 5000) + "\"\n", "", 0},
 		{"long heredoc", heredoc, "", 0},
-		{"long flat list", "x = [" + strings.Repeat("1, ", 100000) + "1]\n", "", 0},
-		{"many attributes", strings.Repeat("x = 1 + 2 + 3\n", 20000), "", 0},
+		{"long flat list", "x = [" + strings.Repeat("1, ", 50000) + "1]\n", "", 0},
+		{"many attributes", strings.Repeat("x = 1 + 2 + 3\n", 10000), "", 0},
 		{"operators at the bound", "x = " + strings.Repeat("!", maxExprDepth-1) + "true\n", "", 0},
 		{"operators beyond it", "x = " + strings.Repeat("!", maxExprDepth) + "true\n", "Expression too complex", 1},
 		{"binary operators beyond it", chain(maxExprDepth/2, "+1"), "Expression too complex", 1},
@@ -66,23 +66,21 @@ func TestCheckBounds(t *testing.T) {
 	}
 }
 
-// TestParseHostile parses files under 1 MiB but far beyond the other
-// bounds, each of which exhausts the stack of hcl/v2's parser or of the
-// decoder without them (a fatal error that ends the test binary): Parse
-// refuses each with one diagnostic, and prints at most a short prefix of
-// the offending line.
+// TestParseHostile parses files within the size bound but far beyond the
+// nesting and expression bounds, each of which exhausts the stack of
+// hcl/v2's parser without them (a fatal error that ends the test binary):
+// Parse refuses each with one diagnostic, and prints at most a short
+// prefix of the offending line.
 func TestParseHostile(t *testing.T) {
-	const n = 100000
+	const size = maxFileBytes - 100
 	tests := []struct {
 		name string
 		src  string
 	}{
-		{"brackets", "x = " + strings.Repeat("[", n) + "\n"},
-		{"braces in a plugin config", "plugin \"a\" {\n  path = \"a\"\n  config {\n    x = " + strings.Repeat("{a = ", n) + "\n  }\n}\n"},
-		{"template sequences", "x = " + strings.Repeat(`"${`, n) + "\n"},
-		{"unary operators", "x = " + strings.Repeat("-", 5*n) + "1\n"},
-		{"binary operators", "listen = 1" + strings.Repeat("+1", 5*n-10) + "\n"},
-		{"splats", "x = [1]" + strings.Repeat("[*]", 3*n) + "\n"},
+		{"brackets", "x = " + strings.Repeat("[", size) + "\n"},
+		{"braces in a plugin config", "plugin \"a\" {\n  path = \"a\"\n  config {\n    x = " + strings.Repeat("{a=", size/3) + "\n  }\n}\n"},
+		{"template sequences", "x = " + strings.Repeat(`"${`, size/3) + "\n"},
+		{"unary operators", "x = " + strings.Repeat("-", size) + "1\n"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

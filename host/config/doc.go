@@ -67,7 +67,7 @@
 // data_dir, plugin_dir and admin.token_file resolve against the directory
 // holding the config file; a relative plugin path resolves against plugin_dir.
 //
-// Before hcl/v2 parses a file, the package bounds its size (1 MiB), how
+// Before hcl/v2 parses a file, the package bounds its size (256 KiB), how
 // deep it nests (128) and how deep its expressions chain (1024 tokens), so
 // that no file can exhaust the parser's stack; a file beyond a bound gets
 // one diagnostic at the token that crosses it.
