@@ -33,33 +33,48 @@ const (
 const fdReserve = 1024
 
 // limitListeners caps the ingress listener at limits.max_conns (lowered to
-// what the file descriptor limit allows) and max_conns_per_ip, and the
-// admin listener at adminMaxConns and adminMaxConnsPerIP. It logs the
+// what the file descriptor limit allows) and max_conns_per_ip (when the
+// file leaves it at its default, a quarter of the lowered max_conns), and
+// the admin listener at adminMaxConns and adminMaxConnsPerIP. It logs the
 // descriptor limit, which Go has already raised from the soft limit to
 // the hard one at start (the syscall package does so on every Unix since
 // Go 1.19).
 func limitListeners(logger hclog.Logger, m *metrics.Host, cfg *config.Config, ln, adminLn net.Listener) (net.Listener, net.Listener) {
-	maxConns := cfg.Limits.MaxConns
+	maxConns, perIP := cfg.Limits.MaxConns, cfg.Limits.MaxConnsPerIP
 	soft, hard, err := fdLimit()
 	if err != nil {
 		logger.Warn("cannot read the file descriptor limit", "error", err)
 	} else {
 		m.Conns.FDLimit.WithLabelValues("soft").Set(float64(soft))
 		m.Conns.FDLimit.WithLabelValues("hard").Set(float64(hard))
-		if room := connRoom(soft); uint64(maxConns) > room {
+		maxConns, perIP = fitConns(cfg.Limits, connRoom(soft))
+		if maxConns < cfg.Limits.MaxConns {
 			logger.Warn("max_conns exceeds what the file descriptor limit allows; lowering it",
-				"max_conns", maxConns, "lowered_to", room, "fd_soft_limit", soft, "fd_hard_limit", hard)
-			maxConns = int(room)
+				"max_conns", cfg.Limits.MaxConns, "lowered_to", maxConns, "fd_soft_limit", soft, "fd_hard_limit", hard)
 		}
-		logger.Info("file descriptor limit", "soft", soft, "hard", hard, "max_conns", maxConns)
+		logger.Info("file descriptor limit", "soft", soft, "hard", hard, "max_conns", maxConns, "max_conns_per_ip", perIP)
 	}
 	ln = ingress.NewListener(ln, ingress.ListenerOptions{
-		Name: "ingress", MaxConns: maxConns, MaxConnsPerIP: cfg.Limits.MaxConnsPerIP, Metrics: m.Conns,
+		Name: "ingress", MaxConns: maxConns, MaxConnsPerIP: perIP, Metrics: m.Conns,
 	})
 	adminLn = ingress.NewListener(adminLn, ingress.ListenerOptions{
 		Name: "admin", MaxConns: adminMaxConns, MaxConnsPerIP: adminMaxConnsPerIP, Metrics: m.Conns,
 	})
 	return ln, adminLn
+}
+
+// fitConns returns l's max_conns and max_conns_per_ip for a listener with
+// room for room connections: max_conns at most room, and a defaulted
+// max_conns_per_ip a quarter of that.
+func fitConns(l config.Limits, room uint64) (maxConns, perIP int) {
+	maxConns, perIP = l.MaxConns, l.MaxConnsPerIP
+	if uint64(maxConns) > room {
+		maxConns = int(room)
+		if l.MaxConnsPerIPDefault {
+			perIP = config.DefaultMaxConnsPerIP(maxConns)
+		}
+	}
+	return maxConns, perIP
 }
 
 // connRoom is how many ingress connections a soft descriptor limit

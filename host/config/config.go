@@ -86,9 +86,15 @@ type Limits struct {
 	// when the file descriptor limit leaves too little room for it.
 	MaxConns int
 	// MaxConnsPerIP caps one client's open ingress connections, a client
-	// being an IPv4 address or an IPv6 /64; 0 (the default) means no cap.
-	// Behind a proxy every client shares the proxy's address.
+	// being an IPv4 address or an IPv6 /64; 0 means no cap. Default a
+	// quarter of MaxConns, rounded up (DefaultMaxConnsPerIP): 2500 at the
+	// default MaxConns. Behind a proxy or NAT every client shares one
+	// address, and so one quarter.
 	MaxConnsPerIP int
+	// MaxConnsPerIPDefault reports that the file does not set
+	// max_conns_per_ip, so that MaxConnsPerIP is its default; the host
+	// keeps it a quarter of MaxConns when it lowers MaxConns at start.
+	MaxConnsPerIPDefault bool
 	// MaxStreamsPerIP caps one client's concurrent streams (requests to
 	// streaming routes), across plugins, a client keyed as for
 	// MaxConnsPerIP; 0 (the default) means no cap.
@@ -205,7 +211,7 @@ type PluginBlock struct {
 // diagnostics; its other fields are meaningful only when the diagnostics hold
 // no errors.
 func Load(path string) (*Config, hcl.Diagnostics) {
-	src, err := os.ReadFile(path)
+	src, err := readFile(path)
 	if err != nil {
 		start := hcl.Pos{Line: 1, Column: 1}
 		return &Config{File: path, Files: map[string]*hcl.File{}}, hcl.Diagnostics{{
@@ -216,6 +222,17 @@ func Load(path string) (*Config, hcl.Diagnostics) {
 		}}
 	}
 	return Parse(src, path)
+}
+
+// readFile reads the file at path, or its first maxFileBytes+1 bytes
+// when it is larger, which is enough for Parse to refuse it.
+func readFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(io.LimitReader(f, maxFileBytes+1))
 }
 
 // Parse parses src as the config file named filename. The name appears in

@@ -46,10 +46,12 @@ func defaultConfig(filename, dir string) Config {
 			StartTimeout:   10 * time.Second,
 			BodyTimeout:    10 * time.Second,
 
-			MaxConns:           10000,
-			StreamWriteTimeout: 30 * time.Second,
-			StreamMaxLifetime:  30 * time.Minute,
-			StreamBuffer:       65536,
+			MaxConns:             10000,
+			MaxConnsPerIP:        2500,
+			MaxConnsPerIPDefault: true,
+			StreamWriteTimeout:   30 * time.Second,
+			StreamMaxLifetime:    30 * time.Minute,
+			StreamBuffer:         65536,
 		},
 		Restart: Restart{
 			InitialBackoff: 100 * time.Millisecond,
@@ -141,10 +143,12 @@ func TestLoad(t *testing.T) {
 		StartTimeout:   20 * time.Second,
 		BodyTimeout:    4 * time.Second,
 
-		MaxConns:           10000,
-		StreamWriteTimeout: 30 * time.Second,
-		StreamMaxLifetime:  30 * time.Minute,
-		StreamBuffer:       65536,
+		MaxConns:             10000,
+		MaxConnsPerIP:        2500,
+		MaxConnsPerIPDefault: true,
+		StreamWriteTimeout:   30 * time.Second,
+		StreamMaxLifetime:    30 * time.Minute,
+		StreamBuffer:         65536,
 	}
 	full.Restart = Restart{
 		InitialBackoff: 250 * time.Millisecond,
@@ -321,6 +325,8 @@ var parseErrorCases = []struct {
 	{"env nested block", "plugin \"a\" {\n  path = \"a\"\n  env {\n    inner {\n    }\n  }\n}\n", 4, "Unexpected \"inner\" block"},
 	{"env twice", "plugin \"a\" {\n  path = \"a\"\n  env {\n  }\n  env {\n  }\n}\n", 5, "Duplicate env block"},
 	{"env duplicate name", "plugin \"a\" {\n  path = \"a\"\n  env {\n    GOGC = \"1\"\n    GOGC = \"2\"\n  }\n}\n", 5, "Attribute redefined"},
+	{"nested too deeply", "limits {\n  max_conns = " + strings.Repeat("(", maxNesting) + "1" + strings.Repeat(")", maxNesting) + "\n}\n", 2, "Config nested too deeply"},
+	{"expression too complex", "\nlisten = " + strings.Repeat("-", maxExprDepth) + "1\n", 2, "Expression too complex"},
 	{"enclosing mount", "plugin \"a\" {\n  path  = \"a\"\n  mount = \"/api/v1\"\n}\nplugin \"b\" {\n  path  = \"b\"\n  mount = \"/api\"\n}\n", 7, "Overlapping mounts"},
 }
 
@@ -371,6 +377,7 @@ func TestWriteDiagnosticsGolden(t *testing.T) {
 		{"env", "testdata/env.hcl", "testdata/env.golden"},
 		{"unknown keys", "testdata/keys.hcl", "testdata/keys.golden"},
 		{"connection and stream limits", "testdata/conns-invalid.hcl", "testdata/conns-invalid.golden"},
+		{"nested too deeply", "testdata/deep.hcl", "testdata/deep.golden"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

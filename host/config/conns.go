@@ -22,6 +22,13 @@ const (
 	maxStreamBuffer = 256 << 10
 )
 
+// DefaultMaxConnsPerIP is max_conns_per_ip when the file does not set
+// it: a quarter of maxConns, rounded up, so that one client holding idle
+// connections leaves three quarters of the listener to the others.
+func DefaultMaxConnsPerIP(maxConns int) int {
+	return (maxConns + 3) / 4
+}
+
 // connLimits decodes the limits block's connection and stream keys into l,
 // defaults first.
 func (d *decoder) connLimits(l *Limits, b *limitsBody) {
@@ -30,6 +37,10 @@ func (d *decoder) connLimits(l *Limits, b *limitsBody) {
 	l.StreamMaxLifetime = defaultStreamMaxLifetime
 	l.StreamBuffer = defaultStreamBuffer
 	decodeInt(d, b.MaxConns, &l.MaxConns, 1)
+	l.MaxConnsPerIPDefault = b.MaxConnsPerIP == nil
+	if l.MaxConnsPerIPDefault {
+		l.MaxConnsPerIP = DefaultMaxConnsPerIP(l.MaxConns)
+	}
 	decodeInt(d, b.MaxConnsPerIP, &l.MaxConnsPerIP, 0)
 	decodeInt(d, b.MaxStreamsPerIP, &l.MaxStreamsPerIP, 0)
 	d.duration(b.StreamWriteTimeout, &l.StreamWriteTimeout)

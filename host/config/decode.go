@@ -160,6 +160,10 @@ func parse(src []byte, filename string) (*Config, hcl.Diagnostics) {
 		},
 	}
 
+	if diags := checkBounds(src, filename); diags.HasErrors() {
+		c.Files = quoteBounds(src, filename, diags[0])
+		return c, diags
+	}
 	p := hclparse.NewParser()
 	file, diags := p.ParseHCL(src, filename)
 	c.Files = p.Files()

@@ -28,7 +28,7 @@
 //	  start_timeout   = "10s"
 //	  body_timeout    = "10s"
 //	  max_conns            = 10000      # ingress connections; more are answered 503 and closed
-//	  max_conns_per_ip     = 0          # 0: no cap
+//	  max_conns_per_ip     = 2500       # a quarter of max_conns; 0: no cap
 //	  max_streams_per_ip   = 0          # 0: no cap
 //	  stream_write_timeout = "30s"      # a stream whose client reads nothing this long is cut
 //	  stream_max_lifetime  = "30m"      # ±10%; "0": no limit
@@ -66,6 +66,11 @@
 // must be constants: the file has no variables and no functions. Relative
 // data_dir, plugin_dir and admin.token_file resolve against the directory
 // holding the config file; a relative plugin path resolves against plugin_dir.
+//
+// Before hcl/v2 parses a file, the package bounds its size (256 KiB), how
+// deep it nests (128) and how deep its expressions chain (1024 tokens), so
+// that no file can exhaust the parser's stack; a file beyond a bound gets
+// one diagnostic at the token that crosses it.
 //
 // Loading a host configuration takes two steps, because a plugin's config
 // schema is known only once the plugin runs:

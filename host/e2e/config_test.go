@@ -139,6 +139,11 @@ func TestBadConfigs(t *testing.T) {
 			at:    `drain_deadline = "soon"`,
 		},
 		{
+			name: "config nesting 100,000 brackets",
+			cfg:  hello("  config {\n    greeting = " + strings.Repeat("[", 100000) + strings.Repeat("]", 100000) + "\n  }"),
+			at:   "greeting = [[[",
+		},
+		{
 			name:    "plugin rejects its config in Configure",
 			cfg:     hello("  config {\n    greeting = \"\"\n  }"),
 			at:      `greeting = ""`,

@@ -54,10 +54,11 @@ func dialGet(t *testing.T, base, path string) (*heldConn, *http.Response) {
 	return hc, resp
 }
 
-// TestConnCaps holds connections open up to max_conns (and, from one
-// address, max_conns_per_ip): one more is answered 503 with Retry-After and
-// closed, the admin listener keeps answering, and a freed slot serves
-// again.
+// TestConnCaps holds connections open up to max_conns (with
+// max_conns_per_ip = 0, no per-client cap, since they come from one
+// address) and up to max_conns_per_ip: one more is answered 503 with
+// Retry-After and closed, the admin listener keeps answering, and a freed
+// slot serves again.
 func TestConnCaps(t *testing.T) {
 	tests := []struct {
 		name   string
@@ -65,7 +66,7 @@ func TestConnCaps(t *testing.T) {
 		hold   int
 		reason string
 	}{
-		{"max_conns", "max_conns = 50", 50, "max_conns"},
+		{"max_conns", "max_conns = 50\n  max_conns_per_ip = 0", 50, "max_conns"},
 		{"max_conns_per_ip", "max_conns = 50\n  max_conns_per_ip = 5", 5, "max_conns_per_ip"},
 	}
 	for _, tt := range tests {
@@ -123,7 +124,9 @@ func TestConnCapsAtFDLimit(t *testing.T) {
 	}
 	const limit = 512
 	wrapper := []string{"sh", "-c", fmt.Sprintf(`ulimit -n %d && exec "$@"`, limit), "sh"}
-	h := waitServing(t, launchHostVia(t, baseConfig("2s")+pluginBlock("hello", "hello", ""), nil, wrapper))
+	// One address fills the ingress: no per-client cap.
+	cfg := strings.Replace(baseConfig("2s"), "limits {", "limits {\n  max_conns_per_ip = 0", 1)
+	h := waitServing(t, launchHostVia(t, cfg+pluginBlock("hello", "hello", ""), nil, wrapper))
 	readyPlugin(t, h, "hello")
 
 	log := h.log.String()
@@ -135,8 +138,8 @@ func TestConnCapsAtFDLimit(t *testing.T) {
 	if maxConns <= 0 || maxConns >= limit {
 		t.Fatalf("max_conns lowered to %d, want between 0 and the limit %d", maxConns, limit)
 	}
-	if !strings.Contains(log, fmt.Sprintf("file descriptor limit: soft=512 hard=512 max_conns=%d", maxConns)) {
-		t.Errorf("host log does not report both descriptor limits and max_conns %d", maxConns)
+	if !strings.Contains(log, fmt.Sprintf("file descriptor limit: soft=512 hard=512 max_conns=%d max_conns_per_ip=0", maxConns)) {
+		t.Errorf("host log does not report both descriptor limits, max_conns %d and max_conns_per_ip 0", maxConns)
 	}
 	for _, which := range []string{"soft", "hard"} {
 		if v, _ := h.metric(fmt.Sprintf(`plughost_fd_limit{limit=%q}`, which)); v != limit {
@@ -267,5 +270,76 @@ func TestAdminListenerPerClient(t *testing.T) {
 	}
 	if code, body := h.get(h.admin + "/metrics"); code != http.StatusOK {
 		t.Errorf("admin GET /metrics once the idle connections are closed = %d %.200s, want 200", code, body)
+	}
+}
+
+// TestConnsPerIPDefault runs the host at max_conns = 200 with
+// max_conns_per_ip left at its default, a quarter: 50. One address,
+// 127.0.0.2, holds 50 idle keep-alive connections, and every one of the
+// 170 more it opens is answered 503 too_many_connections
+// (max_conns_per_ip) and closed; another address, 127.0.0.3, still gets
+// 200 from hello.
+func TestConnsPerIPDefault(t *testing.T) {
+	const maxConns, perIP, tries = 200, 50, 220
+	cfg := strings.Replace(baseConfig("2s"), "limits {", fmt.Sprintf("limits {\n  max_conns = %d", maxConns), 1)
+	h := startHost(t, cfg+pluginBlock("hello", "hello", ""))
+	addr := strings.TrimPrefix(h.ingress, "http://")
+	d := &net.Dialer{Timeout: 5 * time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.2")}}
+
+	// get sends GET /healthz from 127.0.0.2 on a new connection and reads
+	// the answer; the caller closes the connection.
+	get := func(i int) (net.Conn, int, string) {
+		c, err := d.DialContext(t.Context(), "tcp", addr)
+		if err != nil {
+			t.Fatalf("connection %d from 127.0.0.2: dial: %v", i, err)
+		}
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: test\r\n\r\n"); err != nil {
+			c.Close()
+			t.Fatalf("connection %d from 127.0.0.2: send: %v", i, err)
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			c.Close()
+			t.Fatalf("connection %d from 127.0.0.2: read the answer: %v", i, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		_ = c.SetDeadline(time.Time{})
+		return c, resp.StatusCode, string(body)
+	}
+
+	refused := 0
+	for i := 1; i <= tries; i++ {
+		c, code, body := get(i)
+		if i <= perIP {
+			t.Cleanup(func() { c.Close() })
+			if code != http.StatusOK {
+				t.Fatalf("connection %d from 127.0.0.2: GET /healthz = %d %s, want 200", i, code, body)
+			}
+			continue
+		}
+		c.Close()
+		if code != http.StatusServiceUnavailable || errorCode(body) != "too_many_connections" ||
+			!strings.Contains(body, "max_conns_per_ip") {
+			t.Fatalf("connection %d from 127.0.0.2: GET /healthz = %d %s, want 503 too_many_connections (max_conns_per_ip)", i, code, body)
+		}
+		refused++
+	}
+
+	other := clientFrom(t, "127.0.0.3")
+	resp, err := other.Get(h.ingress + "/hello/")
+	if err != nil {
+		t.Fatalf("GET /hello/ from 127.0.0.3: %v", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("GET /hello/ from 127.0.0.3 while 127.0.0.2 holds %d connections = %d %s, want 200", perIP, resp.StatusCode, body)
+	}
+	if v, _ := h.metric(`plughost_connections_refused_total{listener="ingress",reason="max_conns_per_ip"}`); v != float64(refused) {
+		t.Errorf(`plughost_connections_refused_total{listener="ingress",reason="max_conns_per_ip"} = %v, want %d`, v, refused)
+	}
+	if v, _ := h.metric(`plughost_connections_refused_total{listener="ingress",reason="max_conns"}`); v != 0 {
+		t.Errorf(`plughost_connections_refused_total{listener="ingress",reason="max_conns"} = %v, want 0`, v)
 	}
 }

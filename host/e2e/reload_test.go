@@ -167,3 +167,59 @@ func TestPluginEnvBlock(t *testing.T) {
 		t.Errorf("hello pid after envdump's env changed = %d, want %d unchanged", pid, helloPid)
 	}
 }
+
+// TestReloadHostileConfig sends SIGHUP with a config whose plugin block
+// nests 100,000 '[' (200 KB), which once ended the host with a fatal
+// stack overflow in the HCL parser: the reload is rejected with a
+// diagnosis at that line, the running config stays, and hello keeps
+// answering from the same process. validate refuses the same file, exit
+// code 1, with the same diagnosis.
+func TestReloadHostileConfig(t *testing.T) {
+	const depth = 100000
+	base := baseConfig("2s")
+	h := startHost(t, base+helloWith("one"))
+	pid := readyPlugin(t, h, "hello").Pid
+
+	hostile := base + pluginBlock("hello", "hello",
+		"  config {\n    greeting = "+strings.Repeat("[", depth)+strings.Repeat("]", depth)+"\n  }")
+	line := strings.Count(hostile[:strings.Index(hostile, "greeting = [")], "\n") + 1
+	where := fmt.Sprintf("%s:%d:", h.cfgPath, line)
+	start := time.Now()
+	h.reload(hostile, "config reload rejected")
+	t.Logf("reload rejected in %v", time.Since(start))
+
+	log := h.log.String()
+	rejected := log[strings.LastIndex(log, "config reload rejected"):]
+	if !strings.Contains(rejected, where) || !strings.Contains(rejected, "Config nested too deeply") {
+		t.Errorf("rejected reload's log = %.500q, want a diagnosis %q Config nested too deeply", rejected, where)
+	}
+	if strings.Contains(log, strings.Repeat("[", 1000)) {
+		t.Errorf("host log quotes the hostile line at length, want at most its first 1024 bytes")
+	}
+	select {
+	case <-h.exited:
+		t.Fatalf("plughost exited on the hostile reload: %v", h.exitErr)
+	default:
+	}
+	if code, body := h.greeting(); code != http.StatusOK || !strings.Contains(body, `"greeting":"one"`) {
+		t.Errorf("GET /hello/ after the rejected reload = %d %s, want 200 with greeting one", code, body)
+	}
+	if got := h.plugins()["hello"].Pid; got != pid {
+		t.Errorf("hello pid after the rejected reload = %d, want %d unchanged", got, pid)
+	}
+
+	// The host still reloads a good file.
+	h.reload(base+helloWith("two"), "config reloaded")
+	waitFor(t, 10*time.Second, "GET /hello/ to answer two", func() bool {
+		code, body := h.greeting()
+		return code == http.StatusOK && strings.Contains(body, `"greeting":"two"`)
+	})
+
+	path := writeConfigFile(t, hostile)
+	res := runCLI(t, "validate", "-config", path)
+	want := fmt.Sprintf("%s:%d:", path, line)
+	if res.code != 1 || !strings.Contains(res.stderr, want) || !strings.Contains(res.stderr, "Error: Config nested too deeply") {
+		t.Errorf("plughost validate on the hostile file: exit code %d, stderr %.500q; want 1 and %q Error: Config nested too deeply",
+			res.code, res.stderr, want)
+	}
+}
