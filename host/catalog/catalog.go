@@ -423,22 +423,40 @@ func newLineLogger(l hclog.Logger, stream string, limit *logLimiter) *lineLogger
 // maxLine bounds a buffered partial line; longer lines are split.
 const maxLine = 64 << 10
 
+// Write logs each line that p completes. Once one is dropped by the
+// limiter, the other whole lines of p are dropped with it, counted but
+// not looked at one by one, so that a flood costs the host little more
+// than a search for newlines.
 func (w *lineLogger) Write(p []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.buf = append(w.buf, p...)
-	for {
-		i := bytes.IndexByte(w.buf, '\n')
+	n := len(p)
+	for len(p) > 0 {
+		i := bytes.IndexByte(p, '\n')
 		if i < 0 {
+			w.buf = append(w.buf, p...)
 			if len(w.buf) >= maxLine {
 				w.emit(w.buf)
 				w.buf = w.buf[:0]
 			}
-			return len(p), nil
+			break
 		}
-		w.emit(w.buf[:i])
-		w.buf = w.buf[i+1:]
+		line := p[:i]
+		if len(w.buf) > 0 {
+			w.buf = append(w.buf, line...)
+			line = w.buf
+		}
+		p = p[i+1:]
+		dropped := !w.emit(line)
+		w.buf = w.buf[:0]
+		if dropped {
+			if last := bytes.LastIndexByte(p, '\n'); last >= 0 {
+				w.limit.drop(bytes.Count(p[:last+1], []byte{'\n'}))
+				p = p[last+1:]
+			}
+		}
 	}
+	return n, nil
 }
 
 // Flush logs a trailing partial line.
@@ -451,11 +469,16 @@ func (w *lineLogger) Flush() {
 	}
 }
 
-// emit logs line unless the limiter drops it; the check comes first, so
-// that a dropped line costs no formatting.
-func (w *lineLogger) emit(line []byte) {
-	if !w.logger.IsInfo() || !w.limit.allow(len(line)) {
-		return
+// emit logs line unless the limiter drops it, and reports whether it was
+// not dropped. The check comes first, so that a dropped line costs no
+// formatting.
+func (w *lineLogger) emit(line []byte) bool {
+	if !w.logger.IsInfo() {
+		return true
+	}
+	if !w.limit.allow(len(line)) {
+		return false
 	}
 	w.logger.Info("plugin output", "stream", w.stream, "line", string(line))
+	return true
 }

@@ -85,12 +85,29 @@ func (l *logLimiter) allow(size int) bool {
 		l.tokens -= cost
 		return true
 	}
-	l.lost++
+	l.lostLocked(1)
+	return false
+}
+
+// drop counts n records dropped without asking for tokens: the rest of
+// a chunk of output whose first record found the bucket short.
+func (l *logLimiter) drop(n int) {
+	if l == nil || n == 0 {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lostLocked(n)
+}
+
+// lostLocked counts n dropped records and makes sure a report is due.
+// l.mu must be held.
+func (l *logLimiter) lostLocked(n int) {
+	l.lost += n
 	if l.timer == nil && !l.closed {
 		l.pending.Add(1)
 		l.timer = time.AfterFunc(LogReportInterval, l.report)
 	}
-	return false
 }
 
 // report logs and hands on the count of records dropped since the last

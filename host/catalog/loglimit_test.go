@@ -1,10 +1,12 @@
 package catalog
 
 import (
+	"bytes"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/plughost/plughost/host/internal/testbin"
@@ -108,5 +110,40 @@ func TestDroppedErrorsKept(t *testing.T) {
 	}
 	if got, want := words.String(), "first failure n=1 | last failure n=2"; got != want {
 		t.Errorf("last words = %q, want %q", got, want)
+	}
+}
+
+// TestLineLoggerDropsRestOfChunk checks that once a line of a write is
+// dropped, the write's other whole lines are dropped and counted with
+// it, while its trailing partial line waits for the next write.
+func TestLineLoggerDropsRestOfChunk(t *testing.T) {
+	var buf bytes.Buffer
+	clock := &fakeClock{t: time.Unix(1000, 0)}
+	limit := newLogLimiter(LogLimit{Rate: 1, Burst: 2}, hclog.NewNullLogger(), clock.now)
+	defer limit.close()
+	w := newLineLogger(hclog.New(&hclog.LoggerOptions{Output: &buf, JSONFormat: true}), "stdout", limit)
+	writes := []struct {
+		advance time.Duration
+		s       string
+	}{
+		{0, "a\nb\nc\nd\n"}, // a and b spend the burst; c and d are dropped
+		{time.Second, "e\n"},
+		{0, "f\ng\nh"}, // f and g dropped, h waits
+		{10 * time.Second, "i\nj\n"},
+	}
+	for _, wr := range writes {
+		clock.advance(wr.advance)
+		if n, err := w.Write([]byte(wr.s)); n != len(wr.s) || err != nil {
+			t.Fatalf("Write(%q) = %d, %v, want %d, nil", wr.s, n, err, len(wr.s))
+		}
+	}
+	if diff := cmp.Diff([]string{"a", "b", "e", "hi", "j"}, loggedLines(t, &buf, "stdout")); diff != "" {
+		t.Errorf("logged lines mismatch (-want +got):\n%s", diff)
+	}
+	limit.mu.Lock()
+	lost := limit.lost
+	limit.mu.Unlock()
+	if lost != 4 {
+		t.Errorf("dropped %d lines, want 4", lost)
 	}
 }
