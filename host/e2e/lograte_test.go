@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"flag"
 	"fmt"
 	"net/http"
 	"os"
@@ -110,4 +111,41 @@ func cpuTicks(t *testing.T, pid int) int {
 	utime, _ := strconv.Atoi(fields[11])
 	stime, _ := strconv.Atoi(fields[12])
 	return utime + stime
+}
+
+var floodFigures = flag.Bool("flood-figures", false, "run TestPluginLogFloodFigures, which prints what a flooding plugin costs the host")
+
+// TestPluginLogFloodFigures prints, for a plugin flooding stdout or its
+// logger, with log_rate off and at its default, the host log's growth,
+// the records that reach the host and the host's CPU. It asserts
+// nothing: run it with -flood-figures for the table in
+// docs/architecture.md.
+func TestPluginLogFloodFigures(t *testing.T) {
+	if !*floodFigures {
+		t.Skip("run with -flood-figures")
+	}
+	const settle, window = 2 * time.Second, 4 * time.Second
+	for _, flood := range []string{"stdout", "log"} {
+		for _, rate := range []string{"0", "200"} {
+			t.Run(flood+"/log_rate="+rate, func(t *testing.T) {
+				extra := fmt.Sprintf("  log_rate = %s\n  env {\n    FLOOD = %q\n  }", rate, flood)
+				h := startHost(t, baseConfig("2s")+helloWith("hi")+pluginBlock("flood", "flood", extra))
+				time.Sleep(settle) // the flood starts with Configure; let it reach its pace
+				dropped := `plughost_plugin_log_dropped_lines_total{plugin="flood"}`
+				log0 := h.log.String()
+				drop0, _ := h.metric(dropped)
+				cpu0 := cpuTicks(t, h.cmd.Process.Pid)
+				start := time.Now()
+				time.Sleep(window)
+				elapsed := time.Since(start).Seconds()
+				cpu1 := cpuTicks(t, h.cmd.Process.Pid)
+				log1 := h.log.String()
+				drop1, _ := h.metric(dropped)
+				logged := strings.Count(log1, "plugin=flood") - strings.Count(log0, "plugin=flood")
+				t.Logf("host log %.3f MB/s, %.0f records/s logged, %.0f records/s reached the host, host CPU %.2f of a core",
+					float64(len(log1)-len(log0))/elapsed/1e6, float64(logged)/elapsed,
+					(float64(logged)+drop1-drop0)/elapsed, float64(cpu1-cpu0)/100/elapsed)
+			})
+		}
+	}
 }
