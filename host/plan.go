@@ -76,6 +76,7 @@ func describeAll(ctx context.Context, logger hclog.Logger, cfg *config.Config, p
 				StartTimeout: cfg.Limits.StartTimeout,
 				ExtraEnv:     p.Env,
 				SocketDir:    socketDir,
+				LogLimit:     catalog.LogLimit{Rate: p.LogRate, Burst: p.LogBurst},
 			})
 			if err != nil {
 				sev := hcl.DiagWarning
@@ -122,6 +123,7 @@ func specFor(cfg *config.Config, p config.PluginBlock) supervisor.Spec {
 		// new spec in place, as for required.
 		UnreadyWhenDegraded: p.UnreadyWhenDegraded,
 		Env:                 p.Env,
+		LogLimit:            catalog.LogLimit{Rate: p.LogRate, Burst: p.LogBurst},
 		Decode: func(schema *pluginv1.Schema) ([]byte, error) {
 			if err := config.CheckSchema(schema); err != nil {
 				return nil, err
@@ -144,6 +146,7 @@ func fingerprint(cfg *config.Config, p config.PluginBlock) string {
 	h := sha256.New()
 	fmt.Fprintf(h, "%s\x00%s\x00%s\x00%d\x00%t\x00%s\x00", p.Path, p.SHA256, p.Mount, p.MaxInflight, p.Required, p.DataDir)
 	fmt.Fprintf(h, "max_streams\x00%d\x00", p.MaxStreams)
+	fmt.Fprintf(h, "log_rate\x00%d\x00log_burst\x00%d\x00", p.LogRate, p.LogBurst)
 	fmt.Fprintf(h, "unready_when_degraded\x00%t\x00", p.UnreadyWhenDegraded)
 	for _, k := range slices.Sorted(maps.Keys(p.Env)) {
 		fmt.Fprintf(h, "env\x00%s\x00%s\x00", k, p.Env[k])

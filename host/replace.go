@@ -113,6 +113,7 @@ func (h *host) replaceInTurn(old *supervisor.Process, spec supervisor.Spec, opts
 		StartTimeout: opts.Policy.StartTimeout,
 		ExtraEnv:     spec.Env,
 		SocketDir:    opts.SocketDir,
+		LogLimit:     spec.LogLimit,
 	})
 	if h.changes.Err() != nil {
 		if err == nil {

@@ -6,6 +6,7 @@
 package catalog
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -64,6 +65,9 @@ type Options struct {
 	// plugin's socket is made in its TMPDIR, and one a SIGKILLed host left
 	// there is never removed.
 	SocketDir string
+	// LogLimit limits the plugin's relayed log records; its zero value
+	// limits none.
+	LogLimit LogLimit
 }
 
 // Instance is one running plugin process. Call Kill when done.
@@ -77,6 +81,7 @@ type Instance struct {
 	data     dataplane.Transport
 	cmd      *exec.Cmd
 	words    *lastWords
+	limit    *logLimiter
 }
 
 // maxDataPlaneConns caps the data-plane connections per plugin process.
@@ -170,8 +175,9 @@ func Launch(ctx context.Context, path, sha string, opts Options) (*Instance, err
 		cmd.Env = append(cmd.Env, plugin.EnvUnixSocketDir+"="+opts.SocketDir)
 	}
 	words := &lastWords{}
-	stdout := newLineLogger(opts.Logger, "stdout")
-	stderr := newLineLogger(opts.Logger, "stderr")
+	limit := newLogLimiter(opts.LogLimit, opts.Logger, time.Now)
+	stdout := newLineLogger(opts.Logger, "stdout", limit)
+	stderr := newLineLogger(opts.Logger, "stderr", limit)
 	cfg := &plugin.ClientConfig{
 		HandshakeConfig:  wire.Handshake,
 		VersionedPlugins: wire.PluginSets(nil),
@@ -184,7 +190,7 @@ func Launch(ctx context.Context, path, sha string, opts Options) (*Instance, err
 		GRPCBrokerMultiplex: true,
 		SkipHostEnv:         true,
 		StartTimeout:        opts.StartTimeout,
-		Logger:              goPluginLogger{opts.Logger, words},
+		Logger:              goPluginLogger{opts.Logger, words, limit},
 		SyncStdout:          stdout,
 		SyncStderr:          stderr,
 		Stderr:              io.Discard,
@@ -201,7 +207,7 @@ func Launch(ctx context.Context, path, sha string, opts Options) (*Instance, err
 		cfg.SecureConfig = &plugin.SecureConfig{Checksum: sum, Hash: sha256.New()}
 	}
 	client := plugin.NewClient(cfg)
-	inst := &Instance{client: client, stdio: []*lineLogger{stdout, stderr}, data: dataplane.New(data), cmd: cmd, words: words}
+	inst := &Instance{client: client, stdio: []*lineLogger{stdout, stderr}, data: dataplane.New(data), cmd: cmd, words: words, limit: limit}
 	ok := false
 	defer func() {
 		if !ok {
@@ -367,6 +373,7 @@ func (i *Instance) Kill() {
 	for _, l := range i.stdio {
 		l.Flush()
 	}
+	i.limit.close()
 }
 
 // ForceKill sends SIGKILL to the plugin process at once and then cleans up
@@ -402,38 +409,58 @@ func pluginEnv(names []string, extra map[string]string) []string {
 }
 
 // lineLogger turns a plugin's stdout or stderr (after go-plugin took over
-// the streams) into log records, one per line, so nothing it prints is lost.
+// the streams) into log records, one per line, as far as its limiter
+// allows.
 type lineLogger struct {
 	logger hclog.Logger
 	stream string
+	limit  *logLimiter
 
 	mu  sync.Mutex
 	buf []byte
 }
 
-func newLineLogger(l hclog.Logger, stream string) *lineLogger {
-	return &lineLogger{logger: l, stream: stream}
+func newLineLogger(l hclog.Logger, stream string, limit *logLimiter) *lineLogger {
+	return &lineLogger{logger: l, stream: stream, limit: limit}
 }
 
 // maxLine bounds a buffered partial line; longer lines are split.
 const maxLine = 64 << 10
 
+// Write logs each line that p completes. Once one is dropped by the
+// limiter, the other whole lines of p are dropped with it, counted but
+// not looked at one by one, so that a flood costs the host little more
+// than a search for newlines.
 func (w *lineLogger) Write(p []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.buf = append(w.buf, p...)
-	for {
-		i := strings.IndexByte(string(w.buf), '\n')
+	n := len(p)
+	for len(p) > 0 {
+		i := bytes.IndexByte(p, '\n')
 		if i < 0 {
+			w.buf = append(w.buf, p...)
 			if len(w.buf) >= maxLine {
 				w.emit(w.buf)
 				w.buf = w.buf[:0]
 			}
-			return len(p), nil
+			break
 		}
-		w.emit(w.buf[:i])
-		w.buf = w.buf[i+1:]
+		line := p[:i]
+		if len(w.buf) > 0 {
+			w.buf = append(w.buf, line...)
+			line = w.buf
+		}
+		p = p[i+1:]
+		dropped := !w.emit(line)
+		w.buf = w.buf[:0]
+		if dropped {
+			if last := bytes.LastIndexByte(p, '\n'); last >= 0 {
+				w.limit.drop(bytes.Count(p[:last+1], []byte{'\n'}))
+				p = p[last+1:]
+			}
+		}
 	}
+	return n, nil
 }
 
 // Flush logs a trailing partial line.
@@ -446,6 +473,16 @@ func (w *lineLogger) Flush() {
 	}
 }
 
-func (w *lineLogger) emit(line []byte) {
+// emit logs line unless the limiter drops it, and reports whether it was
+// not dropped. The check comes first, so that a dropped line costs no
+// formatting.
+func (w *lineLogger) emit(line []byte) bool {
+	if !w.logger.IsInfo() {
+		return true
+	}
+	if !w.limit.allow(len(line)) {
+		return false
+	}
 	w.logger.Info("plugin output", "stream", w.stream, "line", string(line))
+	return true
 }

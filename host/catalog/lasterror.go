@@ -20,39 +20,53 @@ const (
 
 // lastWords keeps what a plugin process last wrote to stderr at error
 // level, and its panic message, so that an error about its exit can say
-// why it exited. It is safe for concurrent use.
+// why it exited. It keeps records as they came and formats them only in
+// String, so that keeping one costs little even in a flood of them. It is
+// safe for concurrent use.
 type lastWords struct {
-	mu    sync.Mutex
-	lines []string // the last error-level lines, oldest first
-	panic string   // the first line of a panic or fatal error
+	mu      sync.Mutex
+	records [maxLastLines]lastRecord // a ring of the last error-level records
+	next    int                      // where the next record goes
+	n       int                      // records kept, up to maxLastLines
+	panic   string                   // the first line of a panic or fatal error
+}
+
+// lastRecord is one error-level record: its message and key/value pairs.
+type lastRecord struct {
+	msg  string
+	args []any
 }
 
 // record takes one error-level record of the plugin's stderr: a message
 // with key/value pairs, or a line it printed.
 func (w *lastWords) record(msg string, args []any) {
-	var b strings.Builder
-	b.WriteString(msg)
-	for i := 0; i+1 < len(args); i += 2 {
-		k, _ := args[i].(string)
-		if k == "timestamp" || k == "stack" || k == "@caller" {
-			continue
-		}
-		fmt.Fprintf(&b, " %s=%v", k, args[i+1])
-	}
-	line := cut(b.String())
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.panic != "" {
 		return // the rest of the panic: its goroutines and stack
 	}
-	if strings.HasPrefix(line, "panic: ") || strings.HasPrefix(line, "fatal error: ") {
-		w.panic = line
+	if strings.HasPrefix(msg, "panic: ") || strings.HasPrefix(msg, "fatal error: ") {
+		w.panic = format(lastRecord{msg, args})
 		return
 	}
-	w.lines = append(w.lines, line)
-	if len(w.lines) > maxLastLines {
-		w.lines = w.lines[len(w.lines)-maxLastLines:]
+	w.records[w.next] = lastRecord{msg, args}
+	w.next = (w.next + 1) % maxLastLines
+	w.n = min(w.n+1, maxLastLines)
+}
+
+// format returns r as one line, cut short, without the keys that say
+// nothing about why the process exited.
+func format(r lastRecord) string {
+	var b strings.Builder
+	b.WriteString(r.msg)
+	for i := 0; i+1 < len(r.args); i += 2 {
+		k, _ := r.args[i].(string)
+		if k == "timestamp" || k == "stack" || k == "@caller" {
+			continue
+		}
+		fmt.Fprintf(&b, " %s=%v", k, r.args[i+1])
 	}
+	return cut(b.String())
 }
 
 // String returns the panic message, or else the last error-level lines
@@ -63,7 +77,11 @@ func (w *lastWords) String() string {
 	if w.panic != "" {
 		return w.panic
 	}
-	return strings.Join(w.lines, " | ")
+	lines := make([]string, 0, w.n)
+	for i := range w.n {
+		lines = append(lines, format(w.records[(w.next-w.n+i+maxLastLines)%maxLastLines]))
+	}
+	return strings.Join(lines, " | ")
 }
 
 func cut(s string) string {
@@ -119,32 +137,93 @@ func (e *corruptError) Error() string { return e.msg }
 func (e *corruptError) Unwrap() error { return sdk.ErrStorageCorrupt }
 
 // recordingLogger is the logger the plugin's stderr records go through:
-// its error-level ones are kept in words as well as logged.
+// its error-level ones are kept in words, and each is logged as far as
+// limit allows. A record dropped by limit is still kept in words, so that
+// a flood does not hide why the plugin exited.
 type recordingLogger struct {
 	hclog.Logger
 	words *lastWords
+	limit *logLimiter
 }
 
 // Log logs at level, keeping an error-level record.
 func (l recordingLogger) Log(level hclog.Level, msg string, args ...any) {
-	if level == hclog.Error {
+	switch level {
+	case hclog.Error:
 		l.Error(msg, args...)
-		return
+	case hclog.Warn:
+		l.Warn(msg, args...)
+	case hclog.Info:
+		l.Info(msg, args...)
+	case hclog.Debug:
+		l.Debug(msg, args...)
+	default:
+		l.Trace(msg, args...)
 	}
-	l.Logger.Log(level, msg, args...)
 }
 
-// Error logs at error level and keeps the record. A record of the
-// plugin's own go-plugin multiplexer is logged at debug and not kept, as
-// the host's own are (muxLogger): it says the session to the host broke,
-// which the host knows better.
+// allow reports whether a record at level may be logged: one the logger
+// would log that the limiter allows.
+func (l recordingLogger) allow(level hclog.Level, msg string, args []any) bool {
+	if level < l.Logger.GetLevel() {
+		return false
+	}
+	return l.limit.allow(recordSize(msg, args))
+}
+
+// recordSize estimates the bytes a record takes in the log: its message
+// and its string values, the bulk of a plugin's records.
+func recordSize(msg string, args []any) int {
+	n := len(msg)
+	for _, a := range args {
+		if s, ok := a.(string); ok {
+			n += len(s) + 2
+		}
+	}
+	return n
+}
+
+// Trace logs at trace level as far as the limiter allows.
+func (l recordingLogger) Trace(msg string, args ...any) {
+	if l.allow(hclog.Trace, msg, args) {
+		l.Logger.Trace(msg, args...)
+	}
+}
+
+// Debug logs at debug level as far as the limiter allows.
+func (l recordingLogger) Debug(msg string, args ...any) {
+	if l.allow(hclog.Debug, msg, args) {
+		l.Logger.Debug(msg, args...)
+	}
+}
+
+// Info logs at info level as far as the limiter allows.
+func (l recordingLogger) Info(msg string, args ...any) {
+	if l.allow(hclog.Info, msg, args) {
+		l.Logger.Info(msg, args...)
+	}
+}
+
+// Warn logs at warn level as far as the limiter allows.
+func (l recordingLogger) Warn(msg string, args ...any) {
+	if l.allow(hclog.Warn, msg, args) {
+		l.Logger.Warn(msg, args...)
+	}
+}
+
+// Error keeps the record and logs it at error level as far as the limiter
+// allows. A record of the plugin's own go-plugin multiplexer is logged at
+// debug and not kept, as the host's own are (muxLogger): it says the
+// session to the host broke, which the host knows better.
 func (l recordingLogger) Error(msg string, args ...any) {
 	if muxRecord(args) {
-		l.Logger.Debug(msg, args...)
+		l.Debug(msg, args...)
 		return
 	}
 	l.words.record(msg, args)
-	l.Logger.Error(msg, args...)
+	if l.allow(hclog.Error, msg, args) {
+		l.Logger.Error(msg, args...)
+	}
 }
 
 // muxRecord reports whether args, a plugin's record's key/value pairs,
@@ -163,15 +242,15 @@ func muxRecord(args []any) bool {
 
 // With returns a sub-logger with args that records too.
 func (l recordingLogger) With(args ...any) hclog.Logger {
-	return recordingLogger{l.Logger.With(args...), l.words}
+	return recordingLogger{l.Logger.With(args...), l.words, l.limit}
 }
 
 // Named returns a named sub-logger that records too.
 func (l recordingLogger) Named(name string) hclog.Logger {
-	return recordingLogger{l.Logger.Named(name), l.words}
+	return recordingLogger{l.Logger.Named(name), l.words, l.limit}
 }
 
 // ResetNamed returns a sub-logger with name as its name that records too.
 func (l recordingLogger) ResetNamed(name string) hclog.Logger {
-	return recordingLogger{l.Logger.ResetNamed(name), l.words}
+	return recordingLogger{l.Logger.ResetNamed(name), l.words, l.limit}
 }

@@ -49,7 +49,7 @@ func TestLineLogger(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var buf bytes.Buffer
-			w := newLineLogger(hclog.New(&hclog.LoggerOptions{Output: &buf, JSONFormat: true}), "stdout")
+			w := newLineLogger(hclog.New(&hclog.LoggerOptions{Output: &buf, JSONFormat: true}), "stdout", nil)
 			for _, s := range tt.writes {
 				if n, err := w.Write([]byte(s)); n != len(s) || err != nil {
 					t.Fatalf("Write(%q) = %d, %v, want %d, nil", s, n, err, len(s))
@@ -70,7 +70,7 @@ func TestLineLogger(t *testing.T) {
 // newlines cannot make the host buffer without bound.
 func TestLineLoggerBoundsPartialLine(t *testing.T) {
 	var buf bytes.Buffer
-	w := newLineLogger(hclog.New(&hclog.LoggerOptions{Output: &buf, JSONFormat: true}), "stderr")
+	w := newLineLogger(hclog.New(&hclog.LoggerOptions{Output: &buf, JSONFormat: true}), "stderr", nil)
 	chunk := strings.Repeat("y", 1024)
 	for range 2 * maxLine / len(chunk) {
 		if _, err := w.Write([]byte(chunk)); err != nil {

@@ -16,10 +16,12 @@ var goPluginKeys = map[string]string{"plugin": "path"}
 // logger, with go-plugin's clashing keys renamed (goPluginKeys), so that no
 // record carries a key twice. go-plugin logs the plugin's stderr through a
 // sub-logger named after the binary; that one keeps the plugin's
-// error-level records in words, for an error about the plugin's exit.
+// error-level records in words, for an error about the plugin's exit, and
+// passes its records through limit.
 type goPluginLogger struct {
 	hclog.Logger
 	words *lastWords
+	limit *logLimiter
 }
 
 // Log logs at level with the keys of args renamed.
@@ -44,21 +46,21 @@ func (l goPluginLogger) Error(msg string, args ...any) { l.Logger.Error(msg, ren
 
 // With returns a sub-logger with args, keys renamed, that renames too.
 func (l goPluginLogger) With(args ...any) hclog.Logger {
-	return goPluginLogger{l.Logger.With(renameKeys(args)...), l.words}
+	return goPluginLogger{l.Logger.With(renameKeys(args)...), l.words, l.limit}
 }
 
 // Named returns a named sub-logger that renames too. Unless it is one of
 // go-plugin's own (its stdio stream's, or its connection multiplexer's:
 // muxLogger), it is the one for the plugin's stderr, and keeps its
-// error-level records.
+// error-level records and limits its records.
 func (l goPluginLogger) Named(name string) hclog.Logger {
 	switch {
 	case l.words != nil && name == "yamux":
 		return muxLogger{l.Logger.Named(name)}
 	case l.words == nil || name == "stdio":
-		return goPluginLogger{l.Logger.Named(name), nil}
+		return goPluginLogger{l.Logger.Named(name), nil, nil}
 	}
-	return goPluginLogger{recordingLogger{l.Logger.Named(name), l.words}, nil}
+	return goPluginLogger{recordingLogger{l.Logger.Named(name), l.words, l.limit}, nil, nil}
 }
 
 // muxLogger is the logger of go-plugin's connection multiplexer (yamux),
@@ -87,7 +89,7 @@ func (l muxLogger) StandardWriter(opts *hclog.StandardLoggerOptions) io.Writer {
 
 // ResetNamed returns a sub-logger with name as its name that renames too.
 func (l goPluginLogger) ResetNamed(name string) hclog.Logger {
-	return goPluginLogger{l.Logger.ResetNamed(name), nil}
+	return goPluginLogger{l.Logger.ResetNamed(name), nil, nil}
 }
 
 // renameKeys returns args, key/value pairs, with the keys in goPluginKeys

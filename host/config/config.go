@@ -169,6 +169,15 @@ type PluginBlock struct {
 	// MaxStreams caps the plugin's concurrent requests to streaming routes.
 	// Default 1024.
 	MaxStreams int
+	// LogRate is the records a second of the plugin's output (stdout and
+	// stderr lines, its logger's records) the host relays into its log,
+	// refilling a bucket of LogBurst; records beyond it are dropped and
+	// counted. A record longer than 4 KiB counts once per 4 KiB started.
+	// Default 200; 0 turns the limit off.
+	LogRate int
+	// LogBurst is how many records the host relays at once before
+	// LogRate holds it back. Default 1000.
+	LogBurst int
 	// Required marks a plugin the host cannot do without. Default true.
 	Required bool
 	// UnreadyWhenDegraded makes the aggregate /readyz answer 503 while

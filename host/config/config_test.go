@@ -73,6 +73,7 @@ func defaultConfig(filename, dir string) Config {
 type comparePlugin struct {
 	Name, Path, SHA256, Mount, DataDir         string
 	MaxInflight, MaxStreams                    int
+	LogRate, LogBurst                          int
 	Required, UnreadyWhenDegraded              bool
 	DeclLine, PathLine, SHA256Line, ConfigLine int
 	ConfigStartLine                            int
@@ -83,6 +84,7 @@ func plainPlugin(p PluginBlock) comparePlugin {
 	return comparePlugin{
 		Name: p.Name, Path: p.Path, SHA256: p.SHA256, Mount: p.Mount, DataDir: p.DataDir,
 		MaxInflight: p.MaxInflight, MaxStreams: p.MaxStreams, Required: p.Required,
+		LogRate: p.LogRate, LogBurst: p.LogBurst,
 		UnreadyWhenDegraded: p.UnreadyWhenDegraded,
 		DeclLine:            p.DeclRange.Start.Line, PathLine: p.PathRange.Start.Line,
 		SHA256Line: p.SHA256Range.Start.Line, ConfigLine: p.ConfigRange.Start.Line,
@@ -167,13 +169,15 @@ func TestLoad(t *testing.T) {
 			Mount:       "/greet/hello",
 			MaxInflight: 8,
 			MaxStreams:  1024,
+			LogRate:     50,
+			LogBurst:    100,
 			Required:    false,
 			DataDir:     "/var/lib/plughost/hello",
-			Config:      emptyBody(rng(43)),
+			Config:      emptyBody(rng(45)),
 			DeclRange:   rng(36),
 			PathRange:   rng(37),
 			SHA256Range: rng(38),
-			ConfigRange: rng(43),
+			ConfigRange: rng(45),
 		},
 		{
 			Name:                "kv_store-2",
@@ -181,15 +185,17 @@ func TestLoad(t *testing.T) {
 			Mount:               "/kv_store-2",
 			MaxInflight:         512,
 			MaxStreams:          1024,
+			LogRate:             200,
+			LogBurst:            1000,
 			Required:            true,
 			DataDir:             "/var/lib/plughost/kv_store-2",
 			UnreadyWhenDegraded: true,
 			Env:                 map[string]string{"GOGC": "400", "GOMEMLIMIT": "256MiB", "EMPTY": ""},
-			Config:              emptyBody(rng(49)),
-			DeclRange:           rng(49),
-			PathRange:           rng(50),
-			SHA256Range:         rng(49),
-			ConfigRange:         rng(49),
+			Config:              emptyBody(rng(51)),
+			DeclRange:           rng(51),
+			PathRange:           rng(52),
+			SHA256Range:         rng(51),
+			ConfigRange:         rng(51),
 		},
 	}
 
@@ -378,6 +384,7 @@ func TestWriteDiagnosticsGolden(t *testing.T) {
 		{"unknown keys", "testdata/keys.hcl", "testdata/keys.golden"},
 		{"connection and stream limits", "testdata/conns-invalid.hcl", "testdata/conns-invalid.golden"},
 		{"nested too deeply", "testdata/deep.hcl", "testdata/deep.golden"},
+		{"log limits", "testdata/logs-invalid.hcl", "testdata/logs-invalid.golden"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -42,6 +42,11 @@ const (
 	defaultHealthTimeout  = time.Second
 	defaultHealthFailures = 3
 	defaultMaxInflight    = 512
+	// defaultLogRate and defaultLogBurst keep a flooding plugin's share
+	// of the host log well under 1 MB/s: 200 records of at most 4 KiB
+	// each a second.
+	defaultLogRate  = 200
+	defaultLogBurst = 1000
 )
 
 // reservedMounts are ingress paths the host serves itself.
@@ -113,6 +118,8 @@ type pluginBody struct {
 	Mount       *hcl.Attribute `hcl:"mount,optional"`
 	MaxInflight *hcl.Attribute `hcl:"max_inflight,optional"`
 	MaxStreams  *hcl.Attribute `hcl:"max_streams,optional"`
+	LogRate     *hcl.Attribute `hcl:"log_rate,optional"`
+	LogBurst    *hcl.Attribute `hcl:"log_burst,optional"`
 	Required    *hcl.Attribute `hcl:"required,optional"`
 	// UnreadyWhenDegraded is unready_when_degraded.
 	UnreadyWhenDegraded *hcl.Attribute `hcl:"unready_when_degraded,optional"`
@@ -307,6 +314,8 @@ func (d *decoder) plugins(c *Config, blocks []*pluginBody) {
 			Name:        pb.Name,
 			MaxInflight: defaultMaxInflight,
 			MaxStreams:  defaultMaxStreams,
+			LogRate:     defaultLogRate,
+			LogBurst:    defaultLogBurst,
 			Required:    true,
 			DataDir:     filepath.Join(c.DataDir, pb.Name),
 			DeclRange:   pb.DeclRange,
@@ -377,6 +386,8 @@ func (d *decoder) plugins(c *Config, blocks []*pluginBody) {
 
 		decodeInt(d, pb.MaxInflight, &p.MaxInflight, 1)
 		decodeInt(d, pb.MaxStreams, &p.MaxStreams, 1)
+		decodeInt(d, pb.LogRate, &p.LogRate, 0)
+		decodeInt(d, pb.LogBurst, &p.LogBurst, 1)
 		decodeAttr(d, pb.Required, &p.Required)
 		decodeAttr(d, pb.UnreadyWhenDegraded, &p.UnreadyWhenDegraded)
 

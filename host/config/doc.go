@@ -55,6 +55,8 @@
 //	  mount        = "/hello"
 //	  max_inflight = 512
 //	  max_streams  = 1024               # streaming requests, outside max_inflight
+//	  log_rate     = 200                # output records a second; 0: no limit
+//	  log_burst    = 1000
 //	  required     = true
 //	  unready_when_degraded = false
 //	  config {                          # checked later, against the plugin's schema

@@ -118,6 +118,9 @@ func checkValid(t *testing.T, c *Config) {
 		if p.MaxInflight < 1 || p.Config == nil {
 			t.Errorf("plugin %q = %+v, want MaxInflight >= 1 and a Config body", p.Name, p)
 		}
+		if p.LogRate < 0 || p.LogBurst < 1 {
+			t.Errorf("plugin %q has log_rate %d, log_burst %d, want at least 0 and 1", p.Name, p.LogRate, p.LogBurst)
+		}
 	}
 }
 

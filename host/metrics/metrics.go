@@ -47,6 +47,9 @@ type Host struct {
 	// requests held while it is replaced (ingress.Hold).
 	HeldRequests   *prometheus.GaugeVec
 	HoldRejections *prometheus.CounterVec
+	// PluginLogDropped counts the records of a plugin's output the host
+	// dropped over its log_rate.
+	PluginLogDropped *prometheus.CounterVec
 }
 
 // New registers the host's metrics, with Go runtime and process collectors,
@@ -108,10 +111,14 @@ func New() *Host {
 			Name: "plughost_hold_rejections_total",
 			Help: "Requests answered 503 because the queue of a plugin being replaced was full or its wait ran out.",
 		}, []string{"plugin"}),
+		PluginLogDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "plughost_plugin_log_dropped_lines_total",
+			Help: "Lines of a plugin's output (stdout, stderr and its logger's records) dropped from the host log over the plugin's log_rate.",
+		}, []string{"plugin"}),
 	}
 	r.MustRegister(h.PluginUp, h.PluginState, h.PluginRestarts, h.PluginHungKills, h.Requests, h.RequestDuration,
 		h.Inflight, h.BusyRejections, h.BodyBytes, h.DrainAborted, h.PluginScrapeErrs, h.HeldRequests, h.HoldRejections,
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		h.PluginLogDropped, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	h.Conns = newConns(r)
 	return h
 }
@@ -122,7 +129,8 @@ func (h *Host) Forget(plugin string) {
 	for _, v := range []*prometheus.MetricVec{h.PluginUp.MetricVec, h.PluginState.MetricVec,
 		h.Requests.MetricVec, h.Inflight.MetricVec, h.BusyRejections.MetricVec, h.BodyBytes.MetricVec,
 		h.DrainAborted.MetricVec, h.PluginScrapeErrs.MetricVec, h.PluginRestarts.MetricVec, h.PluginHungKills.MetricVec,
-		h.RequestDuration.MetricVec, h.HeldRequests.MetricVec, h.HoldRejections.MetricVec} {
+		h.RequestDuration.MetricVec, h.HeldRequests.MetricVec, h.HoldRejections.MetricVec,
+		h.PluginLogDropped.MetricVec} {
 		v.DeletePartialMatch(l)
 	}
 	h.Conns.forget(l)

@@ -51,6 +51,10 @@ type Spec struct {
 	// plugin, if Required, as not ready while it reports itself degraded
 	// (config.PluginBlock.UnreadyWhenDegraded).
 	UnreadyWhenDegraded bool
+	// LogLimit limits the plugin's relayed output records
+	// (config.PluginBlock.LogRate and LogBurst); the supervisor counts
+	// what it drops in plughost_plugin_log_dropped_lines_total.
+	LogLimit catalog.LogLimit
 }
 
 // Policy holds the restart and health settings.
@@ -312,6 +316,7 @@ func start(ctx context.Context, spec Spec, opts Options, standby bool) (*Process
 	if opts.Metrics != nil {
 		opts.Metrics.PluginRestarts.WithLabelValues(spec.Name)
 		opts.Metrics.PluginHungKills.WithLabelValues(spec.Name)
+		opts.Metrics.PluginLogDropped.WithLabelValues(spec.Name)
 	}
 	p.publish()
 	go p.run(ctx)
@@ -669,12 +674,18 @@ func (e *refusal) Unwrap() []error { return []error{ErrConfigRefused, e.err} }
 // launch starts the plugin and configures it. A config that the schema or
 // the plugin refused is an error wrapping ErrConfigRefused.
 func (p *Process) launch(ctx context.Context) (*catalog.Instance, error) {
+	limit := p.spec.LogLimit
+	if m := p.opts.Metrics; m != nil {
+		dropped := m.PluginLogDropped.WithLabelValues(p.spec.Name)
+		limit.Dropped = func(n int) { dropped.Add(float64(n)) }
+	}
 	inst, err := catalog.Launch(ctx, p.spec.Path, p.spec.SHA256, catalog.Options{
 		Logger:       p.opts.Logger.Named(p.spec.Name).With("plugin", p.spec.Name),
 		StartTimeout: p.opts.Policy.StartTimeout,
 		ExtraEnv:     p.spec.Env,
 		Host:         p.opts.Host,
 		SocketDir:    p.opts.SocketDir,
+		LogLimit:     limit,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("start: %w", err)

@@ -38,6 +38,8 @@ plugin "hello" {
   sha256       = "9F86D081884C7D659A2FEAA0C55AD015A3BF4F1B2B0B822CD15D6C15B0F00A08"
   mount        = "/greet/hello"
   max_inflight = 8
+  log_rate     = 50
+  log_burst    = 100
   required     = false
 
   config {
