@@ -103,20 +103,7 @@ func testHungPluginReplaced(t *testing.T, cfg string) {
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			tick := time.NewTicker(pace)
-			defer tick.Stop()
-			for {
-				select {
-				case <-stop:
-					return
-				case <-tick.C:
-				}
-				load.add(getOnce(lc, h.ingress+"/hello/"))
-			}
-		}()
+		getEvery(&wg, stop, lc, h.ingress+"/hello/", pace, &load)
 	}
 	stopLoad := sync.OnceFunc(func() {
 		close(stop)

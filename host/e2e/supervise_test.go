@@ -131,6 +131,23 @@ func getOnce(c *http.Client, url string) result {
 	return res
 }
 
+// getEvery starts a goroutine, counted in wg, that sends GET url with lc
+// every pace until stop is closed, and adds each answer to res.
+func getEvery(wg *sync.WaitGroup, stop <-chan struct{}, lc *http.Client, url string, pace time.Duration, res *results) {
+	wg.Go(func() {
+		tick := time.NewTicker(pace)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+				res.add(getOnce(lc, url))
+			}
+		}
+	})
+}
+
 func TestKill9PluginUnderLoad(t *testing.T) {
 	const (
 		workers      = 8
@@ -161,20 +178,7 @@ func TestKill9PluginUnderLoad(t *testing.T) {
 			}
 		}()
 	}
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		tick := time.NewTicker(20 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-tick.C:
-				health.add(getOnce(lc, h.ingress+"/healthz"))
-			}
-		}
-	}()
+	getEvery(&wg, stop, lc, h.ingress+"/healthz", 20*time.Millisecond, &health)
 	stopLoad := sync.OnceFunc(func() {
 		close(stop)
 		wg.Wait()

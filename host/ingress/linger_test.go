@@ -3,6 +3,7 @@ package ingress_test
 import (
 	"bytes"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -26,20 +27,13 @@ func TestLingerFollowsProgress(t *testing.T) {
 	f := newFixture(t, ingress.Limits{MaxBodyBytes: 1 << 10, RequestTimeout: 30 * time.Second, BodyTimeout: 30 * time.Second}, faulty())
 
 	conn := f.dialRaw(t)
-	piece := bytes.Repeat([]byte("p"), 4<<10)
-	if _, err := fmt.Fprintf(conn, "POST /faulty/echo HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n", pieces*len(piece)); err != nil {
-		t.Fatal(err)
-	}
 	start := time.Now()
-	for i := range pieces {
-		if _, err := conn.Write(piece); err != nil {
-			t.Fatalf("piece %d of the body, %v after the head: %v (the host stopped reading)", i, time.Since(start), err)
-		}
-		time.Sleep(gap) // the client's pace, not a condition
+	if i, err := trickle(t, conn, pieces, gap); err != nil {
+		t.Fatalf("piece %d of the body, %v after the head: %v (the host stopped reading)", i, time.Since(start), err)
 	}
 	if r := readResponse(t, conn); r.code != http.StatusRequestEntityTooLarge || r.errorCode() != "body_too_large" {
 		t.Errorf("POST of %d bytes over %v in pieces %v apart, read after sending = %d %s, want 413 body_too_large",
-			pieces*len(piece), time.Since(start), gap, r.code, r.body)
+			pieces*trickledPiece, time.Since(start), gap, r.code, r.body)
 	}
 }
 
@@ -56,19 +50,34 @@ func TestLingerIsBounded(t *testing.T) {
 	f := newFixture(t, ingress.Limits{MaxBodyBytes: 1 << 10, RequestTimeout: 30 * time.Second, BodyTimeout: 30 * time.Second}, faulty())
 
 	conn := f.dialRaw(t)
-	piece := bytes.Repeat([]byte("p"), 4<<10)
-	if _, err := fmt.Fprintf(conn, "POST /faulty/echo HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n", pieces*len(piece)); err != nil {
+	start := time.Now()
+	if i, err := trickle(t, conn, pieces, gap); err != nil {
+		t.Logf("piece %d of the body, %v after the head: %v", i, time.Since(start), err)
+		return
+	}
+	t.Errorf("the host read all %d bytes of a body it had answered 413, over %v, want it to stop after %v", pieces*trickledPiece, time.Since(start), total)
+}
+
+// trickledPiece is the size of each piece trickle sends.
+const trickledPiece = 4 << 10
+
+// trickle sends on conn the head of POST /faulty/echo declaring a body of
+// pieces × trickledPiece bytes, then the body a piece every gap, and
+// returns the index of the piece whose write failed and its error, if
+// one did.
+func trickle(t *testing.T, conn net.Conn, pieces int, gap time.Duration) (int, error) {
+	t.Helper()
+	if _, err := fmt.Fprintf(conn, "POST /faulty/echo HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n", pieces*trickledPiece); err != nil {
 		t.Fatal(err)
 	}
-	start := time.Now()
+	piece := bytes.Repeat([]byte("p"), trickledPiece)
 	for i := range pieces {
 		if _, err := conn.Write(piece); err != nil {
-			t.Logf("piece %d of the body, %v after the head: %v", i, time.Since(start), err)
-			return
+			return i, err
 		}
 		time.Sleep(gap) // the client's pace, not a condition
 	}
-	t.Errorf("the host read all %d bytes of a body it had answered 413, over %v, want it to stop after %v", pieces*len(piece), time.Since(start), total)
+	return 0, nil
 }
 
 // TestAnswerAfterSlowBody checks that a body that takes longer than the
