@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -112,5 +113,55 @@ func TestCheckCommand(t *testing.T) {
 		if out, code := runBinary(t, bin, args...); code != 2 {
 			t.Errorf("wallet %v = %d:\n%s\nwant 2, a usage error", args, code, out)
 		}
+	}
+}
+
+// TestCheckCommandLastRecord runs "wallet check" against a data dir whose
+// newest log record, an acknowledged issue whole in the file, has a byte
+// flipped: no crash leaves that, so check reports it (exit 1) instead of
+// trimming it as torn, and -repair drops it and says which seq is lost.
+func TestCheckCommandLastRecord(t *testing.T) {
+	bin := walletBinary(t)
+	dir, _ := crashedDataDir(t)
+	logFile, last := "", 0
+	for _, name := range []string{"wallet.db.wal", "wallet.db.wal.1"} {
+		p := filepath.Join(dir, name)
+		data, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The records run from offset 0 to a zero header.
+		var offs []int
+		for off := 0; off+8 <= len(data); {
+			n := int(binary.BigEndian.Uint32(data[off:]))
+			if n == 0 || off+8+n > len(data) {
+				break
+			}
+			offs = append(offs, off)
+			off += 8 + n
+		}
+		if len(offs) != 6 { // the start record and five groups
+			continue
+		}
+		logFile, last = name, offs[5]
+		data[last+20] ^= 0xff
+		if err := os.WriteFile(p, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if logFile == "" {
+		t.Fatal("no log file holds the start record and five groups")
+	}
+	problem := fmt.Sprintf("problem: %s record 5 at offset %d", logFile, last)
+	out, code := runBinary(t, bin, "check", dir)
+	if code != 1 || !strings.Contains(out, problem) || strings.Contains(out, "torn tail") || !strings.Contains(out, "a repair drops: "+logFile+" records 5 to 5") {
+		t.Errorf("check of a flipped last record = %d:\n%s\nwant 1, %q and record 5 to drop", code, out, problem)
+	}
+	out, code = runBinary(t, bin, "check", "-repair", dir)
+	if code != 0 || !strings.Contains(out, "dropped: "+logFile+" records 5 to 5") || !strings.Contains(out, "from seq 5 (tx_0000000000000005) to an unknown last seq") || !strings.Contains(out, "repaired; the wallet opens at seq 4") {
+		t.Errorf("check -repair = %d:\n%s\nwant 0, record 5 and seq 5 dropped, the wallet at seq 4", code, out)
+	}
+	if out, code := runBinary(t, bin, "check", dir); code != 0 || !strings.Contains(out, "healthy, seq 4") {
+		t.Errorf("check after -repair = %d:\n%s\nwant 0 and healthy at seq 4", code, out)
 	}
 }

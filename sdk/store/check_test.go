@@ -641,3 +641,85 @@ func FuzzReplayWAL(f *testing.F) {
 }
 
 var cmpEmpty = cmp.Comparer(func(a, b []byte) bool { return bytes.Equal(a, b) })
+
+// TestDamagedLastRecord damages the newest generation's last record, an
+// acknowledged group of a value long enough to cross a sector boundary.
+// What a crash can leave (the file ending inside the record, or the
+// record zeroed from a sector boundary to its end) is trimmed; a byte
+// flipped in a record whole in the file, or zeros that start inside a
+// sector, are damage: Open refuses, Check finds it and Repair drops it.
+func TestDamagedLastRecord(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "s.db")
+	d, err := Open(path, kvOpts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.Close() })
+	for i := range perGen {
+		putKV(t, d, kvKey(i), fmt.Appendf(nil, "value %03d", i))
+	}
+	putKV(t, d, []byte("big"), bytes.Repeat([]byte{0x5a}, 3*walSector))
+	name, end := LogEnd(d)
+	file := strings.TrimPrefix(name, "s.db")
+	image := imageOf(t, path)
+	offs := recordOffsets(t, image+file)
+	last := offs[len(offs)-1]
+	record := uint32(len(offs) - 1)
+	boundary := (last/walSector + 1) * walSector // the record's first sector boundary
+	lastBoundary := (int(end) - 1) / walSector * walSector
+	for _, tc := range []struct {
+		name    string
+		damage  func([]byte) []byte
+		trimmed bool
+	}{
+		{"flipped byte in the value", func(b []byte) []byte { b[last+100] ^= 1; return b }, false},
+		{"flipped byte in the checksum", func(b []byte) []byte { b[last+5] ^= 1; return b }, false},
+		{"flipped last byte", func(b []byte) []byte { b[end-1] ^= 0x80; return b }, false},
+		{"file ends inside the record", func(b []byte) []byte { return b[:end-1] }, true},
+		{"file ends inside the header", func(b []byte) []byte { return b[:last+5] }, true},
+		{"zeroed from a sector boundary", func(b []byte) []byte { clear(b[boundary:end]); return b }, true},
+		{"zeroed from inside its last sector", func(b []byte) []byte { clear(b[lastBoundary+1 : end]); return b }, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := imageOf(t, image)
+			editFile(t, p+file, tc.damage)
+			d, err := Open(p, kvOpts)
+			if tc.trimmed {
+				if err != nil {
+					t.Fatalf("Open = %v, want the torn record trimmed", err)
+				}
+				tr := d.Recovery().Trimmed
+				_ = d.Close()
+				if tr == nil || tr.File != "s.db"+file || tr.Record != record || tr.Offset != int64(last) {
+					t.Errorf("Open trimmed %+v, want record %d at offset %d of s.db%s", tr, record, last, file)
+				}
+				if got := keysIn(t, p); len(got) != perGen {
+					t.Errorf("store holds keys %v, want 0 to 9", got)
+				}
+				return
+			}
+			var ce *CorruptError
+			where := fmt.Sprintf("record %d at offset %d", record, last)
+			if !errors.As(err, &ce) || ce.File != "s.db"+file || ce.Where != where {
+				if err == nil {
+					_ = d.Close()
+				}
+				t.Fatalf("Open = %v, want a *CorruptError at s.db%s %s", err, file, where)
+			}
+			rep, err := Check(p, kvOpts)
+			if err != nil || rep.OK() || !rep.Repairable || rep.Trimmed != nil || len(rep.Drops) != 1 ||
+				rep.Drops[0].File != "s.db"+file || rep.Drops[0].First != record || rep.Drops[0].Records != 1 || rep.Drops[0].Offset != int64(last) {
+				t.Fatalf("Check = %+v, %v; want the problem found and a repair that drops record %d", rep, err, record)
+			}
+			if rep, err := Repair(p, kvOpts); err != nil || !rep.Repaired || len(rep.Drops) != 1 || rep.Drops[0].First != record {
+				t.Fatalf("Repair = %+v, %v; want record %d dropped", rep, err, record)
+			}
+			if got := keysIn(t, p); len(got) != perGen {
+				t.Errorf("store after repair holds keys %v, want 0 to 9", got)
+			}
+			if rep, err := Check(p, kvOpts); err != nil || !rep.OK() {
+				t.Errorf("Check after Repair = %+v, %v; want healthy", rep, err)
+			}
+		})
+	}
+}

@@ -33,19 +33,29 @@
 // it has, Open finds the log newer than the file and refuses. At Open:
 //
 //   - a torn record at the end of the newest log generation (an append
-//     that a crash cut short, never acknowledged), or a torn start
-//     record of it (a crash while a checkpoint started it), is left out
-//     and reported in Recovery.Trimmed;
-//   - any other damage (a bad record with acknowledged records after it,
-//     an older generation that ends short of where the next one's start
-//     record says, as a zeroed or cut off tail does, a log that belongs
-//     to another file or time, a missing log of a file not closed
-//     cleanly, unreadable meta pages) fails Open with a *CorruptError
-//     that names the file, where in it, and what to do.
+//     that a crash cut short, never acknowledged: the file ends before
+//     the record's declared length, or the record is zero from a
+//     512-byte sector boundary to its end), or a torn start record of it
+//     (a crash while a checkpoint started it), is left out and reported
+//     in Recovery.Trimmed;
+//   - any other damage (a last record whole in the file whose checksum
+//     fails, which no crash leaves, since appends are fdatasynced before
+//     they are acknowledged and a sector is written whole or not at all;
+//     a bad record with acknowledged records after it; an older
+//     generation that ends short of where the next one's start record
+//     says, as a zeroed or cut off tail does; a log that belongs to
+//     another file or time; a missing log of a file not closed cleanly;
+//     unreadable meta pages) fails Open with a *CorruptError that names
+//     the file, where in it, and what to do.
 //
-// The newest generation's end is recorded nowhere: a damaged last record
-// of it passes for a torn one, and a tail of it zeroed from a record
-// boundary for its end.
+// The rule errs towards refusing: a power loss during an append that
+// overwrites an older generation's bytes in place can leave those bytes
+// under the unacknowledged record's tail, and Open refuses it until a
+// repair drops it. The newest generation's end is recorded nowhere: a
+// tail of it zeroed from a record boundary passes for its end, and a last
+// record zeroed from a sector boundary, or whose length was damaged to
+// reach past the end of the file, for a torn one. The rule is set out at
+// the top of wal.go.
 //
 // A damaged value or page met while running fails the read with a
 // *CorruptError, counts it (Corruptions) and makes the store refuse every

@@ -78,14 +78,39 @@ import (
 //     then, since what was torn is the record of it, but G's last append
 //     left a zero header: a G that stops anywhere else is damage,
 //     refused. The torn start record is trimmed;
-//   - otherwise a run ends at a zero header, and anything else that stops
-//     the newest generation's run is a write torn by a crash (its last,
-//     unacknowledged, append, or its start record's zero header): it is
-//     trimmed, reported by Open, never replayed.
+//   - otherwise a run ends at a zero header. Anything else that stops
+//     the newest generation's run after its start record is either a
+//     write torn by a crash or a damaged acknowledged record, told apart
+//     by what a crash can leave (damagedLast): the file ending before the
+//     record's declared end, or the record zero from a sector boundary to
+//     its end, is torn; a record whole in the file that fails its
+//     checksum with no such zero tail is damage, refused naming the file,
+//     record and offset, and Repair drops it. What stops the run at its
+//     start record (a torn start record, or its zero header not written
+//     over an older generation's bytes) is torn. A torn write is trimmed,
+//     reported by Open, never replayed.
 //
-// The newest generation's end is recorded nowhere: a tail of it zeroed
-// from a record boundary on looks like its end, and a damaged last record
-// like a torn one. Neither is detected.
+// The rule for the newest generation's last record, and why: each append
+// is fdatasynced before its group is acknowledged, and the append before
+// it left a zero header, fdatasynced, where it starts. So the only record
+// a crash can leave incomplete is the last, unacknowledged one, and only
+// as a crash writes: a device writes a 512-byte sector whole or not at
+// all, and a file system may extend the file before the data lands,
+// which leaves the file short or the record's unwritten sectors zero. A
+// crash does not flip bits in a record whole in the file, so such a
+// record was written, and a group written is taken as acknowledged: it
+// is refused, not trimmed (as TigerBeetle never takes a damaged record
+// for a torn write). The rule errs towards refusing: a power loss during
+// an append that overwrites an older generation's bytes in place can
+// leave those bytes, not zeros, under the record's tail, and Open refuses
+// that unacknowledged record as damage until check -repair drops it. A
+// kill -9 tears nothing: the page cache holds the whole write.
+//
+// The newest generation's end is recorded nowhere, so some damage to it
+// still passes for a crash: a tail of it zeroed from a record boundary on
+// looks like its end, a last record zeroed from a sector boundary on, or
+// one whose length field was damaged to reach past the end of the file,
+// looks torn.
 //
 // A file of the wallet's formats 3 and 4 (see Open) has no start records
 // or zero headers: its groups start at record 0, and it ends wherever its
@@ -351,9 +376,65 @@ func judge(runs *[2]genRun, strict bool) walVerdict {
 	}
 	if !newest.clean {
 		stop := newest.end.off
+		if newest.end.records > 0 {
+			if problem := damagedLast(newest.data, int(stop)); problem != "" {
+				cut := 0
+				if newest == newer {
+					cut = 1
+				}
+				return walVerdict{cut: cut, err: corruptf(newest.file, newest.where(), "%s", problem)}
+			}
+		}
 		v.trim = &Trim{File: newest.file, Gen: newest.gen, Record: newest.end.records, Offset: stop, Bytes: nonZero(newest.data[stop:])}
 	}
 	return v
+}
+
+// walSector is the unit a torn write loses or keeps whole: a device
+// writes a 512-byte sector entirely or not at all, and a file system
+// extends a file by whole blocks, which are multiples of it.
+const walSector = 512
+
+// damagedLast says why the record at stop of data, where the newest
+// generation's run stops after its start record, is damage and not a
+// write torn by a crash; "" if it may be torn. The append before it
+// left a zero header at stop, fdatasynced, so whatever is there now is
+// the torn append's own header or that zero header. A torn append is
+// one whose bytes did not all reach the disk: the file ends before the
+// record's declared end, or the record's extent (its header alone, when
+// the length is not one a record can have) ends in zeros from a sector
+// boundary on, where the file system extended the file before the data
+// landed. A record that is whole in the file and fails its checksum
+// with no such zero tail is damage: a crash does not flip bits. A whole
+// record with a valid checksum is an older generation's, left where a
+// torn start record's zero header did not land.
+func damagedLast(data []byte, stop int) string {
+	if len(data)-stop < walHeader {
+		return ""
+	}
+	if _, ok := nextRecord(data[stop:]); ok {
+		// A whole record of another generation or index: the bytes
+		// an older generation left where the zero header belongs.
+		return ""
+	}
+	n := binary.BigEndian.Uint32(data[stop:])
+	extent := walHeader
+	if n >= walRecordHead && n <= walMaxRecord {
+		if uint64(len(data)-stop-walHeader) < uint64(n) {
+			return "" // the file ends inside the record
+		}
+		extent += int(n)
+	}
+	end := stop + extent
+	for a := (stop/walSector + 1) * walSector; a < end; a += walSector {
+		if nonZero(data[a:end]) == 0 {
+			return ""
+		}
+	}
+	if extent == walHeader {
+		return fmt.Sprintf("damaged header (length %d) after this generation's last good record, and not the zero tail or short file a crash leaves: an acknowledged write may be lost", n)
+	}
+	return fmt.Sprintf("checksum mismatch in the generation's last record, %d bytes long and whole in the file, and not the zero tail or short file a crash leaves: an acknowledged write is damaged", extent)
 }
 
 // stopsAt says what stops a run at off of data.

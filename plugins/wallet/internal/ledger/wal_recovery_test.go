@@ -179,41 +179,84 @@ func TestCrashRecovery(t *testing.T) {
 			t.Errorf("recovered ledger with the last group differs (-before the crash +after):\n%s", diff)
 		}
 	})
+	// lastStart is where the last record starts.
+	lastStart := func(p string) int {
+		offs, _ := logRecords(t, p+logFile)
+		for i, o := range offs {
+			if o < int(end) && (i+1 == len(offs) || offs[i+1] >= int(end)) {
+				return o
+			}
+		}
+		t.Fatalf("no record ends at %d of %s", end, logFile)
+		return 0
+	}
+	edit := func(p string, f func(data []byte)) {
+		data, err := os.ReadFile(p + logFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f(data)
+		if err := os.WriteFile(p+logFile, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// withoutLast is the state a recovery that loses the last group finds.
+	withoutLast := before
+	withoutLast.Accounts = map[string]ledger.Account{"e": {ID: "e"}}
+	for id, a := range before.Accounts {
+		withoutLast.Accounts[id] = a
+	}
+	withoutLast.Records = map[string]string{"last": "none"}
+	for k, r := range before.Records {
+		withoutLast.Records[k] = r
+	}
+	// A crash can leave the last record short or zeroed, never
+	// acknowledged: Open trims it.
 	for name, damage := range map[string]func(p string){
 		"torn last record": func(p string) {
 			if err := os.Truncate(p+logFile, end-1); err != nil {
 				t.Fatal(err)
 			}
 		},
-		"flipped bit in the last record": func(p string) {
-			data, err := os.ReadFile(p + logFile)
-			if err != nil {
-				t.Fatal(err)
-			}
-			data[end-2] ^= 0x10
-			if err := os.WriteFile(p+logFile, data, 0o600); err != nil {
-				t.Fatal(err)
-			}
+		"zeroed last record": func(p string) {
+			edit(p, func(data []byte) { clear(data[lastStart(p):end]) })
 		},
 	} {
 		t.Run(name, func(t *testing.T) {
 			p := crashImage(t, withLast)
 			damage(p)
 			got := stateOf(t, open(t, p, opts), accounts, keys)
-			want := before
-			want.Accounts = map[string]ledger.Account{"e": {ID: "e"}}
-			for id, a := range before.Accounts {
-				want.Accounts[id] = a
-			}
-			want.Records = map[string]string{"last": "none"}
-			for k, r := range before.Records {
-				want.Records[k] = r
-			}
-			if diff := cmp.Diff(want, got); diff != "" {
+			if diff := cmp.Diff(withoutLast, got); diff != "" {
 				t.Errorf("recovered ledger differs from the one before the last group (-want +got):\n%s", diff)
 			}
 		})
 	}
+	// A crash does not flip bits: the last record, whole in the file and
+	// failing its checksum, was acknowledged and is damaged. Open refuses
+	// it; Check reports it and Repair drops it.
+	t.Run("flipped bit in the last record", func(t *testing.T) {
+		p := crashImage(t, withLast)
+		start := lastStart(p)
+		edit(p, func(data []byte) { data[end-2] ^= 0x10 })
+		_, err := ledger.Open(p, clocked(opts))
+		where := fmt.Sprintf("wallet.db%s record ", logFile)
+		at := fmt.Sprintf(" at offset %d:", start)
+		if !errors.Is(err, ledger.ErrCorrupt) || !strings.Contains(err.Error(), where) || !strings.Contains(err.Error(), at) {
+			t.Fatalf("Open = %v, want ErrCorrupt naming %q and %q", err, where, at)
+		}
+		rep, err := ledger.Check(p, opts)
+		if err != nil || rep.OK() || !rep.Repairable {
+			t.Fatalf("Check = %+v, %v; want the damage found and repairable", rep, err)
+		}
+		rrep, err := ledger.Repair(p, opts)
+		if err != nil || !rrep.Repaired || len(rrep.Drops) != 1 || rrep.Drops[0].Records != 1 {
+			t.Fatalf("Repair = %+v, %v; want the last record dropped", rrep, err)
+		}
+		got := stateOf(t, open(t, p, opts), accounts, keys)
+		if diff := cmp.Diff(withoutLast, got); diff != "" {
+			t.Errorf("repaired ledger differs from the one before the last group (-want +got):\n%s", diff)
+		}
+	})
 	t.Run("another ledger's log", func(t *testing.T) {
 		// The bbolt file is new; the log left in its place belongs to
 		// the old one and must not be replayed into it.
