@@ -18,7 +18,8 @@ const noSpace = "write wallet.db.wal.1: no space left on device"
 // restarting with its reason, its mount answers 503 plugin_unavailable
 // and /readyz 503; once the cause is gone frail comes up by itself. An
 // operator's restart while Configure fails again keeps frail listed and
-// routed, and it comes back once the cause is gone.
+// routed, and it comes back once the cause is gone; so does a plugin a
+// reload adds.
 func TestConfigureFailureContained(t *testing.T) {
 	data := t.TempDir()
 	if err := os.MkdirAll(filepath.Join(data, "frail"), 0o750); err != nil {
@@ -35,7 +36,8 @@ func TestConfigureFailureContained(t *testing.T) {
 		t.Fatalf("base config has no %s", budget)
 	}
 	base = strings.Replace(base, budget, `max_restarts    = 1000`, 1)
-	h := startHost(t, base+pluginBlock("frail", "frail", "  required = true")+helloWith("hi"))
+	cfg := base + pluginBlock("frail", "frail", "  required = true") + helloWith("hi")
+	h := startHost(t, cfg)
 
 	// down checks what the host shows while frail's Configure fails.
 	down := func(when string, restartsAbove int) {
@@ -84,4 +86,30 @@ func TestConfigureFailureContained(t *testing.T) {
 	}
 	down("after an operator's restart", restarts)
 	up("after the operator's restart")
+
+	// A plugin a reload adds, whose Configure fails, is started and
+	// retried the same way; the reload goes ahead.
+	if err := os.MkdirAll(filepath.Join(data, "frail2"), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	refuse2 := filepath.Join(data, "frail2", "refuse")
+	if err := os.WriteFile(refuse2, []byte(noSpace), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	h.reload(cfg+pluginBlock("frail2", "frail", ""), "config reloaded")
+	var st pluginStatus
+	waitFor(t, 30*time.Second, "frail2 to be retried after the reload", func() bool {
+		st = h.plugins()["frail2"]
+		return st.Restarts > 1 && strings.Contains(st.LastError, noSpace)
+	})
+	if code, body := h.get(h.ingress + "/frail2/"); code != http.StatusServiceUnavailable || !strings.Contains(body, "plugin_unavailable") {
+		t.Errorf("GET /frail2/ while its Configure fails = %d %s, want 503 plugin_unavailable", code, body)
+	}
+	if err := os.Remove(refuse2); err != nil {
+		t.Fatal(err)
+	}
+	readyPlugin(t, h, "frail2")
+	if code, body := h.get(h.ingress + "/frail2/"); code != http.StatusOK {
+		t.Errorf("GET /frail2/ once its cause is gone = %d %s, want 200", code, body)
+	}
 }
