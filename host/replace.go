@@ -86,10 +86,12 @@ func (h *host) replace(old *supervisor.Process, spec supervisor.Spec, opts, oldO
 	if errors.Is(err, errShuttingDown) {
 		return err // old is drained with the others
 	}
-	if err != nil && errors.Is(err, sdk.ErrStorageCorrupt) && !old.Ready() {
-		// Nothing serves to keep: show the plugin failed with its own
-		// report, as a start would.
-		return h.failCorrupt(old, spec, opts, err)
+	var ce *sdk.ConfigError
+	if err != nil && (errors.Is(err, sdk.ErrStorageCorrupt) || errors.As(err, &ce)) && !old.Ready() {
+		// Nothing serves to keep: run the new spec as a start would,
+		// failed with the plugin's report of corrupt storage, or
+		// retrying a Configure that fails.
+		return h.startInPlace(old, spec, opts, err)
 	}
 	if err != nil {
 		err = fmt.Errorf("replace plugin %q: %w; the running process stays", spec.Name, err)
@@ -167,7 +169,7 @@ func (h *host) replaceInTurn(old *supervisor.Process, spec supervisor.Spec, opts
 		if back.Path != old.Spec().Path {
 			_ = os.Remove(back.Path)
 		}
-		return h.failCorrupt(old, spec, opts, err)
+		return h.startInPlace(old, spec, opts, err)
 	}
 	err = fmt.Errorf("replace plugin %q: %w; the previous process is started again", spec.Name, err)
 	prev, berr := h.startProcess(supervisor.StartStandby, back, oldOpts)
@@ -176,31 +178,33 @@ func (h *host) replaceInTurn(old *supervisor.Process, spec supervisor.Spec, opts
 		prev, berr = h.startProcess(supervisor.Start, back, oldOpts)
 	}
 	if berr != nil {
-		h.mu.Lock()
-		delete(h.plugins, spec.Name)
-		h.mu.Unlock()
-		h.update()
-		return errors.Join(err, fmt.Errorf("start the previous process again: %w", berr))
+		// Only a config its schema refuses ends Start: the stopped
+		// process stays listed and routed (503) with the reason, and an
+		// operator's restart or a reload starts it again.
+		err = errors.Join(err, fmt.Errorf("start the previous process again: %w", berr))
+		old.SetLastError(err)
+		return err
 	}
 	h.swap(old, prev)
 	prev.SetLastError(err)
 	return err
 }
 
-// failCorrupt puts a Process for spec, failed with the plugin's report of
-// corrupt storage (err), in the place of old, which does not serve: a
-// started Process stays failed with the plugin's own message as its last
-// error, where the next restart or reload finds it. old is stopped. It
-// returns err, for the reload's diagnostics.
-func (h *host) failCorrupt(old *supervisor.Process, spec supervisor.Spec, opts supervisor.Options, err error) error {
+// startInPlace puts a Process for spec in the place of old, which does
+// not serve, after a replacement failed with err: the plugin's report of
+// corrupt storage, and then the started Process stays failed with the
+// plugin's own message as its last error, where the next restart or
+// reload finds it; or a failure of Configure, and then the Process
+// retries it under the restart policy. old is stopped. It returns err,
+// for the reload's diagnostics.
+func (h *host) startInPlace(old *supervisor.Process, spec supervisor.Spec, opts supervisor.Options, err error) error {
 	old.Stop(time.Now())
 	p, serr := supervisor.Start(h.ctx, spec, opts)
 	if serr != nil {
-		h.mu.Lock()
-		delete(h.plugins, spec.Name)
-		h.mu.Unlock()
-		h.update()
-		return errors.Join(err, serr)
+		// old, stopped, stays listed and routed (503) with the reason.
+		err = errors.Join(err, serr)
+		old.SetLastError(err)
+		return err
 	}
 	h.swap(old, p)
 	return fmt.Errorf("replace plugin %q: %w", spec.Name, err)

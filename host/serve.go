@@ -305,7 +305,11 @@ func (h *host) stopAllLocked(deadline time.Time) {
 
 // apply makes the running plugins match cfg: removed plugins drain and
 // stop, changed ones restart, new ones start. It returns config errors for
-// plugins that refused their config; those plugins are not running.
+// new plugins whose config their declared schema refuses, which are not
+// running, and for changed plugins whose replacement did not start, which
+// keep their running process. A plugin whose Configure fails is not an
+// error here: it is listed, failing, and retried under the restart
+// policy.
 func (h *host) apply(cfg *config.Config) hcl.Diagnostics {
 	h.reloadMu.Lock()
 	defer h.reloadMu.Unlock()
@@ -411,6 +415,9 @@ func (h *host) options(cfg *config.Config) supervisor.Options {
 		Host:      h.ingress,
 		OnChange:  h.update,
 		SocketDir: h.socketDir,
+		// A plugin whose Configure fails is retried and shown failing;
+		// the host and the other plugins keep serving.
+		RetryConfigure: true,
 		Policy: supervisor.Policy{
 			InitialBackoff: cfg.Restart.InitialBackoff,
 			MaxBackoff:     cfg.Restart.MaxBackoff,

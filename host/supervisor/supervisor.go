@@ -92,6 +92,15 @@ type Options struct {
 	// SocketDir is where plugin processes make their go-plugin sockets
 	// (catalog.Options.SocketDir); "" for their TMPDIR.
 	SocketDir string
+	// RetryConfigure makes a failure of the plugin's Configure hook (an
+	// *sdk.ConfigError: a refused config, a full disk, unreadable data)
+	// an ordinary failure, retried under the restart policy, so that Start
+	// returns nil and the plugin shows the failure as its last error. The
+	// host sets it: a plugin that cannot start must not take it down.
+	// Without it the failure is final, as a config the schema refuses
+	// always is: Start returns it, and a later one leaves the plugin
+	// failed until Restart.
+	RetryConfigure bool
 }
 
 // Endpoint is a snapshot of a ready plugin that the ingress sends requests to.
@@ -255,11 +264,12 @@ type command struct {
 
 // Start launches the plugin's goroutine. It returns once the first start
 // attempt has ended: with the plugin ready, or with a config error (the
-// plugin's schema or Configure refused the config), which is returned
-// and the plugin stopped. A plugin that reports its storage corrupt
-// (sdk.ErrStorageCorrupt) is left in the failed state with the plugin's
-// message as its last error, until Restart, and Start returns nil. Any
-// other failure is left to the restart loop and Start returns nil.
+// plugin's schema or, unless Options.RetryConfigure, its Configure
+// refused the config), which is returned and the plugin stopped. A
+// plugin that reports its storage corrupt (sdk.ErrStorageCorrupt) is left
+// in the failed state with the plugin's message as its last error, until
+// Restart, and Start returns nil. Any other failure is left to the
+// restart loop and Start returns nil.
 func Start(ctx context.Context, spec Spec, opts Options) (*Process, error) {
 	return start(ctx, spec, opts, false)
 }
@@ -513,7 +523,7 @@ func (p *Process) run(ctx context.Context) {
 			bo.Reset()
 			continue
 		}
-		refused := errors.Is(err, ErrConfigRefused)
+		refused := errors.Is(err, ErrConfigRefused) && !p.retries(err)
 		if refused || err != nil && p.strict && p.firstPending() {
 			switch {
 			case refused:
@@ -662,8 +672,16 @@ func (p *Process) sleep(ctx context.Context, d time.Duration) *command {
 // ErrConfigRefused is wrapped by the error of a start whose config was
 // refused, by the plugin's declared schema (the error also wraps the
 // decoder's diagnostics) or by the plugin's Configure hook (it also wraps
-// the plugin's *sdk.ConfigError). Such a start is not retried.
+// the plugin's *sdk.ConfigError). Such a start is not retried, unless
+// the plugin's Configure refused and Options.RetryConfigure is set.
 var ErrConfigRefused = errors.New("config refused")
+
+// retries reports whether the refused start err goes to the restart
+// loop: a failure of Configure under Options.RetryConfigure.
+func (p *Process) retries(err error) bool {
+	var ce *sdk.ConfigError
+	return p.opts.RetryConfigure && errors.As(err, &ce)
+}
 
 // refusal is a refused config: err, which it reads as, and ErrConfigRefused.
 type refusal struct{ err error }

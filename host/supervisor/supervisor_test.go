@@ -741,6 +741,48 @@ func TestConfigError(t *testing.T) {
 	}
 }
 
+// TestConfigureRetried: under RetryConfigure a Configure that refuses is
+// retried with backoff, shown as the last error, and the plugin comes up
+// once Configure accepts; a config its schema refuses is still final.
+func TestConfigureRetried(t *testing.T) {
+	var fixed atomic.Bool
+	s := helloSpec(t)
+	s.Decode = func(*pluginv1.Schema) ([]byte, error) {
+		if fixed.Load() {
+			return []byte(`{"greeting":"hi"}`), nil
+		}
+		return []byte(`{"greeting":""}`), nil
+	}
+	opts, _, _ := options(t, testPolicy())
+	opts.RetryConfigure = true
+	p, err := supervisor.Start(t.Context(), s, opts)
+	if err != nil {
+		t.Fatalf("Start() = %v, want nil: a Configure failure is retried", err)
+	}
+	t.Cleanup(func() { p.Stop(time.Now().Add(10 * time.Second)) })
+	var st supervisor.Status
+	waitFor(t, 30*time.Second, "a restart after the refusal", func() bool {
+		st = p.Status()
+		return st.Restarts >= 2
+	})
+	if !strings.Contains(st.LastError, "must not be empty") {
+		t.Errorf("LastError = %q, want the plugin's refusal", st.LastError)
+	}
+	if st.State == supervisor.StateFailed || p.Ready() {
+		t.Errorf("Status = %+v, Ready = %t while Configure refuses; want it retried, not ready", st, p.Ready())
+	}
+	fixed.Store(true)
+	waitReady(t, p)
+
+	s.Decode = func(*pluginv1.Schema) ([]byte, error) { return nil, errors.New("schema says no") }
+	if p, err := supervisor.Start(t.Context(), s, opts); !errors.Is(err, supervisor.ErrConfigRefused) {
+		if p != nil {
+			p.Stop(time.Now())
+		}
+		t.Fatalf("Start() with a config the schema refuses = %v, want ErrConfigRefused even under RetryConfigure", err)
+	}
+}
+
 func TestUnhealthyRestarted(t *testing.T) {
 	pol := testPolicy()
 	pol.HealthInterval = 100 * time.Millisecond

@@ -4,6 +4,8 @@
 //
 //   - corrupt: Configure reports corrupt storage (sdk.ErrStorageCorrupt)
 //     with the file's content as its detail.
+//   - refuse: Configure fails with the file's content, as a store that
+//     cannot open for a full disk would; the host retries it.
 //   - crash: Configure logs the file's content at error level, then the
 //     process panics with it, as a storage engine that panics on a damaged
 //     page would.
@@ -49,6 +51,9 @@ func main() {
 			dataDir.Store(&rt.DataDir)
 			if detail, ok := read("corrupt"); ok {
 				return fmt.Errorf("%w: %s", sdk.ErrStorageCorrupt, detail)
+			}
+			if detail, ok := read("refuse"); ok {
+				return fmt.Errorf("open store: %s", detail)
 			}
 			if detail, ok := read("crash"); ok {
 				rt.Logger.Error("open store failed", "error", detail)
