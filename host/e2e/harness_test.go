@@ -346,6 +346,12 @@ func do(t *testing.T, method, url string, body io.Reader, hdr http.Header) (int,
 func (h *hostProc) metric(series string) (float64, bool) {
 	h.t.Helper()
 	_, body := h.get(h.admin + "/metrics")
+	return parseMetric(body, series)
+}
+
+// parseMetric returns the value of the first line of the exposition body
+// that starts with series.
+func parseMetric(body, series string) (float64, bool) {
 	sc := bufio.NewScanner(strings.NewReader(body))
 	for sc.Scan() {
 		line := sc.Text()

@@ -1,11 +1,8 @@
 package e2e
 
 import (
-	"flag"
 	"fmt"
 	"net/http"
-	"os"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -58,7 +55,7 @@ func TestPluginLogRate(t *testing.T) {
 
 			log0 := h.log.String()
 			drop0, _ := h.metric(dropped)
-			cpu0 := cpuTicks(t, h.cmd.Process.Pid)
+			cpu0 := procCPU(t, h.cmd.Process.Pid)
 			start := time.Now()
 			for time.Since(start) < window {
 				if code, body := h.greeting(); code != http.StatusOK {
@@ -67,7 +64,7 @@ func TestPluginLogRate(t *testing.T) {
 				time.Sleep(50 * time.Millisecond)
 			}
 			elapsed := time.Since(start)
-			cpu1 := cpuTicks(t, h.cmd.Process.Pid)
+			cpu1 := procCPU(t, h.cmd.Process.Pid)
 			log1 := h.log.String()
 			drop1, _ := h.metric(dropped)
 
@@ -77,7 +74,7 @@ func TestPluginLogRate(t *testing.T) {
 			grown := len(log1) - len(log0)
 			t.Logf("in %v: %d flood records logged (rate %d, burst %d), %d dropped, host log grew %d bytes (%.0f B/s), host CPU %.2f of a core",
 				elapsed.Round(time.Millisecond), lines, rate, burst, int(drop1-drop0), grown,
-				float64(grown)/elapsed.Seconds(), float64(cpu1-cpu0)/100/elapsed.Seconds())
+				float64(grown)/elapsed.Seconds(), (cpu1-cpu0).Seconds()/elapsed.Seconds())
 			if lines > most || lines < least {
 				t.Errorf("host logged %d flood records in %v, want from %d to %d (log_rate %d, log_burst %d)",
 					lines, elapsed, least, most, rate, burst)
@@ -97,54 +94,36 @@ func TestPluginLogRate(t *testing.T) {
 	}
 }
 
-// cpuTicks returns the user and system CPU time of process pid, in clock
-// ticks (100 a second on Linux), or skips the test elsewhere.
-func cpuTicks(t *testing.T, pid int) int {
-	t.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		t.Skipf("no process CPU times: %v", err)
-	}
-	s := string(b)
-	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
-	// After the command name: state is field 3, utime 14 and stime 15.
-	utime, _ := strconv.Atoi(fields[11])
-	stime, _ := strconv.Atoi(fields[12])
-	return utime + stime
-}
-
-var floodFigures = flag.Bool("flood-figures", false, "run TestPluginLogFloodFigures, which prints what a flooding plugin costs the host")
-
-// TestPluginLogFloodFigures prints, for a plugin flooding stdout or its
+// BenchmarkPluginLogFlood reports, for a plugin flooding stdout or its
 // logger, with log_rate off and at its default, the host log's growth,
-// the records that reach the host and the host's CPU. It asserts
-// nothing: run it with -flood-figures for the table in
-// docs/architecture.md.
-func TestPluginLogFloodFigures(t *testing.T) {
-	if !*floodFigures {
-		t.Skip("run with -flood-figures")
-	}
+// the records that reach the host and the host's CPU, measured over a
+// window once the flood has reached its pace (the table in
+// docs/architecture.md). Run it with -benchtime 1x, as make bench does.
+func BenchmarkPluginLogFlood(b *testing.B) {
 	const settle, window = 2 * time.Second, 4 * time.Second
 	for _, flood := range []string{"stdout", "log"} {
 		for _, rate := range []string{"0", "200"} {
-			t.Run(flood+"/log_rate="+rate, func(t *testing.T) {
+			b.Run(flood+"/log_rate="+rate, func(b *testing.B) {
 				extra := fmt.Sprintf("  log_rate = %s\n  env {\n    FLOOD = %q\n  }", rate, flood)
-				h := startHost(t, baseConfig("2s")+helloWith("hi")+pluginBlock("flood", "flood", extra))
+				h := startBenchHost(b, benchHostConfig(b.TempDir())+pluginBlock("flood", "flood", extra))
 				time.Sleep(settle) // the flood starts with Configure; let it reach its pace
 				dropped := `plughost_plugin_log_dropped_lines_total{plugin="flood"}`
-				log0 := h.log.String()
-				drop0, _ := h.metric(dropped)
-				cpu0 := cpuTicks(t, h.cmd.Process.Pid)
+				count := func() (logBytes, logged int, drops float64) {
+					log := h.log.String()
+					v, _ := parseMetric(getBody(b, h.admin+"/metrics"), dropped)
+					return len(log), strings.Count(log, "plugin=flood"), v
+				}
+				bytes0, logged0, drop0 := count()
+				cpu0 := procCPU(b, h.cmd.Process.Pid)
 				start := time.Now()
-				time.Sleep(window)
+				time.Sleep(window) // the measured window, not a condition
 				elapsed := time.Since(start).Seconds()
-				cpu1 := cpuTicks(t, h.cmd.Process.Pid)
-				log1 := h.log.String()
-				drop1, _ := h.metric(dropped)
-				logged := strings.Count(log1, "plugin=flood") - strings.Count(log0, "plugin=flood")
-				t.Logf("host log %.3f MB/s, %.0f records/s logged, %.0f records/s reached the host, host CPU %.2f of a core",
-					float64(len(log1)-len(log0))/elapsed/1e6, float64(logged)/elapsed,
-					(float64(logged)+drop1-drop0)/elapsed, float64(cpu1-cpu0)/100/elapsed)
+				cpu1 := procCPU(b, h.cmd.Process.Pid)
+				bytes1, logged1, drop1 := count()
+				b.ReportMetric(float64(bytes1-bytes0)/elapsed/1e6, "hostlog-MB/s")
+				b.ReportMetric(float64(logged1-logged0)/elapsed, "logged/s")
+				b.ReportMetric((float64(logged1-logged0)+drop1-drop0)/elapsed, "reached/s")
+				b.ReportMetric((cpu1-cpu0).Seconds()/elapsed, "host-cores")
 			})
 		}
 	}
