@@ -268,7 +268,7 @@ func (ex *examination) checkBolt(d *DB) (lay layout, ok bool) {
 		}); err != nil {
 			var ce *CorruptError
 			if errors.As(err, &ce) {
-				ex.problem(Problem{File: d.name, What: ce.Problem})
+				ex.problem(Problem{File: d.name, Where: ce.Where, What: ce.Problem})
 			} else {
 				ex.problem(Problem{File: d.name, Where: "bucket store", What: err.Error()})
 			}
@@ -284,15 +284,29 @@ func (ex *examination) checkBolt(d *DB) (lay layout, ok bool) {
 				if bytes.Equal(name, bucketStore) {
 					return nil
 				}
-				return b.ForEach(func(k, fv []byte) error {
+				var got bucketSum
+				whole := true
+				err := b.ForEach(func(k, fv []byte) error {
 					if fv == nil {
-						return nil // a nested bucket
+						whole = false
+						ex.problem(Problem{File: d.name, Where: fmt.Sprintf("bucket %s key %q", name, k), What: "a nested bucket, which the store never writes"})
+						return nil
 					}
 					if _, ok := unframe(k, fv); !ok {
+						whole = false
 						ex.problem(Problem{File: d.name, Where: fmt.Sprintf("bucket %s key %q", name, k), What: "checksum mismatch"})
+						return nil
 					}
+					got.add(fv)
 					return nil
 				})
+				if err != nil || !whole || lay.sums == nil {
+					return err
+				}
+				if m := lay.sums[string(name)].mismatch(got); m != "" {
+					ex.problem(Problem{File: d.name, Where: fmt.Sprintf("bucket %s", name), What: m})
+				}
+				return nil
 			})
 		}); err != nil {
 			var ce *CorruptError

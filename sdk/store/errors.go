@@ -67,3 +67,9 @@ const remedy = "restore the data dir from a backup, or run the plugin's check co
 func corruptf(file, where, problem string, args ...any) *CorruptError {
 	return &CorruptError{File: file, Where: where, Problem: fmt.Sprintf(problem, args...), Remedy: remedy}
 }
+
+// fileCorruptf reports damage in the bbolt file, which a repair of the
+// log cannot cut away.
+func fileCorruptf(file, where, problem string, args ...any) *CorruptError {
+	return &CorruptError{File: file, Where: where, Problem: fmt.Sprintf(problem, args...), Remedy: "restore the data dir from a backup"}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"maps"
+	"runtime/debug"
 	"slices"
 
 	bolt "go.etcd.io/bbolt"
@@ -94,20 +95,19 @@ func (o *overlay) add(es []entry) {
 	}
 }
 
-// writeTo writes the overlay into tx, each bucket's keys in order: bbolt
-// inserts sorted keys fastest, and a key that many groups wrote costs one
-// Put.
-func (o *overlay) writeTo(d *DB, tx *bolt.Tx) error {
+// writeTo writes the overlay through w, each bucket's keys in order:
+// bbolt inserts sorted keys fastest, and a key that many groups wrote
+// costs one Put.
+func (o *overlay) writeTo(w *writer) error {
 	for b, m := range o.m {
-		bk := tx.Bucket(d.buckets[b])
-		if d.seqb[b] {
+		if w.d.seqb[b] {
 			// Appended in order: pages can be split nearly full
 			// instead of half, fewer pages to write.
-			bk.FillPercent = 0.9
+			w.tx.Bucket(w.d.buckets[b]).FillPercent = 0.9
 		}
 		for _, k := range slices.Sorted(maps.Keys(m)) {
 			x := m[k]
-			if err := d.applyEntry(tx, entry{b: b, del: x.del, k: []byte(k), v: x.v}); err != nil {
+			if err := w.apply(entry{b: b, del: x.del, k: []byte(k), v: x.v}); err != nil {
 				return err
 			}
 		}
@@ -151,7 +151,11 @@ func (r *reader) Get(b int, k []byte) []byte {
 }
 
 // fileGet reads k from bucket b of the file, turning a panic of bbolt's
-// (it panics on some damaged pages) into the reader's corruption.
+// (it panics on some damaged pages) into the reader's corruption. A key
+// that is not there is checked against its neighbours in the file, the
+// keys just after and before it: damage to a page's element headers or
+// to a branch page, which hides a key from the search, shows there as a
+// neighbour whose checksum fails or that is out of order.
 func (r *reader) fileGet(b int, k []byte) (v []byte) {
 	defer func() {
 		if p := recover(); p != nil {
@@ -159,7 +163,36 @@ func (r *reader) fileGet(b int, k []byte) (v []byte) {
 			v = nil
 		}
 	}()
-	return r.tx.Bucket(r.d.buckets[b]).Get(k)
+	c := r.tx.Bucket(r.d.buckets[b]).Cursor()
+	nk, nv := c.Seek(k)
+	if nk != nil && bytes.Equal(nk, k) {
+		if nv == nil {
+			// Flagged as a nested bucket, which the store never
+			// writes: the element's header is damaged.
+			r.corrupt(b, k)
+		}
+		return nv
+	}
+	if nk != nil && (bytes.Compare(nk, k) < 0 || !framed(nk, nv)) {
+		r.corrupt(b, nk)
+		return nil
+	}
+	var pk, pv []byte
+	if nk == nil {
+		pk, pv = c.Last()
+	} else {
+		pk, pv = c.Prev()
+	}
+	if pk != nil && (bytes.Compare(pk, k) >= 0 || !framed(pk, pv)) {
+		r.corrupt(b, pk)
+	}
+	return nil
+}
+
+// framed reports whether fv is a value with its checksum, the key's.
+func framed(k, fv []byte) bool {
+	_, ok := unframe(k, fv)
+	return fv != nil && ok
 }
 
 func (r *reader) pageCorrupt(p any) {
@@ -214,16 +247,20 @@ func (r *reader) ascend(b int, from []byte, fn func(k, v []byte) bool) {
 	} else {
 		fk, fv = c.Seek(from)
 	}
+	// The file's keys must come in order, from from on: damage to its
+	// pages shows as one that does not.
+	last, first := from, true
 	for fk != nil || i < len(keys) {
 		var k, v []byte
 		switch {
 		case fk != nil && (i == len(keys) || bytes.Compare(fk, []byte(keys[i])) < 0):
 			var ok bool
-			if v, ok = unframe(fk, fv); !ok {
+			inOrder := last == nil || bytes.Compare(fk, last) > 0 || first && bytes.Equal(fk, last)
+			if v, ok = unframe(fk, fv); !ok || fv == nil || !inOrder {
 				r.corrupt(b, fk)
 				return
 			}
-			k = fk
+			k, last, first = fk, fk, false
 			fk, fv = c.Next()
 		default:
 			if fk != nil && string(fk) == keys[i] {
@@ -329,14 +366,16 @@ func (d *DB) View(fn func(*Snapshot) error) error {
 		s.ov[1] = fz.m
 	}
 	s.ov[0] = d.ov.m
-	err := d.db.View(func(tx *bolt.Tx) error {
-		s.tx = tx
-		err := fn(s)
-		if s.err != nil {
-			// A damaged value explains whatever fn made of it.
-			return s.err
-		}
-		return err
+	err := d.contain(func() error {
+		return d.db.View(func(tx *bolt.Tx) error {
+			s.tx = tx
+			err := fn(s)
+			if s.err != nil {
+				// A damaged value explains whatever fn made of it.
+				return s.err
+			}
+			return err
+		})
 	})
 	d.noteCorrupt(err)
 	return d.mapErr(err)
@@ -371,9 +410,27 @@ func (d *DB) Scan(buckets []int, fn func(*Snapshot) error) error {
 	defer func() { _ = tx.Rollback() }()
 	s := &Snapshot{reader{d: d, tx: tx}}
 	s.ov[0] = copied
-	if err = fn(s); s.err != nil {
+	if err = d.contain(func() error { return fn(s) }); s.err != nil {
 		err = s.err // a damaged value explains whatever fn made of it
 	}
 	d.noteCorrupt(err)
 	return d.mapErr(err)
+}
+
+// contain runs fn with memory faults turned into panics, and turns such a
+// panic into a *CorruptError: bbolt maps the file into memory, and a
+// damaged page number can send a read past the file's end. Other panics
+// go on.
+func (d *DB) contain(fn func() error) (err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if p := recover(); p != nil {
+			f, ok := p.(interface{ Addr() uintptr })
+			if !ok {
+				panic(p)
+			}
+			err = corruptf(d.name, "", "a page cannot be read: memory fault at %#x", f.Addr())
+		}
+	}()
+	return fn()
 }

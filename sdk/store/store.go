@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"cmp"
 	"encoding/binary"
 	"errors"
@@ -8,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -36,9 +38,14 @@ const logLimit = 4
 const initialMmapSize = 256 << 20
 
 // Format is the version of the store's layout, in its "store" bucket:
-// 2 has a start record at the head of each log generation. Open refuses
-// a file of any other format.
-const Format = 2
+// 2 has a start record at the head of each log generation, 3 checksums
+// the store's own keys and keeps each bucket's sum (sums.go). Open
+// converts a file of format 2 and refuses any other.
+const Format = 3
+
+// formatUnframed is the format whose store bucket held its values
+// without checksums; Open converts it.
+const formatUnframed = 2
 
 // The store's own bucket and keys.
 var (
@@ -124,7 +131,7 @@ type DB struct {
 
 	recovery Recovery
 
-	// The locks are taken in the order cmu, wmu, omu.
+	// The locks are taken in the order cmu, wmu, scrub.mu, omu.
 	//
 	// wmu serializes the writers and is held across the log's fdatasync:
 	// each group must see the one before it. It guards log, first and
@@ -218,6 +225,7 @@ func Open(path string, opts Options) (*DB, error) {
 // *CorruptError.
 func (d *DB) openBolt() (db *bolt.DB, err error) {
 	timeout := cmp.Or(d.opts.LockTimeout, DefaultLockTimeout)
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
 		if v := recover(); v != nil {
 			db, err = nil, corruptf(d.name, "", "the file cannot be read: %v", v)
@@ -252,21 +260,38 @@ type layout struct {
 	legacy uint64
 	strict bool
 	fresh  bool
+	// sums are the buckets' sums by name; nil in a file of an earlier
+	// format, which has none yet.
+	sums map[string]bucketSum
 }
 
+// readLayout reads the store's own bucket. Damage to it is a
+// *CorruptError; a format this release does not read is a plain error.
 func (d *DB) readLayout(tx *bolt.Tx) (layout, error) {
 	if st := tx.Bucket(bucketStore); st != nil {
-		v := st.Get(keyFormat)
+		fv := st.Get(keyFormat)
+		v, framed := unframe(keyFormat, fv)
 		switch {
-		case len(v) != 8:
-			return layout{}, fmt.Errorf("store format %x is not a format number: this release reads format %d", v, Format)
-		case binary.BigEndian.Uint64(v) > Format:
-			return layout{}, fmt.Errorf("store format %d is newer than this release's %d: open the file with the release that wrote it", binary.BigEndian.Uint64(v), Format)
-		case binary.BigEndian.Uint64(v) < Format:
-			// No release wrote an older format: nothing converts it.
-			return layout{}, fmt.Errorf("store format %d is older than this release's %d and no release wrote it (a development build did): restore the data dir from a backup", binary.BigEndian.Uint64(v), Format)
+		case len(fv) == 8:
+			// Format 2 kept the store's keys unframed.
+			v, framed = fv, false
+		case !framed || len(v) != 8:
+			return layout{}, fileCorruptf(d.name, "bucket store key \"format\"", "checksum mismatch or not a format number")
 		}
-		return layout{gen: getU64(st, keyWALGen), open: getU64(st, keyOpen) == 1, strict: true}, nil
+		switch f := binary.BigEndian.Uint64(v); {
+		case f > Format:
+			return layout{}, fmt.Errorf("store format %d is newer than this release's %d: open the file with the release that wrote it", f, Format)
+		case f == formatUnframed && !framed:
+			return d.readUnframed(st)
+		case f < Format:
+			// No release wrote an older format: nothing converts it.
+			return layout{}, fmt.Errorf("store format %d is older than this release's %d and no release wrote it (a development build did): restore the data dir from a backup", f, Format)
+		}
+		vals, sums, err := storeKeys(tx, st)
+		if err != nil {
+			return layout{}, fileCorruptf(d.name, "bucket store", "%v", err)
+		}
+		return layout{gen: vals[string(keyWALGen)], open: vals[string(keyOpen)] == 1, strict: true, sums: sums}, nil
 	}
 	meta := tx.Bucket(legacyMeta)
 	if meta == nil || meta.Get(keyFormat) == nil {
@@ -278,6 +303,26 @@ func (d *DB) readLayout(tx *bolt.Tx) (layout, error) {
 	}
 	f := binary.BigEndian.Uint64(v)
 	return layout{gen: getU64(meta, keyWALGen), open: f >= legacyWAL, legacy: f}, nil
+}
+
+// readUnframed reads the store's bucket of a file of formatUnframed,
+// which holds exactly its three keys, unframed.
+func (d *DB) readUnframed(st *bolt.Bucket) (layout, error) {
+	n := 0
+	err := st.ForEach(func(k, v []byte) error {
+		n++
+		if len(v) != 8 || !bytes.Equal(k, keyFormat) && !bytes.Equal(k, keyWALGen) && !bytes.Equal(k, keyOpen) {
+			return fmt.Errorf("key %q with a %d-byte value is not one format %d wrote", k, len(v), formatUnframed)
+		}
+		return nil
+	})
+	if err == nil && n != 3 {
+		err = fmt.Errorf("%d keys, where format %d wrote 3", n, formatUnframed)
+	}
+	if err != nil {
+		return layout{}, fileCorruptf(d.name, "bucket store", "%v", err)
+	}
+	return layout{gen: getU64(st, keyWALGen), open: getU64(st, keyOpen) == 1, strict: true}, nil
 }
 
 // recover replays the write-ahead log into the bbolt file and starts the
@@ -341,13 +386,6 @@ func (d *DB) recover(db *bolt.DB) error {
 					}
 				}
 			}
-			for i, g := range st.groups {
-				for _, e := range g {
-					if err := d.applyEntry(tx, e); err != nil {
-						return fmt.Errorf("replay write-ahead log group %d: %w", i, err)
-					}
-				}
-			}
 			if lay.legacy != 0 {
 				meta := tx.Bucket(legacyMeta)
 				// The engine's keys move to the store's bucket; format
@@ -359,16 +397,24 @@ func (d *DB) recover(db *bolt.DB) error {
 					return err
 				}
 			}
-			st, err := tx.CreateBucketIfNotExists(bucketStore)
-			if err != nil {
-				return err
-			}
-			for _, kv := range [][2][]byte{{keyFormat, u64(Format)}, {keyWALGen, u64(next)}, {keyOpen, u64(1)}} {
-				if err := st.Put(kv[0], kv[1]); err != nil {
+			sums := lay.sums
+			if sums == nil {
+				// A file of an earlier format: its buckets are counted
+				// now, and every one gets its sum.
+				var err error
+				if sums, err = d.countBuckets(tx); err != nil {
 					return err
 				}
 			}
-			return nil
+			w := d.newWriter(tx, sums, nil)
+			for i, g := range st.groups {
+				for _, e := range g {
+					if err := w.apply(e); err != nil {
+						return fmt.Errorf("replay write-ahead log group %d: %w", i, err)
+					}
+				}
+			}
+			return w.finish(next, true)
 		})
 	})
 	if err != nil {
@@ -388,8 +434,10 @@ func (d *DB) recover(db *bolt.DB) error {
 }
 
 // guard runs fn, turning a panic of bbolt's (it panics on some damaged
-// pages) into a *CorruptError.
+// pages, and faults on a page number past the file's end) into a
+// *CorruptError.
 func (d *DB) guard(fn func() error) (err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
 		if v := recover(); v != nil {
 			err = corruptf(d.name, "", "a page cannot be read: %v", v)
@@ -398,19 +446,27 @@ func (d *DB) guard(fn func() error) (err error) {
 	return fn()
 }
 
-// applyEntry writes e into tx, with the value's checksum.
-func (d *DB) applyEntry(tx *bolt.Tx, e entry) error {
-	b := tx.Bucket(d.buckets[e.b])
-	var err error
-	if e.del {
-		err = b.Delete(e.k)
-	} else {
-		err = putFramed(b, e.k, e.v)
-	}
+// countBuckets counts every bucket of the file but the store's own,
+// checking its values' checksums, and writes their sums into the store's
+// bucket.
+func (d *DB) countBuckets(tx *bolt.Tx) (map[string]bucketSum, error) {
+	st, err := tx.CreateBucketIfNotExists(bucketStore)
 	if err != nil {
-		return fmt.Errorf("%s %q: %w", d.buckets[e.b], e.k, err)
+		return nil, err
 	}
-	return nil
+	sums := map[string]bucketSum{}
+	err = tx.ForEach(func(name []byte, b *bolt.Bucket) error {
+		if bytes.Equal(name, bucketStore) {
+			return nil
+		}
+		s, err := sumBucket(name, b)
+		if err != nil {
+			return fileCorruptf(d.name, "", "%v", err)
+		}
+		sums[string(name)] = s
+		return putFramed(st, sumsKey(name), s.bytes())
+	})
+	return sums, err
 }
 
 // Recovery returns what Open found in the log.
@@ -488,10 +544,12 @@ func (d *DB) Update(fn func(*Tx) error) error {
 		// omu shared wait for that remap, so a writer holding one there
 		// would close a cycle. The writes hold no bbolt memory.
 		defer t.close()
-		if err := fn(t); err != nil {
-			return err
+		err := d.contain(func() error { return fn(t) })
+		if t.err != nil {
+			// A damaged value explains whatever fn made of it.
+			return t.err
 		}
-		return t.err
+		return err
 	}()
 	if err != nil {
 		d.noteCorrupt(err)
@@ -707,34 +765,47 @@ func (d *DB) rotate() error {
 // false marks the file closed cleanly. The caller holds cmu.
 func (d *DB) commitFrozen(open bool) error {
 	fz := d.frozen.Load()
+	// The scrubber waits: the writes change its running sum of the
+	// bucket it is part way through.
+	d.scrub.mu.Lock()
+	defer d.scrub.mu.Unlock()
 	tx, err := d.db.Begin(true)
 	if err != nil {
 		return fmt.Errorf("checkpoint: begin: %w", d.mapErr(err))
 	}
+	var w *writer
 	err = d.guard(func() error {
-		if err := fz.writeTo(d, tx); err != nil {
+		lay, err := d.readLayout(tx)
+		if err != nil {
 			return err
 		}
-		st := tx.Bucket(bucketStore)
-		if err := st.Put(keyWALGen, u64(fz.gen+1)); err != nil {
+		w = d.newWriter(tx, lay.sums, &d.scrub)
+		if err := fz.writeTo(w); err != nil {
 			return err
 		}
-		return st.Put(keyOpen, u64(map[bool]uint64{true: 1}[open]))
+		return w.finish(fz.gen+1, open)
 	})
 	if err != nil {
 		_ = tx.Rollback()
 		d.noteCorrupt(err)
 		return fmt.Errorf("checkpoint: %w", err)
 	}
-	if err := tx.Commit(); err != nil {
+	if err := d.guard(tx.Commit); err != nil {
 		// bbolt may have written the new meta page, naming the next
 		// generation, before failing; and its free list now counts the
 		// pages of that meta as free. Neither can be undone: a reopen
 		// reads whichever meta is on disk and replays the log from
 		// there.
+		if errors.Is(err, ErrCorrupt) {
+			// bbolt panicked part way: its lock is still held.
+			_ = d.guard(tx.Rollback)
+			d.noteCorrupt(err)
+			return fmt.Errorf("checkpoint: %w", err)
+		}
 		d.fail(fmt.Errorf("%w: checkpoint: %w", ErrFailed, d.mapErr(err)))
 		return d.Err()
 	}
+	w.committed()
 	// Readers that began before this saw the old file and frozen, those
 	// after see the new file; both hold the same state.
 	d.omu.Lock()
@@ -762,6 +833,11 @@ func (d *DB) Reopen() error {
 	if err == nil || errors.Is(err, ErrCorrupt) {
 		return err
 	}
+	// The scrubber starts its pass over: the file it was part way
+	// through is read again from the log.
+	d.scrub.mu.Lock()
+	defer d.scrub.mu.Unlock()
+	d.scrub.reset()
 	d.omu.Lock()
 	defer d.omu.Unlock()
 	// Closing bbolt waits for Scans' read transactions to end.

@@ -21,8 +21,8 @@ func TestFormat(t *testing.T) {
 		format uint64
 		want   string
 	}{
-		{Format - 1, "store format 1 is older than this release's 2 and no release wrote it"},
-		{Format + 1, "store format 3 is newer than this release's 2"},
+		{1, "store format 1 is older than this release's 3 and no release wrote it"},
+		{Format + 1, "store format 4 is newer than this release's 3"},
 	} {
 		t.Run(tc.want, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "s.db")

@@ -1,0 +1,209 @@
+package store
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"strings"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// A bbolt page whose element headers are damaged can hide a value
+// without failing any checksum: a lookup that lands beside it reports
+// the key missing. So each bucket's values are counted, and their
+// checksums summed, in the store's own bucket, under keySums plus the
+// bucket's name; the scrubber and Check add the values up and compare,
+// so that a value lost from a bucket is reported as damage, never
+// served as "not found".
+var keySums = []byte("sums/")
+
+// bucketSum is the number of values in a bucket and the sum, modulo
+// 2^64, of their checksums (the frames' CRC-32C, which cover key and
+// value). Both count modulo 2^64, so that a difference of two sums is a
+// bucketSum too.
+type bucketSum struct{ n, sum uint64 }
+
+func frameCRC(fv []byte) uint64 { return uint64(binary.BigEndian.Uint32(fv)) }
+
+// add counts the framed value fv in.
+func (s *bucketSum) add(fv []byte) { s.n++; s.sum += frameCRC(fv) }
+
+// sub counts the framed value fv out.
+func (s *bucketSum) sub(fv []byte) { s.n--; s.sum -= frameCRC(fv) }
+
+// merge adds o in.
+func (s *bucketSum) merge(o bucketSum) { s.n += o.n; s.sum += o.sum }
+
+func (s bucketSum) bytes() []byte {
+	return binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(nil, s.n), s.sum)
+}
+
+func sumsKey(bucket []byte) []byte { return append(bytes.Clone(keySums), bucket...) }
+
+// mismatch describes how the values found in a bucket, got, differ from
+// its recorded sum, want; empty if they agree.
+func (want bucketSum) mismatch(got bucketSum) string {
+	switch {
+	case got.n != want.n:
+		return fmt.Sprintf("holds %d values, but its count says %d: damage to the file's pages lost or added a value", got.n, want.n)
+	case got.sum != want.sum:
+		return "the checksums of its values do not add up to its recorded sum: damage to the file's pages replaced a value"
+	}
+	return ""
+}
+
+// sumBucket counts the values of b and checks each one's checksum.
+func sumBucket(name []byte, b *bolt.Bucket) (bucketSum, error) {
+	var s bucketSum
+	err := b.ForEach(func(k, fv []byte) error {
+		if fv == nil {
+			return fmt.Errorf("key %q is a nested bucket, which the store never writes", k)
+		}
+		if _, ok := unframe(k, fv); !ok {
+			return fmt.Errorf("key %q: checksum mismatch", k)
+		}
+		s.add(fv)
+		return nil
+	})
+	if err != nil {
+		return s, fmt.Errorf("bucket %s %w", name, err)
+	}
+	return s, nil
+}
+
+// storeKeys reads the store's own bucket of a file of Format: every value
+// framed, the three keys of the layout and a sum for every other bucket
+// present. It returns the values of the three keys and the sums by
+// bucket name.
+func storeKeys(tx *bolt.Tx, st *bolt.Bucket) (vals map[string]uint64, sums map[string]bucketSum, err error) {
+	vals = map[string]uint64{}
+	sums = map[string]bucketSum{}
+	err = st.ForEach(func(k, fv []byte) error {
+		v, ok := unframe(k, fv)
+		switch {
+		case fv == nil:
+			return fmt.Errorf("key %q is a nested bucket, which the store never writes", k)
+		case !ok:
+			return fmt.Errorf("key %q: checksum mismatch", k)
+		case bytes.HasPrefix(k, keySums) && len(v) == 16:
+			sums[string(k[len(keySums):])] = bucketSum{binary.BigEndian.Uint64(v), binary.BigEndian.Uint64(v[8:])}
+		case (bytes.Equal(k, keyFormat) || bytes.Equal(k, keyWALGen) || bytes.Equal(k, keyOpen)) && len(v) == 8:
+			vals[string(k)] = binary.BigEndian.Uint64(v)
+		default:
+			return fmt.Errorf("key %q with a %d-byte value is not one the store writes", k, len(v))
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	var missing []string
+	for _, k := range [][]byte{keyFormat, keyWALGen, keyOpen} {
+		if _, ok := vals[string(k)]; !ok {
+			missing = append(missing, string(k))
+		}
+	}
+	err = tx.ForEach(func(name []byte, _ *bolt.Bucket) error {
+		if _, ok := sums[string(name)]; !ok && !bytes.Equal(name, bucketStore) {
+			missing = append(missing, string(sumsKey(name)))
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(missing) > 0 {
+		return nil, nil, fmt.Errorf("keys %s are missing: damage to the file's pages lost them", strings.Join(missing, ", "))
+	}
+	return vals, sums, nil
+}
+
+// writer makes a checkpoint's or a recovery's writes in a bbolt write
+// transaction, keeping each bucket's sum, and the scrubber's running sum
+// of the bucket it is part way through, in step.
+type writer struct {
+	d    *DB
+	tx   *bolt.Tx
+	sums []bucketSum // by bucket index
+	// scrub, if set, is the scrubber, whose mutex the caller holds; delta
+	// is what the writes change of its running sum, applied once the
+	// transaction commits.
+	scrub *scrubber
+	delta bucketSum
+}
+
+// newWriter starts writing into tx, with the buckets' sums as sums holds
+// them.
+func (d *DB) newWriter(tx *bolt.Tx, sums map[string]bucketSum, scrub *scrubber) *writer {
+	w := &writer{d: d, tx: tx, sums: make([]bucketSum, len(d.buckets)), scrub: scrub}
+	for i, name := range d.buckets {
+		w.sums[i] = sums[string(name)]
+	}
+	return w
+}
+
+// apply writes e, with the value's checksum, and keeps the sums.
+func (w *writer) apply(e entry) error {
+	name := w.d.buckets[e.b]
+	b := w.tx.Bucket(name)
+	scrubbed := w.scrub != nil && w.scrub.bucket == e.b && w.scrub.after != nil && bytes.Compare(e.k, w.scrub.after) <= 0
+	if k, old := b.Cursor().Seek(e.k); k != nil && bytes.Equal(k, e.k) {
+		if _, ok := unframe(k, old); old == nil || !ok {
+			return corruptf(w.d.name, fmt.Sprintf("bucket %s key %q", name, e.k), "checksum mismatch")
+		}
+		w.sums[e.b].sub(old)
+		if scrubbed {
+			w.delta.sub(old)
+		}
+	}
+	if e.del {
+		if err := b.Delete(e.k); err != nil {
+			return fmt.Errorf("%s %q: %w", name, e.k, err)
+		}
+		return nil
+	}
+	fv := make([]byte, frameBytes, frameBytes+len(e.v))
+	binary.BigEndian.PutUint32(fv, frameSum(e.k, e.v))
+	fv = append(fv, e.v...)
+	if err := b.Put(e.k, fv); err != nil {
+		return fmt.Errorf("%s %q: %w", name, e.k, err)
+	}
+	w.sums[e.b].add(fv)
+	if scrubbed {
+		w.delta.add(fv)
+	}
+	return nil
+}
+
+// finish writes the buckets' sums and the layout's keys into the store's
+// bucket.
+func (w *writer) finish(gen uint64, open bool) error {
+	st, err := w.tx.CreateBucketIfNotExists(bucketStore)
+	if err != nil {
+		return err
+	}
+	for i, name := range w.d.buckets {
+		if err := putFramed(st, sumsKey(name), w.sums[i].bytes()); err != nil {
+			return err
+		}
+	}
+	o := uint64(0)
+	if open {
+		o = 1
+	}
+	for _, kv := range [][2][]byte{{keyFormat, u64(Format)}, {keyWALGen, u64(gen)}, {keyOpen, u64(o)}} {
+		if err := putFramed(st, kv[0], kv[1]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// committed applies the transaction's change of the scrubber's running
+// sum, once it has committed.
+func (w *writer) committed() {
+	if w.scrub != nil {
+		w.scrub.seen.merge(w.delta)
+	}
+}
