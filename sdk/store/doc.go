@@ -27,7 +27,15 @@
 //
 // Everything a plugin reads is checksummed: log records (CRC-32C) and
 // every value in the bbolt file (CRC-32C over its key and value, checked
-// on every read). bbolt checksums its meta pages and falls back to the
+// on every read), the store's own keys included. Damage to bbolt's
+// pages, which it does not checksum, can hide a key from a lookup
+// without a value's checksum failing: a lookup that misses checks the
+// keys beside where the key would be (in order, and their checksums), and
+// each bucket's count of values and sum of their checksums, kept by
+// checkpoints in the store's bucket, are compared by Scrub at the end of
+// each bucket and by Check (sums.go). Reads run with
+// debug.SetPanicOnFault, and a panic or fault inside bbolt becomes a
+// *CorruptError of the call. bbolt checksums its meta pages and falls back to the
 // older one if the newer is damaged: the log still holds the groups of
 // that checkpoint until the next generation starts in its file, and once
 // it has, Open finds the log newer than the file and refuses. At Open:
