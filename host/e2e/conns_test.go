@@ -2,14 +2,21 @@ package e2e
 
 import (
 	"bufio"
+	"bytes"
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"regexp"
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -342,4 +349,309 @@ func TestConnsPerIPDefault(t *testing.T) {
 	if v, _ := h.metric(`plughost_connections_refused_total{listener="ingress",reason="max_conns"}`); v != 0 {
 		t.Errorf(`plughost_connections_refused_total{listener="ingress",reason="max_conns"} = %v, want 0`, v)
 	}
+}
+
+// TestConnFloodAtDefaults runs the host at its default connection caps
+// (no max_conns and no max_conns_per_ip in the file: 10000, and a
+// quarter of it, 2500, per address) while one address, 127.0.0.1,
+// attempts 20,000 connections. Its first 2500 are idle keep-alive
+// connections, each answered once, which is the longest a slot can be
+// held at the defaults (idle_timeout, 60s; a connection that sends no
+// whole request head is closed at read_timeout, 5s). Each of the 17,500
+// more sends nothing or a request head without its end, and is refused:
+// answered 503 too_many_connections (max_conns_per_ip), or, beyond the
+// refusals the host answers at once, closed unanswered. While they are
+// held another address, 127.0.0.2, gets 200 from hello; the host holds
+// the 2500 and no more, counts every refusal, and gives back the
+// descriptors of the refused connections.
+//
+// A host whose descriptor limit cannot fit max_conns lowers it at start
+// (TestConnCapsAtFDLimit); the test then runs at the lowered default,
+// and says so.
+func TestConnFloodAtDefaults(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("needs all of 127/8 routed to lo, and /proc to count the host's descriptors")
+	}
+	const (
+		attempts = 20000
+		workers  = 32
+		// attemptBudget is what each attempt adds to the flood's
+		// deadline: generous, since workers of them run at once.
+		attemptBudget = time.Millisecond
+	)
+	cfg := regexp.MustCompile(`(?s)\nlimits \{.*?\n\}\n`).ReplaceAllString(baseConfig("2s"), "\n")
+	if strings.Contains(cfg, "limits") {
+		t.Fatalf("the config still has a limits block:\n%s", cfg)
+	}
+	h := startHost(t, cfg+pluginBlock("hello", "hello", ""))
+	readyPlugin(t, h, "hello")
+	perIP := defaultConnCaps(t, h)
+	var rl syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil {
+		t.Fatal(err)
+	}
+	if need := uint64(perIP + workers + 256); rl.Cur < need {
+		t.Skipf("the test's descriptor limit, %d, cannot hold the %d connections one address may: want at least %d", rl.Cur, perIP, need)
+	}
+	pid := h.cmd.Process.Pid
+	baseFDs := countFDs(t, pid)
+
+	// The flood's deadline grows with its work, and ends well before
+	// idle_timeout would close the held connections.
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second+attempts*attemptBudget)
+	defer cancel()
+	deadline, _ := ctx.Deadline()
+	addr := strings.TrimPrefix(h.ingress, "http://")
+	flooder := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.1")}}
+
+	// Hold perIP connections, each answered once and then idle.
+	var mu sync.Mutex
+	held := make([]net.Conn, 0, perIP)
+	t.Cleanup(func() {
+		for _, c := range held {
+			c.Close()
+		}
+	})
+	start := time.Now()
+	err := fanOut(perIP, workers, func(int) error {
+		c, err := flooder.DialContext(ctx, "tcp", addr)
+		if err != nil {
+			return fmt.Errorf("dial: %w", err)
+		}
+		mu.Lock()
+		held = append(held, c)
+		mu.Unlock()
+		_ = c.SetDeadline(deadline)
+		if _, err := io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: test\r\n\r\n"); err != nil {
+			return fmt.Errorf("send GET /healthz: %w", err)
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			return fmt.Errorf("read the answer to GET /healthz: %w", err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("GET /healthz = %d, want 200", resp.StatusCode)
+		}
+		return c.SetDeadline(time.Time{})
+	})
+	if err != nil {
+		t.Fatalf("holding %d connections from 127.0.0.1: %v", perIP, err)
+	}
+	t.Logf("127.0.0.1 holds %d idle connections after %v", perIP, time.Since(start).Round(time.Millisecond))
+	if v, _ := h.metric(`plughost_connections{listener="ingress"}`); v != float64(perIP) {
+		t.Errorf(`plughost_connections{listener="ingress"} with 127.0.0.1's connections held = %v, want %d`, v, perIP)
+	}
+
+	// Another address asks hello on a new connection each time, until the
+	// flood ends and once after.
+	other := clientFrom(t, "127.0.0.2")
+	other.Transport.(*http.Transport).DisableKeepAlives = true
+	helloFrom := func() error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, h.ingress+"/hello/", nil)
+		if err != nil {
+			return err
+		}
+		resp, err := other.Do(req)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("GET /hello/ = %d %s, want 200", resp.StatusCode, body)
+		}
+		return nil
+	}
+	flooded := make(chan struct{})
+	var probes, probeFails int
+	var probeErr error
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			err := helloFrom()
+			probes++
+			if err != nil {
+				probeFails++
+				probeErr = err
+			}
+			select {
+			case <-flooded:
+				return
+			default:
+			}
+		}
+	})
+
+	// The rest of the attempts, each of which must be refused.
+	wantMsg := fmt.Sprintf("at its limit of %d connections (max_conns_per_ip)", perIP)
+	var answered, unanswered atomic.Int64
+	start = time.Now()
+	err = fanOut(attempts-perIP, workers, func(i int) error {
+		c, err := flooder.DialContext(ctx, "tcp", addr)
+		if err != nil {
+			return fmt.Errorf("dial: %w", err)
+		}
+		defer c.Close()
+		_ = c.SetDeadline(deadline)
+		if i%2 == 1 {
+			if _, err := io.WriteString(c, "GET /hello/ HTTP/1.1\r\nHost: test\r\n"); err != nil {
+				if closedUnanswered(err) {
+					unanswered.Add(1)
+					return nil
+				}
+				return fmt.Errorf("send a request head without its end: %w", err)
+			}
+		}
+		b, err := io.ReadAll(c)
+		if len(b) == 0 && (err == nil || closedUnanswered(err)) {
+			unanswered.Add(1)
+			return nil
+		}
+		if errors.Is(err, os.ErrDeadlineExceeded) && len(b) == 0 {
+			return fmt.Errorf("neither answered nor closed by the flood's deadline: the host holds it (%w)", err)
+		}
+		if err != nil {
+			return fmt.Errorf("read the answer: %w, after %q", err, b)
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(bytes.NewReader(b)), nil)
+		if err != nil {
+			return fmt.Errorf("read the answer: %w: %q", err, b)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" ||
+			errorCode(string(body)) != "too_many_connections" || !strings.Contains(string(body), wantMsg) {
+			return fmt.Errorf("answer = %d (Retry-After %q) %s, want 503 too_many_connections %q with Retry-After",
+				resp.StatusCode, resp.Header.Get("Retry-After"), body, wantMsg)
+		}
+		answered.Add(1)
+		return nil
+	})
+	close(flooded)
+	wg.Wait()
+	if err != nil {
+		v, _ := h.metric(`plughost_connections{listener="ingress"}`)
+		t.Fatalf("127.0.0.1's connections beyond its %d: %v\n(%d answered 503 and %d closed unanswered before; the ingress holds %v connections)",
+			perIP, err, answered.Load(), unanswered.Load(), v)
+	}
+	t.Logf("127.0.0.1's %d connections beyond its %d refused in %v: %d answered 503, %d closed unanswered; 127.0.0.2 asked hello %d times meanwhile",
+		attempts-perIP, perIP, time.Since(start).Round(time.Millisecond), answered.Load(), unanswered.Load(), probes)
+	if answered.Load() == 0 {
+		t.Errorf("none of the %d refused connections was answered 503, want most", attempts-perIP)
+	}
+	if probeFails > 0 {
+		t.Errorf("127.0.0.2 during the flood: %d of %d GET /hello/ failed, the last: %v", probeFails, probes, probeErr)
+	}
+	if err := helloFrom(); err != nil {
+		t.Errorf("127.0.0.2 after the flood, 127.0.0.1 holding %d connections: %v", perIP, err)
+	}
+
+	// The host holds 127.0.0.1's connections and no more, once the other
+	// address's are closed; it counted each refusal, and closed each
+	// refused connection.
+	waitFor(t, 5*time.Second, fmt.Sprintf("the ingress to hold %d connections", perIP), func() bool {
+		v, _ := h.metric(`plughost_connections{listener="ingress"}`)
+		return v == float64(perIP)
+	})
+	if v, _ := h.metric(`plughost_connections_refused_total{listener="ingress",reason="max_conns_per_ip"}`); v != attempts-float64(perIP) {
+		t.Errorf(`plughost_connections_refused_total{listener="ingress",reason="max_conns_per_ip"} = %v, want %d`, v, attempts-perIP)
+	}
+	if v, _ := h.metric(`plughost_connections_refused_total{listener="ingress",reason="max_conns"}`); v != 0 {
+		t.Errorf(`plughost_connections_refused_total{listener="ingress",reason="max_conns"} = %v, want 0`, v)
+	}
+	// The refused connections' descriptors, and no more but a few the
+	// other address's requests to hello may leave to the plugin.
+	const slack = 32
+	fds := countFDs(t, pid)
+	for wait := time.Now().Add(5 * time.Second); fds > baseFDs+perIP+slack && time.Now().Before(wait); fds = countFDs(t, pid) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if fds > baseFDs+perIP+slack {
+		t.Errorf("host has %d descriptors open holding %d connections, %d before the flood: want at most %d more than the connections",
+			fds, perIP, baseFDs, slack)
+	}
+	t.Logf("host descriptors: %d before the flood, %d holding %d connections after it", baseFDs, fds, perIP)
+	if strings.Contains(h.log.String(), "too many open files") {
+		t.Errorf("host ran out of descriptors")
+	}
+}
+
+var fdLimitLogRE = regexp.MustCompile(`file descriptor limit: soft=(\d+) hard=(\d+) max_conns=(\d+) max_conns_per_ip=(\d+)`)
+
+// defaultConnCaps returns the per-address cap that h, run without
+// max_conns and max_conns_per_ip, reports at start: 2500, a quarter of
+// max_conns' 10000, or a quarter of the max_conns it lowered to fit its
+// descriptor limit.
+func defaultConnCaps(t *testing.T, h *hostProc) int {
+	t.Helper()
+	log := h.log.String()
+	m := fdLimitLogRE.FindStringSubmatch(log)
+	if m == nil {
+		t.Fatalf("host log does not report its descriptor limit and connection caps:\n%s", log)
+	}
+	maxConns, _ := strconv.Atoi(m[3])
+	perIP, _ := strconv.Atoi(m[4])
+	lowered := strings.Contains(log, "max_conns exceeds what the file descriptor limit allows; lowering it")
+	switch {
+	case maxConns == 10000 && !lowered:
+	case maxConns < 10000 && lowered:
+		t.Logf("the host's descriptor limit (soft %s, hard %s) lowers max_conns to %d: testing at its default per address", m[1], m[2], maxConns)
+	default:
+		t.Fatalf("host reports max_conns %d (lowered: %v), want 10000, or less with a warning that it was lowered", maxConns, lowered)
+	}
+	if want := (maxConns + 3) / 4; perIP != want {
+		t.Fatalf("host reports max_conns_per_ip %d at max_conns %d, want a quarter, rounded up: %d", perIP, maxConns, want)
+	}
+	return perIP
+}
+
+// fanOut calls f(0) to f(n-1) from workers goroutines, and stops at the
+// first error, which it returns with the index of its call.
+func fanOut(n, workers int, f func(i int) error) error {
+	var next atomic.Int64
+	var mu sync.Mutex
+	var first error
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n {
+					return
+				}
+				mu.Lock()
+				stop := first != nil
+				mu.Unlock()
+				if stop {
+					return
+				}
+				if err := f(i); err != nil {
+					mu.Lock()
+					if first == nil {
+						first = fmt.Errorf("connection %d: %w", i+1, err)
+					}
+					mu.Unlock()
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return first
+}
+
+// closedUnanswered reports whether err is how a connection closed by its
+// peer without an answer shows: a reset, or a broken pipe to a write.
+func closedUnanswered(err error) bool {
+	return errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+}
+
+// countFDs returns how many file descriptors process pid has open.
+func countFDs(t *testing.T, pid int) int {
+	t.Helper()
+	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		t.Fatalf("count the descriptors of process %d: %v", pid, err)
+	}
+	return len(ents)
 }
