@@ -105,7 +105,7 @@ type pageWalk struct {
 	txid     uint64
 	problems []pageProblem
 	omitted  int
-	seen     map[uint64]bool
+	seen     []uint64 // a bit per page below the high-water mark and the end of the file
 	// regions is kept only when wanted (tests): a file of millions of
 	// pages must not cost that much memory.
 	regions     []region
@@ -132,7 +132,7 @@ func walkBoltFile(path string, wantRegions bool) (*pageWalk, error) {
 // panics: every offset is checked before it is read, and a panic that
 // slips through anyway is one more problem.
 func walkBolt(r io.ReaderAt, size int64, wantRegions bool) (w *pageWalk) {
-	w = &pageWalk{r: r, size: size, metaUsed: -1, seen: map[uint64]bool{}, wantRegions: wantRegions}
+	w = &pageWalk{r: r, size: size, metaUsed: -1, wantRegions: wantRegions}
 	defer func() {
 		if v := recover(); v != nil {
 			w.problem("", fmt.Sprintf("the walk of the file's pages stopped: %v", v))
@@ -320,6 +320,7 @@ func (w *pageWalk) metas() (root, freelist uint64, ok bool) {
 		return 0, 0, false
 	}
 	w.hwm = m.pgid
+	w.seen = make([]uint64, (min(m.pgid, uint64(w.size/ps))+63)/64)
 	if pages := uint64(w.size / ps); m.pgid > pages {
 		w.problem(where, fmt.Sprintf("high-water mark %d pages, past the end of the file (%d pages)", m.pgid, pages))
 	}
@@ -342,7 +343,7 @@ func (w *pageWalk) pageAt(id uint64, want uint16) (p []byte, ok bool) {
 		w.pageProblem(id, "outside pages 2 to %d", w.hwm)
 		return nil, false
 	}
-	if id > uint64(w.size/w.pageSize) {
+	if id >= uint64(w.size/w.pageSize) {
 		w.pageProblem(id, "past the end of the file")
 		return nil, false
 	}
@@ -372,15 +373,20 @@ func (w *pageWalk) pageAt(id uint64, want uint16) (p []byte, ok bool) {
 		return nil, false
 	}
 	for i := id; i <= id+overflow; i++ {
-		if w.seen[i] {
+		if w.reached(i) {
 			w.pageProblem(i, "reached twice")
 			return nil, false
 		}
 	}
 	for i := id; i <= id+overflow; i++ {
-		w.seen[i] = true
+		w.seen[i/64] |= 1 << (i % 64)
 	}
 	return p, true
+}
+
+// reached reports whether the walk has reached page id.
+func (w *pageWalk) reached(id uint64) bool {
+	return id/64 < uint64(len(w.seen)) && w.seen[id/64]&(1<<(id%64)) != 0
 }
 
 func typeNames(mask uint16) string {
@@ -429,7 +435,7 @@ func (w *pageWalk) freelist(id uint64) {
 func (w *pageWalk) free() {
 	pages := uint64(w.size / w.pageSize)
 	for id := uint64(2); id < pages; id++ {
-		if !w.seen[id] {
+		if !w.reached(id) {
 			w.region(regionFree, "", int64(id)*w.pageSize, w.pageSize)
 		}
 	}
