@@ -37,6 +37,10 @@ type flipStore struct {
 	// header after them. Past that is space bbolt has not allocated, or
 	// bytes of a log generation long written into the bbolt file.
 	used [3]int
+	// keyEnds are the offsets of the last bytes of the leaf keys of the
+	// store's buckets in the bbolt file: flipped, a key often stays in
+	// order, renamed.
+	keyEnds []int
 }
 
 var flipSuffixes = [3]string{"", ".wal", ".wal.1"}
@@ -179,6 +183,9 @@ func (s *flipStore) classify(t *testing.T, path string) {
 		for o := r.off; o < r.off+r.n; o++ {
 			c[o] = name
 		}
+		if r.kind == regionLeafKeys && r.bucket != "" && r.bucket != "store" {
+			s.keyEnds = append(s.keyEnds, int(r.off+r.n-1))
+		}
 	}
 	s.classes[0] = c
 	s.used[0] = int(w.hwm) * int(w.pageSize)
@@ -269,7 +276,10 @@ func TestFlipSweep(t *testing.T) {
 			add(at[(2*i+1)*len(at)/(2*perClass)])
 		}
 	}
-	t.Logf("%d flips: every %d bytes of the %d, %d and %d bytes in use of s.db, .wal and .wal.1 (of %d, %d and %d), and %d in each region",
+	for i := range perClass {
+		add(flipAt{0, s.keyEnds[(2*i+1)*len(s.keyEnds)/(2*perClass)]})
+	}
+	t.Logf("%d flips: every %d bytes of the %d, %d and %d bytes in use of s.db, .wal and .wal.1 (of %d, %d and %d), and %d in each region and keys' last bytes",
 		len(flips), stride, s.used[0], s.used[1], s.used[2], len(s.files[0]), len(s.files[1]), len(s.files[2]), perClass)
 
 	type tally struct{ flips, intact, refused, detected, fail int }
