@@ -90,9 +90,13 @@ type Write struct {
 }
 
 // Check verifies the store's files at path offline, without changing
-// them: bbolt's own consistency check of the file, the checksum of every
-// value in every bucket, and the write-ahead log as Open would read it
-// (see the package doc's Integrity). Its Report lists each problem, and
+// them: a walk of the bbolt file's pages read from its bytes, which
+// names each damaged page ("page 12", "meta page 0") and never faults;
+// if the pages are sound, bbolt's own consistency check of the file and
+// the checksum of every value in every bucket; and the write-ahead log
+// as Open would read it (see the package doc's Integrity). A meta page
+// that fails its checksum is reported even though bbolt falls back to
+// the other. Its Report lists each problem, and
 // what Repair would drop. It fails with an error wrapping ErrLocked if a
 // process holds the store open (after Options.LockTimeout), and with
 // another error if the files cannot be read at all; damage is reported,
@@ -255,10 +259,16 @@ func examine(path string, opts Options) (*examination, error) {
 	return ex, nil
 }
 
-// checkBolt runs bbolt's consistency check and checks every value's
-// checksum. It reports whether the file holds no damage.
+// checkBolt walks the file's pages (pages.go), then runs bbolt's
+// consistency check and checks every value's checksum. It reports whether the file holds no damage.
 func (ex *examination) checkBolt(d *DB) (lay layout, ok bool) {
 	n := len(ex.report.Problems) + ex.report.Omitted
+	// bbolt's tx.Check walks the tree in a goroutine of its own, where a
+	// damaged page id faults and kills the process: only a tree that the
+	// walk of its bytes found sound is let at it.
+	if !ex.walk(d) {
+		return lay, false
+	}
 	// Pages past the end of a truncated file fault rather than panic.
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	err := d.db.View(func(tx *bolt.Tx) error {
@@ -469,4 +479,20 @@ func zeroFrom(path string, off int64) error {
 		return fmt.Errorf("cut write-ahead log %s at %d: %w", filepath.Base(path), off, err)
 	}
 	return nil
+}
+
+// walk reports the damage the walk of the bbolt file's pages finds, and
+// whether bbolt may walk its tree: a damaged meta page that bbolt falls
+// back from is reported, but leaves the tree bbolt reads sound.
+func (ex *examination) walk(d *DB) bool {
+	w, err := walkBoltFile(d.path, false)
+	if err != nil {
+		ex.problem(Problem{File: d.name, What: err.Error()})
+		return false
+	}
+	for _, p := range w.problems {
+		ex.problem(Problem{File: d.name, Where: p.where, What: p.what})
+	}
+	ex.report.Omitted += w.omitted
+	return !w.structural()
 }

@@ -215,7 +215,7 @@ func Open(path string, opts Options) (*DB, error) {
 	}
 	if err := d.recover(db); err != nil {
 		_ = db.Close()
-		return nil, fmt.Errorf("open store %s: %w", path, err)
+		return nil, fmt.Errorf("open store %s: %w", path, blameMeta(path, err))
 	}
 	d.db = db
 	return d, nil
@@ -231,6 +231,10 @@ func (d *DB) openBolt() (db *bolt.DB, err error) {
 			db, err = nil, corruptf(d.name, "", "the file cannot be read: %v", v)
 		}
 	}()
+	openFile := d.hooks().OpenFile
+	if !d.opts.readOnly {
+		openFile = d.walkedOpener(openFile, timeout) // Check walks the file itself
+	}
 	db, err = bolt.Open(d.path, 0o600, &bolt.Options{
 		Timeout: timeout,
 		// The freelist is rebuilt by a scan at open instead of being
@@ -239,7 +243,7 @@ func (d *DB) openBolt() (db *bolt.DB, err error) {
 		NoFreelistSync:  true,
 		FreelistType:    bolt.FreelistMapType,
 		InitialMmapSize: cmp.Or(d.hooks().MmapSize, initialMmapSize),
-		OpenFile:        d.hooks().OpenFile,
+		OpenFile:        openFile,
 		ReadOnly:        d.opts.readOnly,
 	})
 	switch {
