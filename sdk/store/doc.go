@@ -35,7 +35,12 @@
 // checkpoints in the store's bucket, are compared by Scrub at the end of
 // each bucket and by Check (sums.go). Reads run with
 // debug.SetPanicOnFault, and a panic or fault inside bbolt becomes a
-// *CorruptError of the call. bbolt checksums its meta pages and falls back to the
+// *CorruptError of the call. Open and Check first walk the file's pages
+// from its bytes, read with pread and checked against every bound
+// (pages.go), because bbolt's own walks of the tree (its free page scan
+// at open, its consistency check) run in goroutines of its own, where a
+// damaged page would crash the process: a damaged tree is refused at
+// Open, naming the page. bbolt checksums its meta pages and falls back to the
 // older one if the newer is damaged: the log still holds the groups of
 // that checkpoint until the next generation starts in its file, and once
 // it has, Open finds the log newer than the file and refuses. At Open:
