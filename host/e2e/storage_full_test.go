@@ -186,7 +186,7 @@ func checkFullThenFree(t *testing.T, h *hostProc, name, filler string, ws []*tra
 		t.Errorf("GET /wallet/v1/supply with the disk full = %d %s, want 200, or 503 with a JSON error while the wallet is down", code, body)
 	}
 
-	load := startIssueLoad(t, h, name, fullWorkers, 20*time.Millisecond, 3000)
+	load := startIssueLoad(t, h, name, fullWorkers, 50*time.Millisecond, 3000)
 	full := time.Now()
 	waitFor(t, 30*time.Second, "a POST refused with 503 and a JSON error while the disk is full", func() bool {
 		for _, op := range load.snapshot() {
