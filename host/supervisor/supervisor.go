@@ -94,9 +94,12 @@ type Options struct {
 	SocketDir string
 	// RetryConfigure makes a failure of the plugin's Configure hook (an
 	// *sdk.ConfigError: a refused config, a full disk, unreadable data)
-	// an ordinary failure, retried under the restart policy, so that Start
-	// returns nil and the plugin shows the failure as its last error. The
-	// host sets it: a plugin that cannot start must not take it down.
+	// a failure to start, retried with backoff for as long as it lasts
+	// (counted as a restart, but not against Policy.MaxRestarts, a
+	// budget for crashes), so that Start returns nil and the plugin shows
+	// the failure as its last error. The host sets it: a plugin that
+	// cannot start must not take it down, and must come up by itself once
+	// the cause is gone.
 	// Without it the failure is final, as a config the schema refuses
 	// always is: Start returns it, and a later one leaves the plugin
 	// failed until Restart.
@@ -585,7 +588,12 @@ func (p *Process) run(ctx context.Context) {
 			reason = err
 		}
 		p.logger.Warn("plugin down", "error", reason)
-		if p.countRestart(true) {
+		// A Configure that refused under RetryConfigure is no crash: the
+		// plugin ran and said why it cannot start yet (a full disk, say).
+		// It is retried at the backoff's pace for as long as it refuses,
+		// without spending max_restarts, so that it comes up by itself
+		// once the cause is gone, however long that takes.
+		if p.countRestart(err == nil || !p.retries(err)) {
 			p.logger.Error("plugin failed: too many restarts", "max_restarts", pol.MaxRestarts, "window", pol.Window, "error", reason)
 			if !p.waitFailed(ctx, reason) {
 				return

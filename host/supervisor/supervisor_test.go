@@ -742,8 +742,10 @@ func TestConfigError(t *testing.T) {
 }
 
 // TestConfigureRetried: under RetryConfigure a Configure that refuses is
-// retried with backoff, shown as the last error, and the plugin comes up
-// once Configure accepts; a config its schema refuses is still final.
+// retried with backoff, shown as the last error, more often than
+// max_restarts (a budget for crashes: a refusal is not one), and the
+// plugin comes up once Configure accepts; a config its schema refuses is
+// still final.
 func TestConfigureRetried(t *testing.T) {
 	var fixed atomic.Bool
 	s := helloSpec(t)
@@ -753,7 +755,9 @@ func TestConfigureRetried(t *testing.T) {
 		}
 		return []byte(`{"greeting":""}`), nil
 	}
-	opts, _, _ := options(t, testPolicy())
+	pol := testPolicy()
+	pol.MaxRestarts = 2
+	opts, _, _ := options(t, pol)
 	opts.RetryConfigure = true
 	p, err := supervisor.Start(t.Context(), s, opts)
 	if err != nil {
@@ -761,9 +765,9 @@ func TestConfigureRetried(t *testing.T) {
 	}
 	t.Cleanup(func() { p.Stop(time.Now().Add(10 * time.Second)) })
 	var st supervisor.Status
-	waitFor(t, 30*time.Second, "a restart after the refusal", func() bool {
+	waitFor(t, 30*time.Second, "more restarts after refusals than max_restarts, or failed", func() bool {
 		st = p.Status()
-		return st.Restarts >= 2
+		return st.Restarts > pol.MaxRestarts+1 || st.State == supervisor.StateFailed
 	})
 	if !strings.Contains(st.LastError, "must not be empty") {
 		t.Errorf("LastError = %q, want the plugin's refusal", st.LastError)
