@@ -404,14 +404,15 @@ func TestStorageFlip(t *testing.T) {
 	}{
 		{"store-open-flag", func(t *testing.T, path string) (int64, string) {
 			e := readBolt(t, path).bucketElem(t, "store", "open")
-			if got := boltGet(t, path, "store", []byte("open")); !bytes.Equal(got, e.value) || len(e.value) != 8 {
+			// The store's values are framed: crc32c(4), then the number.
+			if got := boltGet(t, path, "store", []byte("open")); !bytes.Equal(got, e.value) || len(e.value) != 12 {
 				t.Fatalf("store open: parsed %x, bbolt reads %x", e.value, got)
 			}
-			if binary.BigEndian.Uint64(e.value) != 1 {
+			if binary.BigEndian.Uint64(e.value[4:]) != 1 {
 				t.Fatalf("store open = %x in a data dir a kill -9 left, want 1", e.value)
 			}
 			// The low byte: 1 becomes 0xfe, which is not "open".
-			return int64(e.valOff + 7), fmt.Sprintf("the low byte of the value of key \"open\" (%x) in bucket store", e.value)
+			return int64(e.valOff + 11), fmt.Sprintf("the low byte of the value of key \"open\" (%x) in bucket store", e.value)
 		}},
 		{"receipt-leaf-element-ksize", func(t *testing.T, path string) (int64, string) {
 			f := readBolt(t, path)
@@ -439,10 +440,10 @@ func TestStorageFlip(t *testing.T) {
 		}},
 		{"store-format", func(t *testing.T, path string) (int64, string) {
 			e := readBolt(t, path).bucketElem(t, "store", "format")
-			if got := boltGet(t, path, "store", []byte("format")); !bytes.Equal(got, e.value) || len(e.value) != 8 {
+			if got := boltGet(t, path, "store", []byte("format")); !bytes.Equal(got, e.value) || len(e.value) != 12 {
 				t.Fatalf("store format: parsed %x, bbolt reads %x", e.value, got)
 			}
-			return int64(e.valOff + 7), fmt.Sprintf("the low byte of the value of key \"format\" (%x) in bucket store", e.value)
+			return int64(e.valOff + 11), fmt.Sprintf("the low byte of the value of key \"format\" (%x) in bucket store", e.value)
 		}},
 	}
 	for _, tt := range tests {

@@ -652,7 +652,7 @@ func (d *DB) walkedOpener(open func(string, int, os.FileMode) (*os.File, error),
 		for _, p := range w.problems {
 			if !p.meta {
 				_ = f.Close()
-				return nil, corruptf(d.name, p.where, "%s", p.what)
+				return nil, fileCorruptf(d.name, p.where, "%s", p.what)
 			}
 		}
 		return f, nil

@@ -197,13 +197,13 @@ func framed(k, fv []byte) bool {
 
 func (r *reader) pageCorrupt(p any) {
 	if r.err == nil {
-		r.err = corruptf(r.d.name, "", "a page cannot be read: %v", p)
+		r.err = fileCorruptf(r.d.name, "", "a page cannot be read: %v", p)
 	}
 }
 
 func (r *reader) corrupt(b int, k []byte) {
 	if r.err == nil {
-		r.err = corruptf(r.d.name, fmt.Sprintf("bucket %s key %q", r.d.buckets[b], k), "checksum mismatch")
+		r.err = fileCorruptf(r.d.name, fmt.Sprintf("bucket %s key %q", r.d.buckets[b], k), "checksum mismatch")
 	}
 }
 
@@ -429,7 +429,7 @@ func (d *DB) contain(fn func() error) (err error) {
 			if !ok {
 				panic(p)
 			}
-			err = corruptf(d.name, "", "a page cannot be read: memory fault at %#x", f.Addr())
+			err = fileCorruptf(d.name, "", "a page cannot be read: memory fault at %#x", f.Addr())
 		}
 	}()
 	return fn()

@@ -58,7 +58,7 @@ func (d *DB) Scrub(n int) (ScrubStats, error) {
 	err = func() (err error) {
 		defer func() {
 			if p := recover(); p != nil {
-				err = corruptf(d.name, fmt.Sprintf("bucket %s", d.buckets[sc.bucket]), "a page cannot be read: %v", p)
+				err = fileCorruptf(d.name, fmt.Sprintf("bucket %s", d.buckets[sc.bucket]), "a page cannot be read: %v", p)
 			}
 		}()
 		for st.Checked < n {
@@ -77,7 +77,7 @@ func (d *DB) Scrub(n int) (ScrubStats, error) {
 				}
 				sc.after = append(sc.after[:0], k...)
 				if _, ok := unframe(k, v); v == nil || !ok {
-					return corruptf(d.name, fmt.Sprintf("bucket %s key %q", name, k), "checksum mismatch")
+					return fileCorruptf(d.name, fmt.Sprintf("bucket %s key %q", name, k), "checksum mismatch")
 				}
 				sc.seen.add(v)
 			}

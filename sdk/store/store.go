@@ -228,7 +228,7 @@ func (d *DB) openBolt() (db *bolt.DB, err error) {
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
 		if v := recover(); v != nil {
-			db, err = nil, corruptf(d.name, "", "the file cannot be read: %v", v)
+			db, err = nil, fileCorruptf(d.name, "", "the file cannot be read: %v", v)
 		}
 	}()
 	openFile := d.hooks().OpenFile
@@ -250,7 +250,7 @@ func (d *DB) openBolt() (db *bolt.DB, err error) {
 	case errors.Is(err, berrors.ErrTimeout):
 		return nil, fmt.Errorf("open store %s: %w for %v: another process has it open", d.path, ErrLocked, timeout)
 	case errors.Is(err, berrors.ErrInvalid), errors.Is(err, berrors.ErrChecksum), errors.Is(err, berrors.ErrVersionMismatch):
-		return nil, corruptf(d.name, "meta pages", "%v", err)
+		return nil, fileCorruptf(d.name, "meta pages", "%v", err)
 	case err != nil:
 		return nil, fmt.Errorf("open store %s: %w", d.path, err)
 	}
@@ -444,7 +444,7 @@ func (d *DB) guard(fn func() error) (err error) {
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
 		if v := recover(); v != nil {
-			err = corruptf(d.name, "", "a page cannot be read: %v", v)
+			err = fileCorruptf(d.name, "", "a page cannot be read: %v", v)
 		}
 	}()
 	return fn()

@@ -150,7 +150,7 @@ func (w *writer) apply(e entry) error {
 	scrubbed := w.scrub != nil && w.scrub.bucket == e.b && w.scrub.after != nil && bytes.Compare(e.k, w.scrub.after) <= 0
 	if k, old := b.Cursor().Seek(e.k); k != nil && bytes.Equal(k, e.k) {
 		if _, ok := unframe(k, old); old == nil || !ok {
-			return corruptf(w.d.name, fmt.Sprintf("bucket %s key %q", name, e.k), "checksum mismatch")
+			return fileCorruptf(w.d.name, fmt.Sprintf("bucket %s key %q", name, e.k), "checksum mismatch")
 		}
 		w.sums[e.b].sub(old)
 		if scrubbed {
