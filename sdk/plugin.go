@@ -106,6 +106,9 @@ type Runtime struct {
 	// Instance is the plugin's name in the operator's config.
 	Instance string
 	// Logger's records reach the host's log, tagged with the instance name.
+	// In a plugin process it keeps to the plugin's log_rate and log_burst:
+	// records over them are dropped before they reach the host, and a
+	// warning once a second says how many.
 	Logger hclog.Logger
 	// Registerer registers the plugin's own metrics. The host exposes them
 	// with a plugin label; names starting with "plughost_" are reserved.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"google.golang.org/grpc"
 
 	pluginv1 "github.com/plughost/plughost/proto/pluginv1"
+	"github.com/plughost/plughost/sdk/internal/lograte"
 	"github.com/plughost/plughost/sdk/wire"
 )
 
@@ -31,14 +33,8 @@ func Serve(p Plugin) error {
 	if err := p.validate(); err != nil {
 		return err
 	}
-	// The host parses JSON records on stderr and re-logs them under the
-	// plugin's name, keeping their level and fields.
-	logger := hclog.New(&hclog.LoggerOptions{
-		Name:       p.Name,
-		Level:      hclog.Trace,
-		Output:     os.Stderr,
-		JSONFormat: true,
-	})
+	logger, limit := newLogger(p.Name)
+	defer limit.Close()
 	if inherited.err != nil {
 		// The host's requests would have no way in.
 		return fmt.Errorf("plughost plugin: %w", inherited.err)
@@ -47,6 +43,31 @@ func Serve(p Plugin) error {
 	go ignoreTerm(logger)
 	plugin.Serve(serveConfig(p, logger, inherited.conns))
 	return nil
+}
+
+// newLogger returns the plugin's logger, named name, and the limiter of
+// its records, nil when the host passed no log rate. The host parses JSON
+// records on stderr and re-logs them under the plugin's name, keeping
+// their level and fields; it limits them to the plugin's log_rate and
+// log_burst, which it passes in the environment, and the limiter drops
+// the records over them here, before they are formatted, so that they
+// cost the host nothing. Its reports of what it dropped go to stderr
+// through a logger of their own, which it does not limit.
+func newLogger(name string) (hclog.Logger, *lograte.Limiter) {
+	opts := hclog.LoggerOptions{
+		Name:       name,
+		Level:      hclog.Trace,
+		Output:     os.Stderr, // the process's stderr, before go-plugin takes os.Stderr over
+		JSONFormat: true,
+	}
+	report := opts
+	rate, _ := strconv.Atoi(os.Getenv(wire.LogRateEnv))
+	burst, _ := strconv.Atoi(os.Getenv(wire.LogBurstEnv))
+	limit := lograte.New(lograte.Options{Rate: rate, Burst: burst, Report: hclog.New(&report)})
+	if limit != nil {
+		opts.Exclude = limit.Exclude
+	}
+	return hclog.New(&opts), limit
 }
 
 func init() {

@@ -66,7 +66,8 @@ type Options struct {
 	// there is never removed.
 	SocketDir string
 	// LogLimit limits the plugin's relayed log records; its zero value
-	// limits none.
+	// limits none. A limit is also passed to the plugin process in its
+	// environment (wire.LogRateEnv, wire.LogBurstEnv).
 	LogLimit LogLimit
 }
 
@@ -173,6 +174,14 @@ func Launch(ctx context.Context, path, sha string, opts Options) (*Instance, err
 	cmd.Env = append(cmd.Env, fmt.Sprintf("%s=%d", wire.DataPlaneEnv, len(dataFiles)))
 	if opts.SocketDir != "" {
 		cmd.Env = append(cmd.Env, plugin.EnvUnixSocketDir+"="+opts.SocketDir)
+	}
+	if opts.LogLimit.Rate > 0 {
+		// The SDK drops its logger's records over the same limit before
+		// they cross, which spares the host parsing them; the host's own
+		// limiter below still holds a plugin that does not.
+		cmd.Env = append(cmd.Env,
+			fmt.Sprintf("%s=%d", wire.LogRateEnv, opts.LogLimit.Rate),
+			fmt.Sprintf("%s=%d", wire.LogBurstEnv, max(opts.LogLimit.Burst, 1)))
 	}
 	words := &lastWords{}
 	limit := newLogLimiter(opts.LogLimit, opts.Logger, time.Now)

@@ -502,13 +502,14 @@ func TestEnvironmentAllowlist(t *testing.T) {
 	t.Setenv("PLUGHOST_TEST_ALLOWED", "yes")
 
 	// goPlugin lists what go-plugin itself sets for the handshake, and
-	// the host for the data plane.
-	goPlugin := []string{"PLUGHOST_PLUGIN", "PLUGIN_MIN_PORT", "PLUGIN_MAX_PORT", "PLUGIN_PROTOCOL_VERSIONS", "PLUGIN_CLIENT_CERT", "PLUGIN_MULTIPLEX_GRPC", wire.DataPlaneEnv}
+	// the host for the data plane and the log limit.
+	goPlugin := []string{"PLUGHOST_PLUGIN", "PLUGIN_MIN_PORT", "PLUGIN_MAX_PORT", "PLUGIN_PROTOCOL_VERSIONS", "PLUGIN_CLIENT_CERT", "PLUGIN_MULTIPLEX_GRPC", wire.DataPlaneEnv, wire.LogRateEnv, wire.LogBurstEnv}
 
 	tests := []struct {
 		name    string
 		env     []string          // Options.Env
 		extra   map[string]string // Options.ExtraEnv
+		limit   catalog.LogLimit  // Options.LogLimit
 		allowed []string          // names the plugin may see besides goPlugin
 		want    []string          // NAME=value pairs the plugin must see
 		absent  []string          // NAME=value pairs it must not see
@@ -518,6 +519,8 @@ func TestEnvironmentAllowlist(t *testing.T) {
 			env:     nil,
 			allowed: catalog.DefaultEnv,
 			want:    []string{"PATH=" + os.Getenv("PATH")},
+			// No limit, and so no limit passed on.
+			absent: []string{wire.LogRateEnv + "=0"},
 		},
 		{
 			name:    "custom allowlist",
@@ -535,11 +538,18 @@ func TestEnvironmentAllowlist(t *testing.T) {
 			want:    []string{"GOGC=800", "PLUGHOST_TEST_ALLOWED=from the block"},
 			absent:  []string{"PLUGHOST_TEST_ALLOWED=yes"},
 		},
+		{
+			// The log limit, which the SDK applies too.
+			name:    "log limit",
+			limit:   catalog.LogLimit{Rate: 7000, Burst: 9000},
+			allowed: catalog.DefaultEnv,
+			want:    []string{wire.LogRateEnv + "=7000", wire.LogBurstEnv + "=9000"},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			logger, logs := testLogger(t)
-			inst := launch(t, "envdump", catalog.Options{Logger: logger, Env: tt.env, ExtraEnv: tt.extra})
+			inst := launch(t, "envdump", catalog.Options{Logger: logger, Env: tt.env, ExtraEnv: tt.extra, LogLimit: tt.limit})
 
 			code, body, err := get(t.Context(), inst.Transport(), "/env")
 			if err != nil || code != 200 {

@@ -2,6 +2,7 @@ package catalog
 
 import (
 	"fmt"
+	"math"
 	"os/exec"
 	"strings"
 	"sync"
@@ -9,6 +10,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/plughost/plughost/sdk"
+	"github.com/plughost/plughost/sdk/wire"
 )
 
 // Bounds on what a process's last words keep: a few lines, each cut short,
@@ -168,19 +170,7 @@ func (l recordingLogger) allow(level hclog.Level, msg string, args []any) bool {
 	if level < l.Logger.GetLevel() {
 		return false
 	}
-	return l.limit.allow(recordSize(msg, args))
-}
-
-// recordSize estimates the bytes a record takes in the log: its message
-// and its string values, the bulk of a plugin's records.
-func recordSize(msg string, args []any) int {
-	n := len(msg)
-	for _, a := range args {
-		if s, ok := a.(string); ok {
-			n += len(s) + 2
-		}
-	}
-	return n
+	return l.limit.allow(wire.LogRecordSize(msg, args))
 }
 
 // Trace logs at trace level as far as the limiter allows.
@@ -204,8 +194,13 @@ func (l recordingLogger) Info(msg string, args ...any) {
 	}
 }
 
-// Warn logs at warn level as far as the limiter allows.
+// Warn logs at warn level as far as the limiter allows. The SDK's report
+// of the records it dropped in the plugin is counted with the host's own
+// drops, and the error it quotes is kept, whether or not it is logged.
 func (l recordingLogger) Warn(msg string, args ...any) {
+	if msg == wire.LogDroppedMsg {
+		l.sourceDropped(args)
+	}
 	if l.allow(hclog.Warn, msg, args) {
 		l.Logger.Warn(msg, args...)
 	}
@@ -223,6 +218,37 @@ func (l recordingLogger) Error(msg string, args ...any) {
 	l.words.record(msg, args)
 	if l.allow(hclog.Error, msg, args) {
 		l.Logger.Error(msg, args...)
+	}
+}
+
+// maxReportedDrops bounds the count one report of the SDK adds: far more
+// than a plugin can log in a report's interval, and far less than a
+// float64 counts exactly.
+const maxReportedDrops = 1 << 40
+
+// sourceDropped takes the SDK's report of the records it dropped, the
+// key/value pairs args of a record at warn with message
+// wire.LogDroppedMsg: it counts the records (a count that is not a whole
+// number from 1 to maxReportedDrops is ignored, as a plugin's output is
+// not trusted) and keeps the error it quotes as one of the plugin's last
+// words. Only a limited plugin's SDK drops records, so for an unlimited
+// one it does nothing.
+func (l recordingLogger) sourceDropped(args []any) {
+	if l.limit == nil {
+		return
+	}
+	for i := 0; i+1 < len(args); i += 2 {
+		switch k, _ := args[i].(string); k {
+		case wire.LogDroppedKey:
+			// go-plugin decodes the record's JSON numbers as float64.
+			if n, ok := args[i+1].(float64); ok && n >= 1 && n <= maxReportedDrops && n == math.Trunc(n) {
+				l.limit.counted(int(n))
+			}
+		case wire.LogLastErrorKey:
+			if s, ok := args[i+1].(string); ok && s != "" {
+				l.words.record(s, nil)
+			}
+		}
 	}
 }
 

@@ -5,14 +5,19 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/plughost/plughost/sdk/wire"
 )
 
-// LogLimit is a token bucket over a plugin process's relayed log records:
-// its stdout and stderr lines and the records of its stderr logger alike.
-// The bucket holds Burst tokens and gains Rate a second; a record takes
-// one token per started logUnit bytes of its text, and a record that finds
-// too few is dropped, never waited for, so that the reader of the
-// plugin's pipe never stalls the plugin.
+// LogLimit is a token bucket (wire.LogBucket) over a plugin process's
+// relayed log records: its stdout and stderr lines and the records of its
+// stderr logger alike. The bucket holds Burst tokens and gains Rate a
+// second; a record takes one token per started wire.LogUnit bytes of its
+// text, and a record that finds too few is dropped, never waited for, so
+// that the reader of the plugin's pipe never stalls the plugin. Launch
+// passes Rate and Burst to the process too (wire.LogRateEnv), so that a
+// plugin built with the SDK drops its logger's excess before it crosses;
+// this limit still holds every plugin, built with the SDK or not.
 type LogLimit struct {
 	// Rate is the records a second the bucket refills with; 0 turns the
 	// limit off.
@@ -22,7 +27,9 @@ type LogLimit struct {
 	Burst int
 	// Dropped, when not nil, is called with the count of records dropped
 	// since it was last called, at most once per LogReportInterval and
-	// once when the process's logging ends. It must not block.
+	// once when the process's logging ends, and with the counts the SDK
+	// in the plugin reports it dropped (wire.LogDroppedMsg). It must not
+	// block.
 	Dropped func(n int)
 }
 
@@ -30,22 +37,15 @@ type LogLimit struct {
 // records it dropped, how many it dropped.
 const LogReportInterval = time.Second
 
-// logUnit is the record size one token pays for: a longer record takes
-// one token per started logUnit, so that the bucket bounds bytes as well
-// as records.
-const logUnit = 4 << 10
-
 // logLimiter is a LogLimit at work for one plugin process. A nil
 // *logLimiter allows every record. It is safe for concurrent use.
 type logLimiter struct {
-	rate, burst float64
-	logger      hclog.Logger
-	dropped     func(n int)
-	now         func() time.Time
+	logger  hclog.Logger
+	dropped func(n int)
+	now     func() time.Time
 
 	mu      sync.Mutex
-	tokens  float64
-	last    time.Time
+	bucket  wire.LogBucket
 	lost    int         // records dropped since the last report
 	timer   *time.Timer // the next report, while one is due
 	pending sync.WaitGroup
@@ -59,11 +59,9 @@ func newLogLimiter(lim LogLimit, logger hclog.Logger, now func() time.Time) *log
 	if lim.Rate <= 0 {
 		return nil
 	}
-	burst := max(lim.Burst, 1)
 	return &logLimiter{
-		rate: float64(lim.Rate), burst: float64(burst),
 		logger: logger, dropped: lim.Dropped, now: now,
-		tokens: float64(burst), last: now(),
+		bucket: wire.NewLogBucket(lim.Rate, lim.Burst, now()),
 	}
 }
 
@@ -73,16 +71,10 @@ func (l *logLimiter) allow(size int) bool {
 	if l == nil {
 		return true
 	}
-	cost := float64(max(1, (size+logUnit-1)/logUnit))
 	now := l.now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if d := now.Sub(l.last); d > 0 {
-		l.tokens = min(l.burst, l.tokens+d.Seconds()*l.rate)
-		l.last = now
-	}
-	if l.tokens >= cost {
-		l.tokens -= cost
+	if l.bucket.Take(size, now) {
 		return true
 	}
 	l.lostLocked(1)
@@ -98,6 +90,14 @@ func (l *logLimiter) drop(n int) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.lostLocked(n)
+}
+
+// counted hands on n records that the plugin dropped itself before they
+// reached the host; the plugin's own report of them is its record to log.
+func (l *logLimiter) counted(n int) {
+	if l.dropped != nil {
+		l.dropped(n)
+	}
 }
 
 // lostLocked counts n dropped records and makes sure a report is due.

@@ -2,6 +2,7 @@ package catalog
 
 import (
 	"bytes"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/plughost/plughost/host/internal/testbin"
+	"github.com/plughost/plughost/sdk/wire"
 )
 
 // fakeClock is a clock the test moves by hand.
@@ -40,10 +42,10 @@ func TestLogLimiter(t *testing.T) {
 			{time.Hour, 1, true}, {0, 1, true}, {0, 1, false},
 		}},
 		{name: "long record takes a token per started unit", limit: LogLimit{Rate: 1, Burst: 3}, steps: []step{
-			{0, logUnit + 1, true}, {0, 1, true}, {0, 1, false},
+			{0, wire.LogUnit + 1, true}, {0, 1, true}, {0, 1, false},
 		}},
 		{name: "record longer than the bucket never passes", limit: LogLimit{Rate: 1, Burst: 2}, steps: []step{
-			{0, 2*logUnit + 1, false}, {0, 2 * logUnit, true},
+			{0, 2*wire.LogUnit + 1, false}, {0, 2 * wire.LogUnit, true},
 		}},
 		{name: "no rate is no limit", limit: LogLimit{}, steps: []step{
 			{0, 1 << 20, true}, {0, 1 << 20, true},
@@ -145,5 +147,37 @@ func TestLineLoggerDropsRestOfChunk(t *testing.T) {
 	limit.mu.Unlock()
 	if lost != 4 {
 		t.Errorf("dropped %d lines, want 4", lost)
+	}
+}
+
+// TestSourceDropped checks that the SDK's reports of the records it
+// dropped in the plugin are counted, even when the host drops the report
+// itself, that their quoted error is kept as last words, and that counts
+// a plugin could not have meant are ignored.
+func TestSourceDropped(t *testing.T) {
+	var reported []int
+	words := &lastWords{}
+	clock := &fakeClock{t: time.Unix(1000, 0)}
+	limit := newLogLimiter(LogLimit{Rate: 1, Burst: 2, Dropped: func(n int) { reported = append(reported, n) }},
+		hclog.NewNullLogger(), clock.now)
+	l := recordingLogger{hclog.NewNullLogger(), words, limit}
+	for _, n := range []any{5.0, -1.0, 0.0, 0.5, 2.5, math.NaN(), math.Inf(1), 1e300, "7", 7} {
+		l.Warn(wire.LogDroppedMsg, wire.LogDroppedKey, n, "timestamp", "t")
+	}
+	l.Warn(wire.LogDroppedMsg, wire.LogDroppedErrorsKey, 1.0, wire.LogLastErrorKey, "open db error=disk full", wire.LogDroppedKey, 3.0)
+	l.Warn("some other warning", wire.LogDroppedKey, 100.0)
+	limit.close() // hands on the host's own drops: 10 of the 12 records
+	if diff := cmp.Diff([]int{5, 3, 10}, reported); diff != "" {
+		t.Errorf("Dropped calls mismatch (-want +got):\n%s", diff)
+	}
+	if got, want := words.String(), "open db error=disk full"; got != want {
+		t.Errorf("last words = %q, want %q", got, want)
+	}
+
+	// An unlimited plugin's SDK drops nothing, so no report is believed.
+	l = recordingLogger{hclog.NewNullLogger(), &lastWords{}, nil}
+	l.Warn(wire.LogDroppedMsg, wire.LogDroppedKey, 5.0, wire.LogLastErrorKey, "x")
+	if l.words.String() != "" {
+		t.Errorf("last words of an unlimited plugin's report = %q, want none", l.words)
 	}
 }

@@ -47,8 +47,9 @@ type Host struct {
 	// requests held while it is replaced (ingress.Hold).
 	HeldRequests   *prometheus.GaugeVec
 	HoldRejections *prometheus.CounterVec
-	// PluginLogDropped counts the records of a plugin's output the host
-	// dropped over its log_rate.
+	// PluginLogDropped counts the records of a plugin's output dropped
+	// over its log_rate: by the host, or by the SDK in the plugin, which
+	// reports them.
 	PluginLogDropped *prometheus.CounterVec
 }
 
@@ -113,7 +114,7 @@ func New() *Host {
 		}, []string{"plugin"}),
 		PluginLogDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "plughost_plugin_log_dropped_lines_total",
-			Help: "Lines of a plugin's output (stdout, stderr and its logger's records) dropped from the host log over the plugin's log_rate.",
+			Help: "Lines of a plugin's output (stdout, stderr and its logger's records) dropped from the host log over the plugin's log_rate, by the host or, as it reports them, by the SDK in the plugin.",
 		}, []string{"plugin"}),
 	}
 	r.MustRegister(h.PluginUp, h.PluginState, h.PluginRestarts, h.PluginHungKills, h.Requests, h.RequestDuration,

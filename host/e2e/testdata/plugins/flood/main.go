@@ -1,7 +1,10 @@
 // Command flood is a plugin for the tests of the host's limit on plugin
 // output. Once configured it writes to its output in a tight loop, until
 // it exits: with FLOOD=stdout (the default) numbered lines to stdout, with
-// FLOOD=log records of its logger, which reach the host on stderr.
+// FLOOD=log records of its logger, which reach the host on stderr, and
+// with FLOOD=rawlog the same records from a logger of its own, as a
+// plugin not built with the SDK writes them, which the SDK does not
+// limit.
 package main
 
 import (
@@ -10,6 +13,8 @@ import (
 	"net/http"
 	"os"
 	"sync"
+
+	"github.com/hashicorp/go-hclog"
 
 	"github.com/plughost/plughost/sdk"
 )
@@ -33,10 +38,23 @@ func run() error {
 		Routes:  mux,
 		Configure: func(_ context.Context, rt *sdk.Runtime) error {
 			once.Do(func() {
-				if os.Getenv("FLOOD") == "log" {
+				switch os.Getenv("FLOOD") {
+				case "log":
 					go func() {
 						for i := 0; ; i++ {
 							rt.Logger.Info("flood record", "n", i)
+						}
+					}()
+					return
+				case "rawlog":
+					// The process's stderr: os.Stderr is a stream to the
+					// host once sdk.Serve runs.
+					logger := hclog.New(&hclog.LoggerOptions{
+						Name: "flood", Level: hclog.Trace, Output: os.NewFile(2, "stderr"), JSONFormat: true,
+					})
+					go func() {
+						for i := 0; ; i++ {
+							logger.Info("flood record", "n", i)
 						}
 					}()
 					return
