@@ -47,6 +47,14 @@ type Plugin struct {
 	// ctx expires at the host's drain deadline. In-flight requests are
 	// waited for by the SDK after Drain returns.
 	Drain func(ctx context.Context) error
+	// Close, if set, is called once at the end of a drain, after the
+	// requests in flight have finished (or the drain's deadline has
+	// passed, and ctx with it): the place to close what requests use,
+	// such as a store, which requests may still be writing while Drain
+	// runs. A process that the host kills without a drain (a crash, a
+	// hung plugin) never runs it: what must survive that is written
+	// before a request is answered.
+	Close func(ctx context.Context) error
 	// Health, if set, reports readiness; it must answer within the host's
 	// health timeout. Without it the plugin is ready once configured.
 	Health func(ctx context.Context) Health

@@ -38,6 +38,8 @@ type server struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	faults Faults
+	// closeOnce runs the Close hook at the end of the first drain.
+	closeOnce sync.Once
 
 	// dataWG waits for the goroutines serving data-plane connections.
 	dataWG sync.WaitGroup
@@ -200,6 +202,13 @@ func (s *server) Drain(ctx context.Context, req *pluginv1.DrainRequest) (*plugin
 		}
 	}
 	left := s.inflight.wait(ctx)
+	if s.p.Close != nil {
+		s.closeOnce.Do(func() {
+			if err := s.hook("close", func() error { return s.p.Close(ctx) }); err != nil {
+				s.logger.Warn("close hook failed", "error", err)
+			}
+		})
+	}
 	return &pluginv1.DrainResponse{Completed: max(started-left, 0), Abandoned: left}, nil
 }
 

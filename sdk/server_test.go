@@ -1259,6 +1259,53 @@ func TestDrainWaitsForInFlight(t *testing.T) {
 	}
 }
 
+// TestCloseAfterInFlight drains a plugin with a request in flight: its
+// Close hook runs once, after the Drain hook and after the request has
+// finished, not before; a second drain runs Drain again, not Close.
+func TestCloseAfterInFlight(t *testing.T) {
+	started := make(chan struct{})
+	release := wiretest.NewGate(t)
+	var mu sync.Mutex
+	var order []string
+	note := func(s string) {
+		mu.Lock()
+		order = append(order, s)
+		mu.Unlock()
+	}
+	p := pluginWith(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		close(started)
+		release.Wait(r)
+		note("request done")
+	}))
+	drainHook := make(chan struct{}, 2)
+	p.Drain = func(context.Context) error { note("drain"); drainHook <- struct{}{}; return nil }
+	p.Close = func(context.Context) error { note("close"); return nil }
+	tp := startPlugin(t, p)
+	slow := tp.goHandle(t.Context(), &dataplane.Request{Method: "GET", Path: "/"})
+	waitFor(t, started, "the handler to start")
+	drained := make(chan struct{})
+	tp.goCall(func() {
+		defer close(drained)
+		if _, err := tp.client.Drain(t.Context(), &pluginv1.DrainRequest{DeadlineUnixNano: time.Now().Add(time.Minute).UnixNano()}); err != nil {
+			t.Errorf("Drain() = %v", err)
+		}
+	})
+	waitFor(t, drainHook, "the Drain hook")
+	release.Open()
+	if _, err := slow.wait(t); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, drained, "Drain to return")
+	if _, err := tp.client.Drain(t.Context(), &pluginv1.DrainRequest{}); err != nil {
+		t.Fatalf("second Drain() = %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if diff := cmp.Diff([]string{"drain", "request done", "close", "drain"}, order); diff != "" {
+		t.Errorf("order of the hooks and the request (-want +got):\n%s", diff)
+	}
+}
+
 func checkDraining(t *testing.T, call string, st int, h http.Header, body []byte) {
 	t.Helper()
 	if st != http.StatusServiceUnavailable {
