@@ -52,6 +52,7 @@ func DrainDeadline(d time.Duration) Option {
 type conformance struct {
 	path          string
 	config        string
+	durability    *durability
 	inFlight      string
 	drainDeadline time.Duration
 	healthTimeout time.Duration
@@ -63,7 +64,8 @@ type conformance struct {
 // plughost host, launching it through the host's own catalog and
 // supervisor with config, the body of its config block in HCL. Each check
 // is a subtest: handshake, describe, config, health, malformed_requests,
-// drain, exit, metrics. A failure says what a good plugin does instead.
+// drain, exit, metrics, and durability when the Durability option is
+// given. A failure says what a good plugin does instead.
 func Conformance(t *testing.T, path, config string, opts ...Option) {
 	t.Helper()
 	abs, err := filepath.Abs(path)
@@ -92,6 +94,9 @@ func Conformance(t *testing.T, path, config string, opts ...Option) {
 	t.Run("drain", c.drain)
 	t.Run("exit", c.exit)
 	t.Run("metrics", func(t *testing.T) { c.metrics(t, manifest) })
+	if c.durability != nil {
+		t.Run("durability", c.durable)
+	}
 }
 
 func (c *conformance) launch(t *testing.T) *catalog.Instance {
@@ -166,6 +171,12 @@ func register(mux *http.ServeMux, pat string) (err error) {
 // shows as the failed state instead of a silent restart.
 func (c *conformance) start(t *testing.T, configSrc string) (*supervisor.Process, error) {
 	t.Helper()
+	return c.startIn(t, configSrc, t.TempDir())
+}
+
+// startIn is start with the plugin's data dir at dataDir.
+func (c *conformance) startIn(t *testing.T, configSrc, dataDir string) (*supervisor.Process, error) {
+	t.Helper()
 	body, err := parseBody(configSrc)
 	if err != nil {
 		t.Fatalf("the config passed to Conformance does not parse: %v", err)
@@ -176,7 +187,7 @@ func (c *conformance) start(t *testing.T, configSrc string) (*supervisor.Process
 		Mount:       "/conformance",
 		MaxInflight: 64,
 		Required:    true,
-		DataDir:     t.TempDir(),
+		DataDir:     dataDir,
 		Decode: func(schema *pluginv1.Schema) ([]byte, error) {
 			if err := config.CheckSchema(schema); err != nil {
 				return nil, err
@@ -215,7 +226,13 @@ func (c *conformance) start(t *testing.T, configSrc string) (*supervisor.Process
 // supervisor reports it ready.
 func (c *conformance) ready(t *testing.T) *supervisor.Process {
 	t.Helper()
-	p, err := c.start(t, c.config)
+	return c.readyIn(t, t.TempDir())
+}
+
+// readyIn is ready with the plugin's data dir at dataDir.
+func (c *conformance) readyIn(t *testing.T, dataDir string) *supervisor.Process {
+	t.Helper()
+	p, err := c.startIn(t, c.config, dataDir)
 	if err != nil {
 		t.Fatalf("the plugin refused the config passed to Conformance: %v", err)
 	}

@@ -1,7 +1,9 @@
 package plugintest_test
 
 import (
+	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -37,7 +39,7 @@ func runMain(m *testing.M) int {
 	defer os.RemoveAll(dir)
 	binDir = dir
 	pkgs := map[string]string{"hello": "../../plugins/hello"}
-	for _, n := range []string{"nodrain", "crashy", "mismatch", "badmetrics"} {
+	for _, n := range []string{"nodrain", "crashy", "mismatch", "badmetrics", "forgetful"} {
 		pkgs[n] = "./testdata/plugins/" + n
 	}
 	for name, pkg := range pkgs {
@@ -76,6 +78,26 @@ var faults = []struct {
 	{"mismatch", "size = 3", nil, "TestConformanceCatchesFaults/config", "The schema and the Configure hook disagree"},
 	{"badmetrics", "", nil, "TestConformanceCatchesFaults/metrics", `reserved for the host`},
 	{"badmetrics", "", nil, "TestConformanceCatchesFaults/metrics", `_total`},
+	{"forgetful", "", []plugintest.Option{plugintest.Durability(putItem, getItem)},
+		"TestConformanceCatchesFaults/durability", "acknowledged writes lost after kill -9"},
+}
+
+// putItem and getItem are the durability check's write and read for
+// forgetful.
+func putItem(ctx context.Context, do plugintest.Do, i int) error {
+	code, body, err := do(ctx, "PUT", fmt.Sprintf("/items/%d", i), nil, nil)
+	if err == nil && code != http.StatusNoContent {
+		err = fmt.Errorf("PUT answered %d %s", code, body)
+	}
+	return err
+}
+
+func getItem(ctx context.Context, do plugintest.Do, i int) error {
+	code, body, err := do(ctx, "GET", fmt.Sprintf("/items/%d", i), nil, nil)
+	if err == nil && code != http.StatusNoContent {
+		err = fmt.Errorf("GET answered %d %s", code, body)
+	}
+	return err
 }
 
 // TestConformanceCatchesFaults runs Conformance on each faulty plugin in a
