@@ -15,7 +15,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -297,24 +296,7 @@ func killedWalletDir(t *testing.T) (string, []ackedReceipt) {
 		rc := walletIssue(t, h, "flip-issue-"+accounts[i], accounts[i], initial)
 		acked = append(acked, ackedReceipt{"issue to " + accounts[i], rc})
 	}
-	ws := make([]*transferWorker, workers)
-	never := make(chan struct{})
-	url := func() string { return h.ingress + "/wallet/v1/transfer" }
-	var wg sync.WaitGroup
-	for i := range ws {
-		w := &transferWorker{id: i, from: accounts[i], codes: map[int]int{}}
-		ws[i] = w
-		wg.Go(func() {
-			rng := rand.New(rand.NewPCG(uint64(i), 17))
-			w.err = w.run(t.Context(), client, url, rng, accounts, 100, perWorker, never, func(ackedTransfer) {})
-		})
-	}
-	wg.Wait()
-	for _, w := range ws {
-		if w.err != nil {
-			t.Fatalf("worker %d: %v", w.id, w.err)
-		}
-	}
+	ws := transfersFrom(t, h, client, accounts, perWorker, 17)
 
 	// One more transfer at a time, each followed by a stop of the wallet
 	// (SIGSTOP, every thread seen stopped), until the stopped wallet's
@@ -338,7 +320,8 @@ func killedWalletDir(t *testing.T) (string, []ackedReceipt) {
 		if try == maxTries {
 			t.Fatalf("in %d tries, the stopped wallet's bbolt file always held every acknowledged receipt", maxTries)
 		}
-		if err := ws[0].run(t.Context(), client, url, rng, accounts, 100, 1, never, func(ackedTransfer) {}); err != nil {
+		url := func() string { return h.ingress + "/wallet/v1/transfer" }
+		if err := ws[0].run(t.Context(), client, url, rng, accounts, 100, 1, nil, func(ackedTransfer) {}); err != nil {
 			t.Fatal(err)
 		}
 		stopped = true // before the stop: a failed stop leaves it to the cleanup

@@ -3,14 +3,12 @@ package e2e
 import (
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -142,25 +140,7 @@ func fullTransfers(t *testing.T, h *hostProc, name string, perWorker int) []*tra
 		accounts[i] = fmt.Sprintf("%s-%02d", name, i)
 		walletIssue(t, h, name+"-issue-"+accounts[i], accounts[i], fullInitial)
 	}
-	ws := make([]*transferWorker, fullWorkers)
-	never := make(chan struct{})
-	url := func() string { return h.ingress + "/wallet/v1/transfer" }
-	var wg sync.WaitGroup
-	for i := range ws {
-		w := &transferWorker{id: i, from: accounts[i], codes: map[int]int{}}
-		ws[i] = w
-		wg.Go(func() {
-			rng := rand.New(rand.NewPCG(uint64(i), 18))
-			w.err = w.run(t.Context(), client, url, rng, accounts, 100, perWorker, never, func(ackedTransfer) {})
-		})
-	}
-	wg.Wait()
-	for _, w := range ws {
-		if w.err != nil {
-			t.Fatalf("worker %d: %v", w.id, w.err)
-		}
-	}
-	return ws
+	return transfersFrom(t, h, client, accounts, perWorker, 18)
 }
 
 // checkFullThenFree checks h while the wallet's tmpfs is full (filler
@@ -214,19 +194,7 @@ func checkFullThenFree(t *testing.T, h *hostProc, name, filler string, ws []*tra
 		t.Errorf("wallet failed while its disk was full (last_error %q): once the space is freed it waits for an operator; want it retried until it starts", st.LastError)
 	}
 
-	if err := os.Remove(filler); err != nil {
-		t.Fatal(err)
-	}
-	freed := time.Now()
-	waitFor(t, 30*time.Second, "a POST sent after the space was freed to be answered 200, with no operator action", func() bool {
-		for _, op := range load.snapshot() {
-			if op.start.After(freed) && op.err == nil && op.r.code == http.StatusOK {
-				return true
-			}
-		}
-		return false
-	})
-	t.Logf("POSTs succeed %v after the space was freed", time.Since(freed).Round(time.Millisecond))
+	freeSpace(t, filler, load, ", with no operator action")
 	waitFor(t, 30*time.Second, "the wallet to be ready and healthy again", func() bool {
 		st = storageStatusOf(t, h, "wallet")
 		return st.State == "ready" && st.Health == ""

@@ -300,24 +300,7 @@ func TestStorageCorruptRefuses(t *testing.T) {
 		accounts[i] = fmt.Sprintf("corrupt-%02d", i)
 		walletIssue(t, h, "corrupt-issue-"+accounts[i], accounts[i], initial)
 	}
-	ws := make([]*transferWorker, workers)
-	never := make(chan struct{})
-	var wg sync.WaitGroup
-	for i := range ws {
-		w := &transferWorker{id: i, from: accounts[i], codes: map[int]int{}}
-		ws[i] = w
-		wg.Go(func() {
-			rng := rand.New(rand.NewPCG(uint64(i), 12))
-			url := func() string { return h.ingress + "/wallet/v1/transfer" }
-			w.err = w.run(t.Context(), client, url, rng, accounts, 100, 100, never, func(ackedTransfer) {})
-		})
-	}
-	wg.Wait()
-	for _, w := range ws {
-		if w.err != nil {
-			t.Fatalf("worker %d: %v", w.id, w.err)
-		}
-	}
+	ws := transfersFrom(t, h, client, accounts, 100, 12)
 
 	// Sequential transfers, one log record each, until the newest
 	// generation holds at least 3 records (its start record and two
@@ -371,7 +354,7 @@ func TestStorageCorruptRefuses(t *testing.T) {
 		if transfers == maxTransfers {
 			t.Fatalf("the newest log generation never held %d records, with the wallet stopped, in %d sequential transfers (%d stops)", minRecords, transfers, stops)
 		}
-		if err := w0.run(t.Context(), client, func() string { return h.ingress + "/wallet/v1/transfer" }, rng, accounts, 100, 1, never, func(ackedTransfer) {}); err != nil {
+		if err := w0.run(t.Context(), client, func() string { return h.ingress + "/wallet/v1/transfer" }, rng, accounts, 100, 1, nil, func(ackedTransfer) {}); err != nil {
 			t.Fatal(err)
 		}
 		transfers++
@@ -529,6 +512,26 @@ func startIssueLoad(t *testing.T, h *hostProc, name string, workers int, pace ti
 }
 
 // snapshot returns the ops answered so far.
+// freeSpace removes filler, the file that fills a data dir's disk, and
+// waits for a POST of load sent after that to be answered 200, with
+// whatever more what says.
+func freeSpace(t *testing.T, filler string, load *issueLoad, what string) {
+	t.Helper()
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	freed := time.Now()
+	waitFor(t, 30*time.Second, "a POST sent after the space was freed to be answered 200"+what, func() bool {
+		for _, op := range load.snapshot() {
+			if op.start.After(freed) && op.err == nil && op.r.code == http.StatusOK {
+				return true
+			}
+		}
+		return false
+	})
+	t.Logf("POSTs succeed %v after the space was freed", time.Since(freed).Round(time.Millisecond))
+}
+
 func (l *issueLoad) snapshot() []issueOp {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -923,19 +926,7 @@ func TestStorageDiskFull(t *testing.T) {
 		return false
 	})
 
-	if err := os.Remove(filler); err != nil {
-		t.Fatal(err)
-	}
-	freed := time.Now()
-	waitFor(t, 30*time.Second, "a POST sent after the space was freed to be answered 200", func() bool {
-		for _, op := range load.snapshot() {
-			if op.start.After(freed) && op.err == nil && op.r.code == http.StatusOK {
-				return true
-			}
-		}
-		return false
-	})
-	t.Logf("POSTs succeed %v after the space was freed", time.Since(freed).Round(time.Millisecond))
+	freeSpace(t, filler, load, "")
 	waitFor(t, 15*time.Second, "the wallet's health to be ready again", func() bool {
 		return storageStatusOf(t, h, "wallet").Health == ""
 	})

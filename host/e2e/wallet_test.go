@@ -465,6 +465,33 @@ func kill9UnderLoad(t *testing.T, h *hostProc, prefix string, kill func() *hostP
 	}
 }
 
+// transfersFrom runs one transferWorker per account, each making
+// perWorker acknowledged transfers of at most 100 from its account to
+// the others over c (rng seeded by the worker's index and seed), and
+// returns them once all are done; a worker's error fails the test.
+func transfersFrom(t *testing.T, h *hostProc, c *http.Client, accounts []string, perWorker int, seed uint64) []*transferWorker {
+	t.Helper()
+	ws := make([]*transferWorker, len(accounts))
+	never := make(chan struct{})
+	url := func() string { return h.ingress + "/wallet/v1/transfer" }
+	var wg sync.WaitGroup
+	for i := range ws {
+		w := &transferWorker{id: i, from: accounts[i], codes: map[int]int{}}
+		ws[i] = w
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(i), seed))
+			w.err = w.run(t.Context(), c, url, rng, accounts, 100, perWorker, never, func(ackedTransfer) {})
+		})
+	}
+	wg.Wait()
+	for _, w := range ws {
+		if w.err != nil {
+			t.Fatalf("worker %d: %v", w.id, w.err)
+		}
+	}
+	return ws
+}
+
 // run sends transfers from w.from until stop is closed or maxOps have
 // been made, and returns the first inconsistency. It never leaves an operation
 // with an unknown outcome behind: such an operation is replayed with its
