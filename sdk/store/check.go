@@ -184,15 +184,7 @@ func Inspect(path string, opts Options, fn func(*Snapshot) error) error {
 	for _, g := range ex.groups {
 		d.ov.add(g)
 	}
-	return d.guard(func() error { return d.Scan(allBuckets(len(d.buckets)), fn) })
-}
-
-func allBuckets(n int) []int {
-	bs := make([]int, n)
-	for i := range bs {
-		bs[i] = i
-	}
-	return bs
+	return d.guard(func() error { return d.Scan(fn) })
 }
 
 // examination is what examine found.

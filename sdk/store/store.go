@@ -53,6 +53,9 @@ var (
 	keyFormat   = []byte("format")
 	keyWALGen   = []byte("wal_gen")
 	keyOpen     = []byte("open")
+	// keySeq is the sequence counter (Tx.NextSeq), there once a group
+	// has moved it.
+	keySeq = []byte("seq")
 )
 
 // Files written by the wallet before the store existed (its ledger's
@@ -174,6 +177,12 @@ type DB struct {
 	omu    sync.RWMutex
 	ov     *overlay
 	frozen atomic.Pointer[overlay]
+	// copyMu serializes Scan's copies of ov's layers, which mark their
+	// nodes as shared; Scan holds omu shared meanwhile.
+	copyMu sync.Mutex
+	// seq is the sequence counter after the last committed group
+	// (Tx.NextSeq). wmu guards it.
+	seq uint64
 }
 
 // Open opens or creates the store file at path, with its write-ahead log
@@ -260,7 +269,8 @@ func (d *DB) openBolt() (db *bolt.DB, err error) {
 // layout is what the file says of itself.
 type layout struct {
 	gen    uint64
-	open   bool // not closed cleanly: the log may hold groups
+	seq    uint64 // the sequence counter, 0 if never moved
+	open   bool   // not closed cleanly: the log may hold groups
 	legacy uint64
 	strict bool
 	fresh  bool
@@ -295,7 +305,7 @@ func (d *DB) readLayout(tx *bolt.Tx) (layout, error) {
 		if err != nil {
 			return layout{}, fileCorruptf(d.name, "bucket store", "%v", err)
 		}
-		return layout{gen: vals[string(keyWALGen)], open: vals[string(keyOpen)] == 1, strict: true, sums: sums}, nil
+		return layout{gen: vals[string(keyWALGen)], seq: vals[string(keySeq)], open: vals[string(keyOpen)] == 1, strict: true, sums: sums}, nil
 	}
 	meta := tx.Bucket(legacyMeta)
 	if meta == nil || meta.Get(keyFormat) == nil {
@@ -377,6 +387,7 @@ func (d *DB) recover(db *bolt.DB) error {
 	// The replayed generations, gen and gen+1, are in the file once this
 	// commits: the log starts over with gen+2, in the file that held gen.
 	next := gen + 2
+	var seq uint64
 	err = d.guard(func() error {
 		return db.Update(func(tx *bolt.Tx) error {
 			for i, name := range d.buckets {
@@ -411,6 +422,7 @@ func (d *DB) recover(db *bolt.DB) error {
 				}
 			}
 			w := d.newWriter(tx, sums, nil)
+			w.seq = lay.seq
 			for i, g := range st.groups {
 				for _, e := range g {
 					if err := w.apply(e); err != nil {
@@ -418,6 +430,7 @@ func (d *DB) recover(db *bolt.DB) error {
 					}
 				}
 			}
+			seq = w.seq
 			return w.finish(next, true)
 		})
 	})
@@ -432,6 +445,7 @@ func (d *DB) recover(db *bolt.DB) error {
 		return err
 	}
 	d.log = log
+	d.seq = seq
 	d.ov = newOverlay(next, len(d.buckets))
 	d.recovery = Recovery{Groups: len(st.groups), Trimmed: st.trim, Converted: lay.legacy != 0}
 	return nil
@@ -515,70 +529,6 @@ func (d *DB) Close() error {
 
 // Closed reports whether Close has been called.
 func (d *DB) Closed() bool { return d.closed.Load() }
-
-// Update runs fn against the state after the last committed group,
-// appends the writes it made to the write-ahead log as one record, and
-// returns once that is on disk (fdatasync): one disk write for the whole
-// group. On error nothing of fn's writes is kept. Updates take turns.
-func (d *DB) Update(fn func(*Tx) error) error {
-	d.wmu.Lock()
-	defer d.wmu.Unlock()
-	if d.closed.Load() {
-		return ErrClosed
-	}
-	if err := d.Err(); err != nil {
-		return err
-	}
-	if size := d.logSize.Load(); size >= logLimit*d.maxLog {
-		// Checkpoints have been failing or nobody calls them: one try
-		// here, then refuse rather than grow the log and the overlay
-		// without bound.
-		if err := d.checkpointNow(); err != nil {
-			return fmt.Errorf("write-ahead log holds %d bytes and checkpoints fail: %w", size, err)
-		}
-	}
-	t, err := d.begin()
-	if err != nil {
-		return err
-	}
-	err = func() error {
-		// The read transaction ends before the log's fdatasync and the
-		// wait for omu: a checkpoint whose commit grows bbolt's memory
-		// map waits for every read transaction, and readers that hold
-		// omu shared wait for that remap, so a writer holding one there
-		// would close a cycle. The writes hold no bbolt memory.
-		defer t.close()
-		err := d.contain(func() error { return fn(t) })
-		if t.err != nil {
-			// A damaged value explains whatever fn made of it.
-			return t.err
-		}
-		return err
-	}()
-	if err != nil {
-		d.noteCorrupt(err)
-		return err
-	}
-	if len(t.writes) == 0 {
-		return nil
-	}
-	n, err := d.log.append(t.writes)
-	if err != nil {
-		if terr := d.log.erase(); terr != nil {
-			// The record may be on disk, and a recovery would replay
-			// it: nobody can be told the group did not happen.
-			d.fail(fmt.Errorf("%w: %w: write-ahead log record (%w) could not be erased after its write failed: %w", ErrFailed, ErrOutcomeUnknown, err, terr))
-			return d.Err()
-		}
-		return err
-	}
-	d.logSize.Add(int64(n))
-	d.first.CompareAndSwap(0, d.clock())
-	d.omu.Lock()
-	d.ov.add(t.writes)
-	d.omu.Unlock()
-	return nil
-}
 
 // noteCorrupt counts err if it is corruption and makes the store refuse
 // writes: a store that served one bad value must not build on it.
@@ -784,6 +734,7 @@ func (d *DB) commitFrozen(open bool) error {
 			return err
 		}
 		w = d.newWriter(tx, lay.sums, &d.scrub)
+		w.seq = lay.seq
 		if err := fz.writeTo(w); err != nil {
 			return err
 		}
@@ -880,9 +831,11 @@ func (d *DB) hooks() *Hooks {
 	return d.opts.Hooks
 }
 
+// mapErr turns bbolt's error for a closed file into ErrClosed: no bbolt
+// error value leaves the package.
 func (d *DB) mapErr(err error) error {
 	if errors.Is(err, berrors.ErrDatabaseNotOpen) {
-		return fmt.Errorf("%w: %w", ErrClosed, err)
+		return fmt.Errorf("%w: %v", ErrClosed, err)
 	}
 	return err
 }

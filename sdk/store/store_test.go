@@ -118,12 +118,12 @@ func TestAscendChecksum(t *testing.T) {
 	}{
 		{
 			name: "Scan from the first key",
-			read: func(d *DB, fn func(*Snapshot) error) error { return d.Scan([]int{0}, fn) },
+			read: func(d *DB, fn func(*Snapshot) error) error { return d.Scan(fn) },
 			want: []string{"key000", "key001", "key002", "key003", "key004"},
 		},
 		{
 			name: "Scan from a later key",
-			read: func(d *DB, fn func(*Snapshot) error) error { return d.Scan([]int{0}, fn) },
+			read: func(d *DB, fn func(*Snapshot) error) error { return d.Scan(fn) },
 			from: kvKey(3),
 			want: []string{"key003", "key004"},
 		},
@@ -142,7 +142,7 @@ func TestAscendChecksum(t *testing.T) {
 			t.Cleanup(func() { _ = d.Close() })
 			var got []string
 			err = tt.read(d, func(s *Snapshot) error {
-				s.Ascend(0, tt.from, func(k, v []byte) bool {
+				s.Ascend(0, tt.from, nil, func(k, v []byte) bool {
 					got = append(got, string(k))
 					var i int
 					if _, err := fmt.Sscanf(string(k), "key%03d", &i); err != nil || !bytes.Equal(v, scannedValue(i)) {
