@@ -40,7 +40,10 @@ const initialMmapSize = 256 << 20
 // Format is the version of the store's layout, in its "store" bucket:
 // 2 has a start record at the head of each log generation, 3 checksums
 // the store's own keys and keeps each bucket's sum (sums.go). Open
-// converts a file of format 2 and refuses any other.
+// converts a file of format 2 and refuses any other. The sequence
+// counter (Tx.NextSeq) adds a key to the store's bucket and an entry to
+// the log without a new format: only a store that uses it writes them,
+// and a release without it refuses such files as damaged.
 const Format = 3
 
 // formatUnframed is the format whose store bucket held its values
