@@ -264,7 +264,7 @@ func (d *DB) openBolt() (db *bolt.DB, err error) {
 	case errors.Is(err, berrors.ErrInvalid), errors.Is(err, berrors.ErrChecksum), errors.Is(err, berrors.ErrVersionMismatch):
 		return nil, fileCorruptf(d.name, "meta pages", "%v", err)
 	case err != nil:
-		return nil, fmt.Errorf("open store %s: %w", d.path, err)
+		return nil, fmt.Errorf("open store %s: %w", d.path, d.mapErr(err))
 	}
 	return db, nil
 }
@@ -396,7 +396,7 @@ func (d *DB) recover(db *bolt.DB) error {
 			for i, name := range d.buckets {
 				b, err := tx.CreateBucketIfNotExists(name)
 				if err != nil {
-					return fmt.Errorf("create bucket %s: %w", name, err)
+					return fmt.Errorf("create bucket %s: %w", name, d.mapErr(err))
 				}
 				if lay.legacy != 0 {
 					if err := frameAll(b); err != nil {
@@ -749,6 +749,7 @@ func (d *DB) commitFrozen(open bool) error {
 		return fmt.Errorf("checkpoint: %w", err)
 	}
 	if err := d.guard(tx.Commit); err != nil {
+		err = d.mapErr(err)
 		// bbolt may have written the new meta page, naming the next
 		// generation, before failing; and its free list now counts the
 		// pages of that meta as free. Neither can be undone: a reopen
@@ -834,13 +835,29 @@ func (d *DB) hooks() *Hooks {
 	return d.opts.Hooks
 }
 
-// mapErr turns bbolt's error for a closed file into ErrClosed: no bbolt
-// error value leaves the package.
+// mapErr keeps bbolt's error values inside the package: its error for a
+// closed file becomes ErrClosed, its others their message alone. Errors
+// of the system's (ENOSPC, EIO) stay as they are, for errors.Is.
 func (d *DB) mapErr(err error) error {
 	if errors.Is(err, berrors.ErrDatabaseNotOpen) {
 		return fmt.Errorf("%w: %v", ErrClosed, err)
 	}
+	for _, be := range boltErrors {
+		if errors.Is(err, be) {
+			return errors.New(err.Error())
+		}
+	}
 	return err
+}
+
+// boltErrors are bbolt's error values (go.etcd.io/bbolt/errors).
+var boltErrors = []error{
+	berrors.ErrInvalid, berrors.ErrInvalidMapping, berrors.ErrVersionMismatch, berrors.ErrChecksum,
+	berrors.ErrTimeout, berrors.ErrTxNotWritable, berrors.ErrTxClosed, berrors.ErrDatabaseReadOnly,
+	berrors.ErrFreePagesNotLoaded, berrors.ErrBucketNotFound, berrors.ErrBucketExists,
+	berrors.ErrBucketNameRequired, berrors.ErrKeyRequired, berrors.ErrKeyTooLarge,
+	berrors.ErrValueTooLarge, berrors.ErrMaxSizeReached, berrors.ErrIncompatibleValue,
+	berrors.ErrSameBuckets, berrors.ErrDifferentDB,
 }
 
 func u64(v uint64) []byte { return binary.BigEndian.AppendUint64(nil, v) }

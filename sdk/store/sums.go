@@ -167,7 +167,7 @@ func (w *writer) apply(e entry) error {
 	}
 	if e.del {
 		if err := b.Delete(e.k); err != nil {
-			return fmt.Errorf("%s %q: %w", name, e.k, err)
+			return fmt.Errorf("%s %q: %w", name, e.k, w.d.mapErr(err))
 		}
 		return nil
 	}
@@ -175,7 +175,7 @@ func (w *writer) apply(e entry) error {
 	binary.BigEndian.PutUint32(fv, frameSum(e.k, e.v))
 	fv = append(fv, e.v...)
 	if err := b.Put(e.k, fv); err != nil {
-		return fmt.Errorf("%s %q: %w", name, e.k, err)
+		return fmt.Errorf("%s %q: %w", name, e.k, w.d.mapErr(err))
 	}
 	w.sums[e.b].add(fv)
 	if scrubbed {
