@@ -224,3 +224,30 @@ func TestCheckpointLag(t *testing.T) {
 	}
 	none("after the last checkpoint")
 }
+
+// TestDescendChecksum reads a bucket with a value damaged on disk through
+// Descend: it hands out the keys after the damaged one, last first, and
+// stops there, and the read fails with a *CorruptError naming the key.
+func TestDescendChecksum(t *testing.T) {
+	const damaged = 5
+	d, err := Open(damagedValue(t, damaged), kvOpts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.Close() })
+	var got []string
+	err = d.Scan(func(s *Snapshot) error {
+		s.Descend(0, kvKey(2), nil, func(k, _ []byte) bool {
+			got = append(got, string(k))
+			return true
+		})
+		return nil
+	})
+	var ce *CorruptError
+	if want := fmt.Sprintf("bucket kv key %q", kvKey(damaged)); !errors.As(err, &ce) || ce.Where != want {
+		t.Errorf("Descend over a damaged value = %v, want a *CorruptError at %s", err, want)
+	}
+	if diff := cmp.Diff([]string{"key009", "key008", "key007", "key006"}, got); diff != "" {
+		t.Errorf("keys Descend handed out mismatch (-want +got):\n%s", diff)
+	}
+}
