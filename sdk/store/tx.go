@@ -57,7 +57,7 @@ func (t *Tx) Delete(b int, k []byte) error {
 // record: it suits ranges of the size a group writes. It returns a
 // *CorruptError if the range holds a damaged value.
 func (t *Tx) DeleteRange(b int, from, to []byte) error {
-	if err := t.check(b, []byte{0}); err != nil {
+	if err := t.checkBucket(b); err != nil {
 		return err
 	}
 	var keys [][]byte
@@ -87,10 +87,20 @@ func (t *Tx) NextSeq() uint64 {
 	return t.seq
 }
 
-func (t *Tx) check(b int, k []byte) error {
-	switch {
-	case b < 0 || b >= len(t.d.buckets):
+func (t *Tx) checkBucket(b int) error {
+	if b < 0 || b >= len(t.d.buckets) {
 		return fmt.Errorf("%w: %d of %d", ErrNoBucket, b, len(t.d.buckets))
+	}
+	return nil
+}
+
+// check refuses a write of key k to bucket b that a checkpoint could not
+// make.
+func (t *Tx) check(b int, k []byte) error {
+	if err := t.checkBucket(b); err != nil {
+		return err
+	}
+	switch {
 	case len(k) == 0:
 		return ErrKeyRequired
 	case len(k) > MaxKeySize:
