@@ -42,6 +42,7 @@ test:
 
 bench: build
 	$(GO) test -run '^$$' -bench '^Benchmark(HelloIngress|WalletTransfers|Reload|PluginLogFlood)$$' -benchtime 1x -count 1 -timeout 5m ./host/e2e
+	$(GO) test -run '^$$' -bench '^BenchmarkAscendFirst$$' -count 1 -timeout 5m ./sdk/store
 
 # proto regenerates the committed gRPC code. Needs protoc (Debian's
 # protobuf-compiler); installs the Go generators at pinned versions.

@@ -24,15 +24,10 @@ type Table struct {
 	TTL time.Duration
 }
 
-// Getter is what Lookup reads: a *store.Tx or a *store.Snapshot.
-type Getter interface {
-	Get(b int, k []byte) []byte
-}
-
 // Lookup returns the record of key that has not expired at now, if any.
 // A record that does not decode is an error: the store checksums its
 // values, so it was written by something else.
-func (t Table) Lookup(g Getter, key string, now time.Time) (Record, bool, error) {
+func (t Table) Lookup(g store.Reader, key string, now time.Time) (Record, bool, error) {
 	v := g.Get(t.Records, []byte(key))
 	if v == nil {
 		return Record{}, false, nil
@@ -85,11 +80,11 @@ func (t Table) Sweep(tx *store.Tx, now time.Time, limit int) (int, error) {
 	}
 	at := uint64(now.UnixNano())
 	var expired [][]byte
-	tx.Ascend(t.Expiry, nil, func(k, _ []byte) bool {
-		if len(k) < 8 || binary.BigEndian.Uint64(k) > at {
-			return false
+	// Up to the first key that expires after now.
+	tx.Ascend(t.Expiry, nil, binary.BigEndian.AppendUint64(nil, at+1), func(k, _ []byte) bool {
+		if len(k) >= 8 {
+			expired = append(expired, bytes.Clone(k))
 		}
-		expired = append(expired, bytes.Clone(k))
 		return len(expired) < limit
 	})
 	for _, k := range expired {

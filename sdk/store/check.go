@@ -184,15 +184,7 @@ func Inspect(path string, opts Options, fn func(*Snapshot) error) error {
 	for _, g := range ex.groups {
 		d.ov.add(g)
 	}
-	return d.guard(func() error { return d.Scan(allBuckets(len(d.buckets)), fn) })
-}
-
-func allBuckets(n int) []int {
-	bs := make([]int, n)
-	for i := range bs {
-		bs[i] = i
-	}
-	return bs
+	return d.guard(func() error { return d.Scan(fn) })
 }
 
 // examination is what examine found.
@@ -446,13 +438,19 @@ func dropFrom(path string, data []byte, gen uint64, first uint32, off int, nb in
 	return dr
 }
 
+// writesOf returns the writes of es to buckets; the sequence counter's
+// entry is not one.
 func writesOf(es []entry) []Write {
-	ws := make([]Write, len(es))
-	for i, e := range es {
-		ws[i] = Write{Bucket: e.b, Key: e.k, Value: e.v, Delete: e.del}
-		if e.del {
-			ws[i].Value = nil
+	ws := make([]Write, 0, len(es))
+	for _, e := range es {
+		if e.b == entrySeq {
+			continue
 		}
+		w := Write{Bucket: e.b, Key: e.k, Value: e.v, Delete: e.del}
+		if e.del {
+			w.Value = nil
+		}
+		ws = append(ws, w)
 	}
 	return ws
 }

@@ -4,17 +4,31 @@
 //
 // The lifecycle is Open → Update, View, Scan, Checkpoint and Scrub from
 // any goroutine → Close. Update runs a function that reads the current
-// state and writes (Tx.Get, Tx.Put, Tx.Delete); its writes go to the log
-// as one checksummed record, and Update returns once fdatasync has, so a
-// plugin that batches its requests into one Update (group commit) pays
-// one disk write per batch. The writes are kept in memory, in an overlay
-// of the latest value of each key written since the last checkpoint, as
-// an LSM tree's memtable is. Checkpoint freezes the overlay, starts the
-// log's next generation in its other file, and writes the frozen overlay
-// into the bbolt file in one transaction; groups go on committing
-// meanwhile. View and Scan read the state after the last committed group
-// (the bbolt file under the overlays) and never wait for an fdatasync or
-// a checkpoint.
+// state and writes; its writes go to the log as one checksummed record,
+// and Update returns once fdatasync has, so a plugin that batches its
+// requests into one Update (group commit) pays one disk write per batch.
+// The writes are kept in memory, in an overlay of the latest value of
+// each key written since the last checkpoint, as an LSM tree's memtable
+// is: a B-tree per bucket (github.com/tidwall/btree), so that a range
+// read costs a seek there as in the file, however many writes wait.
+// Checkpoint freezes the overlay, starts the log's next generation in its
+// other file, and writes the frozen overlay into the bbolt file in one
+// transaction; groups go on committing meanwhile. View and Scan read the
+// state after the last committed group (the bbolt file under the
+// overlays) and never wait for an fdatasync or a checkpoint.
+//
+// # Reading and writing
+//
+// Buckets are numbered by their place in Options.Buckets. A Reader (a
+// *Tx in Update, a *Snapshot in View and Scan) has Get, and Ascend and
+// Descend over a half-open range [from, to) of a bucket's keys, nil
+// bounds being open. View holds a lock that writers wait for, so it suits
+// a few lookups; Scan copies the overlay (a copy on write: a pointer per
+// bucket) and reads every bucket as View would, without holding it. A Tx
+// also has Put, Delete, DeleteRange and NextSeq, a durable counter of the
+// store's. Put copies its key and value; its errors are the package's
+// own (ErrKeyRequired, ErrKeyTooLarge, ErrValueTooLarge, ErrNoBucket).
+// Values handed out are valid until the call that read them returns.
 //
 // Each log generation begins with a start record that names where the
 // generation before it ended (its record count, end offset and last
@@ -94,9 +108,17 @@
 // it probes whether the disk has recovered (no space left, say). Readers
 // go on answering from the state in memory throughout.
 //
+// # Tests
+//
+// Hooks are fault-injection points a plugin's tests and fault drills may
+// set (a failing or stalled fdatasync, the bbolt file's opening). Package
+// storetest holds what only tests need: the state a crash during a
+// checkpoint leaves (Rotate), where the log ends (LogEnd), a record of
+// another store's log (ForeignRecord).
+//
 // The package owns its files and their integrity. It must not start
 // goroutines, retry, time out or know about HTTP: the plugin decides when
 // to Update, Checkpoint (CheckpointDue), Scrub and Reopen, and what a
-// failure means to its clients. Its interface has no bbolt types, so
-// that another backend can implement the same calls.
+// failure means to its clients. Its interface has no bbolt types or
+// errors, so that another backend can implement the same calls.
 package store

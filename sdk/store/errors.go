@@ -26,6 +26,18 @@ var (
 	// Configure hook that returns Open's error has the host show the
 	// plugin failed with the error's message instead of restarting it.
 	ErrCorrupt = sdk.ErrStorageCorrupt
+	// ErrKeyRequired is returned by Tx.Put and Tx.Delete for an empty
+	// key.
+	ErrKeyRequired = errors.New("store: key required")
+	// ErrKeyTooLarge is returned by Tx.Put and Tx.Delete for a key
+	// longer than MaxKeySize.
+	ErrKeyTooLarge = errors.New("store: key too large")
+	// ErrValueTooLarge is returned by Tx.Put for a value longer than
+	// MaxValueSize.
+	ErrValueTooLarge = errors.New("store: value too large")
+	// ErrNoBucket is wrapped by the error of a Tx write to a bucket
+	// number that Options.Buckets does not have.
+	ErrNoBucket = errors.New("store: no such bucket")
 )
 
 // CorruptError reports damaged storage: a log record or a stored value

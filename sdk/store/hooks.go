@@ -3,6 +3,8 @@ package store
 import (
 	"os"
 	"sync/atomic"
+
+	"github.com/plughost/plughost/sdk/store/internal/testhook"
 )
 
 // Hooks are fault-injection points, for tests and fault drills of
@@ -42,18 +44,25 @@ func (h *Hooks) syncer() func(*os.File) error {
 	}
 }
 
-// LogEnd returns the name of the log file the next record goes to and
-// where in it: the end of its last record. For tests.
-func LogEnd(d *DB) (string, int64) {
+func init() {
+	testhook.LogEnd = func(db any) (string, int64) { return logEnd(db.(*DB)) }
+	testhook.Rotate = func(db any) error { return rotateOnly(db.(*DB)) }
+	testhook.ForeignRecord = foreignRecord
+}
+
+// logEnd returns the name of the log file the next record goes to and
+// where in it: the end of its last record (storetest.LogEnd).
+func logEnd(d *DB) (string, int64) {
 	d.wmu.Lock()
 	defer d.wmu.Unlock()
 	return d.name + walSuffixes[d.log.gen%2], d.log.off
 }
 
-// Rotate starts the write-ahead log's next generation, as a checkpoint
-// does first, and leaves the last one's groups out of the bbolt file, as
-// a checkpoint that has not committed yet does. For tests.
-func Rotate(d *DB) error {
+// rotateOnly starts the write-ahead log's next generation, as a
+// checkpoint does first, and leaves the last one's groups out of the
+// bbolt file, as a checkpoint that has not committed yet does
+// (storetest.Rotate).
+func rotateOnly(d *DB) error {
 	d.cmu.Lock()
 	defer d.cmu.Unlock()
 	d.wmu.Lock()
@@ -61,9 +70,9 @@ func Rotate(d *DB) error {
 	return d.rotate()
 }
 
-// ForeignRecord returns a whole log record of generation gen that puts
-// key "foreign" in bucket 0, as another store's log would hold. For
-// tests.
-func ForeignRecord(gen uint64) []byte {
+// foreignRecord returns a whole log record of generation gen that puts
+// key "foreign" in bucket 0, as another store's log would hold
+// (storetest.ForeignRecord).
+func foreignRecord(gen uint64) []byte {
 	return appendRecord(nil, gen, 0, []entry{{b: 0, k: []byte("foreign"), v: []byte("x")}})
 }

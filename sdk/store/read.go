@@ -5,12 +5,9 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
-	"maps"
 	"runtime/debug"
-	"slices"
 
 	bolt "go.etcd.io/bbolt"
-	berrors "go.etcd.io/bbolt/errors"
 )
 
 // A value in the bbolt file is framed as crc32c(4) value, the checksum
@@ -55,68 +52,32 @@ func frameAll(b *bolt.Bucket) error {
 	return nil
 }
 
-// layer is the writes to one bucket of one overlay: the last write of
-// each key, nil for a deletion.
-type layer = map[string]ovValue
-
-// ovValue is one write of an overlay.
-type ovValue struct {
-	v   []byte
-	del bool
+// Reader reads a store's state: a *Snapshot (View, Scan) the state after
+// the last committed group, a *Tx (Update) that and the group's own
+// writes. Buckets are numbered as in Options.Buckets; a number out of
+// range panics. Values are valid until the View, Scan or Update returns
+// and must not be changed. A value that fails its checksum, or a page
+// that cannot be read, reads as missing and ends an Ascend or Descend;
+// the View, Scan or Update then returns a *CorruptError.
+type Reader interface {
+	// Get returns the value of k in bucket b, nil if there is none.
+	Get(b int, k []byte) []byte
+	// Ascend calls fn with the keys of bucket b from from (inclusive;
+	// nil is the first key) up to to (exclusive; nil is past the last
+	// key), in order, and their values, until fn returns false.
+	Ascend(b int, from, to []byte, fn func(k, v []byte) bool)
+	// Descend is Ascend from the last key of the same range down to its
+	// first.
+	Descend(b int, from, to []byte, fn func(k, v []byte) bool)
 }
 
-// value returns the value written, nil for a deletion.
-func (x ovValue) value() []byte {
-	if x.del {
-		return nil
-	}
-	return x.v
-}
-
-// overlay is the writes of one log generation's groups, the last write of
-// each key: what readers add to the bbolt file until a checkpoint has
-// written them into it.
-type overlay struct {
-	gen uint64
-	m   []layer
-}
-
-func newOverlay(gen uint64, buckets int) *overlay {
-	o := &overlay{gen: gen, m: make([]layer, buckets)}
-	for i := range o.m {
-		o.m[i] = layer{}
-	}
-	return o
-}
-
-func (o *overlay) add(es []entry) {
-	for _, e := range es {
-		o.m[e.b][string(e.k)] = ovValue{v: e.v, del: e.del}
-	}
-}
-
-// writeTo writes the overlay through w, each bucket's keys in order:
-// bbolt inserts sorted keys fastest, and a key that many groups wrote
-// costs one Put.
-func (o *overlay) writeTo(w *writer) error {
-	for b, m := range o.m {
-		if w.d.seqb[b] {
-			// Appended in order: pages can be split nearly full
-			// instead of half, fewer pages to write.
-			w.tx.Bucket(w.d.buckets[b]).FillPercent = 0.9
-		}
-		for _, k := range slices.Sorted(maps.Keys(m)) {
-			x := m[k]
-			if err := w.apply(entry{b: b, del: x.del, k: []byte(k), v: x.v}); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
+var (
+	_ Reader = (*Snapshot)(nil)
+	_ Reader = (*Tx)(nil)
+)
 
 // reader reads the state a View, Scan or Tx sees: a bbolt read
-// transaction under up to two overlays' layers, the newer first, and
+// transaction under up to three overlays' layers, the newest first, and
 // keeps the first corruption it meets.
 type reader struct {
 	d   *DB
@@ -125,16 +86,13 @@ type reader struct {
 	err error
 }
 
-// Get returns the value of k in bucket b, nil if there is none. The value
-// is valid until the transaction ends and must not be changed. A value
-// that fails its checksum reads as nil, and the View, Scan or Update
-// returns a *CorruptError.
+// Get implements Reader.
 func (r *reader) Get(b int, k []byte) []byte {
 	for _, o := range r.ov {
-		if o == nil {
+		if o == nil || o[b] == nil {
 			continue
 		}
-		if x, ok := o[b][string(k)]; ok {
+		if x, ok := o[b].Get(ovItem{k: k}); ok {
 			return x.value()
 		}
 	}
@@ -207,12 +165,24 @@ func (r *reader) corrupt(b int, k []byte) {
 	}
 }
 
-// Ascend calls fn with the keys of bucket b from from on (all when from
-// is nil), in order, and their values, until fn returns false. It merges
-// the file with the writes not yet checkpointed; those are sorted per
-// call, so it suits Scan and small Tx and View reads of a bucket's first
-// keys. A value that fails its checksum ends it.
-func (r *reader) Ascend(b int, from []byte, fn func(k, v []byte) bool) {
+// Ascend implements Reader. It merges the file with the writes not yet
+// checkpointed, both kept in key order: the first key costs a seek in
+// each, whatever the number of writes waiting for a checkpoint.
+func (r *reader) Ascend(b int, from, to []byte, fn func(k, v []byte) bool) {
+	r.walk(b, from, to, false, fn)
+}
+
+// Descend implements Reader.
+func (r *reader) Descend(b int, from, to []byte, fn func(k, v []byte) bool) {
+	r.walk(b, from, to, true, fn)
+}
+
+// walk runs Ascend or Descend, turning a panic of bbolt's into the
+// reader's corruption; fn's own panics go on.
+func (r *reader) walk(b int, from, to []byte, desc bool, fn func(k, v []byte) bool) {
+	if from != nil && to != nil && bytes.Compare(from, to) >= 0 {
+		return
+	}
 	panicked := true
 	defer func() {
 		if panicked {
@@ -222,7 +192,7 @@ func (r *reader) Ascend(b int, from []byte, fn func(k, v []byte) bool) {
 			}
 		}
 	}()
-	r.ascend(b, from, func(k, v []byte) bool {
+	r.merge(b, from, to, desc, func(k, v []byte) bool {
 		panicked = false
 		ok := fn(k, v)
 		panicked = true
@@ -231,48 +201,82 @@ func (r *reader) Ascend(b int, from []byte, fn func(k, v []byte) bool) {
 	panicked = false
 }
 
-func (r *reader) ascend(b int, from []byte, fn func(k, v []byte) bool) {
-	merged := layer{}
-	for i := len(r.ov) - 1; i >= 0; i-- {
-		if r.ov[i] != nil {
-			maps.Copy(merged, r.ov[i][b])
+func (r *reader) merge(b int, from, to []byte, desc bool, fn func(k, v []byte) bool) {
+	var ls [3]layer
+	for i, o := range r.ov {
+		if o != nil {
+			ls[i] = o[b]
 		}
 	}
-	keys := slices.Sorted(maps.Keys(merged))
-	i, _ := slices.BinarySearch(keys, string(from))
+	ov := newOvIter(ls, from, to, desc)
+	defer ov.release()
+	// dir orders keys the way the walk goes: positive when a comes
+	// after b.
+	dir := func(a, b []byte) int {
+		if desc {
+			return bytes.Compare(b, a)
+		}
+		return bytes.Compare(a, b)
+	}
 	c := r.tx.Bucket(r.d.buckets[b]).Cursor()
 	var fk, fv []byte
-	if from == nil {
+	switch {
+	case !desc && from == nil:
 		fk, fv = c.First()
-	} else {
+	case !desc:
 		fk, fv = c.Seek(from)
+	case to == nil:
+		fk, fv = c.Last()
+	default:
+		// At the first key at or after to, which is excluded.
+		if fk, fv = c.Seek(to); fk == nil {
+			fk, fv = c.Last()
+		} else {
+			fk, fv = c.Prev()
+		}
 	}
-	// The file's keys must come in order, from from on: damage to its
-	// pages shows as one that does not.
+	// The file's keys must come in order, from the bound the walk starts
+	// at: damage to its pages shows as one that does not.
 	last, first := from, true
-	for fk != nil || i < len(keys) {
+	if desc {
+		last = to
+	}
+	for {
+		if fk != nil && !ov.inRange(fk) {
+			fk = nil
+		}
+		x, xok := ov.peek()
+		if fk == nil && !xok {
+			return
+		}
 		var k, v []byte
-		switch {
-		case fk != nil && (i == len(keys) || bytes.Compare(fk, []byte(keys[i])) < 0):
+		if fk != nil && (!xok || dir(fk, x.k) < 0) {
 			var ok bool
-			inOrder := last == nil || bytes.Compare(fk, last) > 0 || first && bytes.Equal(fk, last)
+			inOrder := last == nil || dir(fk, last) > 0 || !desc && first && bytes.Equal(fk, last)
 			if v, ok = unframe(fk, fv); !ok || fv == nil || !inOrder {
 				r.corrupt(b, fk)
 				return
 			}
 			k, last, first = fk, fk, false
-			fk, fv = c.Next()
-		default:
-			if fk != nil && string(fk) == keys[i] {
-				fk, fv = c.Next() // the overlay's write replaces the file's
+			if desc {
+				fk, fv = c.Prev()
+			} else {
+				fk, fv = c.Next()
 			}
-			x := merged[keys[i]]
-			k = []byte(keys[i])
-			i++
+		} else {
+			if fk != nil && bytes.Equal(fk, x.k) {
+				// The overlay's write replaces the file's.
+				if desc {
+					fk, fv = c.Prev()
+				} else {
+					fk, fv = c.Next()
+				}
+			}
+			ov.skip(x.k)
 			if x.del {
 				continue
 			}
-			v = x.v
+			k, v = x.k, x.v
 		}
 		if !fn(k, v) {
 			return
@@ -281,75 +285,8 @@ func (r *reader) ascend(b int, from []byte, fn func(k, v []byte) bool) {
 }
 
 // Snapshot is what View and Scan read: the state after the last
-// committed group.
+// committed group. It implements Reader.
 type Snapshot struct{ reader }
-
-// Tx is a group of writes being made by Update. It reads the state after
-// the last committed group and its own writes.
-type Tx struct {
-	reader
-	local  []layer
-	writes []entry
-}
-
-// Put writes v under k in bucket b. The store keeps k and v once the
-// group is logged, so the caller must not change them afterwards. It
-// refuses what bbolt would: a checkpoint must not meet a write it cannot
-// make.
-func (t *Tx) Put(b int, k, v []byte) error {
-	switch {
-	case len(k) == 0:
-		return berrors.ErrKeyRequired
-	case len(k) > bolt.MaxKeySize:
-		return berrors.ErrKeyTooLarge
-	case int64(len(v))+frameBytes > bolt.MaxValueSize:
-		return berrors.ErrValueTooLarge
-	}
-	if v == nil {
-		v = []byte{}
-	}
-	t.write(entry{b: b, k: k, v: v})
-	return nil
-}
-
-// Delete deletes k from bucket b.
-func (t *Tx) Delete(b int, k []byte) error {
-	if len(k) == 0 {
-		return berrors.ErrKeyRequired
-	}
-	t.write(entry{b: b, del: true, k: k})
-	return nil
-}
-
-func (t *Tx) write(e entry) {
-	t.writes = append(t.writes, e)
-	t.local[e.b][string(e.k)] = ovValue{v: e.v, del: e.del}
-}
-
-// begin starts a group. The caller holds wmu, so ov is stable; the frozen
-// overlay and the read transaction are taken together under omu, so that
-// they show one state whether or not a checkpoint commits meanwhile.
-func (d *DB) begin() (*Tx, error) {
-	d.omu.RLock()
-	fz := d.frozen.Load()
-	tx, err := d.db.Begin(false)
-	d.omu.RUnlock()
-	if err != nil {
-		return nil, fmt.Errorf("begin read transaction: %w", d.mapErr(err))
-	}
-	t := &Tx{reader: reader{d: d, tx: tx}, local: make([]layer, len(d.buckets))}
-	for i := range t.local {
-		t.local[i] = layer{}
-	}
-	t.ov = [3][]layer{t.local, d.ov.m, nil}
-	if fz != nil {
-		t.ov[2] = fz.m
-	}
-	return t, nil
-}
-
-// close ends the group's read transaction.
-func (t *Tx) close() { _ = t.tx.Rollback() }
 
 // View runs fn on the state after the last committed group. It holds a
 // lock that a writer adding a group waits for, and readers behind that
@@ -382,34 +319,31 @@ func (d *DB) View(fn func(*Snapshot) error) error {
 }
 
 // Scan is View for long reads: it holds the lock only while it begins its
-// read transaction and copies the not yet checkpointed writes to the
-// buckets fn reads (the others then look as in the file alone), then runs
-// fn on that snapshot.
-func (d *DB) Scan(buckets []int, fn func(*Snapshot) error) error {
+// read transaction and takes a copy of the writes not yet checkpointed
+// (a copy on write of their ordered layers: it costs a pointer per
+// bucket, and later writes copy what they change), then runs fn on that
+// snapshot, which sees every bucket as View would.
+func (d *DB) Scan(fn func(*Snapshot) error) error {
 	if d.closed.Load() {
 		return ErrClosed
 	}
+	s := &Snapshot{reader{d: d}}
 	d.omu.RLock()
 	tx, err := d.db.Begin(false)
-	copied := make([]layer, len(d.buckets))
 	if err == nil {
-		fz := d.frozen.Load()
-		for _, b := range buckets {
-			m := layer{}
-			if fz != nil {
-				maps.Copy(m, fz.m[b])
-			}
-			maps.Copy(m, d.ov.m[b])
-			copied[b] = m
+		if fz := d.frozen.Load(); fz != nil {
+			s.ov[1] = fz.m // frozen: nothing writes it any more
 		}
+		d.copyMu.Lock()
+		s.ov[0] = snapshot(d.ov.m)
+		d.copyMu.Unlock()
 	}
 	d.omu.RUnlock()
 	if err != nil {
 		return d.mapErr(err)
 	}
 	defer func() { _ = tx.Rollback() }()
-	s := &Snapshot{reader{d: d, tx: tx}}
-	s.ov[0] = copied
+	s.tx = tx
 	if err = d.contain(func() error { return fn(s) }); s.err != nil {
 		err = s.err // a damaged value explains whatever fn made of it
 	}

@@ -40,7 +40,10 @@ const initialMmapSize = 256 << 20
 // Format is the version of the store's layout, in its "store" bucket:
 // 2 has a start record at the head of each log generation, 3 checksums
 // the store's own keys and keeps each bucket's sum (sums.go). Open
-// converts a file of format 2 and refuses any other.
+// converts a file of format 2 and refuses any other. The sequence
+// counter (Tx.NextSeq) adds a key to the store's bucket and an entry to
+// the log without a new format: only a store that uses it writes them,
+// and a release without it refuses such files as damaged.
 const Format = 3
 
 // formatUnframed is the format whose store bucket held its values
@@ -53,6 +56,9 @@ var (
 	keyFormat   = []byte("format")
 	keyWALGen   = []byte("wal_gen")
 	keyOpen     = []byte("open")
+	// keySeq is the sequence counter (Tx.NextSeq), there once a group
+	// has moved it.
+	keySeq = []byte("seq")
 )
 
 // Files written by the wallet before the store existed (its ledger's
@@ -174,6 +180,12 @@ type DB struct {
 	omu    sync.RWMutex
 	ov     *overlay
 	frozen atomic.Pointer[overlay]
+	// copyMu serializes Scan's copies of ov's layers, which mark their
+	// nodes as shared; Scan holds omu shared meanwhile.
+	copyMu sync.Mutex
+	// seq is the sequence counter after the last committed group
+	// (Tx.NextSeq). wmu guards it.
+	seq uint64
 }
 
 // Open opens or creates the store file at path, with its write-ahead log
@@ -252,7 +264,7 @@ func (d *DB) openBolt() (db *bolt.DB, err error) {
 	case errors.Is(err, berrors.ErrInvalid), errors.Is(err, berrors.ErrChecksum), errors.Is(err, berrors.ErrVersionMismatch):
 		return nil, fileCorruptf(d.name, "meta pages", "%v", err)
 	case err != nil:
-		return nil, fmt.Errorf("open store %s: %w", d.path, err)
+		return nil, fmt.Errorf("open store %s: %w", d.path, d.mapErr(err))
 	}
 	return db, nil
 }
@@ -260,7 +272,8 @@ func (d *DB) openBolt() (db *bolt.DB, err error) {
 // layout is what the file says of itself.
 type layout struct {
 	gen    uint64
-	open   bool // not closed cleanly: the log may hold groups
+	seq    uint64 // the sequence counter, 0 if never moved
+	open   bool   // not closed cleanly: the log may hold groups
 	legacy uint64
 	strict bool
 	fresh  bool
@@ -295,7 +308,7 @@ func (d *DB) readLayout(tx *bolt.Tx) (layout, error) {
 		if err != nil {
 			return layout{}, fileCorruptf(d.name, "bucket store", "%v", err)
 		}
-		return layout{gen: vals[string(keyWALGen)], open: vals[string(keyOpen)] == 1, strict: true, sums: sums}, nil
+		return layout{gen: vals[string(keyWALGen)], seq: vals[string(keySeq)], open: vals[string(keyOpen)] == 1, strict: true, sums: sums}, nil
 	}
 	meta := tx.Bucket(legacyMeta)
 	if meta == nil || meta.Get(keyFormat) == nil {
@@ -377,12 +390,13 @@ func (d *DB) recover(db *bolt.DB) error {
 	// The replayed generations, gen and gen+1, are in the file once this
 	// commits: the log starts over with gen+2, in the file that held gen.
 	next := gen + 2
+	var seq uint64
 	err = d.guard(func() error {
 		return db.Update(func(tx *bolt.Tx) error {
 			for i, name := range d.buckets {
 				b, err := tx.CreateBucketIfNotExists(name)
 				if err != nil {
-					return fmt.Errorf("create bucket %s: %w", name, err)
+					return fmt.Errorf("create bucket %s: %w", name, d.mapErr(err))
 				}
 				if lay.legacy != 0 {
 					if err := frameAll(b); err != nil {
@@ -411,6 +425,7 @@ func (d *DB) recover(db *bolt.DB) error {
 				}
 			}
 			w := d.newWriter(tx, sums, nil)
+			w.seq = lay.seq
 			for i, g := range st.groups {
 				for _, e := range g {
 					if err := w.apply(e); err != nil {
@@ -418,6 +433,7 @@ func (d *DB) recover(db *bolt.DB) error {
 					}
 				}
 			}
+			seq = w.seq
 			return w.finish(next, true)
 		})
 	})
@@ -432,6 +448,7 @@ func (d *DB) recover(db *bolt.DB) error {
 		return err
 	}
 	d.log = log
+	d.seq = seq
 	d.ov = newOverlay(next, len(d.buckets))
 	d.recovery = Recovery{Groups: len(st.groups), Trimmed: st.trim, Converted: lay.legacy != 0}
 	return nil
@@ -515,70 +532,6 @@ func (d *DB) Close() error {
 
 // Closed reports whether Close has been called.
 func (d *DB) Closed() bool { return d.closed.Load() }
-
-// Update runs fn against the state after the last committed group,
-// appends the writes it made to the write-ahead log as one record, and
-// returns once that is on disk (fdatasync): one disk write for the whole
-// group. On error nothing of fn's writes is kept. Updates take turns.
-func (d *DB) Update(fn func(*Tx) error) error {
-	d.wmu.Lock()
-	defer d.wmu.Unlock()
-	if d.closed.Load() {
-		return ErrClosed
-	}
-	if err := d.Err(); err != nil {
-		return err
-	}
-	if size := d.logSize.Load(); size >= logLimit*d.maxLog {
-		// Checkpoints have been failing or nobody calls them: one try
-		// here, then refuse rather than grow the log and the overlay
-		// without bound.
-		if err := d.checkpointNow(); err != nil {
-			return fmt.Errorf("write-ahead log holds %d bytes and checkpoints fail: %w", size, err)
-		}
-	}
-	t, err := d.begin()
-	if err != nil {
-		return err
-	}
-	err = func() error {
-		// The read transaction ends before the log's fdatasync and the
-		// wait for omu: a checkpoint whose commit grows bbolt's memory
-		// map waits for every read transaction, and readers that hold
-		// omu shared wait for that remap, so a writer holding one there
-		// would close a cycle. The writes hold no bbolt memory.
-		defer t.close()
-		err := d.contain(func() error { return fn(t) })
-		if t.err != nil {
-			// A damaged value explains whatever fn made of it.
-			return t.err
-		}
-		return err
-	}()
-	if err != nil {
-		d.noteCorrupt(err)
-		return err
-	}
-	if len(t.writes) == 0 {
-		return nil
-	}
-	n, err := d.log.append(t.writes)
-	if err != nil {
-		if terr := d.log.erase(); terr != nil {
-			// The record may be on disk, and a recovery would replay
-			// it: nobody can be told the group did not happen.
-			d.fail(fmt.Errorf("%w: %w: write-ahead log record (%w) could not be erased after its write failed: %w", ErrFailed, ErrOutcomeUnknown, err, terr))
-			return d.Err()
-		}
-		return err
-	}
-	d.logSize.Add(int64(n))
-	d.first.CompareAndSwap(0, d.clock())
-	d.omu.Lock()
-	d.ov.add(t.writes)
-	d.omu.Unlock()
-	return nil
-}
 
 // noteCorrupt counts err if it is corruption and makes the store refuse
 // writes: a store that served one bad value must not build on it.
@@ -784,6 +737,7 @@ func (d *DB) commitFrozen(open bool) error {
 			return err
 		}
 		w = d.newWriter(tx, lay.sums, &d.scrub)
+		w.seq = lay.seq
 		if err := fz.writeTo(w); err != nil {
 			return err
 		}
@@ -795,6 +749,7 @@ func (d *DB) commitFrozen(open bool) error {
 		return fmt.Errorf("checkpoint: %w", err)
 	}
 	if err := d.guard(tx.Commit); err != nil {
+		err = d.mapErr(err)
 		// bbolt may have written the new meta page, naming the next
 		// generation, before failing; and its free list now counts the
 		// pages of that meta as free. Neither can be undone: a reopen
@@ -880,11 +835,29 @@ func (d *DB) hooks() *Hooks {
 	return d.opts.Hooks
 }
 
+// mapErr keeps bbolt's error values inside the package: its error for a
+// closed file becomes ErrClosed, its others their message alone. Errors
+// of the system's (ENOSPC, EIO) stay as they are, for errors.Is.
 func (d *DB) mapErr(err error) error {
 	if errors.Is(err, berrors.ErrDatabaseNotOpen) {
-		return fmt.Errorf("%w: %w", ErrClosed, err)
+		return fmt.Errorf("%w: %v", ErrClosed, err)
+	}
+	for _, be := range boltErrors {
+		if errors.Is(err, be) {
+			return errors.New(err.Error())
+		}
 	}
 	return err
+}
+
+// boltErrors are bbolt's error values (go.etcd.io/bbolt/errors).
+var boltErrors = []error{
+	berrors.ErrInvalid, berrors.ErrInvalidMapping, berrors.ErrVersionMismatch, berrors.ErrChecksum,
+	berrors.ErrTimeout, berrors.ErrTxNotWritable, berrors.ErrTxClosed, berrors.ErrDatabaseReadOnly,
+	berrors.ErrFreePagesNotLoaded, berrors.ErrBucketNotFound, berrors.ErrBucketExists,
+	berrors.ErrBucketNameRequired, berrors.ErrKeyRequired, berrors.ErrKeyTooLarge,
+	berrors.ErrValueTooLarge, berrors.ErrMaxSizeReached, berrors.ErrIncompatibleValue,
+	berrors.ErrSameBuckets, berrors.ErrDifferentDB,
 }
 
 func u64(v uint64) []byte { return binary.BigEndian.AppendUint64(nil, v) }

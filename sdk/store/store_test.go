@@ -118,12 +118,12 @@ func TestAscendChecksum(t *testing.T) {
 	}{
 		{
 			name: "Scan from the first key",
-			read: func(d *DB, fn func(*Snapshot) error) error { return d.Scan([]int{0}, fn) },
+			read: func(d *DB, fn func(*Snapshot) error) error { return d.Scan(fn) },
 			want: []string{"key000", "key001", "key002", "key003", "key004"},
 		},
 		{
 			name: "Scan from a later key",
-			read: func(d *DB, fn func(*Snapshot) error) error { return d.Scan([]int{0}, fn) },
+			read: func(d *DB, fn func(*Snapshot) error) error { return d.Scan(fn) },
 			from: kvKey(3),
 			want: []string{"key003", "key004"},
 		},
@@ -142,7 +142,7 @@ func TestAscendChecksum(t *testing.T) {
 			t.Cleanup(func() { _ = d.Close() })
 			var got []string
 			err = tt.read(d, func(s *Snapshot) error {
-				s.Ascend(0, tt.from, func(k, v []byte) bool {
+				s.Ascend(0, tt.from, nil, func(k, v []byte) bool {
 					got = append(got, string(k))
 					var i int
 					if _, err := fmt.Sscanf(string(k), "key%03d", &i); err != nil || !bytes.Equal(v, scannedValue(i)) {
@@ -223,4 +223,31 @@ func TestCheckpointLag(t *testing.T) {
 		t.Fatal(err)
 	}
 	none("after the last checkpoint")
+}
+
+// TestDescendChecksum reads a bucket with a value damaged on disk through
+// Descend: it hands out the keys after the damaged one, last first, and
+// stops there, and the read fails with a *CorruptError naming the key.
+func TestDescendChecksum(t *testing.T) {
+	const damaged = 5
+	d, err := Open(damagedValue(t, damaged), kvOpts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.Close() })
+	var got []string
+	err = d.Scan(func(s *Snapshot) error {
+		s.Descend(0, kvKey(2), nil, func(k, _ []byte) bool {
+			got = append(got, string(k))
+			return true
+		})
+		return nil
+	})
+	var ce *CorruptError
+	if want := fmt.Sprintf("bucket kv key %q", kvKey(damaged)); !errors.As(err, &ce) || ce.Where != want {
+		t.Errorf("Descend over a damaged value = %v, want a *CorruptError at %s", err, want)
+	}
+	if diff := cmp.Diff([]string{"key009", "key008", "key007", "key006"}, got); diff != "" {
+		t.Errorf("keys Descend handed out mismatch (-want +got):\n%s", diff)
+	}
 }

@@ -73,8 +73,9 @@ func sumBucket(name []byte, b *bolt.Bucket) (bucketSum, error) {
 }
 
 // storeKeys reads the store's own bucket of a file of Format: every value
-// framed, the three keys of the layout and a sum for every other bucket
-// present. It returns the values of the three keys and the sums by
+// framed, the three keys of the layout, a sum for every other bucket
+// present, and the sequence counter if a group ever moved it. It returns
+// the values of the layout's keys and of the counter, and the sums by
 // bucket name.
 func storeKeys(tx *bolt.Tx, st *bolt.Bucket) (vals map[string]uint64, sums map[string]bucketSum, err error) {
 	vals = map[string]uint64{}
@@ -88,7 +89,7 @@ func storeKeys(tx *bolt.Tx, st *bolt.Bucket) (vals map[string]uint64, sums map[s
 			return fmt.Errorf("key %q: checksum mismatch", k)
 		case bytes.HasPrefix(k, keySums) && len(v) == 16:
 			sums[string(k[len(keySums):])] = bucketSum{binary.BigEndian.Uint64(v), binary.BigEndian.Uint64(v[8:])}
-		case (bytes.Equal(k, keyFormat) || bytes.Equal(k, keyWALGen) || bytes.Equal(k, keyOpen)) && len(v) == 8:
+		case (bytes.Equal(k, keyFormat) || bytes.Equal(k, keyWALGen) || bytes.Equal(k, keyOpen) || bytes.Equal(k, keySeq)) && len(v) == 8:
 			vals[string(k)] = binary.BigEndian.Uint64(v)
 		default:
 			return fmt.Errorf("key %q with a %d-byte value is not one the store writes", k, len(v))
@@ -131,6 +132,9 @@ type writer struct {
 	// transaction commits.
 	scrub *scrubber
 	delta bucketSum
+	// seq is the sequence counter the writes leave, 0 if none ever
+	// moved it.
+	seq uint64
 }
 
 // newWriter starts writing into tx, with the buckets' sums as sums holds
@@ -145,6 +149,10 @@ func (d *DB) newWriter(tx *bolt.Tx, sums map[string]bucketSum, scrub *scrubber) 
 
 // apply writes e, with the value's checksum, and keeps the sums.
 func (w *writer) apply(e entry) error {
+	if e.b == entrySeq {
+		w.seq = max(w.seq, decodeSeq(e.v))
+		return nil
+	}
 	name := w.d.buckets[e.b]
 	b := w.tx.Bucket(name)
 	scrubbed := w.scrub != nil && w.scrub.bucket == e.b && w.scrub.after != nil && bytes.Compare(e.k, w.scrub.after) <= 0
@@ -159,7 +167,7 @@ func (w *writer) apply(e entry) error {
 	}
 	if e.del {
 		if err := b.Delete(e.k); err != nil {
-			return fmt.Errorf("%s %q: %w", name, e.k, err)
+			return fmt.Errorf("%s %q: %w", name, e.k, w.d.mapErr(err))
 		}
 		return nil
 	}
@@ -167,7 +175,7 @@ func (w *writer) apply(e entry) error {
 	binary.BigEndian.PutUint32(fv, frameSum(e.k, e.v))
 	fv = append(fv, e.v...)
 	if err := b.Put(e.k, fv); err != nil {
-		return fmt.Errorf("%s %q: %w", name, e.k, err)
+		return fmt.Errorf("%s %q: %w", name, e.k, w.d.mapErr(err))
 	}
 	w.sums[e.b].add(fv)
 	if scrubbed {
@@ -176,8 +184,8 @@ func (w *writer) apply(e entry) error {
 	return nil
 }
 
-// finish writes the buckets' sums and the layout's keys into the store's
-// bucket.
+// finish writes the buckets' sums, the layout's keys and the sequence
+// counter into the store's bucket.
 func (w *writer) finish(gen uint64, open bool) error {
 	st, err := w.tx.CreateBucketIfNotExists(bucketStore)
 	if err != nil {
@@ -196,6 +204,11 @@ func (w *writer) finish(gen uint64, open bool) error {
 		if err := putFramed(st, kv[0], kv[1]); err != nil {
 			return err
 		}
+	}
+	if w.seq > 0 {
+		// Written once a group has moved the counter: the files of a
+		// store that never does stay as a release without it wrote them.
+		return putFramed(st, keySeq, u64(w.seq))
 	}
 	return nil
 }

@@ -35,7 +35,9 @@ import (
 // entries: each a byte with the bucket's number in the low bits
 // (never 0x7f: a store has at most 127 buckets) and walDelete set for a
 // deletion, then the key (uvarint length, bytes) and, for a put, the
-// value (the same).
+// value (the same). An entry whose byte is 0xff sets the store's
+// sequence counter (Tx.NextSeq) to the 8 bytes after it; only groups that
+// moved the counter hold one.
 //
 // A generation starts at offset 0 of its file with its start record and
 // a zero header after it, in one write, fdatasynced before any group of
@@ -122,11 +124,13 @@ const (
 	walMaxRecord  = 1 << 30 // larger lengths are garbage, not records
 	walMaxBuckets = 0x7f
 	walStart      = 0x7f                   // a start record's first payload byte
+	walSeq        = walDelete | walStart   // an entry that sets the sequence counter
 	walStartBody  = walRecordHead + 1 + 16 // a start record's body
 )
 
 // entry is one write of a group: a put of v under k in bucket b, or a
-// deletion when del is set.
+// deletion when del is set; or, when b is entrySeq, the sequence
+// counter's new value, 8 bytes in v.
 type entry struct {
 	b   int
 	del bool
@@ -157,6 +161,10 @@ type walEnd struct {
 	off     int64
 	last    uint32
 }
+
+// entrySeq is the bucket number of an entry that sets the sequence
+// counter.
+const entrySeq = -1
 
 // walSuffixes are the names of the log's files after the store's path,
 // by generation parity.
@@ -574,6 +582,14 @@ func nextRecord(data []byte) ([]byte, bool) {
 func decodeEntries(b []byte, numBuckets int) ([]entry, error) {
 	var es []entry
 	for len(b) > 0 {
+		if b[0] == walSeq {
+			if len(b) < 9 {
+				return nil, fmt.Errorf("entry %d: bad sequence number", len(es))
+			}
+			es = append(es, entry{b: entrySeq, v: bytes.Clone(b[1:9])})
+			b = b[9:]
+			continue
+		}
 		e := entry{b: int(b[0] &^ walDelete), del: b[0]&walDelete != 0}
 		if e.b >= numBuckets {
 			return nil, fmt.Errorf("entry %d: bucket %d does not exist", len(es), e.b)
@@ -605,6 +621,9 @@ func cutBytes(b []byte) (v, rest []byte, ok bool) {
 
 // appendEntry appends e's encoding to b.
 func appendEntry(b []byte, e entry) []byte {
+	if e.b == entrySeq {
+		return append(append(b, walSeq), e.v...)
+	}
 	op := byte(e.b)
 	if e.del {
 		op |= walDelete

@@ -4,13 +4,14 @@ import (
 	"os"
 
 	"github.com/plughost/plughost/sdk/store"
+	"github.com/plughost/plughost/sdk/store/storetest"
 )
 
 // LogEnd returns the suffix of the write-ahead log file the next record
 // goes to (after the ledger's path), and where in it: the end of its
 // last record.
 func LogEnd(l *Ledger) (string, int64) {
-	name, off := store.LogEnd(l.db)
+	name, off := storetest.LogEnd(l.db)
 	for _, suffix := range []string{".wal.1", ".wal"} {
 		if len(name) > len(suffix) && name[len(name)-len(suffix):] == suffix {
 			return suffix, off
@@ -23,7 +24,7 @@ func LogEnd(l *Ledger) (string, int64) {
 // does first, and leaves the last one's groups out of the bbolt file, as
 // a checkpoint that has not committed yet does.
 func Rotate(l *Ledger) {
-	if err := store.Rotate(l.db); err != nil {
+	if err := storetest.Rotate(l.db); err != nil {
 		panic(err)
 	}
 }
@@ -39,7 +40,7 @@ func WithOpenFile(opts Options, open func(string, int, os.FileMode) (*os.File, e
 
 // ForeignRecord returns a whole log record of generation gen, as another
 // ledger's log would hold.
-func ForeignRecord(gen uint64) []byte { return store.ForeignRecord(gen) }
+func ForeignRecord(gen uint64) []byte { return storetest.ForeignRecord(gen) }
 
 // WithMmapSize returns opts with bbolt's initial memory map of size
 // bytes, so that a checkpoint that grows the file past it remaps.

@@ -145,7 +145,7 @@ func Open(path string, opts Options) (*Ledger, error) {
 // receipt's seq.
 func (l *Ledger) verify() (uint64, error) {
 	var seq uint64
-	err := l.db.Scan([]int{bMeta, bAccounts, bReceipts}, func(s *store.Snapshot) (err error) {
+	err := l.db.Scan(func(s *store.Snapshot) (err error) {
 		seq, err = verifySnapshot(s)
 		return err
 	})
@@ -162,7 +162,7 @@ func verifySnapshot(s *store.Snapshot) (uint64, error) {
 		seq = getU64(meta, keySeq)
 		var sum uint64
 		overflow := false
-		s.Ascend(bAccounts, nil, func(_, v []byte) bool {
+		s.Ascend(bAccounts, nil, nil, func(_, v []byte) bool {
 			bal, _ := decodeAccount(v)
 			var carry uint64
 			sum, carry = bits.Add64(sum, bal, 0)
@@ -336,7 +336,7 @@ func (l *Ledger) Receipt(txID string) (Receipt, error) {
 // order.
 func (l *Ledger) Receipts(after uint64, limit int) ([]Receipt, error) {
 	var out []Receipt
-	err := l.db.Scan([]int{bReceipts}, func(s *store.Snapshot) error {
+	err := l.db.Scan(func(s *store.Snapshot) error {
 		// Seqs have no gaps: every seq up to the last has its receipt.
 		for seq := after + 1; seq > after && len(out) < limit; seq++ {
 			v := s.Get(bReceipts, u64(seq))
@@ -391,7 +391,7 @@ func (l *Ledger) Sweep(ctx context.Context, limit int) (int, error) {
 	err := l.db.Update(func(tx *store.Tx) error {
 		var expired [][]byte
 		if limit > 0 {
-			tx.Ascend(bIdemExp, nil, func(k, _ []byte) bool {
+			tx.Ascend(bIdemExp, nil, nil, func(k, _ []byte) bool {
 				if len(k) < 8 || binary.BigEndian.Uint64(k) > now {
 					return false
 				}
@@ -437,10 +437,10 @@ func (l *Ledger) Probe() error {
 // of the ledger): for tests and operators' checks, not for requests.
 func (l *Ledger) Audit() (Audit, error) {
 	var a Audit
-	err := l.db.Scan([]int{bMeta, bAccounts, bReceipts}, func(s *store.Snapshot) error {
+	err := l.db.Scan(func(s *store.Snapshot) error {
 		meta := bucketOf(s, bMeta)
 		a.Issued, a.Burned, a.Seq = getU64(meta, keyIssued), getU64(meta, keyBurned), getU64(meta, keySeq)
-		s.Ascend(bAccounts, nil, func(_, v []byte) bool {
+		s.Ascend(bAccounts, nil, nil, func(_, v []byte) bool {
 			bal, _ := decodeAccount(v)
 			var carry uint64
 			a.Balances, carry = bits.Add64(a.Balances, bal, 0)
@@ -448,7 +448,7 @@ func (l *Ledger) Audit() (Audit, error) {
 			a.Accounts++
 			return true
 		})
-		s.Ascend(bReceipts, nil, func(_, _ []byte) bool {
+		s.Ascend(bReceipts, nil, nil, func(_, _ []byte) bool {
 			a.Receipts++
 			return true
 		})
@@ -460,17 +460,14 @@ func (l *Ledger) Audit() (Audit, error) {
 // getter reads one bucket.
 type getter interface{ Get(k []byte) []byte }
 
-// bucketReader is what store.Snapshot and store.Tx read with.
-type bucketReader interface{ Get(b int, k []byte) []byte }
-
 type bucketGetter struct {
-	r bucketReader
+	r store.Reader
 	b int
 }
 
 func (g bucketGetter) Get(k []byte) []byte { return g.r.Get(g.b, k) }
 
-func bucketOf(r bucketReader, b int) getter { return bucketGetter{r, b} }
+func bucketOf(r store.Reader, b int) getter { return bucketGetter{r, b} }
 
 // txState applies operations of one group on the store's transaction.
 // Accounts are read once, changed in memory and written once by flush,

@@ -1,0 +1,216 @@
+package store
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+)
+
+// Limits of keys and values, which the bbolt file sets.
+const (
+	// MaxKeySize is the longest key Tx.Put takes.
+	MaxKeySize = 32768
+	// MaxValueSize is the longest value Tx.Put takes.
+	MaxValueSize = 1<<31 - 2 - frameBytes
+)
+
+// Tx is a group of writes being made by Update. It reads the state after
+// the last committed group and its own writes (it implements Reader).
+// It is valid only until fn returns, and only in fn's goroutine.
+type Tx struct {
+	reader
+	local  []layer
+	writes []entry
+	// seq is the sequence counter as the group leaves it; 0 while the
+	// group has not called NextSeq.
+	seq uint64
+}
+
+// Put writes v under k in bucket b. It copies k and v: the caller may
+// reuse them once Put returns. It returns ErrKeyRequired for an empty
+// key, ErrKeyTooLarge or ErrValueTooLarge past MaxKeySize or
+// MaxValueSize, and ErrNoBucket for a bucket number out of range: a
+// checkpoint must not meet a write it cannot make.
+func (t *Tx) Put(b int, k, v []byte) error {
+	if err := t.check(b, k); err != nil {
+		return err
+	}
+	if int64(len(v)) > MaxValueSize {
+		return ErrValueTooLarge
+	}
+	t.write(entry{b: b, k: bytes.Clone(k), v: append(make([]byte, 0, len(v)), v...)})
+	return nil
+}
+
+// Delete deletes k from bucket b. It fails as Put does.
+func (t *Tx) Delete(b int, k []byte) error {
+	if err := t.check(b, k); err != nil {
+		return err
+	}
+	t.write(entry{b: b, del: true, k: bytes.Clone(k)})
+	return nil
+}
+
+// DeleteRange deletes the keys of bucket b from from (inclusive; nil is
+// the first key) up to to (exclusive; nil is past the last key), as the
+// group sees them. Each key deleted is one write of the group's log
+// record: it suits ranges of the size a group writes. It returns a
+// *CorruptError if the range holds a damaged value.
+func (t *Tx) DeleteRange(b int, from, to []byte) error {
+	if err := t.checkBucket(b); err != nil {
+		return err
+	}
+	var keys [][]byte
+	t.Ascend(b, from, to, func(k, _ []byte) bool {
+		keys = append(keys, bytes.Clone(k))
+		return true
+	})
+	if t.err != nil {
+		return t.err
+	}
+	for _, k := range keys {
+		t.write(entry{b: b, del: true, k: k})
+	}
+	return nil
+}
+
+// NextSeq returns the store's next sequence number: 1 for the first, then
+// one more each call, in every group after it too. The counter is
+// durable with the group: a group that fails gives its numbers out again,
+// one that commits never. A store whose groups never call NextSeq keeps
+// no counter in its files.
+func (t *Tx) NextSeq() uint64 {
+	if t.seq == 0 {
+		t.seq = t.d.seq
+	}
+	t.seq++
+	return t.seq
+}
+
+func (t *Tx) checkBucket(b int) error {
+	if b < 0 || b >= len(t.d.buckets) {
+		return fmt.Errorf("%w: %d of %d", ErrNoBucket, b, len(t.d.buckets))
+	}
+	return nil
+}
+
+// check refuses a write of key k to bucket b that a checkpoint could not
+// make.
+func (t *Tx) check(b int, k []byte) error {
+	if err := t.checkBucket(b); err != nil {
+		return err
+	}
+	switch {
+	case len(k) == 0:
+		return ErrKeyRequired
+	case len(k) > MaxKeySize:
+		return ErrKeyTooLarge
+	}
+	return nil
+}
+
+func (t *Tx) write(e entry) {
+	t.writes = append(t.writes, e)
+	setItem(t.local, e)
+}
+
+// begin starts a group. The caller holds wmu, so ov is stable; the frozen
+// overlay and the read transaction are taken together under omu, so that
+// they show one state whether or not a checkpoint commits meanwhile.
+func (d *DB) begin() (*Tx, error) {
+	d.omu.RLock()
+	fz := d.frozen.Load()
+	tx, err := d.db.Begin(false)
+	d.omu.RUnlock()
+	if err != nil {
+		return nil, fmt.Errorf("begin read transaction: %w", d.mapErr(err))
+	}
+	t := &Tx{reader: reader{d: d, tx: tx}, local: make([]layer, len(d.buckets))}
+	t.ov = [3][]layer{t.local, d.ov.m, nil}
+	if fz != nil {
+		t.ov[2] = fz.m
+	}
+	return t, nil
+}
+
+// close ends the group's read transaction.
+func (t *Tx) close() { _ = t.tx.Rollback() }
+
+// Update runs fn against the state after the last committed group,
+// appends the writes it made to the write-ahead log as one record, and
+// returns once that is on disk (fdatasync): one disk write for the whole
+// group. On error nothing of fn's writes is kept. Updates take turns.
+func (d *DB) Update(fn func(*Tx) error) error {
+	d.wmu.Lock()
+	defer d.wmu.Unlock()
+	if d.closed.Load() {
+		return ErrClosed
+	}
+	if err := d.Err(); err != nil {
+		return err
+	}
+	if size := d.logSize.Load(); size >= logLimit*d.maxLog {
+		// Checkpoints have been failing or nobody calls them: one try
+		// here, then refuse rather than grow the log and the overlay
+		// without bound.
+		if err := d.checkpointNow(); err != nil {
+			return fmt.Errorf("write-ahead log holds %d bytes and checkpoints fail: %w", size, err)
+		}
+	}
+	t, err := d.begin()
+	if err != nil {
+		return err
+	}
+	err = func() error {
+		// The read transaction ends before the log's fdatasync and the
+		// wait for omu: a checkpoint whose commit grows bbolt's memory
+		// map waits for every read transaction, and readers that hold
+		// omu shared wait for that remap, so a writer holding one there
+		// would close a cycle. The writes hold no bbolt memory.
+		defer t.close()
+		err := d.contain(func() error { return fn(t) })
+		if t.err != nil {
+			// A damaged value explains whatever fn made of it.
+			return t.err
+		}
+		return err
+	}()
+	if err != nil {
+		d.noteCorrupt(err)
+		return err
+	}
+	if t.seq != 0 {
+		t.writes = append(t.writes, entry{b: entrySeq, v: encodeSeq(t.seq)})
+	}
+	if len(t.writes) == 0 {
+		return nil
+	}
+	n, err := d.log.append(t.writes)
+	if err != nil {
+		if terr := d.log.erase(); terr != nil {
+			// The record may be on disk, and a recovery would replay
+			// it: nobody can be told the group did not happen.
+			d.fail(fmt.Errorf("%w: %w: write-ahead log record (%w) could not be erased after its write failed: %w", ErrFailed, ErrOutcomeUnknown, err, terr))
+			return d.Err()
+		}
+		return err
+	}
+	if t.seq != 0 {
+		d.seq = t.seq
+	}
+	d.logSize.Add(int64(n))
+	d.first.CompareAndSwap(0, d.clock())
+	d.omu.Lock()
+	d.ov.add(t.writes)
+	d.omu.Unlock()
+	return nil
+}
+
+func encodeSeq(v uint64) []byte { return binary.BigEndian.AppendUint64(nil, v) }
+
+func decodeSeq(b []byte) uint64 {
+	if len(b) != 8 {
+		return 0
+	}
+	return binary.BigEndian.Uint64(b)
+}
