@@ -59,21 +59,10 @@ func runCheck(args []string, stdout, stderr io.Writer) error {
 	if errors.Is(err, ledger.ErrLocked) {
 		return &exitError{1, fmt.Errorf("wallet check %s: the wallet is running; stop it first: %w", dir, err)}
 	}
-	for _, p := range rep.Problems {
-		fmt.Fprintf(stdout, "problem: %s\n", p)
-	}
-	if rep.Omitted > 0 {
-		fmt.Fprintf(stdout, "problem: %d more not listed\n", rep.Omitted)
-	}
-	if t := rep.Trimmed; t != nil {
-		fmt.Fprintf(stdout, "torn tail: %s record %d at offset %d (%d bytes), never acknowledged; the wallet leaves it out when it opens\n", t.File, t.Record, t.Offset, t.Bytes)
-	}
+	rep.Print(stdout, nil)
 	verb := "a repair drops"
 	if rep.Repaired {
 		verb = "dropped"
-	}
-	for _, d := range rep.Drops {
-		fmt.Fprintf(stdout, "%s: %s records %d to %d of generation %d (%d records, %d bytes from offset %d)\n", verb, d.File, d.First, d.Last, d.Gen, d.Records, d.Bytes, d.Offset)
 	}
 	if rep.Drops != nil {
 		to := "an unknown last seq"

@@ -91,7 +91,7 @@ func (c CheckCommand) Run(args []string, stdout, stderr io.Writer) int {
 			rep.Problems = append(rep.Problems, Problem{File: c.File, What: verr.Error()})
 		}
 	}
-	c.print(stdout, rep)
+	rep.Print(stdout, c.Dropped)
 	n := len(rep.Problems) + rep.Omitted
 	switch {
 	case rep.Repaired && verr == nil:
@@ -108,24 +108,27 @@ func (c CheckCommand) Run(args []string, stdout, stderr io.Writer) int {
 	return 1
 }
 
-func (c CheckCommand) print(w io.Writer, rep Report) {
-	for _, p := range rep.Problems {
+// Print writes the report as CheckCommand does, a line per problem, the
+// torn tail and each run of records a repair drops (or dropped), with
+// dropped's lines, if set, under each run.
+func (r Report) Print(w io.Writer, dropped func(Drop) []string) {
+	for _, p := range r.Problems {
 		fmt.Fprintf(w, "problem: %s\n", p)
 	}
-	if rep.Omitted > 0 {
-		fmt.Fprintf(w, "problem: %d more not listed\n", rep.Omitted)
+	if r.Omitted > 0 {
+		fmt.Fprintf(w, "problem: %d more not listed\n", r.Omitted)
 	}
-	if t := rep.Trimmed; t != nil {
+	if t := r.Trimmed; t != nil {
 		fmt.Fprintf(w, "torn tail: %s record %d at offset %d (%d bytes), never acknowledged; the plugin leaves it out when it opens\n", t.File, t.Record, t.Offset, t.Bytes)
 	}
 	verb := "a repair drops"
-	if rep.Repaired {
+	if r.Repaired {
 		verb = "dropped"
 	}
-	for _, d := range rep.Drops {
+	for _, d := range r.Drops {
 		fmt.Fprintf(w, "%s: %s records %d to %d of generation %d (%d records, %d bytes from offset %d)\n", verb, d.File, d.First, d.Last, d.Gen, d.Records, d.Bytes, d.Offset)
-		if c.Dropped != nil {
-			for _, line := range c.Dropped(d) {
+		if dropped != nil {
+			for _, line := range dropped(d) {
 				fmt.Fprintf(w, "  %s\n", line)
 			}
 		}
