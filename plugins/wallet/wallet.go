@@ -464,7 +464,7 @@ func (w *wallet) drain(ctx context.Context) error {
 		run.logger.Warn("leaving the ledger open: a commit is still stalled on the disk")
 		return errors.Join(errs...)
 	}
-	run.sweeper.Stop()
+	_ = run.sweeper.Stop(context.WithoutCancel(ctx))
 	if err := run.ledger.Close(); err != nil {
 		errs = append(errs, err)
 	}

@@ -327,7 +327,7 @@ func (c *Committer) Close(ctx context.Context) error {
 		case <-c.idle:
 		case <-ctx.Done():
 		}
-		c.workers.Stop()
+		_ = c.workers.Stop(context.Background())
 		c.abortQueued()
 	})
 	if f := c.last.Load(); f != nil && !ended(ctx, f.done) {
