@@ -16,7 +16,7 @@ import (
 	"github.com/plughost/plughost/sdk/backoff"
 	"github.com/plughost/plughost/sdk/breaker"
 	"github.com/plughost/plughost/sdk/group"
-	"github.com/plughost/plughost/sdk/queue"
+	"github.com/plughost/plughost/sdk/workq"
 )
 
 // FaultPoint is the fault point that runs right before each commit.
@@ -129,7 +129,7 @@ type Committer struct {
 	tries    int
 	cooldown time.Duration
 
-	q       *queue.Queue[*job]
+	q       *workq.Queue[*job]
 	turn    chan struct{} // holds the token of the right to dequeue
 	workers *group.Group
 	n       int
@@ -224,7 +224,7 @@ func New(opts Options) (*Committer, error) {
 	if capacity <= 0 {
 		capacity = DefaultQueueCapacity
 	}
-	q, err := queue.New[*job](queue.Options{Name: "commit", Capacity: capacity})
+	q, err := workq.New[*job](workq.Options{Name: "commit", Capacity: capacity})
 	if err != nil {
 		return nil, fmt.Errorf("new committer: %w", err)
 	}
@@ -276,10 +276,10 @@ func (c *Committer) Submit(op ledger.Op, done func(ledger.Result, error)) error 
 	}
 	err := c.q.TryEnqueue(&job{op: op, done: done})
 	switch {
-	case errors.Is(err, queue.ErrBusy):
+	case errors.Is(err, workq.ErrBusy):
 		c.m.dropped.Inc()
 		return fmt.Errorf("%w: %d operations waiting: %w", ErrBusy, c.q.Cap(), err)
-	case errors.Is(err, queue.ErrClosed):
+	case errors.Is(err, workq.ErrClosed):
 		return fmt.Errorf("%w: %w", ErrDraining, err)
 	}
 	return err
@@ -425,7 +425,7 @@ func (c *Committer) work(ctx context.Context) error {
 		g, err := c.take(ctx)
 		if err != nil {
 			pass()
-			if errors.Is(err, queue.ErrClosed) && c.drained.Add(1) == int32(c.n) {
+			if errors.Is(err, workq.ErrClosed) && c.drained.Add(1) == int32(c.n) {
 				close(c.idle)
 			}
 			return nil
