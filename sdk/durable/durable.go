@@ -454,8 +454,10 @@ func (c *Committer[Op, Res]) CheckpointSoon() { c.kickCheckpointer() }
 // Health says whether the committer takes writes, from memory: degraded,
 // with the reason, while the store refuses writes (Store.Err), while a
 // commit is stalled and while the breaker is open or half-open; not ready
-// once the store is closed; else ready. A plugin's Health hook can return
-// it as it is.
+// while Store.Err wraps ErrClosed; else ready. *store.DB's Err does not
+// report its closing, so a plugin's Health hook answers not ready for a
+// closed store (DB.Closed) itself, and otherwise can return Health as it
+// is.
 func (c *Committer[Op, Res]) Health() sdk.Health {
 	if err := c.store.Err(); err != nil {
 		// Reads are still served from what was committed: degraded, so
