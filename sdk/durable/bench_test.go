@@ -13,6 +13,9 @@ import (
 	"github.com/plughost/plughost/sdk/store"
 )
 
+// *store.DB is a Store as it is.
+var _ durable.Store = (*store.DB)(nil)
+
 // benchPut is one small write: a key and a 32-byte value.
 type benchPut struct{ key, value []byte }
 
