@@ -508,7 +508,6 @@ func (c *Committer[Op, Res]) lastErrorSuffix() string {
 // otherwise counts the aborted operations. Calling Close more than once
 // is safe; a later call waits again for what is still stalled.
 func (c *Committer[Op, Res]) Close(ctx context.Context) error {
-	var stopErr error
 	c.once.Do(func() {
 		c.q.Close()
 		select {
@@ -519,11 +518,11 @@ func (c *Committer[Op, Res]) Close(ctx context.Context) error {
 		// once cancelled; the margin covers its callbacks.
 		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.timeout+time.Second)
 		defer cancel()
-		stopErr = c.workers.Stop(wctx)
+		_ = c.workers.Stop(wctx) // checked below, on every call
 		c.abortQueued()
 	})
-	if stopErr != nil {
-		return fmt.Errorf("close committer: a committer %w: %w", ErrStalled, stopErr)
+	if err := c.workers.Stop(ctx); err != nil {
+		return fmt.Errorf("close committer: a committer %w: %w", ErrStalled, err)
 	}
 	if f := c.last.Load(); f != nil && !ended(ctx, f.done) {
 		return fmt.Errorf("close committer: a commit %w: %d operations have waited for %v", ErrStalled, f.n, time.Since(f.start).Round(time.Millisecond))

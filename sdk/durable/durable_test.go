@@ -388,6 +388,26 @@ func TestCloseBounded(t *testing.T) {
 			t.Errorf("Settled got %v, want the stalled group once", got)
 		}
 	})
+	t.Run("callback", func(t *testing.T) {
+		// A callback that blocks breaks Submit's contract; Close still
+		// returns, a commit timeout and a second after its deadline.
+		f := newFixture(t, durable.Options[int, uint64]{Committers: 1, CommitTimeout: 50 * time.Millisecond})
+		entered, release := make(chan struct{}), make(chan struct{})
+		t.Cleanup(func() {
+			select {
+			case <-release:
+			default:
+				close(release)
+			}
+		})
+		if err := f.c.Submit(-1, func(uint64, error) { close(entered); <-release }); err != nil {
+			t.Fatalf("Submit() = %v", err)
+		}
+		<-entered
+		closeWithin(t, f, 100*time.Millisecond, durable.ErrStalled)
+		close(release)
+		closeWithin(t, f, 10*time.Second, nil)
+	})
 	t.Run("checkpoint", func(t *testing.T) {
 		f := newFixture(t, durable.Options[int, uint64]{Committers: 1})
 		hold := make(chan struct{})
