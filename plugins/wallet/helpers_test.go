@@ -17,8 +17,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/plughost/plughost/host/plugintest"
-	"github.com/plughost/plughost/plugins/wallet/internal/committer"
 	"github.com/plughost/plughost/sdk"
+	"github.com/plughost/plughost/sdk/durable"
 )
 
 func TestMain(m *testing.M) {
@@ -50,7 +50,7 @@ type testWallet struct {
 // when empty). faults, if not nil, stands in for the Runtime's fault
 // points. The wallet is drained when the test ends, before the harness
 // stops, so that nothing it started outlives the test.
-func start(t *testing.T, config string, faults committer.Injector, dir string) *testWallet {
+func start(t *testing.T, config string, faults durable.Injector, dir string) *testWallet {
 	t.Helper()
 	w := &wallet{faults: faults, now: plugintest.Now}
 	if dir == "" {

@@ -16,13 +16,14 @@ import (
 
 	"github.com/plughost/plughost/plugins/wallet/internal/api"
 	"github.com/plughost/plughost/plugins/wallet/internal/bus"
-	"github.com/plughost/plughost/plugins/wallet/internal/committer"
 	"github.com/plughost/plughost/plugins/wallet/internal/ledger"
 	"github.com/plughost/plughost/plugins/wallet/internal/view"
 	"github.com/plughost/plughost/sdk"
 	"github.com/plughost/plughost/sdk/breaker"
+	"github.com/plughost/plughost/sdk/durable"
 	"github.com/plughost/plughost/sdk/group"
 	"github.com/plughost/plughost/sdk/store"
+	"github.com/plughost/plughost/sdk/workq"
 )
 
 // version is the plugin's version, reported to the host.
@@ -168,7 +169,7 @@ func (c config) check() (settings, error) {
 type wallet struct {
 	// faults, if set, stands in for the Runtime's fault points; tests set
 	// it to hold or fail commits without the host's admin API.
-	faults committer.Injector
+	faults durable.Injector
 	// now, if set, is the ledger's clock (receipts' committed_at and
 	// idempotency expiry); tests set it to the suite's clock.
 	now func() time.Time
@@ -180,7 +181,7 @@ type wallet struct {
 type running struct {
 	logger    hclog.Logger
 	ledger    *ledger.Ledger
-	committer *committer.Committer
+	committer *committer
 	api       *api.API
 	sweeper   *group.Group
 }
@@ -267,8 +268,8 @@ func (w *wallet) configure(_ context.Context, rt *sdk.Runtime) (err error) {
 		Help: "Values dropped for slow subscribers of a bus, by bus.",
 	}, []string{"bus"})
 	eventsDropped := prometheus.NewCounter(prometheus.CounterOpts{
-		Name:        committer.QueueDroppedName,
-		Help:        committer.QueueDroppedHelp,
+		Name:        workq.DroppedName,
+		Help:        workq.DroppedHelp,
 		ConstLabels: prometheus.Labels{"queue": "events"},
 	})
 	events := bus.New[*ledger.Receipt](s.eventsBuffer, lagged.WithLabelValues("events"), eventsDropped)
@@ -276,8 +277,15 @@ func (w *wallet) configure(_ context.Context, rt *sdk.Runtime) (err error) {
 	// The API is built after the committer, which hands it the
 	// operations of stalled commits once they land.
 	var apiOf atomic.Pointer[api.API]
-	cm, err := committer.New(committer.Options{
-		Ledger:        l,
+	announce := func(rs []*ledger.Receipt) {
+		var touched []string
+		for _, r := range rs {
+			touched = append(touched, r.Accounts()...)
+		}
+		v.Advance(rs[len(rs)-1].Seq, touched)
+		events.Publish(rs...)
+	}
+	cm, err := newCommitter(l, announce, commitOptions{
 		Faults:        faults,
 		Logger:        rt.Logger.Named("committer"),
 		Registerer:    rt.Registerer,
@@ -286,19 +294,16 @@ func (w *wallet) configure(_ context.Context, rt *sdk.Runtime) (err error) {
 		MaxBatch:      s.maxBatch,
 		CommitTimeout: s.commitTimeout,
 		Breaker:       s.breaker,
-		Announce: func(rs []*ledger.Receipt) {
-			var touched []string
-			for _, r := range rs {
-				touched = append(touched, r.Accounts()...)
-			}
-			v.Advance(rs[len(rs)-1].Seq, touched)
-			events.Publish(rs...)
-		},
 		Settled: func(ops []ledger.Op) {
 			if a := apiOf.Load(); a != nil {
 				a.Settled(ops)
 			}
 		},
+		Scrub: func() (bool, error) {
+			st, err := l.Store().Scrub(scrubSlice)
+			return st.Wrapped, err
+		},
+		ScrubEvery: scrubInterval,
 	})
 	if err != nil {
 		return err
@@ -309,16 +314,14 @@ func (w *wallet) configure(_ context.Context, rt *sdk.Runtime) (err error) {
 		_ = cm.Close(ctx)
 	})
 
-	depth := func(queue string, f func() int) prometheus.Collector {
-		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name:        "queue_depth",
-			Help:        "Items waiting in a bounded queue, by queue.",
-			ConstLabels: prometheus.Labels{"queue": queue},
-		}, func() float64 { return float64(f()) })
-	}
+	eventsDepth := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name:        workq.DepthName,
+		Help:        workq.DepthHelp,
+		ConstLabels: prometheus.Labels{"queue": "events"},
+	}, func() float64 { return float64(events.Buffered()) })
 	sweepers := prometheus.NewCounter(prometheus.CounterOpts{
-		Name:        committer.TasksSpawnedName,
-		Help:        committer.TasksSpawnedHelp,
+		Name:        durable.TasksSpawnedName,
+		Help:        durable.TasksSpawnedHelp,
 		ConstLabels: prometheus.Labels{"kind": "sweeper"},
 	})
 	corruption := prometheus.NewCounterFunc(prometheus.CounterOpts{
@@ -329,11 +332,7 @@ func (w *wallet) configure(_ context.Context, rt *sdk.Runtime) (err error) {
 		Name: "wallet_checkpoint_lag_seconds",
 		Help: "How long the oldest group not yet checkpointed into the ledger's bbolt file has waited in the write-ahead log; 0 exactly when none waits and no checkpoint is writing the file.",
 	}, func() float64 { return l.Store().CheckpointLag().Seconds() })
-	scrubPasses := prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "wallet_scrub_passes_total",
-		Help: "Passes of the scrubber over every value of the ledger's bbolt file completed.",
-	})
-	for _, col := range []prometheus.Collector{lagged, eventsDropped, sweepers, corruption, checkpointLag, scrubPasses, depth("commit", cm.QueueLen), depth("events", events.Buffered)} {
+	for _, col := range []prometheus.Collector{lagged, eventsDropped, sweepers, corruption, checkpointLag, eventsDepth} {
 		if err := rt.Registerer.Register(col); err != nil {
 			return fmt.Errorf("register metrics: %w", err)
 		}
@@ -357,7 +356,6 @@ func (w *wallet) configure(_ context.Context, rt *sdk.Runtime) (err error) {
 	sweeper := group.New(rt.Context(), group.Options{Logger: rt.Logger.Named("sweeper")})
 	sweepers.Inc()
 	sweeper.Go("idempotency-sweeper", func(ctx context.Context) error { return sweep(ctx, l, cm, rt.Logger) })
-	sweeper.Go("scrubber", func(ctx context.Context) error { return scrub(ctx, l, scrubPasses, rt.Logger) })
 
 	w.running.Store(&running{logger: rt.Logger, ledger: l, committer: cm, api: a, sweeper: sweeper})
 	rt.Logger.Info("configured", "path", path, "seq", l.Seq(), "committers", s.committers,
@@ -368,7 +366,7 @@ func (w *wallet) configure(_ context.Context, rt *sdk.Runtime) (err error) {
 // sweep deletes expired idempotency records every sweepInterval until ctx
 // ends. Each group deletes at most sweepBatch records, so a backlog is
 // worked off in short groups between the commits.
-func sweep(ctx context.Context, l *ledger.Ledger, cm *committer.Committer, logger hclog.Logger) error {
+func sweep(ctx context.Context, l *ledger.Ledger, cm *committer, logger hclog.Logger) error {
 	t := time.NewTicker(sweepInterval)
 	defer t.Stop()
 	for {
@@ -392,35 +390,6 @@ func sweep(ctx context.Context, l *ledger.Ledger, cm *committer.Committer, logge
 		// The sweep's groups wait in the write-ahead log, and a quiet
 		// wallet has no commits after which the checkpointer would look.
 		cm.CheckpointSoon()
-	}
-}
-
-// scrub re-verifies the ledger file's checksums, scrubSlice values every
-// scrubInterval, until ctx ends, and counts the passes it completes over
-// the whole file. Damage makes the store refuse writes (health turns
-// degraded with the reason) and is logged once.
-func scrub(ctx context.Context, l *ledger.Ledger, passes prometheus.Counter, logger hclog.Logger) error {
-	t := time.NewTicker(scrubInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-		st, err := l.Store().Scrub(scrubSlice)
-		if st.Wrapped {
-			passes.Inc()
-		}
-		if err != nil {
-			if errors.Is(err, ledger.ErrCorrupt) {
-				logger.Error("scrubber found damaged storage; writes are refused", "error", err)
-				return nil
-			}
-			if ctx.Err() == nil && !errors.Is(err, ledger.ErrClosed) {
-				logger.Warn("scrubbing the ledger failed", "error", err)
-			}
-		}
 	}
 }
 
@@ -453,7 +422,7 @@ func (w *wallet) drain(ctx context.Context) error {
 	stalled := false
 	if err := run.committer.Close(cctx); err != nil {
 		errs = append(errs, err)
-		stalled = errors.Is(err, committer.ErrStalled)
+		stalled = errors.Is(err, durable.ErrStalled)
 	}
 	if err := run.api.Close(ctx); err != nil {
 		errs = append(errs, err)
@@ -464,7 +433,11 @@ func (w *wallet) drain(ctx context.Context) error {
 		run.logger.Warn("leaving the ledger open: a commit is still stalled on the disk")
 		return errors.Join(errs...)
 	}
-	run.sweeper.Stop()
+	if err := run.sweeper.Stop(ctx); err != nil {
+		// The sweeper's transaction holds the ledger's writer lock.
+		run.logger.Warn("leaving the ledger open: the idempotency sweeper has not stopped", "error", err)
+		return errors.Join(append(errs, err)...)
+	}
 	if err := run.ledger.Close(); err != nil {
 		errs = append(errs, err)
 	}
@@ -474,8 +447,9 @@ func (w *wallet) drain(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// health answers from memory: not ready once the ledger is closed or has
-// failed, degraded while the circuit breaker is not closed.
+// health answers from memory: not ready before configure and once the
+// ledger is closed; otherwise the committer's health, degraded while the
+// ledger refuses writes, a commit is stalled or the breaker is not closed.
 func (w *wallet) health(context.Context) sdk.Health {
 	run := w.running.Load()
 	switch {
@@ -484,31 +458,8 @@ func (w *wallet) health(context.Context) sdk.Health {
 	case run.ledger.Closed():
 		return sdk.Health{Status: sdk.StatusNotReady, Reason: "ledger closed"}
 	}
-	if err := run.ledger.Err(); err != nil {
-		// Reads are still served from what was committed: degraded, so
-		// that a load balancer can take writes away (/readyz/wallet).
-		if errors.Is(err, ledger.ErrCorrupt) {
-			return sdk.Health{Status: sdk.StatusDegraded, Reason: "writes refused: " + err.Error()}
-		}
-		return sdk.Health{Status: sdk.StatusDegraded, Reason: "writes refused after a disk error, recovering as the circuit breaker probes: " + err.Error()}
-	}
-	if d, ok := run.committer.Stalled(); ok {
-		return sdk.Health{Status: sdk.StatusDegraded, Reason: fmt.Sprintf("ledger commit stalled: the disk has not finished a write for %v; POSTs answer 503, reads are served", d.Round(time.Millisecond))}
-	}
-	switch run.committer.BreakerState() {
-	case breaker.StateOpen:
-		return sdk.Health{Status: sdk.StatusDegraded, Reason: "ledger commits are failing: circuit breaker open, POSTs answer 503, reads are served" + lastCommitError(run.committer)}
-	case breaker.StateHalfOpen:
-		return sdk.Health{Status: sdk.StatusDegraded, Reason: "ledger circuit breaker half-open: probing commits after failures" + lastCommitError(run.committer)}
-	}
-	return sdk.Health{Status: sdk.StatusReady}
-}
-
-// lastCommitError is ": " and the last failed commit's error, or "":
-// the operator reads in the health reason what the disk said.
-func lastCommitError(c *committer.Committer) string {
-	if err := c.LastError(); err != nil {
-		return ": " + err.Error()
-	}
-	return ""
+	// Reads are still served from what was committed while writes are
+	// refused: degraded, so that a load balancer can take writes away
+	// (/readyz/wallet).
+	return run.committer.Health()
 }

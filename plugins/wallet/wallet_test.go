@@ -17,7 +17,6 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/plughost/plughost/host/plugintest"
-	"github.com/plughost/plughost/plugins/wallet/internal/committer"
 	"github.com/plughost/plughost/plugins/wallet/internal/wallettest"
 	"github.com/plughost/plughost/sdk"
 )
@@ -340,7 +339,7 @@ commit_timeout = "1m"`, gate, "")
 }
 
 func TestLedgerStall(t *testing.T) {
-	faults := faultSet(sdk.Fault{Point: committer.FaultPoint, Delay: time.Hour})
+	faults := faultSet(sdk.Fault{Point: commitFaultPoint, Delay: time.Hour})
 	tw := start(t, `
 commit_timeout = "100ms"
 breaker {
@@ -409,7 +408,7 @@ func paidThenFailing(t *testing.T, config string) (*testWallet, response) {
 	faults := faultSet()
 	tw := start(t, config, faults, "")
 	first := tw.mustPost("/v1/issue", "paid", `{"to":"x","amount":3}`, 200)
-	faults.Set([]sdk.Fault{{Point: committer.FaultPoint, Error: "disk on fire"}})
+	faults.Set([]sdk.Fault{{Point: commitFaultPoint, Error: "disk on fire"}})
 	return tw, first
 }
 
@@ -448,7 +447,7 @@ breaker {
 }
 
 func TestBreaker(t *testing.T) {
-	faults := faultSet(sdk.Fault{Point: committer.FaultPoint, Error: "disk on fire"})
+	faults := faultSet(sdk.Fault{Point: commitFaultPoint, Error: "disk on fire"})
 	// The cool-down must outlast everything checked while the breaker is
 	// open: the first POST's own retry after the breaker opens, two metric
 	// reads, a POST and a health check. At 300ms a busy machine could let

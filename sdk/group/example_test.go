@@ -16,7 +16,7 @@ func Example() {
 			fmt.Printf("restarting %s: %v\n", name, reason)
 		},
 	})
-	defer g.Stop()
+	defer func() { _ = g.Stop(context.Background()) }()
 
 	// Runs of one worker never overlap, so runs needs no lock.
 	runs := 0

@@ -44,9 +44,12 @@ type Group struct {
 	policy    backoff.Policy
 	onRestart func(name string, reason error)
 
-	mu      sync.Mutex // guards stopped and orders wg.Add before wg.Wait
+	mu      sync.Mutex // guards stopped and done, and orders wg.Add before wg.Wait
 	stopped bool
 	wg      sync.WaitGroup
+	// done is closed once every worker has returned after Stop; the
+	// goroutine that closes it ends with the last worker.
+	done chan struct{}
 }
 
 // New returns a Group whose workers get a context derived from ctx. Workers
@@ -81,15 +84,38 @@ func (g *Group) Go(name string, fn func(ctx context.Context) error) {
 }
 
 // Stop cancels the context of every worker and waits until all of them have
-// returned, including those waiting out a backoff delay. It returns as soon
-// as the slowest worker returns from its fn. Calling Stop more than once, or
-// concurrently, is safe.
-func (g *Group) Stop() {
+// returned, including those waiting out a backoff delay, or until ctx ends.
+// It returns nil as soon as the slowest worker returns from its fn. If ctx
+// ends first, it returns an error wrapping ctx.Err(): the workers are
+// cancelled all the same and are still owned by the group, and a later Stop
+// waits for them again. Calling Stop more than once, or concurrently, is
+// safe.
+func (g *Group) Stop(ctx context.Context) error {
 	g.mu.Lock()
 	g.stopped = true
+	if g.done == nil {
+		g.done = make(chan struct{})
+		// Go adds no worker after stopped is set, so Wait cannot race an
+		// Add; this goroutine ends with the last worker.
+		go func() {
+			g.wg.Wait()
+			close(g.done)
+		}()
+	}
+	done := g.done
 	g.mu.Unlock()
 	g.cancel()
-	g.wg.Wait()
+	select {
+	case <-done:
+		return nil
+	default:
+	}
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("stop group: workers still running: %w", ctx.Err())
+	}
 }
 
 // supervise runs fn until it is finished, restarting it after failures.

@@ -138,7 +138,7 @@ func TestRestartAfterFailure(t *testing.T) {
 			logger, logs := newLogger(t)
 			var r restarts
 			g := group.New(t.Context(), group.Options{Logger: logger, Backoff: fastBackoff, OnRestart: r.record})
-			t.Cleanup(g.Stop)
+			t.Cleanup(func() { _ = g.Stop(context.Background()) })
 
 			var runs atomic.Int32
 			g.Go("w", func(ctx context.Context) error {
@@ -149,7 +149,7 @@ func TestRestartAfterFailure(t *testing.T) {
 				return ctx.Err()
 			})
 			waitFor(t, "2 restarts", func() bool { return len(r.get()) == 2 })
-			g.Stop()
+			stop(t, g)
 
 			if got := runs.Load(); got != 3 {
 				t.Errorf("worker ran %d times, want 3", got)
@@ -195,7 +195,7 @@ func TestNilReturnNotRestarted(t *testing.T) {
 	// An hour-long backoff means a wrongful restart would leave the worker's
 	// goroutine parked, for goleak to find.
 	g := group.New(t.Context(), group.Options{Backoff: backoff.Policy{Initial: time.Hour}, OnRestart: r.record})
-	t.Cleanup(g.Stop)
+	t.Cleanup(func() { _ = g.Stop(context.Background()) })
 
 	before := goleak.IgnoreCurrent()
 	var runs atomic.Int32
@@ -230,7 +230,7 @@ func TestStopJoins(t *testing.T) {
 		})
 	}
 	waitFor(t, "all workers to start", func() bool { return started.Load() == workers })
-	g.Stop()
+	stop(t, g)
 
 	if got := finished.Load(); got != workers {
 		t.Errorf("after Stop, %d workers returned, want %d", got, workers)
@@ -238,7 +238,7 @@ func TestStopJoins(t *testing.T) {
 	if got := r.get(); len(got) != 0 {
 		t.Errorf("OnRestart calls = %v, want none for workers returning ctx.Err()", got)
 	}
-	g.Stop() // a second Stop returns at once
+	stop(t, g) // a second Stop returns at once
 }
 
 func TestStopDuringBackoff(t *testing.T) {
@@ -256,7 +256,7 @@ func TestStopDuringBackoff(t *testing.T) {
 
 	stopped := make(chan struct{})
 	go func() {
-		g.Stop()
+		stop(t, g)
 		close(stopped)
 	}()
 	select {
@@ -276,7 +276,7 @@ func TestParentContextCancel(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	var r restarts
 	g := group.New(ctx, group.Options{Backoff: fastBackoff, OnRestart: r.record})
-	t.Cleanup(g.Stop)
+	t.Cleanup(func() { _ = g.Stop(context.Background()) })
 
 	returned := make(chan error, 1)
 	g.Go("w", func(ctx context.Context) error {
@@ -293,7 +293,7 @@ func TestParentContextCancel(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("worker still running 10s after the parent context was canceled")
 	}
-	g.Stop()
+	stop(t, g)
 	if got := r.get(); len(got) != 0 {
 		t.Errorf("OnRestart calls = %v, want none", got)
 	}
@@ -301,7 +301,7 @@ func TestParentContextCancel(t *testing.T) {
 
 func TestGoAfterStop(t *testing.T) {
 	g := group.New(t.Context(), group.Options{})
-	g.Stop()
+	stop(t, g)
 
 	before := goleak.IgnoreCurrent()
 	release := make(chan struct{})
@@ -326,7 +326,7 @@ func TestBackoffResetsAfterLongRun(t *testing.T) {
 	var r restarts
 	policy := backoff.Policy{Initial: time.Millisecond, Max: 100 * time.Millisecond, Jitter: -1}
 	g := group.New(t.Context(), group.Options{Logger: logger, Backoff: policy, OnRestart: r.record})
-	t.Cleanup(g.Stop)
+	t.Cleanup(func() { _ = g.Stop(context.Background()) })
 
 	var runs atomic.Int32
 	g.Go("w", func(ctx context.Context) error {
@@ -347,7 +347,7 @@ func TestBackoffResetsAfterLongRun(t *testing.T) {
 		}
 	})
 	waitFor(t, "4 restarts", func() bool { return len(r.get()) == 4 })
-	g.Stop()
+	stop(t, g)
 
 	var attempts []float64
 	for _, rec := range logs.records(t, "restarting worker") {
@@ -357,4 +357,40 @@ func TestBackoffResetsAfterLongRun(t *testing.T) {
 	if want := []float64{0, 1, 2, 0}; !slices.Equal(attempts, want) {
 		t.Errorf("restart attempts = %v, want %v", attempts, want)
 	}
+}
+
+// stop stops g and fails the test if its workers outlast 10s.
+func stop(t *testing.T, g *group.Group) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := g.Stop(ctx); err != nil {
+		t.Fatalf("Stop() = %v, want nil", err)
+	}
+}
+
+// TestStopDeadline: a worker that ignores its context holds Stop only
+// until Stop's own deadline, which it reports; once the worker returns, a
+// later Stop waits for it and returns nil.
+func TestStopDeadline(t *testing.T) {
+	g := group.New(t.Context(), group.Options{})
+	release := make(chan struct{})
+	entered := make(chan struct{})
+	g.Go("stuck", func(context.Context) error {
+		close(entered)
+		<-release // ignores its context, as a call stalled on a disk would
+		return nil
+	})
+	<-entered
+	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	if err := g.Stop(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Stop() with a stuck worker = %v, want context.DeadlineExceeded", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("Stop() returned after %v, want about its 50ms deadline", d)
+	}
+	close(release)
+	stop(t, g)
 }

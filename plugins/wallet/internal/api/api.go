@@ -34,10 +34,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/plughost/plughost/plugins/wallet/internal/bus"
-	"github.com/plughost/plughost/plugins/wallet/internal/committer"
 	"github.com/plughost/plughost/plugins/wallet/internal/ledger"
 	"github.com/plughost/plughost/plugins/wallet/internal/view"
 	"github.com/plughost/plughost/sdk"
+	"github.com/plughost/plughost/sdk/durable"
 )
 
 // Register declares the API's routes on mux, relative to the mount point.
@@ -82,7 +82,7 @@ func Register(mux *sdk.Mux, current func() *API) {
 // Options configure New; all but Logger and Registerer are required.
 type Options struct {
 	Ledger     *ledger.Ledger
-	Committer  *committer.Committer
+	Committer  *durable.Committer[ledger.Op, ledger.Result]
 	View       *view.View
 	Events     *bus.Bus[*ledger.Receipt]
 	Logger     hclog.Logger
@@ -101,7 +101,7 @@ type Options struct {
 // API serves the wallet's routes. Create one with New and call Close.
 type API struct {
 	ledger    *ledger.Ledger
-	committer *committer.Committer
+	committer *durable.Committer[ledger.Op, ledger.Result]
 	view      *view.View
 	events    *bus.Bus[*ledger.Receipt]
 	logger    hclog.Logger
@@ -216,7 +216,7 @@ func (a *API) submit(w http.ResponseWriter, r *http.Request, kind ledger.Kind, k
 		// A commit stalled on the disk may still apply it: then the
 		// claim lasts until Settled, and a retry meanwhile is told the
 		// key is in use, never that nothing was applied.
-		if !errors.Is(err, committer.ErrStalled) {
+		if !errors.Is(err, durable.ErrStalled) {
 			a.claims.release(key)
 		}
 		done <- outcome{res, err}
@@ -229,7 +229,7 @@ func (a *API) submit(w http.ResponseWriter, r *http.Request, kind ledger.Kind, k
 		if replayed {
 			return
 		}
-		if errors.Is(err, committer.ErrBusy) {
+		if errors.Is(err, durable.ErrBusy) {
 			a.busy.WithLabelValues(kind.String()).Inc()
 		}
 		a.writeError(w, err)

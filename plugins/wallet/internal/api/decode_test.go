@@ -11,8 +11,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"go.uber.org/goleak"
 
-	"github.com/plughost/plughost/plugins/wallet/internal/committer"
 	"github.com/plughost/plughost/plugins/wallet/internal/ledger"
+	"github.com/plughost/plughost/sdk/durable"
 )
 
 func TestMain(m *testing.M) {
@@ -196,12 +196,12 @@ func TestClassify(t *testing.T) {
 		{ledger.ErrInvalid, 400, "invalid_request"},
 		{ledger.ErrNotFound, 404, "not_found"},
 		{ledger.ErrClosed, 503, "draining"},
-		{committer.ErrBusy, 429, "busy"},
-		{committer.ErrUnavailable, 503, "storage_unavailable"},
+		{durable.ErrBusy, 429, "busy"},
+		{durable.ErrUnavailable, 503, "storage_unavailable"},
 		// As the committer wraps a group's failure.
-		{fmt.Errorf("%w: commit failed: %w", committer.ErrUnavailable, ledger.ErrOutcomeUnknown), 503, "outcome_unknown"},
-		{fmt.Errorf("%w: commit failed: %w", committer.ErrUnavailable, ledger.ErrFailed), 503, "storage_unavailable"},
-		{committer.ErrDraining, 503, "draining"},
+		{fmt.Errorf("%w: commit failed: %w", durable.ErrUnavailable, ledger.ErrOutcomeUnknown), 503, "outcome_unknown"},
+		{fmt.Errorf("%w: commit failed: %w", durable.ErrUnavailable, ledger.ErrFailed), 503, "storage_unavailable"},
+		{durable.ErrDraining, 503, "draining"},
 		{errDraining, 503, "draining"},
 		{errUnknown, 503, "cancelled"},
 		{errors.New("boom"), 500, "internal"},

@@ -9,9 +9,9 @@ import (
 	"net/http"
 	"strconv"
 
-	"github.com/plughost/plughost/plugins/wallet/internal/committer"
 	"github.com/plughost/plughost/plugins/wallet/internal/ledger"
 	"github.com/plughost/plughost/sdk"
+	"github.com/plughost/plughost/sdk/durable"
 )
 
 // Errors of the HTTP layer, besides *invalidError.
@@ -108,7 +108,7 @@ func classify(err error) (int, errorDetail) {
 		d.Code = "storage_corrupt"
 		d.Message = err.Error()
 		return http.StatusInternalServerError, d
-	case errors.Is(err, committer.ErrBusy):
+	case errors.Is(err, durable.ErrBusy):
 		d.Code = "busy"
 		return http.StatusTooManyRequests, d
 	case errors.Is(err, ledger.ErrOutcomeUnknown):
@@ -118,10 +118,10 @@ func classify(err error) (int, errorDetail) {
 		d.Code = "outcome_unknown"
 		d.Message = "the wallet could not confirm this request's commit: the disk failed or did not answer in time, so it may or may not have been applied; retry with the same Idempotency-Key to learn its outcome"
 		return http.StatusServiceUnavailable, d
-	case errors.Is(err, committer.ErrUnavailable):
+	case errors.Is(err, durable.ErrUnavailable):
 		d.Code = "storage_unavailable"
 		return http.StatusServiceUnavailable, d
-	case errors.Is(err, committer.ErrDraining), errors.Is(err, errDraining), errors.Is(err, ledger.ErrClosed):
+	case errors.Is(err, durable.ErrDraining), errors.Is(err, errDraining), errors.Is(err, ledger.ErrClosed):
 		d.Code = "draining"
 		d.Message = errDraining.Error()
 		return http.StatusServiceUnavailable, d

@@ -15,12 +15,12 @@ import (
 	"time"
 
 	"github.com/plughost/plughost/plugins/wallet/internal/bus"
-	"github.com/plughost/plughost/plugins/wallet/internal/committer"
 	"github.com/plughost/plughost/plugins/wallet/internal/ledger"
 	"github.com/plughost/plughost/plugins/wallet/internal/view"
 	"github.com/plughost/plughost/plugins/wallet/internal/wallettest"
 	"github.com/plughost/plughost/sdk"
 	"github.com/plughost/plughost/sdk/breaker"
+	"github.com/plughost/plughost/sdk/durable"
 	"github.com/plughost/plughost/sdk/store"
 )
 
@@ -54,8 +54,10 @@ func newStalledWallet(t *testing.T) *stalledWallet {
 	settled := make(chan struct{})
 	var settledOnce sync.Once
 	var current atomic.Pointer[API]
-	c, err := committer.New(committer.Options{
-		Ledger:     l,
+	c, err := durable.New(durable.Options[ledger.Op, ledger.Result]{
+		Store:      l,
+		Apply:      l.Apply,
+		Probe:      l.Probe,
 		Committers: 1,
 		// Long enough that the stalled commit has surely begun, and so
 		// is answered outcome_unknown, on a loaded machine; the gate,

@@ -1,4 +1,4 @@
-package committer_test
+package main
 
 import (
 	"context"
@@ -14,23 +14,18 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"go.uber.org/goleak"
 
-	"github.com/plughost/plughost/plugins/wallet/internal/committer"
 	"github.com/plughost/plughost/plugins/wallet/internal/ledger"
 	"github.com/plughost/plughost/plugins/wallet/internal/wallettest"
 	"github.com/plughost/plughost/sdk"
 	"github.com/plughost/plughost/sdk/backoff"
 	"github.com/plughost/plughost/sdk/breaker"
+	"github.com/plughost/plughost/sdk/durable"
 	"github.com/plughost/plughost/sdk/store"
 )
 
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
-}
-
 type fixture struct {
-	c   *committer.Committer
+	c   *committer
 	l   *ledger.Ledger
 	reg *prometheus.Registry
 
@@ -45,24 +40,29 @@ func (f *fixture) settledKeys() []string {
 	return slices.Clone(f.settled)
 }
 
-func newFixture(t *testing.T, opts committer.Options) *fixture {
+func newFixture(t *testing.T, opts commitOptions) *fixture {
 	t.Helper()
 	return newFixtureWith(t, ledger.Options{}, opts)
 }
 
-func newFixtureWith(t *testing.T, lopts ledger.Options, opts committer.Options) *fixture {
+func newFixtureWith(t *testing.T, lopts ledger.Options, opts commitOptions) *fixture {
+	t.Helper()
+	return newFixtureHolding(t, lopts, opts, nil)
+}
+
+// newFixtureHolding is newFixtureWith whose announcements go through hold
+// first.
+func newFixtureHolding(t *testing.T, lopts ledger.Options, opts commitOptions, hold func([]*ledger.Receipt)) *fixture {
 	t.Helper()
 	l, err := ledger.Open(filepath.Join(t.TempDir(), "wallet.db"), lopts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	f := &fixture{l: l, reg: prometheus.NewRegistry()}
-	opts.Ledger = l
 	opts.Registerer = f.reg
 	// A test's own Announce runs first, so that it can hold an
 	// announcement: the receipts count as announced once it returns.
-	hold := opts.Announce
-	opts.Announce = func(rs []*ledger.Receipt) {
+	announce := func(rs []*ledger.Receipt) {
 		if hold != nil {
 			hold(rs)
 		}
@@ -77,7 +77,7 @@ func newFixtureWith(t *testing.T, lopts ledger.Options, opts committer.Options) 
 		}
 		f.mu.Unlock()
 	}
-	f.c, err = committer.New(opts)
+	f.c, err = newCommitter(l, announce, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,7 +173,7 @@ func transfer(from, to string, amount, nonce uint64) ledger.Op {
 
 func TestGroupCommit(t *testing.T) {
 	gate := wallettest.NewGate()
-	f := newFixture(t, committer.Options{Committers: 1, MaxBatch: 64, Faults: gate})
+	f := newFixture(t, commitOptions{Committers: 1, MaxBatch: 64, Faults: gate})
 	first := f.mustSubmit(t, issue("a", 1))
 	gate.WaitEntered(t)
 	// While the first group is held, these queue up; they all fit in the
@@ -207,7 +207,7 @@ func TestGroupCommit(t *testing.T) {
 }
 
 func TestNonceRaceOneWinner(t *testing.T) {
-	f := newFixture(t, committer.Options{Committers: 4, MaxBatch: 8})
+	f := newFixture(t, commitOptions{Committers: 4, MaxBatch: 8})
 	if o := wait(t, f.mustSubmit(t, issue("a", 1000))); o.err != nil {
 		t.Fatal(o.err)
 	}
@@ -235,13 +235,13 @@ func TestNonceRaceOneWinner(t *testing.T) {
 }
 
 func TestAnnounceInSeqOrder(t *testing.T) {
-	f := newFixture(t, committer.Options{Committers: 4, MaxBatch: 4})
+	f := newFixture(t, commitOptions{Committers: 4, MaxBatch: 4})
 	const n = 400
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
 			ch, err := f.submit(t, issue(fmt.Sprintf("a%d", i%7), 1))
-			for errors.Is(err, committer.ErrBusy) {
+			for errors.Is(err, durable.ErrBusy) {
 				time.Sleep(time.Millisecond) // back off like a client told 429
 				ch, err = f.submit(t, issue(fmt.Sprintf("a%d", i%7), 1))
 			}
@@ -278,15 +278,14 @@ func TestAnnounceInSeqOrder(t *testing.T) {
 func TestAnnounceBeforePass(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		entered, release := make(chan struct{}), make(chan struct{})
-		f := newFixture(t, committer.Options{
+		f := newFixtureHolding(t, ledger.Options{}, commitOptions{
 			Committers: 2,
 			MaxBatch:   1,
-			Announce: func(rs []*ledger.Receipt) {
-				if rs[0].Seq == 1 {
-					close(entered)
-					<-release
-				}
-			},
+		}, func(rs []*ledger.Receipt) {
+			if rs[0].Seq == 1 {
+				close(entered)
+				<-release
+			}
 		})
 		first := f.mustSubmit(t, issue("a", 1))
 		<-entered
@@ -322,11 +321,11 @@ func seqs(rs []*ledger.Receipt) []uint64 {
 
 func TestQueueFullIsBusy(t *testing.T) {
 	gate := wallettest.NewGate()
-	f := newFixture(t, committer.Options{Committers: 1, MaxBatch: 1, QueueCapacity: 2, Faults: gate})
+	f := newFixture(t, commitOptions{Committers: 1, MaxBatch: 1, QueueCapacity: 2, Faults: gate})
 	held := f.mustSubmit(t, issue("a", 1))
 	gate.WaitEntered(t) // dequeued and held: the queue is empty again
 	q1, q2 := f.mustSubmit(t, issue("a", 1)), f.mustSubmit(t, issue("a", 1))
-	if _, err := f.submit(t, issue("a", 1)); !errors.Is(err, committer.ErrBusy) {
+	if _, err := f.submit(t, issue("a", 1)); !errors.Is(err, durable.ErrBusy) {
 		t.Fatalf("Submit to a full queue = %v, want ErrBusy", err)
 	}
 	if got := f.c.QueueLen(); got != 2 {
@@ -342,11 +341,11 @@ func TestQueueFullIsBusy(t *testing.T) {
 
 func TestCommitTimeout(t *testing.T) {
 	faults := &sdk.Faults{}
-	faults.Set([]sdk.Fault{{Point: committer.FaultPoint, Delay: time.Hour}})
-	f := newFixture(t, committer.Options{Committers: 1, CommitTimeout: 50 * time.Millisecond, Faults: faults})
+	faults.Set([]sdk.Fault{{Point: commitFaultPoint, Delay: time.Hour}})
+	f := newFixture(t, commitOptions{Committers: 1, CommitTimeout: 50 * time.Millisecond, Faults: faults})
 	start := time.Now()
 	o := wait(t, f.mustSubmit(t, issue("a", 1)))
-	if !errors.Is(o.err, committer.ErrUnavailable) {
+	if !errors.Is(o.err, durable.ErrUnavailable) {
 		t.Fatalf("stalled commit = %+v, want ErrUnavailable", o)
 	}
 	if d := time.Since(start); d > 5*time.Second {
@@ -373,7 +372,7 @@ func TestCommitTimeout(t *testing.T) {
 // by a group that wrote nothing (a replay): it tested nothing of the disk.
 func TestProbeThatWritesNothing(t *testing.T) {
 	faults := &sdk.Faults{}
-	f := newFixture(t, committer.Options{
+	f := newFixture(t, commitOptions{
 		Committers: 1,
 		Faults:     faults,
 		Retry:      backoff.Policy{Initial: time.Millisecond, Max: time.Millisecond},
@@ -384,8 +383,8 @@ func TestProbeThatWritesNothing(t *testing.T) {
 	if o := wait(t, f.mustSubmit(t, paid)); o.err != nil || o.res.Err != nil {
 		t.Fatalf("first commit = %+v", o)
 	}
-	faults.Set([]sdk.Fault{{Point: committer.FaultPoint, Error: "disk on fire"}})
-	if o := wait(t, f.mustSubmit(t, issue("a", 1))); !errors.Is(o.err, committer.ErrUnavailable) {
+	faults.Set([]sdk.Fault{{Point: commitFaultPoint, Error: "disk on fire"}})
+	if o := wait(t, f.mustSubmit(t, issue("a", 1))); !errors.Is(o.err, durable.ErrUnavailable) {
 		t.Fatalf("failing commit = %+v, want ErrUnavailable", o)
 	}
 	faults.Set(nil)
@@ -423,7 +422,7 @@ func (f *flakyFaults) Inject(context.Context, string) error {
 func TestTransientErrorsRetried(t *testing.T) {
 	flaky := &flakyFaults{}
 	flaky.left.Store(2)
-	f := newFixture(t, committer.Options{Committers: 1, Faults: flaky})
+	f := newFixture(t, commitOptions{Committers: 1, Faults: flaky})
 	if o := wait(t, f.mustSubmit(t, issue("a", 1))); o.err != nil || o.res.Receipt == nil {
 		t.Fatalf("op with two transient failures = %+v, want committed on the third try", o)
 	}
@@ -431,31 +430,31 @@ func TestTransientErrorsRetried(t *testing.T) {
 		t.Errorf("backoff_retries_total = %v, want 2", got)
 	}
 	flaky.left.Store(3)
-	if o := wait(t, f.mustSubmit(t, issue("a", 1))); !errors.Is(o.err, committer.ErrUnavailable) {
+	if o := wait(t, f.mustSubmit(t, issue("a", 1))); !errors.Is(o.err, durable.ErrUnavailable) {
 		t.Errorf("op failing three times = %+v, want ErrUnavailable", o)
 	}
 }
 
-func TestBreaker(t *testing.T) {
+func TestCommitBreaker(t *testing.T) {
 	faults := &sdk.Faults{}
-	faults.Set([]sdk.Fault{{Point: committer.FaultPoint, Error: "disk on fire"}})
+	faults.Set([]sdk.Fault{{Point: commitFaultPoint, Error: "disk on fire"}})
 	// The cool-down must outlast the checks made while the breaker is
 	// open. At 100ms the failing op's own retry delay after the breaker
 	// opened (80-100ms) used most of it, and the checks below sometimes
 	// found the breaker half-open.
-	f := newFixture(t, committer.Options{
+	f := newFixture(t, commitOptions{
 		Committers: 1,
 		Faults:     faults,
 		Breaker:    breaker.Settings{FailureThreshold: 2, Cooldown: 2 * time.Second, HalfOpenMax: 1, SuccessThreshold: 1},
 	})
 	o := wait(t, f.mustSubmit(t, issue("a", 1)))
-	if !errors.Is(o.err, committer.ErrUnavailable) {
+	if !errors.Is(o.err, durable.ErrUnavailable) {
 		t.Fatalf("failing commit = %+v, want ErrUnavailable", o)
 	}
 	if s := f.c.BreakerState(); s != breaker.StateOpen {
 		t.Fatalf("BreakerState() = %v after 2 failures, want open", s)
 	}
-	if _, err := f.submit(t, issue("a", 1)); !errors.Is(err, committer.ErrUnavailable) {
+	if _, err := f.submit(t, issue("a", 1)); !errors.Is(err, durable.ErrUnavailable) {
 		t.Errorf("Submit while open = %v, want ErrUnavailable", err)
 	}
 	if ra := f.c.RetryAfter(); ra < time.Second {
@@ -486,7 +485,7 @@ func TestBreaker(t *testing.T) {
 
 func TestCloseFinishesQueued(t *testing.T) {
 	gate := wallettest.NewGate()
-	f := newFixture(t, committer.Options{Committers: 2, MaxBatch: 2, Faults: gate})
+	f := newFixture(t, commitOptions{Committers: 2, MaxBatch: 2, Faults: gate})
 	var chans []<-chan outcome
 	for range 10 {
 		chans = append(chans, f.mustSubmit(t, issue("a", 1)))
@@ -498,7 +497,7 @@ func TestCloseFinishesQueued(t *testing.T) {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		_, err := f.submit(t, issue("a", 1))
-		if errors.Is(err, committer.ErrDraining) {
+		if errors.Is(err, durable.ErrDraining) {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -523,7 +522,7 @@ func TestCloseFinishesQueued(t *testing.T) {
 
 func TestCloseAbortsAtDeadline(t *testing.T) {
 	gate := wallettest.NewGate() // never opened
-	f := newFixture(t, committer.Options{Committers: 1, MaxBatch: 2, Faults: gate})
+	f := newFixture(t, commitOptions{Committers: 1, MaxBatch: 2, Faults: gate})
 	var chans []<-chan outcome
 	for range 5 {
 		chans = append(chans, f.mustSubmit(t, issue("a", 1)))
@@ -535,7 +534,7 @@ func TestCloseAbortsAtDeadline(t *testing.T) {
 		t.Errorf("Close() = nil with queued ops left at the deadline, want an error counting them")
 	}
 	for _, ch := range chans {
-		if o := wait(t, ch); !errors.Is(o.err, committer.ErrDraining) {
+		if o := wait(t, ch); !errors.Is(o.err, durable.ErrDraining) {
 			t.Errorf("op = %+v, want ErrDraining", o)
 		}
 	}
@@ -551,7 +550,7 @@ func TestCloseAbortsAtDeadline(t *testing.T) {
 // write-ahead log when no more operations come: the committer checkpoints
 // once the interval has passed, without a group to follow.
 func TestIdleCheckpoint(t *testing.T) {
-	f := newFixtureWith(t, ledger.Options{CheckpointInterval: 20 * time.Millisecond}, committer.Options{Committers: 2})
+	f := newFixtureWith(t, ledger.Options{CheckpointInterval: 20 * time.Millisecond}, commitOptions{Committers: 2})
 	if o := wait(t, f.mustSubmit(t, issue("a", 1))); o.err != nil || o.res.Err != nil {
 		t.Fatalf("issue = %+v", o)
 	}
@@ -619,7 +618,7 @@ var errDiskOnFire = errors.New("disk on fire")
 // applied nothing. Its keys are settled, and a retry commits afresh.
 func TestStalledSyncFails(t *testing.T) {
 	lopts, stall, entered, release, fail := stallingSyncFailing(0)
-	f := newFixtureWith(t, lopts, committer.Options{
+	f := newFixtureWith(t, lopts, commitOptions{
 		Committers:    1,
 		CommitTimeout: 100 * time.Millisecond,
 		Breaker:       breaker.Settings{Cooldown: 100 * time.Millisecond},
@@ -629,7 +628,7 @@ func TestStalledSyncFails(t *testing.T) {
 	fail.Store(true)
 	ch := f.mustSubmit(t, keyed(issue("a", 5), "k1"))
 	waitEntered(t, entered)
-	if o := wait(t, ch); !errors.Is(o.err, committer.ErrStalled) {
+	if o := wait(t, ch); !errors.Is(o.err, durable.ErrStalled) {
 		t.Fatalf("stalled commit's outcome = %+v, want ErrStalled", o)
 	}
 	stall.Store(false)
@@ -672,7 +671,7 @@ func keyed(op ledger.Op, key string) ledger.Op {
 // probes, announced after it.
 func TestStalledSync(t *testing.T) {
 	lopts, stall, entered, release := stallingSync()
-	f := newFixtureWith(t, lopts, committer.Options{
+	f := newFixtureWith(t, lopts, commitOptions{
 		Committers:    1,
 		CommitTimeout: 100 * time.Millisecond,
 		Breaker:       breaker.Settings{FailureThreshold: 100, Cooldown: 300 * time.Millisecond, HalfOpenMax: 1, SuccessThreshold: 1},
@@ -683,7 +682,7 @@ func TestStalledSync(t *testing.T) {
 	ch := f.mustSubmit(t, keyed(issue("a", 5), "k1"))
 	waitEntered(t, entered)
 	o := wait(t, ch) // the sync is still blocked: only the timeout can answer
-	if !errors.Is(o.err, ledger.ErrOutcomeUnknown) || !errors.Is(o.err, committer.ErrUnavailable) || !errors.Is(o.err, committer.ErrStalled) {
+	if !errors.Is(o.err, ledger.ErrOutcomeUnknown) || !errors.Is(o.err, durable.ErrUnavailable) || !errors.Is(o.err, durable.ErrStalled) {
 		t.Fatalf("stalled commit's outcome = %+v, want ErrUnavailable, ErrStalled and ErrOutcomeUnknown", o)
 	}
 	if s := f.c.BreakerState(); s != breaker.StateOpen {
@@ -692,7 +691,7 @@ func TestStalledSync(t *testing.T) {
 	if _, ok := f.c.Stalled(); !ok {
 		t.Error("Stalled() during the stall = false, want true")
 	}
-	if _, err := f.submit(t, keyed(issue("a", 1), "k2")); !errors.Is(err, committer.ErrUnavailable) {
+	if _, err := f.submit(t, keyed(issue("a", 1), "k2")); !errors.Is(err, durable.ErrUnavailable) {
 		t.Errorf("Submit during the stall = %v, want ErrUnavailable", err)
 	}
 	if got := f.metric(t, "io_timeouts_total"); got < 1 {
@@ -726,7 +725,7 @@ func TestStalledSync(t *testing.T) {
 			return false
 		}
 		o := wait(t, ch)
-		if o.err != nil && !errors.Is(o.err, committer.ErrUnavailable) {
+		if o.err != nil && !errors.Is(o.err, durable.ErrUnavailable) {
 			t.Fatalf("commit after the stall = %v", o.err)
 		}
 		return o.err == nil
@@ -742,7 +741,7 @@ func TestStalledSync(t *testing.T) {
 // commit is stalled on the disk, and the commit still lands afterwards.
 func TestCloseWhileStalled(t *testing.T) {
 	lopts, stall, entered, release := stallingSync()
-	f := newFixtureWith(t, lopts, committer.Options{Committers: 1, CommitTimeout: 50 * time.Millisecond})
+	f := newFixtureWith(t, lopts, commitOptions{Committers: 1, CommitTimeout: 50 * time.Millisecond})
 	t.Cleanup(release)
 	stall.Store(true)
 	ch := f.mustSubmit(t, keyed(issue("a", 5), "k1"))
@@ -752,7 +751,7 @@ func TestCloseWhileStalled(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
-	if err := f.c.Close(ctx); !errors.Is(err, committer.ErrStalled) {
+	if err := f.c.Close(ctx); !errors.Is(err, durable.ErrStalled) {
 		t.Fatalf("Close during the stall = %v, want ErrStalled", err)
 	}
 	release()
@@ -786,7 +785,7 @@ func TestStalledCheckpoint(t *testing.T) {
 	// waits in the log, and the checkpoint is due within a millisecond).
 	lopts, stall, entered, release := stallingSyncAfter(1)
 	lopts.CheckpointInterval = time.Millisecond
-	f := newFixtureWith(t, lopts, committer.Options{
+	f := newFixtureWith(t, lopts, commitOptions{
 		Committers:    1,
 		CommitTimeout: 100 * time.Millisecond,
 		Breaker:       breaker.Settings{Cooldown: time.Minute},
@@ -798,18 +797,18 @@ func TestStalledCheckpoint(t *testing.T) {
 	}
 	waitEntered(t, entered)
 	o := wait(t, f.mustSubmit(t, keyed(issue("a", 1), "k2")))
-	if !errors.Is(o.err, committer.ErrStalled) || !errors.Is(o.err, ledger.ErrOutcomeUnknown) {
+	if !errors.Is(o.err, durable.ErrStalled) || !errors.Is(o.err, ledger.ErrOutcomeUnknown) {
 		t.Fatalf("commit during a stalled checkpoint = %+v, want ErrStalled and ErrOutcomeUnknown", o)
 	}
 	if _, ok := f.c.Stalled(); !ok {
 		t.Error("Stalled() during the stalled checkpoint = false, want true")
 	}
-	if _, err := f.submit(t, keyed(issue("a", 1), "k3")); !errors.Is(err, committer.ErrUnavailable) {
+	if _, err := f.submit(t, keyed(issue("a", 1), "k3")); !errors.Is(err, durable.ErrUnavailable) {
 		t.Errorf("Submit during the stalled checkpoint = %v, want ErrUnavailable at once", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
-	if err := f.c.Close(ctx); !errors.Is(err, committer.ErrStalled) {
+	if err := f.c.Close(ctx); !errors.Is(err, durable.ErrStalled) {
 		t.Fatalf("Close during the stalled checkpoint = %v, want ErrStalled", err)
 	}
 	stall.Store(false)
@@ -838,14 +837,14 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 // closes by a probe of the committer's own, with no operation submitted.
 func TestProberClosesBreaker(t *testing.T) {
 	faults := &sdk.Faults{}
-	faults.Set([]sdk.Fault{{Point: committer.FaultPoint, Error: "disk on fire"}})
-	f := newFixture(t, committer.Options{
+	faults.Set([]sdk.Fault{{Point: commitFaultPoint, Error: "disk on fire"}})
+	f := newFixture(t, commitOptions{
 		Committers: 1,
 		Faults:     faults,
 		Tries:      1,
 		Breaker:    breaker.Settings{FailureThreshold: 1, Cooldown: 200 * time.Millisecond},
 	})
-	if o := wait(t, f.mustSubmit(t, issue("a", 1))); !errors.Is(o.err, committer.ErrUnavailable) {
+	if o := wait(t, f.mustSubmit(t, issue("a", 1))); !errors.Is(o.err, durable.ErrUnavailable) {
 		t.Fatalf("commit with the fault = %+v, want ErrUnavailable", o)
 	}
 	if s := f.c.BreakerState(); s != breaker.StateOpen {

@@ -1,4 +1,4 @@
-package queue_test
+package workq_test
 
 import (
 	"context"
@@ -8,11 +8,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/plughost/plughost/sdk/queue"
+	"github.com/plughost/plughost/sdk/workq"
 )
 
 func Example() {
-	q, err := queue.New[string](queue.Options{
+	q, err := workq.New[string](workq.Options{
 		Name:       "uploads",
 		Capacity:   2,
 		Registerer: prometheus.NewRegistry(),
@@ -24,7 +24,7 @@ func Example() {
 
 	// A producer learns at once when the queue is full.
 	for _, name := range []string{"a.txt", "b.txt", "c.txt"} {
-		if err := q.TryEnqueue(name); errors.Is(err, queue.ErrBusy) {
+		if err := q.TryEnqueue(name); errors.Is(err, workq.ErrBusy) {
 			fmt.Println("busy, rejected", name)
 		}
 	}
@@ -47,5 +47,5 @@ func Example() {
 	// busy, rejected c.txt
 	// uploading a.txt
 	// uploading b.txt
-	// consumer done: queue: closed
+	// consumer done: workq: closed
 }

@@ -1,4 +1,4 @@
-package queue_test
+package workq_test
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/goleak"
 
-	"github.com/plughost/plughost/sdk/queue"
+	"github.com/plughost/plughost/sdk/workq"
 )
 
 func TestMain(m *testing.M) {
@@ -22,17 +22,17 @@ func TestMain(m *testing.M) {
 }
 
 // newQueue returns a queue named "jobs" whose metrics go to a fresh registry.
-func newQueue(t *testing.T, capacity int) (*queue.Queue[int], *prometheus.Registry) {
+func newQueue(t *testing.T, capacity int) (*workq.Queue[int], *prometheus.Registry) {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	q, err := queue.New[int](queue.Options{
+	q, err := workq.New[int](workq.Options{
 		Name:        "jobs",
 		Capacity:    capacity,
 		Registerer:  reg,
-		ConstLabels: prometheus.Labels{"plugin": "echo"},
+		ConstLabels: prometheus.Labels{"shard": "a"},
 	})
 	if err != nil {
-		t.Fatalf("queue.New(jobs, %d) = %v, want nil error", capacity, err)
+		t.Fatalf("workq.New(jobs, %d) = %v, want nil error", capacity, err)
 	}
 	t.Cleanup(q.Close)
 	return q, reg
@@ -42,15 +42,15 @@ func newQueue(t *testing.T, capacity int) (*queue.Queue[int], *prometheus.Regist
 func checkMetrics(t *testing.T, reg prometheus.Gatherer, depth, capacity, rejected int) {
 	t.Helper()
 	want := fmt.Sprintf(`
-# HELP jobs_queue_capacity Most items the queue holds.
-# TYPE jobs_queue_capacity gauge
-jobs_queue_capacity{plugin="echo"} %d
-# HELP jobs_queue_depth Items waiting in the queue.
-# TYPE jobs_queue_depth gauge
-jobs_queue_depth{plugin="echo"} %d
-# HELP jobs_queue_rejected_total Items rejected with ErrBusy because the queue was full.
-# TYPE jobs_queue_rejected_total counter
-jobs_queue_rejected_total{plugin="echo"} %d
+# HELP queue_capacity Most items a bounded queue holds, by queue.
+# TYPE queue_capacity gauge
+queue_capacity{queue="jobs",shard="a"} %d
+# HELP queue_depth Items waiting in a bounded queue, by queue.
+# TYPE queue_depth gauge
+queue_depth{queue="jobs",shard="a"} %d
+# HELP queue_dropped_total Items a bounded queue did not deliver, by queue: refused when full, or dropped oldest for a slow reader.
+# TYPE queue_dropped_total counter
+queue_dropped_total{queue="jobs",shard="a"} %d
 `, capacity, depth, rejected)
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want)); err != nil {
 		t.Errorf("metrics differ from depth=%d capacity=%d rejected=%d:\n%v", depth, capacity, rejected, err)
@@ -60,27 +60,28 @@ jobs_queue_rejected_total{plugin="echo"} %d
 func TestNewOptions(t *testing.T) {
 	tests := []struct {
 		name    string
-		opts    queue.Options
+		opts    workq.Options
 		wantErr bool
 	}{
-		{"valid", queue.Options{Name: "jobs", Capacity: 1}, false},
-		{"valid with registerer", queue.Options{Name: "ingress_jobs_2", Capacity: 10, Registerer: prometheus.NewRegistry()}, false},
-		{"zero capacity", queue.Options{Name: "jobs"}, true},
-		{"negative capacity", queue.Options{Name: "jobs", Capacity: -1}, true},
-		{"empty name", queue.Options{Capacity: 1}, true},
-		{"name starts with digit", queue.Options{Name: "1jobs", Capacity: 1}, true},
-		{"name with dash", queue.Options{Name: "my-jobs", Capacity: 1}, true},
-		{"name with colon", queue.Options{Name: "my:jobs", Capacity: 1}, true},
-		{"name with space", queue.Options{Name: "my jobs", Capacity: 1}, true},
+		{"valid", workq.Options{Name: "jobs", Capacity: 1}, false},
+		{"valid with registerer", workq.Options{Name: "ingress_jobs_2", Capacity: 10, Registerer: prometheus.NewRegistry()}, false},
+		{"zero capacity", workq.Options{Name: "jobs"}, true},
+		{"negative capacity", workq.Options{Name: "jobs", Capacity: -1}, true},
+		{"empty name", workq.Options{Capacity: 1}, true},
+		{"name starts with digit", workq.Options{Name: "1jobs", Capacity: 1}, true},
+		{"name with dash", workq.Options{Name: "my-jobs", Capacity: 1}, true},
+		{"name with colon", workq.Options{Name: "my:jobs", Capacity: 1}, true},
+		{"name with space", workq.Options{Name: "my jobs", Capacity: 1}, true},
+		{"const label queue", workq.Options{Name: "jobs", Capacity: 1, ConstLabels: prometheus.Labels{"queue": "other"}}, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			q, err := queue.New[string](tt.opts)
+			q, err := workq.New[string](tt.opts)
 			if gotErr := err != nil; gotErr != tt.wantErr {
-				t.Fatalf("queue.New(%+v) error = %v, want error %t", tt.opts, err, tt.wantErr)
+				t.Fatalf("workq.New(%+v) error = %v, want error %t", tt.opts, err, tt.wantErr)
 			}
 			if err == nil && q.Cap() != tt.opts.Capacity {
-				t.Errorf("queue.New(%+v).Cap() = %d, want %d", tt.opts, q.Cap(), tt.opts.Capacity)
+				t.Errorf("workq.New(%+v).Cap() = %d, want %d", tt.opts, q.Cap(), tt.opts.Capacity)
 			}
 		})
 	}
@@ -88,25 +89,25 @@ func TestNewOptions(t *testing.T) {
 
 func TestNewDuplicateRegistration(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	opts := queue.Options{Name: "jobs", Capacity: 1, Registerer: reg}
-	if _, err := queue.New[int](opts); err != nil {
-		t.Fatalf("first queue.New(%+v) = %v, want nil error", opts, err)
+	opts := workq.Options{Name: "jobs", Capacity: 1, Registerer: reg}
+	if _, err := workq.New[int](opts); err != nil {
+		t.Fatalf("first workq.New(%+v) = %v, want nil error", opts, err)
 	}
-	_, err := queue.New[int](opts)
+	_, err := workq.New[int](opts)
 	var already prometheus.AlreadyRegisteredError
 	if !errors.As(err, &already) {
-		t.Fatalf("second queue.New(%+v) = %v, want a prometheus.AlreadyRegisteredError", opts, err)
+		t.Fatalf("second workq.New(%+v) = %v, want a prometheus.AlreadyRegisteredError", opts, err)
 	}
 
 	// A failed New must not leave some of its metrics behind: a queue with
 	// the same name on a registry that already has only its rejected counter
 	// fails, and after that the registry still holds only that counter.
 	reg = prometheus.NewRegistry()
-	if err := reg.Register(prometheus.NewCounter(prometheus.CounterOpts{Name: "jobs_queue_rejected_total", Help: "x"})); err != nil {
-		t.Fatalf("Register(jobs_queue_rejected_total) = %v, want nil error", err)
+	if err := reg.Register(prometheus.NewCounter(prometheus.CounterOpts{Name: "queue_dropped_total", Help: "x", ConstLabels: prometheus.Labels{"queue": "jobs"}})); err != nil {
+		t.Fatalf("Register(queue_dropped_total{queue=jobs}) = %v, want nil error", err)
 	}
-	if _, err := queue.New[int](queue.Options{Name: "jobs", Capacity: 1, Registerer: reg}); err == nil {
-		t.Fatalf("queue.New(jobs) with its counter taken = nil error, want error")
+	if _, err := workq.New[int](workq.Options{Name: "jobs", Capacity: 1, Registerer: reg}); err == nil {
+		t.Fatalf("workq.New(jobs) with its counter taken = nil error, want error")
 	}
 	if n, err := testutil.GatherAndCount(reg); err != nil || n != 1 {
 		t.Errorf("GatherAndCount after failed New = %d, %v, want 1, nil", n, err)
@@ -125,8 +126,8 @@ func TestTryEnqueueFull(t *testing.T) {
 	checkMetrics(t, reg, 2, 2, 0)
 
 	for i := range 3 {
-		if err := q.TryEnqueue(100 + i); !errors.Is(err, queue.ErrBusy) {
-			t.Fatalf("TryEnqueue(%d) on full queue = %v, want %v", 100+i, err, queue.ErrBusy)
+		if err := q.TryEnqueue(100 + i); !errors.Is(err, workq.ErrBusy) {
+			t.Fatalf("TryEnqueue(%d) on full queue = %v, want %v", 100+i, err, workq.ErrBusy)
 		}
 	}
 	if got := q.Len(); got != 2 {
@@ -142,8 +143,8 @@ func TestTryEnqueueFull(t *testing.T) {
 	if err := q.TryEnqueue(2); err != nil {
 		t.Fatalf("TryEnqueue(2) after Dequeue = %v, want nil", err)
 	}
-	if err := q.TryEnqueue(3); !errors.Is(err, queue.ErrBusy) {
-		t.Fatalf("TryEnqueue(3) = %v, want %v", err, queue.ErrBusy)
+	if err := q.TryEnqueue(3); !errors.Is(err, workq.ErrBusy) {
+		t.Fatalf("TryEnqueue(3) = %v, want %v", err, workq.ErrBusy)
 	}
 	checkMetrics(t, reg, 2, 2, 4)
 }
@@ -172,14 +173,14 @@ func TestClose(t *testing.T) {
 	q.Close()
 	q.Close() // a second Close is harmless
 
-	if err := q.TryEnqueue(9); !errors.Is(err, queue.ErrClosed) {
-		t.Errorf("TryEnqueue(9) after Close = %v, want %v", err, queue.ErrClosed)
+	if err := q.TryEnqueue(9); !errors.Is(err, workq.ErrClosed) {
+		t.Errorf("TryEnqueue(9) after Close = %v, want %v", err, workq.ErrClosed)
 	}
 	// Items accepted before Close are still delivered, in order, then ErrClosed.
 	steps := []struct {
 		want    int
 		wantErr error
-	}{{0, nil}, {1, nil}, {0, queue.ErrClosed}, {0, queue.ErrClosed}}
+	}{{0, nil}, {1, nil}, {0, workq.ErrClosed}, {0, workq.ErrClosed}}
 	for i, s := range steps {
 		got, err := q.Dequeue(t.Context())
 		if got != s.want || !errors.Is(err, s.wantErr) {
@@ -200,8 +201,8 @@ func TestCloseWakesDequeue(t *testing.T) {
 	q.Close()
 	select {
 	case err := <-errc:
-		if !errors.Is(err, queue.ErrClosed) {
-			t.Errorf("Dequeue() on closed empty queue = %v, want %v", err, queue.ErrClosed)
+		if !errors.Is(err, workq.ErrClosed) {
+			t.Errorf("Dequeue() on closed empty queue = %v, want %v", err, workq.ErrClosed)
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("Dequeue() still blocked 10s after Close")
@@ -280,10 +281,10 @@ func TestConcurrentProducersConsumers(t *testing.T) {
 				switch err := q.TryEnqueue(v); {
 				case err == nil:
 					accepted[p] = append(accepted[p], v)
-				case errors.Is(err, queue.ErrBusy):
+				case errors.Is(err, workq.ErrBusy):
 					runtime.Gosched() // let consumers catch up, so more items get through
 				default:
-					t.Errorf("TryEnqueue(%d) = %v, want nil or %v", v, err, queue.ErrBusy)
+					t.Errorf("TryEnqueue(%d) = %v, want nil or %v", v, err, workq.ErrBusy)
 					return
 				}
 			}
@@ -296,11 +297,11 @@ func TestConcurrentProducersConsumers(t *testing.T) {
 		cwg.Go(func() {
 			for {
 				v, err := q.Dequeue(t.Context())
-				if errors.Is(err, queue.ErrClosed) {
+				if errors.Is(err, workq.ErrClosed) {
 					return
 				}
 				if err != nil {
-					t.Errorf("Dequeue() = %v, want nil or %v", err, queue.ErrClosed)
+					t.Errorf("Dequeue() = %v, want nil or %v", err, workq.ErrClosed)
 					return
 				}
 				received[c] = append(received[c], v)
@@ -336,4 +337,22 @@ func TestConcurrentProducersConsumers(t *testing.T) {
 	}
 	checkMetrics(t, reg, 0, 16, producers*perProducer-nAccepted)
 	t.Logf("accepted %d of %d items", nAccepted, producers*perProducer)
+}
+
+// TestFamiliesShared: two queues on one registry are two series of each
+// family, told apart by their queue label.
+func TestFamiliesShared(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	for _, name := range []string{"commit", "events"} {
+		q, err := workq.New[int](workq.Options{Name: name, Capacity: 2, Registerer: reg})
+		if err != nil {
+			t.Fatalf("workq.New(%s) = %v, want nil error", name, err)
+		}
+		t.Cleanup(q.Close)
+	}
+	for _, family := range []string{"queue_depth", "queue_capacity", "queue_dropped_total"} {
+		if n := testutil.CollectAndCount(reg, family); n != 2 {
+			t.Errorf("CollectAndCount(%s) = %d, want 2 (one per queue)", family, n)
+		}
+	}
 }

@@ -1,4 +1,4 @@
-package queue
+package workq
 
 import (
 	"context"
@@ -13,20 +13,36 @@ import (
 // ErrBusy is returned by TryEnqueue when the queue is full. The item was not
 // queued; the caller may retry later or report back-pressure (for example as
 // gRPC ResourceExhausted or HTTP 503).
-var ErrBusy = errors.New("queue: full")
+var ErrBusy = errors.New("workq: full")
 
 // ErrClosed is returned by TryEnqueue after Close, and by Dequeue once the
 // queue is closed and drained.
-var ErrClosed = errors.New("queue: closed")
+var ErrClosed = errors.New("workq: closed")
 
-// validName matches a metric name component: what may stand before
-// "_queue_depth" and still form a valid classic Prometheus metric name.
+// Names and help of the queue's metric families, by the plugin guide's
+// rule for the metrics the design names: one family for every queue, the
+// queue's name in the queue label. A plugin that registers a series of
+// the same family for a buffer of its own (a ring that drops its oldest
+// entries, say) uses these, since a registry refuses one family with two
+// help texts.
+const (
+	DepthName    = "queue_depth"
+	DepthHelp    = "Items waiting in a bounded queue, by queue."
+	CapacityName = "queue_capacity"
+	CapacityHelp = "Most items a bounded queue holds, by queue."
+	DroppedName  = "queue_dropped_total"
+	DroppedHelp  = "Items a bounded queue did not deliver, by queue: refused when full, or dropped oldest for a slow reader."
+)
+
+// validName matches what a queue may be called: a short snake_case
+// word, like the other label values of a plugin's metrics.
 var validName = regexp.MustCompile(`^[a-zA-Z_][a-zA-Z0-9_]*$`)
 
 // Options configures a Queue.
 type Options struct {
-	// Name identifies the queue in its metric names and errors. It is
-	// required and must match [a-zA-Z_][a-zA-Z0-9_]*, such as "ingress_jobs".
+	// Name identifies the queue: the value of its metrics' queue label,
+	// and in errors. It is required and must match [a-zA-Z_][a-zA-Z0-9_]*,
+	// such as "commit".
 	Name string
 	// Capacity is the most items the queue holds; it must be > 0.
 	Capacity int
@@ -34,7 +50,7 @@ type Options struct {
 	// queue with the same Name and ConstLabels is already registered there.
 	Registerer prometheus.Registerer
 	// ConstLabels are added to each of the queue's metrics, for example to
-	// tell apart the same queue in several plugins.
+	// tell apart two shards of one queue. They must not hold "queue".
 	ConstLabels prometheus.Labels
 }
 
@@ -62,12 +78,19 @@ func New[T any](opts Options) (*Queue[T], error) {
 	if opts.Capacity <= 0 {
 		return nil, fmt.Errorf("new queue %q: capacity %d must be > 0", opts.Name, opts.Capacity)
 	}
+	labels := prometheus.Labels{"queue": opts.Name}
+	for k, v := range opts.ConstLabels {
+		if k == "queue" {
+			return nil, fmt.Errorf("new queue %q: const label queue is the queue's name", opts.Name)
+		}
+		labels[k] = v
+	}
 	q := &Queue[T]{
 		items: make(chan T, opts.Capacity),
 		rejected: prometheus.NewCounter(prometheus.CounterOpts{
-			Name:        opts.Name + "_queue_rejected_total",
-			Help:        "Items rejected with ErrBusy because the queue was full.",
-			ConstLabels: opts.ConstLabels,
+			Name:        DroppedName,
+			Help:        DroppedHelp,
+			ConstLabels: labels,
 		}),
 	}
 	if opts.Registerer == nil {
@@ -77,14 +100,14 @@ func New[T any](opts Options) (*Queue[T], error) {
 		// Gauge functions read the depth at scrape time, so the gauge is
 		// exact and the hot path does no extra bookkeeping.
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name:        opts.Name + "_queue_depth",
-			Help:        "Items waiting in the queue.",
-			ConstLabels: opts.ConstLabels,
+			Name:        DepthName,
+			Help:        DepthHelp,
+			ConstLabels: labels,
 		}, func() float64 { return float64(len(q.items)) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name:        opts.Name + "_queue_capacity",
-			Help:        "Most items the queue holds.",
-			ConstLabels: opts.ConstLabels,
+			Name:        CapacityName,
+			Help:        CapacityHelp,
+			ConstLabels: labels,
 		}, func() float64 { return float64(cap(q.items)) }),
 		q.rejected,
 	}
@@ -100,7 +123,7 @@ func New[T any](opts Options) (*Queue[T], error) {
 }
 
 // TryEnqueue adds v at the tail of the queue without blocking. It returns
-// ErrBusy, and counts a rejection, when the queue is full, and ErrClosed
+// ErrBusy, and counts it in queue_dropped_total, when the queue is full, and ErrClosed
 // after Close.
 func (q *Queue[T]) TryEnqueue(v T) error {
 	q.mu.RLock()
