@@ -169,8 +169,8 @@ func TestGreeterGuideQuotes(t *testing.T) {
 			if err := quotes(string(file), b.body); err != nil {
 				t.Errorf("%s:%d is not a copy of %s: %v", guide, b.line, path, err)
 			}
-		case b.lang == "go" && b.marker != "<!-- sketch -->" && b.marker != guideMain:
-			t.Errorf("%s:%d: a Go block needs <!-- from: PATH -->, %s (compiled by TestGuideMinimalPlugin) or <!-- sketch --> on the line before it", guide, b.line, guideMain)
+		case b.lang == "go" && b.marker != "<!-- sketch -->" && b.marker != guideMain && b.marker != guideNotes:
+			t.Errorf("%s:%d: a Go block needs <!-- from: PATH -->, %s (compiled by TestGuideMinimalPlugin), %s (by TestGuideNotesPlugin) or <!-- sketch --> on the line before it", guide, b.line, guideMain, guideNotes)
 		}
 	}
 	files, err := filepath.Glob(filepath.Join(greeterDir, "*.go"))
