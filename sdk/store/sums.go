@@ -135,6 +135,11 @@ type writer struct {
 	// seq is the sequence counter the writes leave, 0 if none ever
 	// moved it.
 	seq uint64
+	// last is, by bucket index, the greatest key the bucket holds, read
+	// at the bucket's first write and raised by every write after it:
+	// a key past it is new, and needs no lookup of an old value.
+	last    [][]byte
+	lastSet []bool
 }
 
 // newWriter starts writing into tx, with the buckets' sums as sums holds
@@ -156,7 +161,20 @@ func (w *writer) apply(e entry) error {
 	name := w.d.buckets[e.b]
 	b := w.tx.Bucket(name)
 	scrubbed := w.scrub != nil && w.scrub.bucket == e.b && w.scrub.after != nil && bytes.Compare(e.k, w.scrub.after) <= 0
-	if k, old := b.Cursor().Seek(e.k); k != nil && bytes.Equal(k, e.k) {
+	if w.last == nil {
+		w.last, w.lastSet = make([][]byte, len(w.d.buckets)), make([]bool, len(w.d.buckets))
+	}
+	if !w.lastSet[e.b] {
+		k, _ := b.Cursor().Last()
+		w.last[e.b], w.lastSet[e.b] = bytes.Clone(k), true
+	}
+	// Appends (sequence numbers, times: most checkpointed keys of a
+	// sequential bucket) are past the bucket's last key: no old value.
+	if bytes.Compare(e.k, w.last[e.b]) > 0 {
+		if !e.del {
+			w.last[e.b] = e.k
+		}
+	} else if k, old := b.Cursor().Seek(e.k); k != nil && bytes.Equal(k, e.k) {
 		if _, ok := unframe(k, old); old == nil || !ok {
 			return fileCorruptf(w.d.name, fmt.Sprintf("bucket %s key %q", name, e.k), "checksum mismatch")
 		}
