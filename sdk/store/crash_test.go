@@ -60,18 +60,12 @@ type crashCopy struct {
 // acknowledged is on disk then, as after kill -9.
 func copyNow(t *testing.T, d *DB, acked *atomic.Int64) crashCopy {
 	t.Helper()
-	to := filepath.Join(t.TempDir(), filepath.Base(d.path))
-	d.wmu.Lock()
-	defer d.wmu.Unlock()
-	c := crashCopy{path: to, acked: int(acked.Load()), logFile: walSuffixes[d.log.gen%2], logOff: d.log.off, index: d.log.index}
-	for _, suffix := range []string{"", ".wal", ".wal.1"} {
-		data, err := os.ReadFile(d.path + suffix)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(to+suffix, data, 0o600); err != nil {
-			t.Fatal(err)
-		}
+	c := crashCopy{path: filepath.Join(t.TempDir(), filepath.Base(d.path))}
+	err := copyFiles(d, c.path, func() {
+		c.acked, c.logFile, c.logOff, c.index = int(acked.Load()), walSuffixes[d.log.gen%2], d.log.off, d.log.index
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 	return c
 }

@@ -48,6 +48,31 @@ func init() {
 	testhook.LogEnd = func(db any) (string, int64) { return logEnd(db.(*DB)) }
 	testhook.Rotate = func(db any) error { return rotateOnly(db.(*DB)) }
 	testhook.ForeignRecord = foreignRecord
+	testhook.CopyFiles = func(db any, to string, locked func()) error { return copyFiles(db.(*DB), to, locked) }
+}
+
+// copyFiles copies d's files to to (and to.wal, to.wal.1) as kill -9
+// would leave them (storetest.Copy): it holds the writers' lock, so that
+// every group acknowledged is in the copy and no group is half in it,
+// while a checkpoint may be writing the bbolt file, which bbolt keeps
+// consistent for a copy (the pages a meta names are written before it).
+// locked, if set, runs under the lock.
+func copyFiles(d *DB, to string, locked func()) error {
+	d.wmu.Lock()
+	defer d.wmu.Unlock()
+	if locked != nil {
+		locked()
+	}
+	for _, suffix := range []string{"", ".wal", ".wal.1"} {
+		data, err := os.ReadFile(d.path + suffix)
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(to+suffix, data, 0o600); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // logEnd returns the name of the log file the next record goes to and

@@ -10,4 +10,5 @@ var (
 	LogEnd        func(db any) (string, int64)
 	Rotate        func(db any) error
 	ForeignRecord func(gen uint64) []byte
+	CopyFiles     func(db any, to string, locked func()) error
 )
