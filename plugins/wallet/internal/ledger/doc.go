@@ -26,6 +26,11 @@
 //	            followed by rest
 //	idem_exp  expires_unix_nano(8) key → ""   (the sweep index)
 //
+// The idem bucket keeps this format rather than sdk/idem's Table, whose
+// records hold the whole body: a committed operation's record refers to
+// its receipt instead of copying it, and earlier releases' data dirs hold
+// records in this format.
+//
 // The package owns the ledger's invariants (supply = issued − burned =
 // the sum of all balances; an account's nonce counts its successful
 // debits; receipt seqs have no gaps). It must not start goroutines,

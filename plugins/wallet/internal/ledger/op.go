@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/plughost/plughost/sdk/idem"
 	"github.com/plughost/plughost/sdk/store"
 )
 
@@ -75,7 +76,7 @@ type Op struct {
 // request it came with.
 type Idem struct {
 	Key         string
-	Fingerprint [32]byte
+	Fingerprint idem.Fingerprint
 }
 
 // Receipt is the proof of a committed operation.
@@ -157,7 +158,7 @@ type Result struct {
 // Record is a stored idempotency record: the request's fingerprint and the
 // response it was answered with.
 type Record struct {
-	Fingerprint [32]byte
+	Fingerprint idem.Fingerprint
 	Status      int
 	Body        []byte
 	Expires     time.Time
