@@ -10,7 +10,9 @@
 // operations of the group left, and one that fails leaves no trace while
 // the others still commit. An operation that carries an idempotency key
 // has its outcome recorded with it, so a replay after a crash or restart
-// answers exactly what the first request was told. Open checks the
+// answers exactly what the first request was told. Expired records are
+// deleted by a sweep (KindSweep), an operation of a group like any other,
+// so that the committer's timeout and breaker bound it. Open checks the
 // ledger's invariants in O(accounts) and refuses a ledger that breaks
 // them (ErrCorrupt), as it refuses damaged files.
 //
