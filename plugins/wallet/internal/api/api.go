@@ -13,12 +13,11 @@
 // sdk/idem, whose protocol errors classify maps. Its first request claims
 // the key in memory (idem.Claims) while it is in progress (a second
 // request with it gets 409, or 422 with a different body); the outcome is
-// recorded by
-// the ledger in the committing group, so a replay, also after a restart,
-// is answered with the recorded bytes and Idempotent-Replayed: true: by
-// the committer, which finds the record, or, when the committer refuses
-// the operation (429, 503), from a ledger lookup. Validation failures and
-// nonce mismatches are not recorded.
+// recorded by the ledger in the committing group, so a replay, also after
+// a restart, is answered with the recorded bytes and Idempotent-Replayed:
+// true (idem.Replay): by the committer, which finds the record, or, when
+// the committer refuses the operation (429, 503), from a ledger lookup.
+// Validation failures and nonce mismatches are not recorded.
 //
 // The package must not write the ledger itself, start goroutines that
 // outlive a request, or hold a lock across a wait.
