@@ -43,6 +43,9 @@ func newCommitter(l *ledger.Ledger, announce func([]*ledger.Receipt), opts commi
 	for _, k := range ledger.Kinds {
 		opts.Kinds = append(opts.Kinds, k.String())
 	}
+	// The sweeper's operations have a kind of their own, so that they
+	// are never counted as a client's.
+	opts.Kinds = append(opts.Kinds, ledger.KindSweep.String())
 	opts.Results = results
 	opts.Metrics = durable.Names{Prefix: "wallet", Service: "ledger", Queue: "commit"}
 	opts.FaultPoint = commitFaultPoint
@@ -59,12 +62,13 @@ func receiptsOf(results []ledger.Result) []*ledger.Receipt {
 	return rs
 }
 
-// wrote reports whether a committed group wrote anything: a receipt or a
-// new idempotency record. A group of replays and unrecorded refusals
-// says nothing of the disk, and must not close a half-open breaker.
+// wrote reports whether a committed group wrote anything: a receipt, a
+// new idempotency record or a sweep's deletions. A group of replays,
+// unrecorded refusals and sweeps that found nothing says nothing of the
+// disk, and must not close a half-open breaker.
 func wrote(results []ledger.Result) bool {
 	for _, r := range results {
-		if r.Receipt != nil || (r.Record != nil && !r.Replayed) {
+		if r.Receipt != nil || (r.Record != nil && !r.Replayed) || r.Swept > 0 {
 			return true
 		}
 	}
@@ -80,16 +84,21 @@ const (
 	resultNonceMismatch     = "nonce_mismatch"
 	resultSupplyOverflow    = "supply_overflow"
 	resultInvalid           = "invalid"
+	// resultSwept: a sweep of the sweeper's (kind "sweep") committed,
+	// whether or not it found records to delete.
+	resultSwept = "swept"
 )
 
 var results = []string{
 	resultCommitted, resultReplayed, resultInsufficientFunds, resultNonceMismatch,
-	resultSupplyOverflow, resultInvalid, durable.ResultFailed, durable.ResultAborted,
+	resultSupplyOverflow, resultInvalid, resultSwept, durable.ResultFailed, durable.ResultAborted,
 }
 
 // resultLabel names the outcome of one operation of a committed group.
 func resultLabel(r ledger.Result) string {
 	switch {
+	case r.Sweep:
+		return resultSwept
 	case r.Replayed:
 		return resultReplayed
 	case r.Err == nil:

@@ -29,13 +29,6 @@ import (
 // version is the plugin's version, reported to the host.
 const version = "0.1.0"
 
-// Sweeping of expired idempotency records: every sweepInterval, delete
-// them in transactions of at most sweepBatch keys until none is left.
-const (
-	sweepInterval = 10 * time.Second
-	sweepBatch    = 4096
-)
-
 // Scrubbing: every scrubInterval the scrubber verifies the checksums of
 // scrubSlice more values of the ledger file, so a pass over a file of N
 // values takes N / scrubSlice intervals.
@@ -355,42 +348,14 @@ func (w *wallet) configure(_ context.Context, rt *sdk.Runtime) (err error) {
 
 	sweeper := group.New(rt.Context(), group.Options{Logger: rt.Logger.Named("sweeper")})
 	sweepers.Inc()
-	sweeper.Go("idempotency-sweeper", func(ctx context.Context) error { return sweep(ctx, l, cm, rt.Logger) })
+	sweeper.Go("idempotency-sweeper", func(ctx context.Context) error {
+		return sweep(ctx, l, cm, sweepInterval, rt.Logger.Named("sweeper"))
+	})
 
 	w.running.Store(&running{logger: rt.Logger, ledger: l, committer: cm, api: a, sweeper: sweeper})
 	rt.Logger.Info("configured", "path", path, "seq", l.Seq(), "committers", s.committers,
 		"queue_capacity", s.queueCapacity, "max_batch", s.maxBatch)
 	return nil
-}
-
-// sweep deletes expired idempotency records every sweepInterval until ctx
-// ends. Each group deletes at most sweepBatch records, so a backlog is
-// worked off in short groups between the commits.
-func sweep(ctx context.Context, l *ledger.Ledger, cm *committer, logger hclog.Logger) error {
-	t := time.NewTicker(sweepInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		}
-		for {
-			n, err := l.Sweep(ctx, sweepBatch)
-			if err != nil {
-				if ctx.Err() == nil {
-					logger.Warn("sweeping idempotency records failed", "error", err)
-				}
-				break
-			}
-			if n < sweepBatch {
-				break
-			}
-		}
-		// The sweep's groups wait in the write-ahead log, and a quiet
-		// wallet has no commits after which the checkpointer would look.
-		cm.CheckpointSoon()
-	}
 }
 
 // api returns the API once configured, or nil.
@@ -401,8 +366,8 @@ func (w *wallet) api() *api.API {
 	return nil
 }
 
-// drain lets the queued commits finish within ctx, aborting the rest,
-// waits for the requests in flight, stops the sweeper and closes the
+// drain stops the sweeper, lets the queued commits finish within ctx,
+// aborting the rest, waits for the requests in flight and closes the
 // ledger. The SDK has already stopped taking new requests.
 func (w *wallet) drain(ctx context.Context) error {
 	run := w.running.Load()
@@ -410,6 +375,12 @@ func (w *wallet) drain(ctx context.Context) error {
 		return nil // never configured
 	}
 	var errs []error
+	// The sweeper queues no more sweeps: Runtime.Context() has ended, and
+	// it waits on nothing else. One it queued is the committer's to
+	// commit or abort, like a request's.
+	if err := run.sweeper.Stop(ctx); err != nil {
+		errs = append(errs, err)
+	}
 	// Abort what is left a little before the deadline, so that the
 	// requests waiting for it are answered 503 in time rather than
 	// abandoned by the host.
@@ -432,11 +403,6 @@ func (w *wallet) drain(ctx context.Context) error {
 		// exits with the files open; the next start replays the log.
 		run.logger.Warn("leaving the ledger open: a commit is still stalled on the disk")
 		return errors.Join(errs...)
-	}
-	if err := run.sweeper.Stop(ctx); err != nil {
-		// The sweeper's transaction holds the ledger's writer lock.
-		run.logger.Warn("leaving the ledger open: the idempotency sweeper has not stopped", "error", err)
-		return errors.Join(append(errs, err)...)
 	}
 	if err := run.ledger.Close(); err != nil {
 		errs = append(errs, err)

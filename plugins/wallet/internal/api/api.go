@@ -9,14 +9,15 @@
 // requests from any goroutine → Close, which refuses new requests and
 // waits for those in flight so that the ledger can be closed under nobody.
 //
-// Idempotency: every POST carries an Idempotency-Key. Its first request
-// claims the key in memory while it is in progress (a second request with
-// it gets 409, or 422 with a different body); the outcome is recorded by
-// the ledger in the committing group, so a replay, also after a restart,
-// is answered with the recorded bytes and Idempotent-Replayed: true: by
-// the committer, which finds the record, or, when the committer refuses
-// the operation (429, 503), from a ledger lookup. Validation failures and
-// nonce mismatches are not recorded.
+// Idempotency: every POST carries an Idempotency-Key, read and checked by
+// sdk/idem, whose protocol errors classify maps. Its first request claims
+// the key in memory (idem.Claims) while it is in progress (a second
+// request with it gets 409, or 422 with a different body); the outcome is
+// recorded by the ledger in the committing group, so a replay, also after
+// a restart, is answered with the recorded bytes and Idempotent-Replayed:
+// true (idem.Replay): by the committer, which finds the record, or, when
+// the committer refuses the operation (429, 503), from a ledger lookup.
+// Validation failures and nonce mismatches are not recorded.
 //
 // The package must not write the ledger itself, start goroutines that
 // outlive a request, or hold a lock across a wait.
@@ -38,6 +39,7 @@ import (
 	"github.com/plughost/plughost/plugins/wallet/internal/view"
 	"github.com/plughost/plughost/sdk"
 	"github.com/plughost/plughost/sdk/durable"
+	"github.com/plughost/plughost/sdk/idem"
 )
 
 // Register declares the API's routes on mux, relative to the mount point.
@@ -109,7 +111,7 @@ type API struct {
 	keepAlive time.Duration
 	backfill  int
 
-	claims claims
+	claims idem.Claims
 	gate   gate
 	busy   *prometheus.CounterVec
 }
@@ -125,7 +127,6 @@ func New(opts Options) (*API, error) {
 		drain:     opts.Drain,
 		keepAlive: opts.KeepAlive,
 		backfill:  opts.Backfill,
-		claims:    claims{m: map[string][32]byte{}},
 		gate:      gate{idle: make(chan struct{})},
 		busy: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "busy_rejections_total",
@@ -169,7 +170,7 @@ func (a *API) post(w http.ResponseWriter, r *http.Request, kind ledger.Kind, dec
 		a.writeError(w, err)
 		return
 	}
-	key, err := idempotencyKey(r.Header)
+	key, err := idem.Key(r.Header)
 	if err != nil {
 		a.writeError(w, err)
 		return
@@ -194,11 +195,11 @@ type outcome struct {
 }
 
 // submit runs the idempotency protocol around one operation.
-func (a *API) submit(w http.ResponseWriter, r *http.Request, kind ledger.Kind, key string, fp [32]byte, op ledger.Op) {
-	if err := a.claims.claim(key, fp); err != nil {
+func (a *API) submit(w http.ResponseWriter, r *http.Request, kind ledger.Kind, key string, fp idem.Fingerprint, op ledger.Op) {
+	if err := a.claims.Claim(key, fp); err != nil {
 		// The holder may be a replay of a finished request, queued like
 		// any operation: then the record is the answer, not 409.
-		if errors.Is(err, errKeyInUse) && a.replayStored(w, key, fp) {
+		if errors.Is(err, idem.ErrInUse) && a.replayStored(w, key, fp) {
 			return
 		}
 		a.writeError(w, err)
@@ -217,7 +218,7 @@ func (a *API) submit(w http.ResponseWriter, r *http.Request, kind ledger.Kind, k
 		// claim lasts until Settled, and a retry meanwhile is told the
 		// key is in use, never that nothing was applied.
 		if !errors.Is(err, durable.ErrStalled) {
-			a.claims.release(key)
+			a.claims.Release(key)
 		}
 		done <- outcome{res, err}
 	})
@@ -225,7 +226,7 @@ func (a *API) submit(w http.ResponseWriter, r *http.Request, kind ledger.Kind, k
 		// Refused (full queue, breaker open, draining): a recorded
 		// outcome is still the answer.
 		replayed := a.replayStored(w, key, fp)
-		a.claims.release(key)
+		a.claims.Release(key)
 		if replayed {
 			return
 		}
@@ -244,7 +245,7 @@ func (a *API) submit(w http.ResponseWriter, r *http.Request, kind ledger.Kind, k
 }
 
 // answer writes the committer's outcome of an operation.
-func (a *API) answer(w http.ResponseWriter, o outcome, key string, fp [32]byte) {
+func (a *API) answer(w http.ResponseWriter, o outcome, key string, fp idem.Fingerprint) {
 	switch {
 	case o.err != nil:
 		// The group failed, so nothing of it was recorded; but the key
@@ -273,7 +274,7 @@ func (a *API) answer(w http.ResponseWriter, o outcome, key string, fp [32]byte) 
 // where the committer cannot say (the operation was refused or failed,
 // or another request holds the key): a lookup that fails answers nothing,
 // and the caller's own error stands.
-func (a *API) replayStored(w http.ResponseWriter, key string, fp [32]byte) bool {
+func (a *API) replayStored(w http.ResponseWriter, key string, fp idem.Fingerprint) bool {
 	rec, ok, err := a.ledger.Idempotency(key)
 	if err != nil || !ok {
 		return false
@@ -282,14 +283,13 @@ func (a *API) replayStored(w http.ResponseWriter, key string, fp [32]byte) bool 
 	return true
 }
 
-// replay answers a request whose key has a record.
-func (a *API) replay(w http.ResponseWriter, rec ledger.Record, fp [32]byte) {
-	if rec.Fingerprint != fp {
-		a.writeError(w, errKeyReused)
-		return
+// replay answers a request whose key has a record: its recorded answer,
+// or 422 if the record is another request's.
+func (a *API) replay(w http.ResponseWriter, rec ledger.Record, fp idem.Fingerprint) {
+	stored := idem.Record{Fingerprint: rec.Fingerprint, Status: rec.Status, ContentType: "application/json", Body: rec.Body}
+	if err := idem.Replay(w, stored, fp); errors.Is(err, idem.ErrReused) {
+		a.writeError(w, err)
 	}
-	w.Header().Set("Idempotent-Replayed", "true")
-	writeRaw(w, rec.Status, rec.Body)
 }
 
 // accountJSON is the answer of GET /v1/accounts/{id}.
@@ -368,44 +368,17 @@ func waitWithin(ctx context.Context, wait time.Duration) time.Duration {
 	return max(wait, 0)
 }
 
-// claims are the idempotency keys whose request is in progress, with the
-// fingerprint of that request. There is at most one claim per operation
-// queued or committing, so the queue bounds it.
 // Settled releases the keys of operations whose commit stalled on the
-// disk, once the committer knows their outcome (committer.Options.Settled):
-// a retry now finds the recorded outcome, or commits afresh.
+// disk, once the committer knows their outcome (durable.Options.Settled):
+// a retry now finds the recorded outcome, or commits afresh. There is at
+// most one claim per operation queued or committing, so the queue bounds
+// the claims.
 func (a *API) Settled(ops []ledger.Op) {
 	for _, op := range ops {
 		if op.Idem != nil {
-			a.claims.release(op.Idem.Key)
+			a.claims.Release(op.Idem.Key)
 		}
 	}
-}
-
-type claims struct {
-	mu sync.Mutex
-	m  map[string][32]byte
-}
-
-// claim takes key for a request with fingerprint fp, or returns
-// errKeyInUse (same request in progress) or errKeyReused (another).
-func (c *claims) claim(key string, fp [32]byte) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if held, ok := c.m[key]; ok {
-		if held != fp {
-			return errKeyReused
-		}
-		return errKeyInUse
-	}
-	c.m[key] = fp
-	return nil
-}
-
-func (c *claims) release(key string) {
-	c.mu.Lock()
-	delete(c.m, key)
-	c.mu.Unlock()
 }
 
 // gate counts requests in flight and refuses new ones once closed.

@@ -16,6 +16,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/plughost/plughost/plugins/wallet/internal/ledger"
+	"github.com/plughost/plughost/sdk/idem"
 )
 
 // Input limits.
@@ -26,8 +27,6 @@ const (
 	maxLegs = 1024
 	// maxIDLen caps an account id.
 	maxIDLen = 128
-	// maxKeyLen caps an Idempotency-Key, as Stripe does.
-	maxKeyLen = 255
 	// defaultWait is how long a read with min_seq waits when it names no
 	// wait; maxWait caps wait.
 	defaultWait = time.Second
@@ -83,14 +82,17 @@ func (r *batchRequest) op() ledger.Op {
 
 // fingerprint identifies a request's meaning for idempotency: the kind and
 // the canonical JSON of the decoded body, so that whitespace and member
-// order do not count, but every value does.
-func fingerprint(kind ledger.Kind, r request) [32]byte {
+// order do not count, but every value does. It is the SHA-256 of kind,
+// '\n' and the JSON, not idem.FingerprintOf's length-prefixed parts: the
+// records in data dirs hold fingerprints made this way, and a retry must
+// still match them.
+func fingerprint(kind ledger.Kind, r request) idem.Fingerprint {
 	b, _ := json.Marshal(r) // plain structs of strings and integers
 	h := sha256.New()
 	h.Write([]byte(kind.String()))
 	h.Write([]byte{'\n'})
 	h.Write(b)
-	var fp [32]byte
+	var fp idem.Fingerprint
 	h.Sum(fp[:0])
 	return fp
 }
@@ -497,28 +499,6 @@ func checkAccountID(id string) error {
 		}
 	}
 	return nil
-}
-
-// idempotencyKey returns the request's single Idempotency-Key: 1 to
-// maxKeyLen visible ASCII characters.
-func idempotencyKey(h http.Header) (string, error) {
-	vs := h.Values("Idempotency-Key")
-	switch {
-	case len(vs) == 0:
-		return "", errMissingKey
-	case len(vs) > 1:
-		return "", &invalidError{code: "invalid_idempotency_key", msg: "send one Idempotency-Key header"}
-	}
-	k := vs[0]
-	if k == "" || len(k) > maxKeyLen {
-		return "", &invalidError{code: "invalid_idempotency_key", msg: fmt.Sprintf("Idempotency-Key must be 1 to %d characters", maxKeyLen)}
-	}
-	for i := range len(k) {
-		if k[i] < 0x21 || k[i] > 0x7e {
-			return "", &invalidError{code: "invalid_idempotency_key", msg: "Idempotency-Key may hold only visible ASCII characters"}
-		}
-	}
-	return k, nil
 }
 
 // checkContentType accepts application/json, with parameters.

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"net/http"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/plughost/plughost/plugins/wallet/internal/ledger"
 	"github.com/plughost/plughost/sdk/durable"
+	"github.com/plughost/plughost/sdk/idem"
 )
 
 func TestMain(m *testing.M) {
@@ -112,6 +114,21 @@ func TestFingerprint(t *testing.T) {
 	}
 }
 
+// TestFingerprintBytes pins how a fingerprint is made: the records in
+// existing data dirs hold fingerprints made this way, and a retry of
+// their requests must still match them (not idem.FingerprintOf's
+// length-prefixed parts).
+func TestFingerprintBytes(t *testing.T) {
+	r, err := decodeTransfer([]byte(`{ "nonce":1, "amount":3, "to":"b", "from":"a" }`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := sha256.Sum256([]byte("transfer\n" + `{"from":"a","to":"b","amount":3,"nonce":1}`))
+	if got := fingerprint(ledger.KindTransfer, r); got != want {
+		t.Errorf("fingerprint(transfer) = %x, want %x: the SHA-256 of the kind, a newline and the canonical JSON", got, want)
+	}
+}
+
 func TestIdempotencyKey(t *testing.T) {
 	tests := []struct {
 		name   string
@@ -134,7 +151,7 @@ func TestIdempotencyKey(t *testing.T) {
 			for _, v := range tt.values {
 				h.Add("Idempotency-Key", v)
 			}
-			got, err := idempotencyKey(h)
+			got, err := idem.Key(h)
 			if tt.code == "" {
 				if err != nil || got != tt.want {
 					t.Errorf("idempotencyKey(%q) = %q, %v, want %q", tt.values, got, err, tt.want)
@@ -185,11 +202,11 @@ func TestClassify(t *testing.T) {
 		code   string
 	}{
 		{invalidf("bad"), 400, "invalid_request"},
-		{errMissingKey, 400, "idempotency_key_missing"},
+		{idem.ErrMissing, 400, "idempotency_key_missing"},
 		{errMediaType, 415, "unsupported_media_type"},
 		{errTooLarge, 413, "body_too_large"},
-		{errKeyReused, 422, "idempotency_key_reused"},
-		{errKeyInUse, 409, "idempotency_key_in_use"},
+		{idem.ErrReused, 422, "idempotency_key_reused"},
+		{idem.ErrInUse, 409, "idempotency_key_in_use"},
 		{&ledger.NonceError{Account: "a", Got: 3, Expected: 2}, 409, "nonce_mismatch"},
 		{&ledger.InsufficientFundsError{Account: "a", Balance: 1, Needed: 2}, 422, "insufficient_funds"},
 		{ledger.ErrSupplyOverflow, 422, "supply_overflow"},

@@ -12,17 +12,13 @@ import (
 	"github.com/plughost/plughost/plugins/wallet/internal/ledger"
 	"github.com/plughost/plughost/sdk"
 	"github.com/plughost/plughost/sdk/durable"
+	"github.com/plughost/plughost/sdk/idem"
 )
 
 // Errors of the HTTP layer, besides *invalidError.
 var (
-	errMediaType  = errors.New("Content-Type must be application/json")
-	errTooLarge   = fmt.Errorf("body is larger than %d bytes", maxBodyBytes)
-	errMissingKey = &invalidError{code: "idempotency_key_missing", msg: "every POST needs an Idempotency-Key header"}
-	// errKeyReused: the key was used with a different request.
-	errKeyReused = errors.New("this Idempotency-Key was used with a different request")
-	// errKeyInUse: the key's first request is still in progress.
-	errKeyInUse = errors.New("a request with this Idempotency-Key is still in progress; retry when it has finished")
+	errMediaType = errors.New("Content-Type must be application/json")
+	errTooLarge  = fmt.Errorf("body is larger than %d bytes", maxBodyBytes)
 	// errDraining: the API is closed for the drain.
 	errDraining = errors.New("the wallet is draining; retry on another instance or later")
 	// errUnknown: the caller gave up before the outcome was known.
@@ -67,6 +63,12 @@ func classify(err error) (int, errorDetail) {
 	d := errorDetail{Message: err.Error()}
 	var invalid *invalidError
 	var nonce *ledger.NonceError
+	// The Idempotency-Key protocol's answers are sdk/idem's: 400 for a
+	// missing or malformed key, 409 in use, 422 reused.
+	if status, code, ok := idem.Status(err); ok {
+		d.Code = code
+		return status, d
+	}
 	switch {
 	case errors.As(err, &invalid):
 		d.Code = invalid.code
@@ -80,12 +82,6 @@ func classify(err error) (int, errorDetail) {
 	case errors.Is(err, errTooLarge):
 		d.Code = "body_too_large"
 		return http.StatusRequestEntityTooLarge, d
-	case errors.Is(err, errKeyReused):
-		d.Code = "idempotency_key_reused"
-		return http.StatusUnprocessableEntity, d
-	case errors.Is(err, errKeyInUse):
-		d.Code = "idempotency_key_in_use"
-		return http.StatusConflict, d
 	case errors.As(err, &nonce):
 		d.Code = "nonce_mismatch"
 		d.ExpectedNonce = &nonce.Expected

@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/plughost/plughost/plugins/wallet/internal/ledger"
+	"github.com/plughost/plughost/sdk/idem"
 )
 
 // The fuzz targets check, for every decoder of untrusted input, that no
@@ -171,14 +172,14 @@ func FuzzIdempotencyKey(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, v string) {
-		k, err := idempotencyKey(http.Header{"Idempotency-Key": {v}})
+		k, err := idem.Key(http.Header{"Idempotency-Key": {v}})
 		if err != nil {
 			if status, _ := classify(err); status != http.StatusBadRequest {
 				t.Fatalf("idempotencyKey(%q) refusal maps to %d, want 400", v, status)
 			}
 			return
 		}
-		if k != v || len(k) == 0 || len(k) > maxKeyLen {
+		if k != v || len(k) == 0 || len(k) > idem.MaxKeyLen {
 			t.Fatalf("idempotencyKey(%q) = %q", v, k)
 		}
 		for i := range len(k) {

@@ -10,7 +10,9 @@
 // operations of the group left, and one that fails leaves no trace while
 // the others still commit. An operation that carries an idempotency key
 // has its outcome recorded with it, so a replay after a crash or restart
-// answers exactly what the first request was told. Open checks the
+// answers exactly what the first request was told. Expired records are
+// deleted by a sweep (KindSweep), an operation of a group like any other,
+// so that the committer's timeout and breaker bound it. Open checks the
 // ledger's invariants in O(accounts) and refuses a ledger that breaks
 // them (ErrCorrupt), as it refuses damaged files.
 //
@@ -25,6 +27,11 @@
 //	            the receipt stored under seq (whose CRC-32C that is)
 //	            followed by rest
 //	idem_exp  expires_unix_nano(8) key → ""   (the sweep index)
+//
+// The idem bucket keeps this format rather than sdk/idem's Table, whose
+// records hold the whole body: a committed operation's record refers to
+// its receipt instead of copying it, and earlier releases' data dirs hold
+// records in this format.
 //
 // The package owns the ledger's invariants (supply = issued − burned =
 // the sum of all balances; an account's nonce counts its successful

@@ -376,44 +376,33 @@ func (l *Ledger) Idempotency(key string) (Record, bool, error) {
 	return rec, ok, err
 }
 
-// Sweep deletes up to limit expired idempotency records, oldest first, as
-// one group, and returns how many it deleted. Expired records are already
-// ignored by lookups; sweeping only reclaims their space.
-func (l *Ledger) Sweep(ctx context.Context, limit int) (int, error) {
-	if err := ctx.Err(); err != nil {
-		return 0, err
-	}
+// Expired reports whether an idempotency record has expired and waits
+// for a sweep. It reads a snapshot, so a sweeper can ask it without
+// queueing a group when there is nothing to sweep.
+func (l *Ledger) Expired() (bool, error) {
 	now := uint64(l.now().UnixNano())
-	n := 0
-	limit = max(limit, 0)
-	l.wmu.Lock()
-	defer l.wmu.Unlock()
-	err := l.db.Update(func(tx *store.Tx) error {
-		var expired [][]byte
-		if limit > 0 {
-			tx.Ascend(bIdemExp, nil, nil, func(k, _ []byte) bool {
-				if len(k) < 8 || binary.BigEndian.Uint64(k) > now {
-					return false
-				}
-				expired = append(expired, bytes.Clone(k))
-				return len(expired) < limit
-			})
-		}
-		for _, k := range expired {
-			if err := tx.Delete(bIdemExp, k); err != nil {
-				return err
-			}
-			if err := tx.Delete(bIdem, k[8:]); err != nil {
-				return err
-			}
-		}
-		n = len(expired)
+	expired := false
+	err := l.db.View(func(s *store.Snapshot) error {
+		s.Ascend(bIdemExp, nil, nil, func(k, _ []byte) bool {
+			expired = len(k) >= 8 && binary.BigEndian.Uint64(k) <= now
+			return false
+		})
 		return nil
 	})
+	return expired, err
+}
+
+// Sweep applies a sweep (KindSweep) of up to limit expired idempotency
+// records as a group of its own, and returns how many it deleted. The
+// wallet submits sweeps to its committer instead, which may group them
+// with other operations; Sweep is for tests and tools. Expired records
+// are already ignored by lookups; sweeping only reclaims their space.
+func (l *Ledger) Sweep(ctx context.Context, limit int) (int, error) {
+	res, err := l.Apply(ctx, []Op{{Kind: KindSweep, Limit: limit}})
 	if err != nil {
 		return 0, fmt.Errorf("sweep idempotency records: %w", err)
 	}
-	return n, nil
+	return res[0].Swept, nil
 }
 
 // Probe writes one small record, the time, as a group of its own: a write
@@ -520,6 +509,10 @@ func (s *txState) account(id string) *acct {
 // apply applies one operation. A returned error aborts the whole
 // group (bbolt failed); a refusal is in the Result.
 func (s *txState) apply(op *Op) (Result, error) {
+	if op.Kind == KindSweep {
+		n, err := s.sweep(op.Limit)
+		return Result{Sweep: true, Swept: n}, err
+	}
 	var old []byte // an expired record under op's key
 	if op.Idem != nil {
 		if v := s.get(bIdem, []byte(op.Idem.Key)); v != nil {
@@ -700,6 +693,34 @@ func (s *txState) record(idem *Idem, old []byte, res Result) (*Record, error) {
 		return nil, err
 	}
 	return rec, nil
+}
+
+// sweep deletes up to limit idempotency records expired at the group's
+// time, oldest first, with their sweep index entries, and returns how
+// many. A record replaced earlier in the group took its old index entry
+// with it, so every entry found names a record that expired.
+func (s *txState) sweep(limit int) (int, error) {
+	if limit <= 0 {
+		return 0, nil
+	}
+	now := uint64(s.now.UnixNano())
+	var expired [][]byte
+	s.tx.Ascend(bIdemExp, nil, nil, func(k, _ []byte) bool {
+		if len(k) < 8 || binary.BigEndian.Uint64(k) > now {
+			return false
+		}
+		expired = append(expired, bytes.Clone(k))
+		return len(expired) < limit
+	})
+	for _, k := range expired {
+		if err := s.del(bIdemExp, k); err != nil {
+			return 0, err
+		}
+		if err := s.del(bIdem, k[8:]); err != nil {
+			return 0, err
+		}
+	}
+	return len(expired), nil
 }
 
 // flush writes the changed accounts and totals.

@@ -493,40 +493,6 @@ func TestRecordAtomicWithCommit(t *testing.T) {
 	}
 }
 
-func TestSweep(t *testing.T) {
-	clk := wallettest.NewClock(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC))
-	l := open(t, filepath.Join(t.TempDir(), "wallet.db"), ledger.Options{IdempotencyTTL: time.Minute, Now: clk.Now})
-	for i := range 5 {
-		op := issue("a", 1)
-		op.Idem = &ledger.Idem{Key: string(rune('a' + i))}
-		apply(t, l, op)
-		clk.Add(time.Second)
-	}
-	// Reissue key "a" after it expired: its old sweep entry must go.
-	clk.Add(time.Minute)
-	op := issue("a", 1)
-	op.Idem = &ledger.Idem{Key: "a"}
-	apply(t, l, op)
-
-	steps := []struct {
-		limit, want int
-	}{{3, 3}, {3, 1}, {3, 0}}
-	for _, s := range steps {
-		n, err := l.Sweep(t.Context(), s.limit)
-		if err != nil || n != s.want {
-			t.Fatalf("Sweep(%d) = %d, %v, want %d", s.limit, n, err, s.want)
-		}
-	}
-	if _, ok, _ := l.Idempotency("a"); !ok {
-		t.Errorf("Idempotency(a) = none, want the fresh record to survive the sweep")
-	}
-	for _, k := range []string{"b", "c", "d", "e"} {
-		if _, ok, _ := l.Idempotency(k); ok {
-			t.Errorf("Idempotency(%q) found an expired record", k)
-		}
-	}
-}
-
 func TestReopenKeepsEverything(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "wallet.db")
 	l, err := ledger.Open(path, clocked(ledger.Options{}))

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/plughost/plughost/sdk/idem"
 	"github.com/plughost/plughost/sdk/store"
 )
 
@@ -24,9 +25,14 @@ const (
 	// KindBatch moves each leg's amount from From to the leg's To, all
 	// legs or none, under one nonce.
 	KindBatch
+	// KindSweep deletes up to Limit expired idempotency records, oldest
+	// first. It is the wallet's own upkeep, not a client's operation: it
+	// has no receipt, no key, and is not in Kinds.
+	KindSweep
 )
 
-// Kinds lists every kind, for metric labels.
+// Kinds lists every kind of a client's operation, for metric labels and
+// endpoints.
 var Kinds = []Kind{KindIssue, KindTransfer, KindBurn, KindBatch}
 
 // String returns the kind's lowercase name, as used in receipts and
@@ -41,6 +47,8 @@ func (k Kind) String() string {
 		return "burn"
 	case KindBatch:
 		return "batch"
+	case KindSweep:
+		return "sweep"
 	default:
 		return fmt.Sprintf("kind(%d)", int(k))
 	}
@@ -65,6 +73,7 @@ type Op struct {
 	Amount uint64 // issue, transfer, burn; a batch's amount is the sum of its legs
 	Nonce  uint64 // transfer, burn, batch: must be From's nonce + 1
 	Legs   []Leg  // batch
+	Limit  int    // sweep: the most records to delete
 	// Idem, if set, makes the operation idempotent under Idem.Key: its
 	// recorded outcome is stored with it, and a later operation with the
 	// same unexpired key is not applied but answered with that record.
@@ -75,7 +84,7 @@ type Op struct {
 // request it came with.
 type Idem struct {
 	Key         string
-	Fingerprint [32]byte
+	Fingerprint idem.Fingerprint
 }
 
 // Receipt is the proof of a committed operation.
@@ -152,12 +161,16 @@ type Result struct {
 	// Replayed is true when an unexpired record for the key already
 	// existed: the operation was not applied and Record is that record.
 	Replayed bool
+	// Sweep is true for a sweep's result (KindSweep), and Swept is how
+	// many expired records it deleted.
+	Sweep bool
+	Swept int
 }
 
 // Record is a stored idempotency record: the request's fingerprint and the
 // response it was answered with.
 type Record struct {
-	Fingerprint [32]byte
+	Fingerprint idem.Fingerprint
 	Status      int
 	Body        []byte
 	Expires     time.Time
