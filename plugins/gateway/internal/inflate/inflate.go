@@ -97,13 +97,15 @@ func Decode(body io.Reader, codings []string, lim Limits) ([]byte, error) {
 	buf := make([]byte, chunk)
 	for {
 		n, err := r.Read(buf)
-		if int64(out.Len()+n) > lim.AbsCap {
+		// The ratio first: a bomb that also passes the cap is a bomb.
+		d := int64(out.Len() + n)
+		if len(codings) > 0 && d > lim.RatioAfter && float64(d) > lim.RatioMax*float64(max(in.n, 1)) {
+			return nil, fmt.Errorf("%w: %d bytes from %d, more than %g:1", ErrRatio, d, in.n, lim.RatioMax)
+		}
+		if d > lim.AbsCap {
 			return nil, fmt.Errorf("%w: more than %d bytes", ErrSize, lim.AbsCap)
 		}
 		out.Write(buf[:n])
-		if d := int64(out.Len()); len(codings) > 0 && d > lim.RatioAfter && float64(d) > lim.RatioMax*float64(max(in.n, 1)) {
-			return nil, fmt.Errorf("%w: %d bytes from %d, more than %g:1", ErrRatio, d, in.n, lim.RatioMax)
-		}
 		switch {
 		case errors.Is(err, io.EOF):
 			return out.Bytes(), nil
