@@ -58,9 +58,22 @@ func start(t *testing.T, opts plugintest.Options) *plugintest.Harness {
 }
 
 func sumHex(key string) string {
-	s := sha256.Sum256([]byte(key))
+	s := sha(key)
 	return hex.EncodeToString(s[:])
 }
+
+func sha(key string) [32]byte { return sha256.Sum256([]byte(key)) }
+
+// newUpstreamServer serves h on loopback until the test ends and returns
+// its URL.
+func newUpstreamServer(t *testing.T, h http.Handler) string {
+	t.Helper()
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return srv.URL
+}
+
+func optionsFor(config string) plugintest.Options { return plugintest.Options{Config: config} }
 
 // echo is an upstream that answers what it got, as JSON.
 type echo struct {
