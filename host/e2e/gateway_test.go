@@ -1,0 +1,251 @@
+package e2e
+
+import (
+	"bytes"
+	"compress/gzip"
+	"crypto/sha256"
+	"encoding/hex"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"runtime"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// The gateway tests drive plugins/gateway through the real host, in front
+// of a loopback HTTP upstream the test runs and of the wallet plugin
+// (docs/plugins/gateway.md).
+
+var updateBomb = flag.Bool("update-bomb", false, "rewrite testdata/gateway/bomb-1g.gz3")
+
+// bombPath holds 1 GiB of zeros gzipped three times over: 1149 bytes.
+const bombPath = "testdata/gateway/bomb-1g.gz3"
+
+// gatewayBlock returns the gateway's plugin block, mounted at /gw, with a
+// route / to the url upstream "web", a route /api/wallet/ to the wallet
+// plugin, tenants acme (key "acme-key") and the default, and extra lines.
+func gatewayBlock(webURL, extra string) string {
+	sum := sha256.Sum256([]byte("acme-key"))
+	return pluginBlock("gateway", "gateway", fmt.Sprintf(`  mount = "/gw"
+  config {
+    upstream {
+      name = "web"
+      url  = %q
+    }
+    upstream {
+      name   = "wallet"
+      plugin = "wallet"
+    }
+    route {
+      prefix = "/"
+      upstream = "web"
+    }
+    route {
+      prefix       = "/api/wallet/"
+      upstream     = "wallet"
+      strip_prefix = true
+    }
+    tenant {
+      name           = "acme"
+      api_key_sha256 = %q
+    }
+    default_tenant {
+      rate_per_s = 1000
+      burst      = 1000
+    }
+%s
+  }`, webURL, hex.EncodeToString(sum[:]), extra))
+}
+
+// countingUpstream is a loopback upstream that counts the requests it got.
+type countingUpstream struct{ hits atomic.Int64 }
+
+func (u *countingUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	u.hits.Add(1)
+	_, _ = io.Copy(io.Discard, r.Body)
+	w.Header().Set("Content-Type", "application/json")
+	fmt.Fprintf(w, `{"path":%q}`, r.URL.Path)
+}
+
+// bomb returns the three-times gzipped GiB of zeros, rewriting the file
+// first with -update-bomb.
+func bomb(t *testing.T) []byte {
+	t.Helper()
+	if *updateBomb {
+		var layer bytes.Buffer
+		zw, _ := gzip.NewWriterLevel(&layer, gzip.BestCompression)
+		if _, err := io.Copy(zw, io.LimitReader(zeros{}, 1<<30)); err != nil {
+			t.Fatal(err)
+		}
+		zw.Close()
+		for range 2 {
+			var next bytes.Buffer
+			zw, _ := gzip.NewWriterLevel(&next, gzip.BestCompression)
+			zw.Write(layer.Bytes())
+			zw.Close()
+			layer = next
+		}
+		if err := os.WriteFile(bombPath, layer.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, err := os.ReadFile(bombPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) { clear(p); return len(p), nil }
+
+// gunzip undoes one layer.
+func gunzip(t *testing.T, b []byte) []byte {
+	t.Helper()
+	zr, err := gzip.NewReader(bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := io.ReadAll(zr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestGatewayDecompressionBombs sends bombs through the host to the
+// gateway: 1149 bytes that expand to 1 GiB through three gzip layers, the
+// 1 MiB single layer under them, and that layer again in a chunked body
+// without Content-Length. Each must get 413 decoded-ratio at once, the
+// upstream must never be dialled, and the plugin's RSS must grow by less
+// than 16 MiB.
+func TestGatewayDecompressionBombs(t *testing.T) {
+	web := &countingUpstream{}
+	srv := httptest.NewServer(web)
+	t.Cleanup(srv.Close)
+	cfg := strings.Replace(baseConfig("5s"), "max_body_bytes  = 4096", "max_body_bytes  = 4194304", 1) +
+		walletBlock("") + gatewayBlock(srv.URL, "")
+	h := startHost(t, cfg)
+	waitFor(t, 30*time.Second, "the gateway and the wallet ready", func() bool {
+		ps := h.plugins()
+		return ps["gateway"].State == "ready" && ps["wallet"].State == "ready"
+	})
+	if runtime.GOOS != "linux" {
+		t.Skip("reads RSS from /proc")
+	}
+	pid := h.plugins()["gateway"].Pid
+
+	// One ordinary request first, so the RSS baseline includes a served
+	// request's allocations.
+	if code, body := do(t, "POST", h.ingress+"/gw/warm", strings.NewReader(`{}`), http.Header{"X-Api-Key": {"acme-key"}}); code != http.StatusOK {
+		t.Fatalf("POST /gw/warm = %d %s, want 200", code, body)
+	}
+	warm := web.hits.Load()
+	before := rssBytes(t, pid)
+
+	triple := bomb(t)
+	single := gunzip(t, gunzip(t, triple))
+	if len(triple) > 2048 || len(single) > 2<<20 {
+		t.Fatalf("bomb sizes %d and %d; want about 1 KiB and 1 MiB", len(triple), len(single))
+	}
+	tests := []struct {
+		name     string
+		encoding string
+		body     func() io.Reader
+		chunked  bool
+	}{
+		{"1 KiB to 1 GiB through three gzip layers", "gzip, gzip, gzip", func() io.Reader { return bytes.NewReader(triple) }, false},
+		{"1 MiB to 1 GiB in one gzip layer", "gzip", func() io.Reader { return bytes.NewReader(single) }, false},
+		{"chunked without Content-Length", "gzip", func() io.Reader { return io.MultiReader(bytes.NewReader(single)) }, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for range 5 {
+				req, err := http.NewRequestWithContext(t.Context(), "POST", h.ingress+"/gw/upload", tt.body())
+				if err != nil {
+					t.Fatal(err)
+				}
+				req.Header.Set("X-Api-Key", "acme-key")
+				req.Header.Set("Content-Encoding", tt.encoding)
+				start := time.Now()
+				resp, err := client.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				took := time.Since(start)
+				if resp.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(string(b), `"code":"decoded-ratio"`) {
+					t.Fatalf("POST = %d %s, want 413 decoded-ratio", resp.StatusCode, b)
+				}
+				if tt.chunked && resp.Request.ContentLength != -1 && resp.Request.ContentLength != 0 {
+					t.Errorf("the request went with Content-Length %d, want chunked", resp.Request.ContentLength)
+				}
+				if took > 2*time.Second {
+					t.Errorf("the 413 took %v, want it at once", took)
+				}
+			}
+		})
+	}
+	if n := web.hits.Load() - warm; n != 0 {
+		t.Errorf("the upstream got %d requests from bombs; it must never be dialled", n)
+	}
+	if grew := rssBytes(t, pid) - before; grew >= 16<<20 {
+		t.Errorf("the gateway's RSS grew by %d MiB, want less than 16", grew>>20)
+	}
+	if v, ok := h.metric(`rejected_total{plugin="gateway",reason="decoded-ratio"}`); !ok || v != 15 {
+		t.Errorf(`rejected_total{reason="decoded-ratio"} = %v (found %v), want 15`, v, ok)
+	}
+}
+
+// TestGatewayToWallet sends a transfer through /gw to the wallet plugin,
+// with its Idempotency-Key: the wallet applies it once and replays it for
+// the same key.
+func TestGatewayToWallet(t *testing.T) {
+	web := &countingUpstream{}
+	srv := httptest.NewServer(web)
+	t.Cleanup(srv.Close)
+	h := startHost(t, baseConfig("5s")+walletBlock("")+gatewayBlock(srv.URL, ""))
+	waitFor(t, 30*time.Second, "the gateway and the wallet ready", func() bool {
+		ps := h.plugins()
+		return ps["gateway"].State == "ready" && ps["wallet"].State == "ready"
+	})
+	post := func(path, key, body string) (int, string, http.Header) {
+		req, err := http.NewRequestWithContext(t.Context(), "POST", h.ingress+"/gw/api/wallet"+path, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("X-Api-Key", "acme-key")
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Idempotency-Key", key)
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b), resp.Header
+	}
+	if code, body, _ := post("/v1/issue", "gw-issue-1", `{"to":"alice","amount":100}`); code != http.StatusOK {
+		t.Fatalf("issue through the gateway = %d %s, want 200", code, body)
+	}
+	code, first, _ := post("/v1/transfer", "gw-transfer-1", `{"from":"alice","to":"bob","amount":40,"nonce":1}`)
+	if code != http.StatusOK || !strings.Contains(first, `"kind":"transfer"`) {
+		t.Fatalf("transfer through the gateway = %d %s, want 200 with a receipt", code, first)
+	}
+	code, again, hdr := post("/v1/transfer", "gw-transfer-1", `{"from":"alice","to":"bob","amount":40,"nonce":1}`)
+	if code != http.StatusOK || again != first || hdr.Get("Idempotent-Replayed") != "true" {
+		t.Errorf("the same transfer and key again = %d %s (replayed %q), want the first receipt replayed", code, again, hdr.Get("Idempotent-Replayed"))
+	}
+	code, body := do(t, "GET", h.ingress+"/wallet/v1/accounts/bob?min_seq=2&wait=2s", nil, nil)
+	if code != http.StatusOK || !strings.Contains(body, `"balance":40`) {
+		t.Errorf("bob's account = %d %s, want balance 40: the transfer applied once", code, body)
+	}
+}
