@@ -282,9 +282,15 @@ func (s *Scheduler) work() {
 // Close stops dispatching, cancels every queued job with ErrClosed, and
 // waits for the running jobs until ctx is done; then it cancels their
 // context, counts them as aborted, and waits for them to return. It
-// returns how many were aborted. Call it once.
+// returns how many were aborted. A second Close only waits for the
+// workers to be gone.
 func (s *Scheduler) Close(ctx context.Context) (aborted int) {
 	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		s.wg.Wait() // the first Close bounds it
+		return 0
+	}
 	s.closed = true
 	var left []item
 	for s.ring.len() > 0 {

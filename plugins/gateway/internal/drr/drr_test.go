@@ -192,7 +192,11 @@ func TestCloseAbortsAtDeadline(t *testing.T) {
 		t.Errorf("Close took %v past a 50ms deadline", d)
 	}
 	for i, j := range jobs {
-		<-j.ran
+		select {
+		case <-j.ran:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("job %d never left", i)
+		}
 		if n := j.left.Load(); n != 1 {
 			t.Errorf("job %d left %d times, want once", i, n)
 		}
