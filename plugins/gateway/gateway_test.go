@@ -75,6 +75,11 @@ func newUpstreamServer(t *testing.T, h http.Handler) string {
 
 func optionsFor(config string) plugintest.Options { return plugintest.Options{Config: config} }
 
+// plugintestOptions is optionsFor with the host's request_timeout.
+func plugintestOptions(config string, timeout time.Duration) plugintest.Options {
+	return plugintest.Options{Config: config, Limits: sdk.Limits{MaxBodyBytes: 1 << 20, RequestTimeout: timeout}}
+}
+
 // echo is an upstream that answers what it got, as JSON.
 type echo struct {
 	mu   sync.Mutex
