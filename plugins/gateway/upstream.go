@@ -153,24 +153,27 @@ func (g *gateway) try(ctx context.Context, u *upstream, o *outbound) (*http.Resp
 }
 
 // classify turns a failed call into one of forward's errors, counting
-// timeouts by the step that timed out.
+// timeouts by the step that timed out: connect (the dial), write (a
+// network write) or read (everything else, waiting for the answer
+// included).
 func (g *gateway) classify(ctx context.Context, err error) error {
-	var op *net.OpError
-	switch {
-	case errors.Is(err, breaker.ErrOpen):
+	if errors.Is(err, breaker.ErrOpen) {
 		return fmt.Errorf("%w: %w", errUpstreamDown, err)
-	case errors.Is(err, context.DeadlineExceeded) || errors.Is(ctx.Err(), context.DeadlineExceeded):
-		if errors.As(err, &op) && op.Op == "dial" {
-			g.m.ioTimeouts.WithLabelValues("connect").Inc()
-		} else {
-			g.m.ioTimeouts.WithLabelValues("read").Inc()
-		}
-		return fmt.Errorf("%w: %w", errUpstreamTimeout, err)
-	case errors.As(err, &op) && op.Timeout():
-		g.m.ioTimeouts.WithLabelValues(map[bool]string{true: "connect", false: "write"}[op.Op == "dial"]).Inc()
-		return fmt.Errorf("%w: %w", errUpstreamTimeout, err)
 	}
-	return fmt.Errorf("%w: %w", errUpstreamDown, err)
+	var op *net.OpError
+	isOp := errors.As(err, &op)
+	if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(ctx.Err(), context.DeadlineExceeded) && !(isOp && op.Timeout()) {
+		return fmt.Errorf("%w: %w", errUpstreamDown, err)
+	}
+	step := "read"
+	switch {
+	case isOp && op.Op == "dial":
+		step = "connect"
+	case isOp && op.Op == "write":
+		step = "write"
+	}
+	g.m.ioTimeouts.WithLabelValues(step).Inc()
+	return fmt.Errorf("%w: %w", errUpstreamTimeout, err)
 }
 
 // newUpstream builds u's client: the host for a plugin, a pooled

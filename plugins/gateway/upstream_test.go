@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -151,4 +152,23 @@ func TestUpstreamDownIsQuick(t *testing.T) {
 	if took := time.Since(begin); took > 2*time.Second {
 		t.Errorf("GET to a closed port took %v", took)
 	}
+}
+
+// TestUpstreamTimeout: an upstream slower than the request's deadline
+// gets 504 upstream_timeout when the deadline passes, counted as a read
+// timeout.
+func TestUpstreamTimeout(t *testing.T) {
+	up := newGate()
+	defer close(up.open)
+	h := start(t, plugintestOptions(flakyConfig(newUpstreamServer(t, up), ""), 300*time.Millisecond))
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	req := httptest.NewRequest("GET", "/x", nil).WithContext(ctx)
+	rec := httptest.NewRecorder()
+	begin := time.Now()
+	h.ServeHTTP(rec, req)
+	if took := time.Since(begin); took > 2*time.Second {
+		t.Errorf("GET to a stalled upstream took %v past a 300ms deadline", took)
+	}
+	waitUntil(t, "the read timeout counted", func() bool { return metric(t, h, `io_timeouts_total{op="read"}`) == 1 })
 }
