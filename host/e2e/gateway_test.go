@@ -8,12 +8,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"runtime"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -248,4 +250,95 @@ func TestGatewayToWallet(t *testing.T) {
 	if code != http.StatusOK || !strings.Contains(body, `"balance":40`) {
 		t.Errorf("bob's account = %d %s, want balance 40: the transfer applied once", code, body)
 	}
+}
+
+// adminHealth is the health /v1/plugins shows for name.
+func adminHealth(t *testing.T, h *hostProc, name string) string {
+	t.Helper()
+	admin, _, _ := pluginHealth(t, h, name)
+	return admin
+}
+
+// timedDo sends one request and fails the test if it is not answered
+// within limit.
+func timedDo(t *testing.T, method, url string, body string, limit time.Duration) (int, string) {
+	t.Helper()
+	start := time.Now()
+	code, b := do(t, method, url, strings.NewReader(body), http.Header{"X-Api-Key": {"acme-key"}, "Content-Type": {"application/json"}})
+	if took := time.Since(start); took > limit {
+		t.Errorf("%s %s took %v, want an answer within %v", method, url, took, limit)
+	}
+	return code, b
+}
+
+// TestGatewayUpstreamDown stops and restarts a loopback backend and kills
+// the wallet plugin with SIGKILL behind the gateway: every request is
+// answered quickly (503 while down, never a hang), the backend's breaker
+// opens, the gateway's health says degraded, and both recover.
+func TestGatewayUpstreamDown(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	web := &countingUpstream{}
+	srv := &http.Server{Handler: web}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+
+	h := startHost(t, baseConfig("5s")+walletBlock("")+gatewayBlock("http://"+addr, `    breaker {
+      failures  = 3
+      cool_down = "500ms"
+      probes    = 1
+    }`))
+	readyPlugin(t, h, "gateway")
+	wallet := readyPlugin(t, h, "wallet")
+
+	if code, body := timedDo(t, "POST", h.ingress+"/gw/x", "{}", 2*time.Second); code != http.StatusOK {
+		t.Fatalf("POST with the backend up = %d %s, want 200", code, body)
+	}
+
+	// The backend goes away: connections are refused.
+	srv.Close()
+	for i := range 6 {
+		code, body := timedDo(t, "POST", h.ingress+"/gw/x", "{}", time.Second)
+		if code != http.StatusServiceUnavailable || !strings.Contains(body, "upstream_unavailable") {
+			t.Fatalf("POST %d with the backend down = %d %s, want 503 upstream_unavailable", i, code, body)
+		}
+	}
+	waitFor(t, 10*time.Second, "the gateway's health degraded", func() bool { return adminHealth(t, h, "gateway") == "degraded" })
+	if v, ok := h.metric(`gateway_degraded{plugin="gateway"}`); !ok || v != 1 {
+		t.Errorf("gateway_degraded = %v (found %v), want 1", v, ok)
+	}
+
+	// It comes back on the same address; after the cool-down a probe
+	// closes the breaker.
+	ln, err = net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatalf("listen again on %s: %v", addr, err)
+	}
+	srv2 := &http.Server{Handler: web}
+	go srv2.Serve(ln)
+	t.Cleanup(func() { srv2.Close() })
+	waitFor(t, 10*time.Second, "the backend served through the gateway again", func() bool {
+		code, _ := timedDo(t, "POST", h.ingress+"/gw/x", "{}", time.Second)
+		return code == http.StatusOK
+	})
+	waitFor(t, 10*time.Second, "the gateway's health no longer degraded", func() bool { return adminHealth(t, h, "gateway") != "degraded" })
+
+	// The wallet plugin is killed: the host answers for it while it
+	// restarts, and the gateway passes that on at once.
+	if err := syscall.Kill(wallet.Pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	for range 5 {
+		code, body := timedDo(t, "GET", h.ingress+"/gw/api/wallet/v1/accounts/alice", "", 2*time.Second)
+		if code != http.StatusOK && code != http.StatusServiceUnavailable {
+			t.Errorf("GET through the gateway while the wallet restarts = %d %s, want 200 or 503", code, body)
+		}
+	}
+	waitFor(t, 20*time.Second, "the wallet served through the gateway after its restart", func() bool {
+		code, _ := timedDo(t, "GET", h.ingress+"/gw/api/wallet/v1/accounts/alice", "", 2*time.Second)
+		return code == http.StatusOK
+	})
 }
