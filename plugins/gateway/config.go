@@ -32,6 +32,8 @@ type config struct {
 	Workers       float64          `json:"workers"`
 	WorkQueue     float64          `json:"work_queue"`
 	SchedQueue    float64          `json:"sched_queue"`
+	Shedding      bool             `json:"shedding"`
+	ShedHold      sdk.Duration     `json:"shed_hold"`
 	Upstreams     []upstreamConfig `json:"upstream"`
 	Routes        []routeConfig    `json:"route"`
 	Tenants       []tenantConfig   `json:"tenant"`
@@ -52,6 +54,7 @@ type routeConfig struct {
 	Upstream    string  `json:"upstream"`
 	StripPrefix bool    `json:"strip_prefix"`
 	Cost        float64 `json:"cost"`
+	Exempt      bool    `json:"exempt"`
 }
 
 type tenantConfig struct {
@@ -113,6 +116,8 @@ func schema() sdk.Schema {
 			{Name: "workers", Type: sdk.TypeNumber, Default: 0, Description: "upstream calls in flight at once; 0 means min(CPUs × 4, 64)"},
 			{Name: "work_queue", Type: sdk.TypeNumber, Default: 512, Description: "requests waiting in all tenant queues together; beyond it 429"},
 			{Name: "sched_queue", Type: sdk.TypeNumber, Default: 512, Description: "requests dispatched, waiting for a worker; beyond it the oldest is dropped with 503"},
+			{Name: "shedding", Type: sdk.TypeBool, Default: true, Description: "shed load by grades as the queues fill (with more than one tenant)"},
+			{Name: "shed_hold", Type: sdk.TypeDuration, Default: "5s", Description: "how long the load must stay low before load shedding steps down a level"},
 		},
 		Blocks: []sdk.Block{
 			{Name: "upstream", List: true, Description: "a service routes send requests to: another plugin, or an HTTP base URL", Schema: sdk.Schema{Attrs: []sdk.Attr{
@@ -125,6 +130,7 @@ func schema() sdk.Schema {
 				{Name: "upstream", Type: sdk.TypeString, Required: true, Description: "the name of an upstream block"},
 				{Name: "strip_prefix", Type: sdk.TypeBool, Default: false, Description: "remove the prefix from the path sent upstream"},
 				{Name: "cost", Type: sdk.TypeNumber, Default: 1, Description: "what one request of the route costs in the tenant's quantum"},
+				{Name: "exempt", Type: sdk.TypeBool, Default: false, Description: "health and admin traffic: never queued and never shed"},
 			}}},
 			{Name: "tenant", List: true, Description: "a tenant, known by the SHA-256 of its X-Api-Key", Schema: sdk.Schema{Attrs: tenantAttrs(true)}},
 			{Name: "default_tenant", Description: "the share of requests without a known key; absent, they get 401", Schema: sdk.Schema{Attrs: tenantAttrs(false)}},
@@ -152,6 +158,8 @@ func schema() sdk.Schema {
 // settings are the checked config.
 type settings struct {
 	workers, workQueue, schedQueue int
+	shedding                       bool
+	shedHold                       time.Duration
 	upstreams                      []upstreamSettings
 	routes                         []routeSettings // longest prefix first
 	tenants                        []tenantSettings
@@ -173,6 +181,7 @@ type routeSettings struct {
 	upstream string
 	strip    bool
 	cost     int
+	exempt   bool
 }
 
 type tenantSettings struct {
@@ -221,6 +230,8 @@ func (cfg config) check() (settings, error) {
 	}
 	s.workQueue = c.whole("work_queue", "work_queue", cfg.WorkQueue, 1, maxQueue)
 	s.schedQueue = c.whole("sched_queue", "sched_queue", cfg.SchedQueue, 1, maxQueue)
+	s.shedding = cfg.Shedding
+	s.shedHold = c.dur("shed_hold", "shed_hold", cfg.ShedHold, 0, time.Hour)
 
 	upstreams := map[string]bool{}
 	for _, u := range cfg.Upstreams {
@@ -263,7 +274,7 @@ func (cfg config) check() (settings, error) {
 		}
 		prefixes[r.Prefix] = true
 		cost := c.whole("route", in+"cost", r.Cost, 1, maxCost)
-		s.routes = append(s.routes, routeSettings{prefix: r.Prefix, upstream: r.Upstream, strip: r.StripPrefix, cost: cost})
+		s.routes = append(s.routes, routeSettings{prefix: r.Prefix, upstream: r.Upstream, strip: r.StripPrefix, cost: cost, exempt: r.Exempt})
 	}
 	// The longest prefix wins.
 	sortRoutes(s.routes)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/plughost/plughost/plugins/gateway/internal/drr"
+	"github.com/plughost/plughost/plugins/gateway/internal/shed"
 	"github.com/plughost/plughost/sdk"
 	"github.com/plughost/plughost/sdk/breaker"
 )
@@ -39,6 +41,9 @@ type gateway struct {
 	// requests call the upstream on their own goroutines (the seed's
 	// single-tenant bypass), bounded by the host's max_inflight.
 	sched *drr.Scheduler
+	// shed keeps the load-shedding level; used only with sched.
+	shed      *shed.Shedder
+	shedLevel atomic.Int32 // the last level logged
 	// transport pools the connections of the url upstreams.
 	transport *http.Transport
 	// now is the clock of the token buckets; tests replace it.
@@ -74,7 +79,7 @@ func (p *gatewayPlugin) configure(_ context.Context, rt *sdk.Runtime) error {
 	if err != nil {
 		return err
 	}
-	g := &gateway{s: s, logger: rt.Logger, m: newMetrics(), tenancy: newTenancy(s), upstreams: map[string]*upstream{}, now: time.Now}
+	g := &gateway{s: s, logger: rt.Logger, m: newMetrics(), tenancy: newTenancy(s), upstreams: map[string]*upstream{}, now: time.Now, shed: shed.New(s.shedHold)}
 	g.transport = newTransport(s.workers)
 	for _, us := range s.upstreams {
 		g.upstreams[us.name] = newUpstream(us, rt.Host, g.transport, breaker.Settings{
@@ -100,7 +105,12 @@ func (p *gatewayPlugin) configure(_ context.Context, rt *sdk.Runtime) error {
 			return err
 		}
 	}
-	if err := g.m.register(rt.Registerer, s, g.sched); err != nil {
+	if err := g.m.register(rt.Registerer, s, g.sched, func() float64 {
+		if _, why := g.degraded(); why != "" {
+			return 1
+		}
+		return 0
+	}); err != nil {
 		if g.sched != nil {
 			g.sched.Close(context.Background())
 		}
@@ -112,28 +122,42 @@ func (p *gatewayPlugin) configure(_ context.Context, rt *sdk.Runtime) error {
 	return nil
 }
 
-// breakerChanged logs a breaker's move and keeps gateway_degraded in step.
-// The breaker calls it without its lock held.
+// breakerChanged logs a breaker's move. The breaker calls it without its
+// lock held.
 func (g *gateway) breakerChanged(name string, from, to breaker.State) {
 	g.logger.Warn("upstream breaker changed state", "upstream", name, "from", from.String(), "to", to.String())
-	if _, why := g.degraded(); why != "" {
-		g.m.degraded.Set(1)
-	} else {
-		g.m.degraded.Set(0)
-	}
 }
 
-// degraded names the upstreams whose breakers are not closed.
+// shedLevelNow records the queues' load and returns the shedding level,
+// logging each change of level.
+func (g *gateway) shedLevelNow() int {
+	if g.sched == nil || !g.s.shedding {
+		return shed.None
+	}
+	level := g.shed.Update(g.now(), g.sched.Load())
+	if old := g.shedLevel.Swap(int32(level)); int(old) != level {
+		g.logger.Warn("load shedding level changed", "from", old, "to", level, "load", g.sched.Load())
+	}
+	return level
+}
+
+// degraded says why the gateway is degraded, or "": shedding, or
+// upstreams whose breakers are not closed.
 func (g *gateway) degraded() (open []string, why string) {
+	var reasons []string
+	if level := g.shedLevelNow(); level != shed.None {
+		reasons = append(reasons, fmt.Sprintf("overloaded (%.0f%% of work_queue in use): %s", 100*g.sched.Load(), shed.Describe(level)))
+	}
 	for name, u := range g.upstreams {
 		if u.breaker.State() != breaker.StateClosed {
 			open = append(open, name)
 		}
 	}
-	if len(open) == 0 {
-		return nil, ""
+	slices.Sort(open)
+	if len(open) > 0 {
+		reasons = append(reasons, fmt.Sprintf("circuit breaker open or probing for upstream %s: its requests get 503", strings.Join(open, ", ")))
 	}
-	return open, fmt.Sprintf("circuit breaker open or probing for upstream %s: its requests get 503", strings.Join(open, ", "))
+	return open, strings.Join(reasons, "; ")
 }
 
 // health answers from memory: degraded while a breaker is open.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/plughost/plughost/plugins/gateway/internal/drr"
 	"github.com/plughost/plughost/plugins/gateway/internal/inflate"
+	"github.com/plughost/plughost/plugins/gateway/internal/shed"
 	"github.com/plughost/plughost/sdk"
 	"github.com/plughost/plughost/sdk/breaker"
 )
@@ -21,12 +22,14 @@ var (
 	errNoRoute       = errors.New("no gateway route matches the path")
 	errNotConfigured = errors.New("the gateway is not configured")
 	errAborted       = errors.New("the upstream call was cancelled at the drain deadline")
+	errShed          = errors.New("the gateway is overloaded and sheds this request; retry later")
 )
 
 // serveHTTP is the gateway's one handler. Its steps, in order: the route;
 // the length checks and the decompression guard, before any policy runs
-// and before any upstream is dialled; the tenant; its token bucket; its
-// queue (or, with one tenant, none); the upstream call.
+// and before any upstream is dialled; the tenant; its token bucket; load
+// shedding; its queue (none with one tenant, or on an exempt route); the
+// upstream call.
 func (p *gatewayPlugin) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	g := p.running.Load()
 	if g == nil {
@@ -59,9 +62,18 @@ func (g *gateway) serve(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	if g.sched != nil && !rt.exempt {
+		queued, share := g.sched.Queued(tn.name)
+		if shed.Shed(g.shedLevelNow(), !safeMethod(r.Method), queued >= share) {
+			g.m.rejected.WithLabelValues(reasonShed).Inc()
+			g.m.requests.WithLabelValues(tn.name, outcomeShed).Inc()
+			writeError(w, errShed)
+			return
+		}
+	}
 	o := outboundFor(r, rt, tn.name, body)
 	up := g.upstreams[rt.upstream]
-	if g.sched == nil {
+	if g.sched == nil || rt.exempt {
 		resp, err := g.forward(r.Context(), up, o)
 		g.respond(w, tn.name, resp, err)
 		return
@@ -90,6 +102,16 @@ func (g *gateway) serve(w http.ResponseWriter, r *http.Request) {
 		defer res.release()
 		g.respond(w, tn.name, res.resp, res.err)
 	}
+}
+
+// safeMethod reports whether method only reads (RFC 9110 section 9.2.1):
+// anything else is a write to the shedder.
+func safeMethod(method string) bool {
+	switch method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
+		return true
+	}
+	return false
 }
 
 // match returns the route of the longest prefix of path.
@@ -250,6 +272,8 @@ func writeError(w http.ResponseWriter, err error) {
 		status, code = http.StatusTooManyRequests, "rate_limited" // admit set Retry-After
 	case errors.Is(err, drr.ErrBusy), errors.Is(err, drr.ErrTenantBusy):
 		status, code = http.StatusTooManyRequests, "busy"
+	case errors.Is(err, errShed):
+		status, code = http.StatusServiceUnavailable, "shedding"
 	case errors.Is(err, drr.ErrDropped):
 		status, code = http.StatusServiceUnavailable, "dropped"
 	case errors.Is(err, drr.ErrClosed), errors.Is(err, errAborted):

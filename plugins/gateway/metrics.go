@@ -12,9 +12,9 @@ import (
 var (
 	// rejectReasons are rejected_total's reasons: the decompression guard's,
 	// then tenancy's.
-	rejectReasons = []string{reasonRatio, reasonSize, reasonBodySize, reasonEncoding, reasonCorrupt, reasonUnauthorized, reasonRate}
+	rejectReasons = []string{reasonRatio, reasonSize, reasonBodySize, reasonEncoding, reasonCorrupt, reasonUnauthorized, reasonRate, reasonShed}
 	// outcomes are gateway_tenant_requests_total's outcomes.
-	outcomes = []string{outcomeServed, outcomeRateLimited, outcomeQueueFull, outcomeDropped, outcomeUnavailable, outcomeTimeout, outcomeDraining, outcomeCancelled}
+	outcomes = []string{outcomeServed, outcomeRateLimited, outcomeShed, outcomeQueueFull, outcomeDropped, outcomeUnavailable, outcomeTimeout, outcomeDraining, outcomeCancelled}
 	// timeoutOps are io_timeouts_total's ops.
 	timeoutOps = []string{"read", "write", "connect"}
 )
@@ -27,9 +27,11 @@ const (
 	reasonCorrupt      = "corrupt-encoding"
 	reasonUnauthorized = "unauthorized"
 	reasonRate         = "rate-limited"
+	reasonShed         = "shed"
 
 	outcomeServed      = "served"
 	outcomeRateLimited = "rate_limited"
+	outcomeShed        = "shed"
 	outcomeQueueFull   = "queue_full"
 	outcomeDropped     = "dropped"
 	outcomeUnavailable = "unavailable"
@@ -46,7 +48,6 @@ type metrics struct {
 	abandoned       prometheus.Counter     // tasks_canceled_total{kind="abandoned"}
 	ioTimeouts      *prometheus.CounterVec // io_timeouts_total{op}
 	retries         prometheus.Counter     // backoff_retries_total{op="upstream"}
-	degraded        prometheus.Gauge       // gateway_degraded
 	requests        *prometheus.CounterVec // gateway_tenant_requests_total{tenant,outcome}
 	upstreamSeconds *prometheus.HistogramVec
 }
@@ -75,10 +76,6 @@ func newMetrics() *metrics {
 			Help:        "Retries of idempotent upstream calls after a backoff.",
 			ConstLabels: prometheus.Labels{"op": "upstream"},
 		}),
-		degraded: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "gateway_degraded",
-			Help: "1 while the gateway reports itself degraded (an upstream's breaker is open), else 0.",
-		}),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gateway_tenant_requests_total",
 			Help: "Requests of each tenant that got past authentication, by outcome.",
@@ -93,7 +90,7 @@ func newMetrics() *metrics {
 
 // register registers m, with every known label value at 0, and the
 // scheduler's series when there is one.
-func (m *metrics) register(reg prometheus.Registerer, s settings, sched *drr.Scheduler) error {
+func (m *metrics) register(reg prometheus.Registerer, s settings, sched *drr.Scheduler, degraded func() float64) error {
 	for _, e := range []string{"intake", "tenant"} {
 		m.busy.WithLabelValues(e)
 	}
@@ -118,7 +115,11 @@ func (m *metrics) register(reg prometheus.Registerer, s settings, sched *drr.Sch
 	for _, u := range s.upstreams {
 		m.upstreamSeconds.WithLabelValues(u.name)
 	}
-	cs := []prometheus.Collector{m.busy, m.rejected, m.abandoned, m.ioTimeouts, m.retries, m.degraded, m.requests, m.upstreamSeconds}
+	cs := []prometheus.Collector{m.busy, m.rejected, m.abandoned, m.ioTimeouts, m.retries, m.requests, m.upstreamSeconds,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "gateway_degraded",
+			Help: "1 while the gateway reports itself degraded (shedding load, or an upstream's breaker open), else 0.",
+		}, degraded)}
 	if sched != nil {
 		stat := func(f func(drr.Stats) int64) func() float64 {
 			return func() float64 { return float64(f(sched.Stats())) }

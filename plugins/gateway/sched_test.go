@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/plughost/plughost/sdk"
 )
 
 // gate is an upstream that holds every request until it is opened (or
@@ -75,6 +77,10 @@ type queued struct {
 }
 
 func sendAsync(t *testing.T, h http.Handler, key string, wg *sync.WaitGroup) queued {
+	return sendAsyncMethod(t, h, "GET", key, wg)
+}
+
+func sendAsyncMethod(t *testing.T, h http.Handler, method, key string, wg *sync.WaitGroup) queued {
 	q := queued{done: make(chan *httptest.ResponseRecorder, 1)}
 	hdr := http.Header{}
 	if key != "" {
@@ -83,7 +89,7 @@ func sendAsync(t *testing.T, h http.Handler, key string, wg *sync.WaitGroup) que
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		req := httptest.NewRequest("GET", "/x", nil).WithContext(context.Background())
+		req := httptest.NewRequest(method, "/x", nil).WithContext(context.Background())
 		req.Header = hdr
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, req)
@@ -114,6 +120,7 @@ func TestQueuePolicies(t *testing.T) {
 workers     = 1
 work_queue  = 3
 sched_queue = 1
+shedding    = false
 upstream {
   name = "web"
   url  = %q
@@ -214,4 +221,96 @@ func TestDrainAbortsAtDeadline(t *testing.T) {
 		t.Errorf(`tasks_canceled_total{kind="queued"} = %v, want 1`, got)
 	}
 	close(up.open)
+}
+
+// TestShedding fills the queues behind a held upstream and watches the
+// grades: at half the intake a write of the tenant over its share is shed
+// while another tenant's write is queued; at three quarters every write;
+// at 90% reads too, but an exempt route is still served. Health says
+// degraded, and once the queues empty it steps back to ready after the
+// hold, a level at a time.
+func TestShedding(t *testing.T) {
+	up := newGate()
+	web := &echo{}
+	h := start(t, optionsFor(fmt.Sprintf(`
+workers     = 1
+work_queue  = 4
+sched_queue = 2
+shed_hold   = "200ms"
+upstream {
+  name = "held"
+  url  = %q
+}
+upstream {
+  name = "health"
+  url  = %q
+}
+route {
+  prefix   = "/"
+  upstream = "held"
+}
+route {
+  prefix   = "/healthz"
+  upstream = "health"
+  exempt   = true
+}
+tenant {
+  name           = "acme"
+  api_key_sha256 = %q
+}
+default_tenant {
+  rate_per_s = 1000
+  burst      = 1000
+}`, newUpstreamServer(t, up), newUpstreamServer(t, web), sumHex("acme-key"))))
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	var pending []queued
+	depth := func() float64 { return metric(t, h, `queue_depth{queue="intake"}`) }
+	acme := http.Header{"X-Api-Key": {"acme-key"}}
+
+	pending = append(pending, sendAsync(t, h, "", &wg))
+	waitUntil(t, "the worker held", func() bool { return up.waiting.Load() == 1 })
+	// One request of each tenant dispatched, so that neither displaces
+	// the other's below.
+	pending = append(pending, sendAsync(t, h, "acme-key", &wg))
+	waitUntil(t, "acme's dispatched", func() bool { return metric(t, h, `queue_depth{queue="sched"}`) == 1 })
+	pending = append(pending, sendAsync(t, h, "", &wg))
+	waitUntil(t, "the default tenant's dispatched", func() bool { return metric(t, h, `queue_depth{queue="sched"}`) == 2 })
+	pending = append(pending, sendAsync(t, h, "acme-key", &wg), sendAsync(t, h, "acme-key", &wg))
+	waitUntil(t, "acme's two queued: half the intake", func() bool { return depth() == 2 })
+
+	if rec := send(t, h, "POST", "/x", acme, nil); rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), `"code":"shedding"`) {
+		t.Fatalf("acme's POST over its share at half load = %d %s, want 503 shedding", rec.Code, rec.Body)
+	}
+	pending = append(pending, sendAsyncMethod(t, h, "POST", "", &wg)) // within the default tenant's share
+	waitUntil(t, "three quarters of the intake", func() bool { return depth() == 3 })
+	if rec := send(t, h, "POST", "/x", nil, nil); rec.Code != http.StatusServiceUnavailable {
+		t.Fatalf("the default tenant's POST at three quarters = %d, want 503: every write is shed", rec.Code)
+	}
+	pending = append(pending, sendAsync(t, h, "acme-key", &wg)) // reads still queue
+	waitUntil(t, "the intake full", func() bool { return depth() == 4 })
+	if rec := send(t, h, "GET", "/x", nil, nil); rec.Code != http.StatusServiceUnavailable {
+		t.Fatalf("a GET at full load = %d, want 503: reads are shed too", rec.Code)
+	}
+	if rec := send(t, h, "GET", "/healthz", nil, nil); rec.Code != http.StatusOK {
+		t.Fatalf("GET on the exempt route at full load = %d %s, want 200", rec.Code, rec.Body)
+	}
+	hl, err := h.Health(context.Background())
+	if err != nil || hl.Status != sdk.StatusDegraded || !strings.Contains(hl.Reason, "shedding all requests") {
+		t.Fatalf("Health at full load = %+v, %v; want degraded, shedding all requests", hl, err)
+	}
+	close(up.open)
+	for i, q := range pending {
+		if code, body := q.code(t); code != http.StatusOK {
+			t.Errorf("queued request %d = %d %s, want 200", i, code, body)
+		}
+	}
+	// Three levels to step down, each after 200ms below its threshold.
+	waitUntil(t, "health ready again", func() bool {
+		hl, err := h.Health(context.Background())
+		return err == nil && hl.Status == sdk.StatusReady
+	})
+	if got := metric(t, h, `rejected_total{reason="shed"}`); got != 3 {
+		t.Errorf(`rejected_total{reason="shed"} = %v, want 3`, got)
+	}
 }

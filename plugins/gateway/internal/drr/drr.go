@@ -328,6 +328,22 @@ func (s *Scheduler) Close(ctx context.Context) (aborted int) {
 	return aborted
 }
 
+// Queued returns how many of tenant's jobs wait in its queue, and the
+// fair share of the intake: IntakeCap over the number of tenants.
+func (s *Scheduler) Queued(tenant string) (queued, share int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if f := s.flows[tenant]; f != nil {
+		queued = f.q.len()
+	}
+	return queued, max(s.intake/max(len(s.flows), 1), 1)
+}
+
+// Load returns the share of the intake in use, from 0 to 1.
+func (s *Scheduler) Load() float64 {
+	return float64(s.intakeDepth.Load()) / float64(s.intake)
+}
+
 // Stats returns the current counters.
 func (s *Scheduler) Stats() Stats {
 	return Stats{
