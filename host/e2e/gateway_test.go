@@ -13,7 +13,9 @@ import (
 	"net/http/httptest"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -341,4 +343,144 @@ func TestGatewayUpstreamDown(t *testing.T) {
 		code, _ := timedDo(t, "GET", h.ingress+"/gw/api/wallet/v1/accounts/alice", "", 2*time.Second)
 		return code == http.StatusOK
 	})
+}
+
+// sleepyUpstream answers 200 after a fixed service time.
+type sleepyUpstream struct{ d time.Duration }
+
+func (u sleepyUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	select {
+	case <-time.After(u.d):
+		fmt.Fprint(w, "ok")
+	case <-r.Context().Done():
+	}
+}
+
+// tenantLoad is what one tenant's open-loop load got.
+type tenantLoad struct {
+	sent, served int
+	p99          time.Duration
+}
+
+// tenantOpenLoop sends GET url with key at rate per second for d, each request
+// on its own goroutine whatever the answers (open loop), and waits for
+// all of them.
+func tenantOpenLoop(t *testing.T, c *http.Client, url, key string, rate int, d time.Duration) tenantLoad {
+	t.Helper()
+	var mu sync.Mutex
+	var lat []time.Duration
+	var res tenantLoad
+	var wg sync.WaitGroup
+	tick := time.NewTicker(time.Second / time.Duration(rate))
+	defer tick.Stop()
+	stop := time.After(d)
+	for loop := true; loop; {
+		select {
+		case <-stop:
+			loop = false
+		case <-tick.C:
+			res.sent++
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				req, _ := http.NewRequestWithContext(t.Context(), "GET", url, nil)
+				req.Header.Set("X-Api-Key", key)
+				start := time.Now()
+				resp, err := c.Do(req)
+				if err != nil {
+					return
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				took := time.Since(start)
+				mu.Lock()
+				defer mu.Unlock()
+				if resp.StatusCode == http.StatusOK {
+					res.served++
+					lat = append(lat, took)
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	if len(lat) > 0 {
+		slices.Sort(lat)
+		res.p99 = lat[(len(lat)*99)/100]
+	}
+	return res
+}
+
+// TestGatewayNoisyNeighbour offers tenant B a light load alone, then the
+// same load while tenant A, with the same quantum, offers 20 times as
+// much, twice what the workers can serve. B must keep its served share
+// within 10% of what it got alone. Its p99 may grow by at most a worker's
+// wait for the request it is serving (one service time) plus 10%: a
+// worker is not pre-empted, so that much is the price of sharing it.
+func TestGatewayNoisyNeighbour(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a load test")
+	}
+	const service = 10 * time.Millisecond
+	srv := httptest.NewServer(sleepyUpstream{service})
+	t.Cleanup(srv.Close)
+	sumA := sha256.Sum256([]byte("a-key"))
+	sumB := sha256.Sum256([]byte("b-key"))
+	block := pluginBlock("gateway", "gateway", fmt.Sprintf(`  mount = "/gw"
+  max_inflight = 2048
+  config {
+    workers     = 2
+    sched_queue = 2
+    upstream {
+      name = "web"
+      url  = %q
+    }
+    route {
+      prefix   = "/"
+      upstream = "web"
+    }
+    tenant {
+      name           = "a"
+      api_key_sha256 = %q
+      rate_per_s     = 100000
+      burst          = 100000
+      max_queue      = 32
+    }
+    tenant {
+      name           = "b"
+      api_key_sha256 = %q
+      rate_per_s     = 100000
+      burst          = 100000
+    }
+  }`, srv.URL, hex.EncodeToString(sumA[:]), hex.EncodeToString(sumB[:])))
+	h := startHost(t, baseConfig("5s")+block)
+	readyPlugin(t, h, "gateway")
+	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 1024}}
+	t.Cleanup(c.CloseIdleConnections)
+	url := h.ingress + "/gw/x"
+
+	const rateB, d = 20, 3 * time.Second
+	alone := tenantOpenLoop(t, c, url, "b-key", rateB, d)
+	var shared, noisy tenantLoad
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		noisy = tenantOpenLoop(t, c, url, "a-key", 20*rateB, d)
+	}()
+	shared = tenantOpenLoop(t, c, url, "b-key", rateB, d)
+	wg.Wait()
+
+	t.Logf("B alone: %d/%d served, p99 %v; B beside A: %d/%d served, p99 %v; A: %d/%d served",
+		alone.served, alone.sent, alone.p99, shared.served, shared.sent, shared.p99, noisy.served, noisy.sent)
+	shareAlone := float64(alone.served) / float64(alone.sent)
+	shareShared := float64(shared.served) / float64(shared.sent)
+	if shareShared < 0.9*shareAlone {
+		t.Errorf("B's served share beside A = %.2f, alone %.2f: want within 10%%", shareShared, shareAlone)
+	}
+	if limit := time.Duration(float64(alone.p99+service) * 1.1); shared.p99 > limit {
+		t.Errorf("B's p99 beside A = %v, alone %v: want at most %v", shared.p99, alone.p99, limit)
+	}
+	if noisy.served >= noisy.sent {
+		t.Errorf("A got all %d requests served; its load was meant to exceed the workers", noisy.sent)
+	}
 }
