@@ -41,7 +41,7 @@ test:
 	exit $$status
 
 bench: build
-	$(GO) test -run '^$$' -bench '^Benchmark(HelloIngress|WalletTransfers|Reload|PluginLogFlood)$$' -benchtime 1x -count 1 -timeout 5m ./host/e2e
+	$(GO) test -run '^$$' -bench '^Benchmark(HelloIngress|WalletTransfers|Reload|PluginLogFlood|Gateway)$$' -benchtime 1x -count 1 -timeout 5m ./host/e2e
 
 # proto regenerates the committed gRPC code. Needs protoc (Debian's
 # protobuf-compiler); installs the Go generators at pinned versions.
