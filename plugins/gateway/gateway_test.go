@@ -46,7 +46,7 @@ func TestMain(m *testing.M) {
 // start serves the gateway in-process with opts, and drains it when the
 // test ends, before the harness stops, so that its workers and upstream
 // connections do not outlive the test.
-func start(t *testing.T, opts plugintest.Options) *plugintest.Harness {
+func start(t testing.TB, opts plugintest.Options) *plugintest.Harness {
 	t.Helper()
 	h := plugintest.New(t, definition(), opts)
 	t.Cleanup(func() {

@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 )
 
 // Errors Decode returns. Each is returned wrapped; compare with errors.Is.
@@ -83,6 +84,9 @@ func Codings(values []string) ([]string, error) {
 // every layer's output counts against AbsCap. The error wraps ErrRatio,
 // ErrSize, ErrCorrupt or the body's read error.
 func Decode(body io.Reader, codings []string, lim Limits) ([]byte, error) {
+	if len(codings) == 0 {
+		return readIdentity(body, lim.AbsCap)
+	}
 	in := &counter{r: rawBody{body}, limit: lim.AbsCap}
 	var r io.Reader = in
 	// The last coding applied is the first to undo.
@@ -94,7 +98,9 @@ func Decode(body io.Reader, codings []string, lim Limits) ([]byte, error) {
 		r = &counter{r: dec, limit: lim.AbsCap}
 	}
 	var out bytes.Buffer
-	buf := make([]byte, chunk)
+	bp := scratch.Get().(*[]byte)
+	defer scratch.Put(bp)
+	buf := *bp
 	for {
 		n, err := r.Read(buf)
 		// The ratio first: a bomb that also passes the cap is a bomb.
@@ -117,6 +123,24 @@ func Decode(body io.Reader, codings []string, lim Limits) ([]byte, error) {
 			return nil, err
 		}
 	}
+}
+
+// scratch holds the chunk buffers of Decode.
+var scratch = sync.Pool{New: func() any { b := make([]byte, chunk); return &b }}
+
+// readIdentity reads an unencoded body of at most limit bytes, growing its
+// buffer only as the body does: an empty body allocates nothing.
+func readIdentity(body io.Reader, limit int64) ([]byte, error) {
+	b, err := io.ReadAll(io.LimitReader(rawBody{body}, limit+1))
+	switch {
+	case err != nil:
+		return nil, err
+	case int64(len(b)) > limit:
+		return nil, fmt.Errorf("%w: more than %d bytes", ErrSize, limit)
+	case len(b) == 0:
+		return nil, nil
+	}
+	return b, nil
 }
 
 // decoder returns the reader that undoes coding over r.
