@@ -162,7 +162,12 @@ func (g *gateway) classify(ctx context.Context, err error) error {
 	}
 	var op *net.OpError
 	isOp := errors.As(err, &op)
-	if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(ctx.Err(), context.DeadlineExceeded) && !(isOp && op.Timeout()) {
+	// The host may cancel the request at its deadline a moment before
+	// the plugin's own copy of the deadline fires: a passed deadline is a
+	// timeout whichever came first.
+	dl, hasDeadline := ctx.Deadline()
+	late := hasDeadline && !time.Now().Before(dl)
+	if !late && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(ctx.Err(), context.DeadlineExceeded) && !(isOp && op.Timeout()) {
 		return fmt.Errorf("%w: %w", errUpstreamDown, err)
 	}
 	step := "read"
