@@ -484,3 +484,168 @@ func TestGatewayNoisyNeighbour(t *testing.T) {
 		t.Errorf("A got all %d requests served; its load was meant to exceed the workers", noisy.sent)
 	}
 }
+
+// heldUpstream holds every request until open is closed, counting them.
+type heldUpstream struct {
+	open    chan struct{}
+	waiting atomic.Int64
+}
+
+func (u *heldUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	u.waiting.Add(1)
+	select {
+	case <-u.open:
+		fmt.Fprint(w, "ok")
+	case <-r.Context().Done():
+	}
+}
+
+// TestGatewayLimits goes through the real host: a tenant over its token
+// bucket gets 429 with a Retry-After that matches the bucket and is served
+// once it has waited that long; with the one worker held by the upstream,
+// a tenant over its max_queue gets 429 while the other tenant is still
+// queued, and the other tenant's arrival at a full scheduler queue drops
+// the oldest request there with 503 and moves queue_dropped_total.
+func TestGatewayLimits(t *testing.T) {
+	up := &heldUpstream{open: make(chan struct{})}
+	srv := httptest.NewServer(up)
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() {
+		select {
+		case <-up.open:
+		default:
+			close(up.open)
+		}
+	})
+	sumA := sha256.Sum256([]byte("a-key"))
+	sumB := sha256.Sum256([]byte("b-key"))
+	sumR := sha256.Sum256([]byte("r-key"))
+	h := startHost(t, baseConfig("5s")+pluginBlock("gateway", "gateway", fmt.Sprintf(`  mount = "/gw"
+  config {
+    workers     = 1
+    sched_queue = 1
+    shedding    = false
+    upstream {
+      name = "held"
+      url  = %q
+    }
+    upstream {
+      name = "wallet"
+      plugin = "wallet"
+    }
+    route {
+      prefix   = "/"
+      upstream = "held"
+    }
+    route {
+      prefix   = "/api/wallet/"
+      upstream = "wallet"
+      strip_prefix = true
+    }
+    tenant {
+      name           = "a"
+      api_key_sha256 = %q
+      max_queue      = 1
+    }
+    tenant {
+      name           = "b"
+      api_key_sha256 = %q
+    }
+    tenant {
+      name           = "r"
+      api_key_sha256 = %q
+      rate_per_s     = 1
+      burst          = 1
+    }
+  }`, srv.URL, hex.EncodeToString(sumA[:]), hex.EncodeToString(sumB[:]), hex.EncodeToString(sumR[:])))+walletBlock(""))
+	readyPlugin(t, h, "gateway")
+	readyPlugin(t, h, "wallet")
+	get := func(key, path string) (int, string, http.Header) {
+		req, _ := http.NewRequestWithContext(t.Context(), "GET", h.ingress+"/gw"+path, nil)
+		req.Header.Set("X-Api-Key", key)
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b), resp.Header
+	}
+
+	t.Run("rate limit", func(t *testing.T) {
+		// The wallet answers at once, whatever the held upstream does.
+		if code, body, _ := get("r-key", "/api/wallet/v1/supply"); code != http.StatusOK {
+			t.Fatalf("first GET = %d %s, want 200", code, body)
+		}
+		code, body, hdr := get("r-key", "/api/wallet/v1/supply")
+		if code != http.StatusTooManyRequests || !strings.Contains(body, "rate_limited") {
+			t.Fatalf("second GET = %d %s, want 429 rate_limited", code, body)
+		}
+		if hdr.Get("Retry-After") != "1" || hdr.Get("RateLimit") != `"tenant";r=0;t=1` {
+			t.Fatalf("Retry-After %q, RateLimit %q; want 1 and r=0;t=1 for a bucket of one token a second", hdr.Get("Retry-After"), hdr.Get("RateLimit"))
+		}
+		time.Sleep(time.Second) // the client honours Retry-After
+		if code, body, _ := get("r-key", "/api/wallet/v1/supply"); code != http.StatusOK {
+			t.Errorf("GET after Retry-After = %d %s, want 200", code, body)
+		}
+	})
+
+	t.Run("queues", func(t *testing.T) {
+		type answer struct {
+			code int
+			body string
+		}
+		async := func(key string) chan answer {
+			ch := make(chan answer, 1)
+			go func() {
+				req, _ := http.NewRequestWithContext(t.Context(), "GET", h.ingress+"/gw/x", nil)
+				req.Header.Set("X-Api-Key", key)
+				resp, err := client.Do(req)
+				if err != nil {
+					ch <- answer{body: err.Error()}
+					return
+				}
+				defer resp.Body.Close()
+				b, _ := io.ReadAll(resp.Body)
+				ch <- answer{resp.StatusCode, string(b)}
+			}()
+			return ch
+		}
+		depth := func(q string) float64 {
+			v, _ := h.metric(`queue_depth{plugin="gateway",queue="` + q + `"}`)
+			return v
+		}
+		a1 := async("a-key")
+		waitFor(t, 10*time.Second, "the worker held", func() bool { return up.waiting.Load() == 1 })
+		a2 := async("a-key")
+		waitFor(t, 10*time.Second, "a's second dispatched", func() bool { return depth("sched") == 1 })
+		a3 := async("a-key")
+		waitFor(t, 10*time.Second, "a's queue full", func() bool { return depth("intake") == 1 })
+		if code, body, _ := get("a-key", "/x"); code != http.StatusTooManyRequests || !strings.Contains(body, `"busy"`) {
+			t.Fatalf("a over its max_queue = %d %s, want 429 busy", code, body)
+		}
+		b1 := async("b-key") // b has nothing dispatched: it displaces a's oldest
+		select {
+		case got := <-a2:
+			if got.code != http.StatusServiceUnavailable || !strings.Contains(got.body, `"dropped"`) {
+				t.Fatalf("a's dispatched request when b arrived = %d %s, want 503 dropped", got.code, got.body)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("a's dispatched request was not dropped")
+		}
+		if v, _ := h.metric(`queue_dropped_total{plugin="gateway",queue="sched"}`); v != 1 {
+			t.Errorf(`queue_dropped_total{queue="sched"} = %v, want 1`, v)
+		}
+		close(up.open)
+		for name, ch := range map[string]chan answer{"a1": a1, "a3": a3, "b1": b1} {
+			select {
+			case got := <-ch:
+				if got.code != http.StatusOK {
+					t.Errorf("%s = %d %s, want 200", name, got.code, got.body)
+				}
+			case <-time.After(10 * time.Second):
+				t.Errorf("%s got no answer", name)
+			}
+		}
+	})
+}
