@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/plughost/plughost/plugins/gateway/internal/shed"
 	"github.com/plughost/plughost/sdk"
 )
 
@@ -305,11 +306,33 @@ default_tenant {
 			t.Errorf("queued request %d = %d %s, want 200", i, code, body)
 		}
 	}
-	// Three levels to step down, each after 200ms below its threshold.
+	// Three levels to step down, each after 200ms below its threshold,
+	// and never back up meanwhile: no flapping.
+	level := func(reason string) int {
+		for l := 3; l > 0; l-- {
+			if strings.Contains(reason, shed.Describe(l)) {
+				return l
+			}
+		}
+		return 0
+	}
+	last, seen := 3, []int{}
 	waitUntil(t, "health ready again", func() bool {
 		hl, err := h.Health(context.Background())
-		return err == nil && hl.Status == sdk.StatusReady
+		if err != nil {
+			t.Fatal(err)
+		}
+		l := level(hl.Reason)
+		if l > last {
+			t.Fatalf("the shedding level rose from %d to %d with the queues empty: it flaps (levels seen %v)", last, l, seen)
+		}
+		if l != last || len(seen) == 0 {
+			seen = append(seen, l)
+		}
+		last = l
+		return hl.Status == sdk.StatusReady
 	})
+	t.Logf("levels seen while recovering: %v", seen)
 	if got := metric(t, h, `rejected_total{reason="shed"}`); got != 3 {
 		t.Errorf(`rejected_total{reason="shed"} = %v, want 3`, got)
 	}
