@@ -46,7 +46,7 @@ type gateway struct {
 	shedLevel atomic.Int32 // the last level logged
 	// transport pools the connections of the url upstreams.
 	transport *http.Transport
-	// now is the clock of the token buckets; tests replace it.
+	// now is the clock of the token buckets and of the shedder.
 	now func() time.Time
 }
 
@@ -106,7 +106,7 @@ func (p *gatewayPlugin) configure(_ context.Context, rt *sdk.Runtime) error {
 		}
 	}
 	if err := g.m.register(rt.Registerer, s, g.sched, func() float64 {
-		if _, why := g.degraded(); why != "" {
+		if g.degraded() != "" {
 			return 1
 		}
 		return 0
@@ -143,8 +143,8 @@ func (g *gateway) shedLevelNow() int {
 
 // degraded says why the gateway is degraded, or "": shedding, or
 // upstreams whose breakers are not closed.
-func (g *gateway) degraded() (open []string, why string) {
-	var reasons []string
+func (g *gateway) degraded() string {
+	var reasons, open []string
 	if level := g.shedLevelNow(); level != shed.None {
 		reasons = append(reasons, fmt.Sprintf("overloaded (%.0f%% of work_queue in use): %s", 100*g.sched.Load(), shed.Describe(level)))
 	}
@@ -157,16 +157,17 @@ func (g *gateway) degraded() (open []string, why string) {
 	if len(open) > 0 {
 		reasons = append(reasons, fmt.Sprintf("circuit breaker open or probing for upstream %s: its requests get 503", strings.Join(open, ", ")))
 	}
-	return open, strings.Join(reasons, "; ")
+	return strings.Join(reasons, "; ")
 }
 
-// health answers from memory: degraded while a breaker is open.
+// health answers from memory: degraded while load is shed or a breaker
+// is not closed.
 func (p *gatewayPlugin) health(context.Context) sdk.Health {
 	g := p.running.Load()
 	if g == nil {
 		return sdk.Health{Status: sdk.StatusNotReady, Reason: "not configured"}
 	}
-	if _, why := g.degraded(); why != "" {
+	if why := g.degraded(); why != "" {
 		return sdk.Health{Status: sdk.StatusDegraded, Reason: why}
 	}
 	return sdk.Health{Status: sdk.StatusReady}
