@@ -649,3 +649,56 @@ func TestGatewayLimits(t *testing.T) {
 		}
 	})
 }
+
+// docConfig returns the first hcl block of docs/plugins/gateway.md: the
+// plugin block its quick start shows.
+func docConfig(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile("../../docs/plugins/gateway.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(b), "```hcl\n")
+	block, _, ok2 := strings.Cut(rest, "```")
+	if !ok || !ok2 {
+		t.Fatal("docs/plugins/gateway.md has no hcl block")
+	}
+	return block
+}
+
+// TestGatewayDocConfig checks the quick start's plugin block: plughost
+// validate accepts it as written, and with a real key hash in place of
+// the placeholder and the legacy backend on a loopback port, the gateway
+// configures and serves; a route naming an unknown upstream is refused
+// with a message naming the route.
+func TestGatewayDocConfig(t *testing.T) {
+	block := docConfig(t)
+	res := runCLI(t, "validate", "-config", writeConfigFile(t, baseConfig("1s")+walletBlock("")+block))
+	if res.code != 0 {
+		t.Fatalf("plughost validate on the documented block: exit %d\nstderr:\n%s", res.code, res.stderr)
+	}
+
+	web := &countingUpstream{}
+	srv := httptest.NewServer(web)
+	t.Cleanup(srv.Close)
+	sum := sha256.Sum256([]byte("acme-key"))
+	live := strings.NewReplacer(`"5c1f...64 hex digits..."`, `"`+hex.EncodeToString(sum[:])+`"`,
+		`"http://127.0.0.1:7000"`, `"`+srv.URL+`"`).Replace(block)
+	if live == block {
+		t.Fatal("the documented block no longer has the placeholders this test replaces")
+	}
+	h := startHost(t, baseConfig("1s")+walletBlock("")+live)
+	readyPlugin(t, h, "gateway")
+	if code, body := timedDo(t, "GET", h.ingress+"/gw/legacy/x", "", 2*time.Second); code != http.StatusOK {
+		t.Errorf("GET /gw/legacy/x with acme's key = %d %s, want 200 from the legacy backend", code, body)
+	}
+
+	bad := strings.Replace(live, `upstream     = "wallet"`, `upstream     = "walet"`, 1)
+	if bad == live {
+		t.Fatal("the documented block no longer routes to upstream \"wallet\" as this test expects")
+	}
+	hb := startHost(t, baseConfig("1s")+walletBlock("")+bad)
+	waitFor(t, 30*time.Second, "the gateway's refusal", func() bool {
+		return strings.Contains(hb.plugins()["gateway"].LastError, `route: route "/api/wallet/": upstream "walet" is not declared`)
+	})
+}
