@@ -1,0 +1,129 @@
+package e2e
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+)
+
+// targetGatewayRatio is issue 19's target: requests/s through host and
+// gateway at least this share of the upstream's reached directly.
+const targetGatewayRatio = 0.6
+
+// BenchmarkGateway loads GET through the host and the gateway plugin to a
+// loopback upstream (greet, served in-process), and the same upstream
+// directly, in alternating rounds with the same closed-loop loader as
+// BenchmarkHelloIngress, and prints requests/s and p99 for both and their
+// ratio against the target. The gateway has two tenants, so requests
+// without a key (the default tenant's) go through its scheduler and
+// workers. It fails only when requests fail, never on a missed target.
+// PLUGHOST_BENCH_* as for BenchmarkHelloIngress.
+func BenchmarkGateway(b *testing.B) {
+	warmup := envDuration(b, "PLUGHOST_BENCH_WARMUP", time.Second)
+	measure := envDuration(b, "PLUGHOST_BENCH_DURATION", 5*time.Second)
+	conns := envInt(b, "PLUGHOST_BENCH_CONNS", benchConns, 1024)
+	rounds := envInt(b, "PLUGHOST_BENCH_ROUNDS", 5, 100)
+
+	upstream := serveInProcess(b)
+	sum := sha256.Sum256([]byte("bench-key"))
+	dir := b.TempDir()
+	h := startBenchHost(b, fmt.Sprintf(`
+listen     = "127.0.0.1:0"
+data_dir   = %q
+plugin_dir = %q
+admin {
+  listen = "127.0.0.1:0"
+}
+plugin "gateway" {
+  path         = "gateway"
+  mount        = "/gw"
+  max_inflight = 1024
+  config {
+    upstream {
+      name = "web"
+      url  = %q
+    }
+    route {
+      prefix   = "/"
+      upstream = "web"
+    }
+    tenant {
+      name           = "bench"
+      api_key_sha256 = %q
+    }
+    default_tenant {
+      rate_per_s = 1000000
+      burst      = 1000000
+      max_queue  = 512
+    }
+  }
+}
+`, filepath.Join(dir, "data"), bins.plugins, upstream, hex.EncodeToString(sum[:])))
+
+	direct, via := upstream+"/hello/", h.ingress+"/gw/hello/"
+	if a, g := getBody(b, direct), getBody(b, via); a != g {
+		b.Fatalf("GET: direct body %q, through the gateway %q; want the same", a, g)
+	}
+	gwPid := h.pluginPid(b, "gateway")
+	dLoad, gLoad := newLoader(direct, conns), newLoader(via, conns)
+	defer dLoad.close()
+	defer gLoad.close()
+	dCPU := func() time.Duration { return selfCPU(b) }
+	gCPU := func() time.Duration { return selfCPU(b) + procCPU(b, h.cmd.Process.Pid) + procCPU(b, gwPid) }
+	var d, g loadResult
+	b.ResetTimer()
+	dLoad.run(b.Context(), warmup, nil)
+	gLoad.run(b.Context(), warmup, nil)
+	round := measure / time.Duration(rounds)
+	m0, machineOK := machineCPU()
+	var ratios []float64
+	for range rounds {
+		dr := measureRound(b.Context(), dLoad, round, dCPU, &d)
+		gr := measureRound(b.Context(), gLoad, round, gCPU, &g)
+		ratios = append(ratios, gr/dr)
+	}
+	machine := machineLine(m0, machineOK)
+	b.StopTimer()
+	d.sort()
+	g.sort()
+	for _, r := range []struct {
+		side string
+		res  loadResult
+	}{{"direct", d}, {"gateway", g}} {
+		if r.res.errors > 0 || r.res.n() == 0 {
+			b.Errorf("%s: %d of %d requests failed (first: %v)", r.side, r.res.errors, r.res.n()+r.res.errors, r.res.firstErr)
+		}
+	}
+	ratio := g.rps() / d.rps()
+	b.ReportMetric(d.rps(), "direct-req/s")
+	b.ReportMetric(g.rps(), "gateway-req/s")
+	b.ReportMetric(ratio, "gateway/direct-req/s")
+	b.ReportMetric(micros(d.quantile(0.99)), "direct-p99-µs")
+	b.ReportMetric(micros(g.quantile(0.99)), "gateway-p99-µs")
+
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "\nGET through host and gateway (two tenants, scheduler on) vs the upstream directly, %d connections; %v warm-up, %v in %d alternating rounds\n",
+		conns, warmup, measure, rounds)
+	fmt.Fprintf(&sb, "GOMAXPROCS=%d, %d CPUs; load average %s\n", runtime.GOMAXPROCS(0), runtime.NumCPU(), loadavg())
+	fmt.Fprintf(&sb, "%-8s %12s %10s %10s %12s %10s\n", "side", "requests/s", "p50", "p99", "CPU/request", "requests")
+	for _, r := range []struct {
+		side string
+		res  loadResult
+	}{{"direct", d}, {"gateway", g}} {
+		fmt.Fprintf(&sb, "%-8s %12.0f %10v %10v %10.1fµs %10d\n", r.side, r.res.rps(), roundDur(r.res.quantile(0.50)),
+			roundDur(r.res.quantile(0.99)), micros(r.res.cpuPerRequest()), r.res.n())
+	}
+	fmt.Fprintf(&sb, "ratio per round:")
+	for _, r := range ratios {
+		fmt.Fprintf(&sb, " %.3f", r)
+	}
+	fmt.Fprintln(&sb)
+	sb.WriteString(machine)
+	fmt.Fprintf(&sb, "target: gateway req/s ≥ %.1f× direct: %.3f, %s\n", targetGatewayRatio, ratio, verdict(ratio >= targetGatewayRatio))
+	fmt.Print(sb.String())
+}

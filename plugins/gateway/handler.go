@@ -1,0 +1,339 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync/atomic"
+
+	"github.com/plughost/plughost/plugins/gateway/internal/drr"
+	"github.com/plughost/plughost/plugins/gateway/internal/inflate"
+	"github.com/plughost/plughost/plugins/gateway/internal/shed"
+	"github.com/plughost/plughost/sdk"
+	"github.com/plughost/plughost/sdk/breaker"
+)
+
+// Errors of the request path, besides those of inflate, drr, tenancy and
+// the upstreams.
+var (
+	errNoRoute       = errors.New("no gateway route matches the path")
+	errNotConfigured = errors.New("the gateway is not configured")
+	errAborted       = errors.New("the upstream call was cancelled at the drain deadline")
+	errShed          = errors.New("the gateway is overloaded and sheds this request; retry later")
+)
+
+// serveHTTP is the gateway's one handler. Its steps, in order: the route;
+// the length checks and the decompression guard, before any policy runs
+// and before any upstream is dialled; the tenant; its token bucket; load
+// shedding; its queue (none with one tenant, or on an exempt route); the
+// upstream call.
+func (p *gatewayPlugin) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	g := p.running.Load()
+	if g == nil {
+		writeError(w, errNotConfigured)
+		return
+	}
+	g.serve(w, r)
+}
+
+func (g *gateway) serve(w http.ResponseWriter, r *http.Request) {
+	rt, ok := g.match(r.URL.Path)
+	if !ok {
+		writeError(w, errNoRoute)
+		return
+	}
+	body, err := g.readBody(r)
+	if err != nil {
+		g.reject(w, err)
+		return
+	}
+	tn, err := g.tenancy.identify(r.Header.Values("X-Api-Key"))
+	if err != nil {
+		g.m.rejected.WithLabelValues(reasonUnauthorized).Inc()
+		writeError(w, err)
+		return
+	}
+	if err := tn.admit(w.Header(), g.now()); err != nil {
+		g.m.rejected.WithLabelValues(reasonRate).Inc()
+		g.m.requests.WithLabelValues(tn.name, outcomeRateLimited).Inc()
+		writeError(w, err)
+		return
+	}
+	if g.sched != nil && !rt.exempt {
+		queued, share := g.sched.Queued(tn.name)
+		if shed.Shed(g.shedLevelNow(), !safeMethod(r.Method), queued >= share) {
+			g.m.rejected.WithLabelValues(reasonShed).Inc()
+			g.m.requests.WithLabelValues(tn.name, outcomeShed).Inc()
+			writeError(w, errShed)
+			return
+		}
+	}
+	o := outboundFor(r, rt, tn.name, body)
+	up := g.upstreams[rt.upstream]
+	if g.sched == nil || rt.exempt {
+		resp, err := g.forward(r.Context(), up, o)
+		g.respond(w, tn.name, resp, err)
+		return
+	}
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	c := &call{g: g, up: up, o: o, ctx: ctx, done: make(chan result, 1)}
+	if err := g.sched.Submit(tn.name, rt.cost, c); err != nil {
+		g.respond(w, tn.name, nil, err)
+		return
+	}
+	select {
+	case res := <-c.done:
+		defer res.release()
+		g.respond(w, tn.name, res.resp, res.err)
+	case <-r.Context().Done():
+		if c.state.CompareAndSwap(callQueued, callAbandoned) {
+			// No worker will run it; nobody reads this answer.
+			g.m.abandoned.Inc()
+			g.respond(w, tn.name, nil, r.Context().Err())
+			return
+		}
+		// A worker has it, or it left a queue: it answers soon, since
+		// its context is done.
+		res := <-c.done
+		defer res.release()
+		g.respond(w, tn.name, res.resp, res.err)
+	}
+}
+
+// safeMethod reports whether method only reads (RFC 9110 section 9.2.1):
+// anything else is a write to the shedder.
+func safeMethod(method string) bool {
+	switch method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
+		return true
+	}
+	return false
+}
+
+// match returns the route of the longest prefix of path.
+func (g *gateway) match(path string) (routeSettings, bool) {
+	for _, rt := range g.s.routes {
+		if strings.HasPrefix(path, rt.prefix) {
+			return rt, true
+		}
+	}
+	return routeSettings{}, false
+}
+
+// readBody applies the length checks and the decompression guard, and
+// returns the decoded body.
+func (g *gateway) readBody(r *http.Request) ([]byte, error) {
+	if r.ContentLength > g.s.decode.AbsCap {
+		return nil, errBodySize
+	}
+	codings, err := inflate.Codings(r.Header.Values("Content-Encoding"))
+	if err != nil {
+		return nil, err
+	}
+	b, err := inflate.Decode(r.Body, codings, g.s.decode)
+	if len(codings) == 0 && errors.Is(err, inflate.ErrSize) {
+		return nil, errBodySize
+	}
+	return b, err
+}
+
+// errBodySize is a body over abs_cap_bytes before any decoding.
+var errBodySize = errors.New("the request body is larger than the gateway's abs_cap_bytes")
+
+// reject answers a body the guard refused and counts the reason.
+func (g *gateway) reject(w http.ResponseWriter, err error) {
+	reason := ""
+	switch {
+	case errors.Is(err, errBodySize):
+		reason = reasonBodySize
+	case errors.Is(err, inflate.ErrRatio):
+		reason = reasonRatio
+	case errors.Is(err, inflate.ErrSize):
+		reason = reasonSize
+	case errors.Is(err, inflate.ErrEncoding):
+		reason = reasonEncoding
+	case errors.Is(err, inflate.ErrCorrupt):
+		reason = reasonCorrupt
+	}
+	if reason != "" {
+		g.m.rejected.WithLabelValues(reason).Inc()
+	}
+	writeError(w, err)
+}
+
+// outboundFor builds what goes upstream: the path relative to the
+// upstream, the client's headers without the hop-by-hop ones and its API
+// key, the decoded body, and who the request came from.
+func outboundFor(r *http.Request, rt routeSettings, tenant string, body []byte) *outbound {
+	path := r.URL.Path
+	if rt.strip {
+		path = "/" + strings.TrimPrefix(strings.TrimPrefix(path, rt.prefix), "/")
+	}
+	h := r.Header.Clone()
+	for _, f := range h.Values("Connection") {
+		for name := range strings.SplitSeq(f, ",") {
+			h.Del(strings.TrimSpace(name))
+		}
+	}
+	for _, name := range hopByHop {
+		h.Del(name)
+	}
+	h.Del("Content-Encoding") // the body goes decoded
+	h.Del("Content-Length")
+	h.Set("X-Gateway-Tenant", tenant)
+	if ip, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+		if prior := h.Values("X-Forwarded-For"); len(prior) > 0 {
+			ip = strings.Join(prior, ", ") + ", " + ip
+		}
+		h.Set("X-Forwarded-For", ip)
+	}
+	return &outbound{method: r.Method, path: path, query: r.URL.RawQuery, header: h, body: body}
+}
+
+// respond answers with the upstream's response, or the error, and counts
+// the tenant's outcome.
+func (g *gateway) respond(w http.ResponseWriter, tenant string, resp *http.Response, err error) {
+	if err != nil {
+		g.m.requests.WithLabelValues(tenant, outcomeFor(err)).Inc()
+		switch {
+		case errors.Is(err, drr.ErrBusy):
+			g.m.busy.WithLabelValues("intake").Inc()
+		case errors.Is(err, drr.ErrTenantBusy):
+			g.m.busy.WithLabelValues("tenant").Inc()
+		}
+		writeError(w, err)
+		return
+	}
+	defer resp.Body.Close()
+	g.m.requests.WithLabelValues(tenant, outcomeServed).Inc()
+	h := w.Header()
+	for k, vs := range resp.Header {
+		h[k] = vs
+	}
+	for _, f := range resp.Header.Values("Connection") {
+		for name := range strings.SplitSeq(f, ",") {
+			h.Del(strings.TrimSpace(name))
+		}
+	}
+	for _, name := range hopByHop {
+		h.Del(name)
+	}
+	h.Del("Content-Length") // the host sets it from what is written
+	w.WriteHeader(resp.StatusCode)
+	// A copy cut short means the caller or the upstream went away: the
+	// status is out, so there is nothing left to tell anyone.
+	_, _ = io.Copy(w, resp.Body)
+}
+
+// outcomeFor names the tenant outcome of a failed request.
+func outcomeFor(err error) string {
+	switch {
+	case errors.Is(err, drr.ErrBusy), errors.Is(err, drr.ErrTenantBusy):
+		return outcomeQueueFull
+	case errors.Is(err, drr.ErrDropped):
+		return outcomeDropped
+	case errors.Is(err, drr.ErrClosed), errors.Is(err, errAborted):
+		return outcomeDraining
+	case errors.Is(err, errUpstreamTimeout):
+		return outcomeTimeout
+	case errors.Is(err, context.Canceled):
+		return outcomeCancelled
+	}
+	return outcomeUnavailable
+}
+
+// writeError answers err in the platform's JSON error shape. It is the one
+// place where the gateway's errors become HTTP statuses.
+func writeError(w http.ResponseWriter, err error) {
+	status, code := http.StatusInternalServerError, "internal"
+	var limited *rateLimitedError
+	switch {
+	case errors.Is(err, errNoRoute):
+		status, code = http.StatusNotFound, "not_found"
+	case errors.Is(err, errNotConfigured):
+		status, code = http.StatusServiceUnavailable, "not_configured"
+	case errors.Is(err, errBodySize):
+		status, code = http.StatusRequestEntityTooLarge, reasonBodySize
+	case errors.Is(err, inflate.ErrRatio):
+		status, code = http.StatusRequestEntityTooLarge, reasonRatio
+	case errors.Is(err, inflate.ErrSize):
+		status, code = http.StatusRequestEntityTooLarge, reasonSize
+	case errors.Is(err, inflate.ErrEncoding):
+		status, code = http.StatusUnsupportedMediaType, "unsupported_encoding"
+	case errors.Is(err, inflate.ErrCorrupt):
+		status, code = http.StatusBadRequest, "bad_encoding"
+	case errors.Is(err, errUnauthorized):
+		status, code = http.StatusUnauthorized, "unauthorized"
+	case errors.As(err, &limited):
+		status, code = http.StatusTooManyRequests, "rate_limited" // admit set Retry-After
+	case errors.Is(err, drr.ErrBusy), errors.Is(err, drr.ErrTenantBusy):
+		status, code = http.StatusTooManyRequests, "busy"
+	case errors.Is(err, errShed):
+		status, code = http.StatusServiceUnavailable, "shedding"
+	case errors.Is(err, drr.ErrDropped):
+		status, code = http.StatusServiceUnavailable, "dropped"
+	case errors.Is(err, drr.ErrClosed), errors.Is(err, errAborted):
+		status, code = http.StatusServiceUnavailable, "draining"
+	case errors.Is(err, breaker.ErrOpen):
+		status, code = http.StatusServiceUnavailable, "upstream_unavailable"
+	case errors.Is(err, errUpstreamTimeout):
+		status, code = http.StatusGatewayTimeout, "upstream_timeout"
+	case errors.Is(err, errUpstreamDown):
+		status, code = http.StatusServiceUnavailable, "upstream_unavailable"
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		// Nobody reads this: the caller left, or the host answered 504.
+		status, code = http.StatusServiceUnavailable, "cancelled"
+	}
+	sdk.WriteError(w, status, code, err.Error())
+}
+
+// A call's states: a worker runs it only if it moves it from queued to
+// running first; the handler gives it up only if it moves it from queued
+// to abandoned first.
+const (
+	callQueued int32 = iota
+	callRunning
+	callAbandoned
+)
+
+// call is one request's trip through the scheduler: a drr.Job.
+type call struct {
+	g     *gateway
+	up    *upstream
+	o     *outbound
+	ctx   context.Context // the request's, cancelled when its handler returns
+	state atomic.Int32
+	done  chan result // buffered: each call leaves once
+}
+
+// result is how a call ended. release, once the response is copied,
+// frees what the call held.
+type result struct {
+	resp    *http.Response
+	err     error
+	release func()
+}
+
+// Run calls the upstream on a worker. abort ends the call at the drain
+// deadline.
+func (c *call) Run(abort context.Context) {
+	if !c.state.CompareAndSwap(callQueued, callRunning) {
+		return // its caller left while it waited
+	}
+	ctx, cancel := context.WithCancel(c.ctx)
+	stop := context.AfterFunc(abort, cancel)
+	resp, err := c.g.forward(ctx, c.up, c.o)
+	if err != nil && abort.Err() != nil {
+		err = errors.Join(errAborted, err)
+	}
+	c.done <- result{resp: resp, err: err, release: func() { stop(); cancel() }}
+}
+
+// Cancel answers a call that leaves a queue without running.
+func (c *call) Cancel(err error) {
+	c.done <- result{err: err, release: func() {}}
+}

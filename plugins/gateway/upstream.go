@@ -1,0 +1,222 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/plughost/plughost/sdk"
+	"github.com/plughost/plughost/sdk/backoff"
+	"github.com/plughost/plughost/sdk/breaker"
+)
+
+// Errors of an upstream call.
+var (
+	// errUpstreamDown: the upstream could not be reached, or answered
+	// 5xx on every try.
+	errUpstreamDown = errors.New("upstream unavailable")
+	// errUpstreamTimeout: the request's deadline passed during the call.
+	errUpstreamTimeout = errors.New("upstream did not answer within the request's deadline")
+)
+
+// upstreamStatusError is an answer that counts as a failure of the
+// upstream: 502, 503 or 504.
+type upstreamStatusError struct{ code int }
+
+func (e *upstreamStatusError) Error() string { return "upstream answered " + strconv.Itoa(e.code) }
+
+// upstream is one upstream at run time.
+type upstream struct {
+	upstreamSettings
+	breaker *breaker.Breaker
+	call    func(ctx context.Context, req *http.Request) (*http.Response, error)
+}
+
+// hopByHop are the headers of one connection that a proxy does not pass
+// on (RFC 9110 section 7.6.1), with the gateway's own X-Api-Key.
+var hopByHop = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
+	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade", "X-Api-Key"}
+
+// outbound is a request ready to send upstream, any number of times.
+type outbound struct {
+	method string
+	path   string // relative to the upstream: its mount, or its URL's path
+	query  string
+	header http.Header
+	body   []byte
+}
+
+// idempotent reports whether the method may be retried (RFC 9110
+// section 9.2.2).
+func idempotent(method string) bool {
+	switch method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace, http.MethodPut, http.MethodDelete:
+		return true
+	}
+	return false
+}
+
+// request builds the *http.Request of one try.
+func (u *upstream) request(ctx context.Context, o *outbound) (*http.Request, error) {
+	target := &url.URL{Path: o.path, RawQuery: o.query}
+	if u.url != nil {
+		t := *u.url
+		t.Path = strings.TrimSuffix(u.url.Path, "/") + o.path
+		t.RawPath = ""
+		t.RawQuery = o.query
+		target = &t
+	}
+	req, err := http.NewRequestWithContext(ctx, o.method, target.String(), bytes.NewReader(o.body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header = o.header.Clone()
+	req.ContentLength = int64(len(o.body))
+	if len(o.body) == 0 {
+		req.Body = http.NoBody
+	}
+	return req, nil
+}
+
+// forward sends o to u, retrying an idempotent request that failed with
+// jittered backoff while the next try can still start before ctx's
+// deadline. It returns the upstream's response, whose body the caller
+// closes, or an error wrapping errUpstreamDown, errUpstreamTimeout or
+// breaker.ErrOpen.
+func (g *gateway) forward(ctx context.Context, u *upstream, o *outbound) (*http.Response, error) {
+	tries := 1
+	if idempotent(o.method) {
+		tries = g.s.maxTries
+	}
+	b := backoff.Backoff{Policy: backoff.Policy{Initial: g.s.backoff, Max: g.s.backoffCap, Jitter: 0.5}}
+	for try := 1; ; try++ {
+		resp, err := g.try(ctx, u, o)
+		if err == nil {
+			return resp, nil
+		}
+		var se *upstreamStatusError
+		last := try >= tries || errors.Is(err, breaker.ErrOpen) || ctx.Err() != nil
+		if !last {
+			delay := b.Next()
+			if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= delay {
+				last = true
+			} else {
+				g.m.retries.Inc()
+				if resp != nil {
+					resp.Body.Close()
+				}
+				if backoff.Sleep(ctx, delay) == nil {
+					continue
+				}
+				resp, last = nil, true
+			}
+		}
+		if resp != nil && errors.As(err, &se) {
+			// The last try's 5xx goes to the client as it is.
+			return resp, nil
+		}
+		return nil, g.classify(ctx, err)
+	}
+}
+
+// try makes one call through u's breaker. A 502, 503 or 504 counts as a
+// failure and comes back as the response with an *upstreamStatusError.
+func (g *gateway) try(ctx context.Context, u *upstream, o *outbound) (*http.Response, error) {
+	var resp *http.Response
+	start := time.Now()
+	err := u.breaker.Do(ctx, func(ctx context.Context) error {
+		req, err := u.request(ctx, o)
+		if err != nil {
+			return fmt.Errorf("%w: %w", breaker.ErrNotCounted, err)
+		}
+		resp, err = u.call(ctx, req)
+		if err != nil {
+			return err
+		}
+		switch resp.StatusCode {
+		case http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+			return &upstreamStatusError{code: resp.StatusCode}
+		}
+		return nil
+	})
+	if !errors.Is(err, breaker.ErrOpen) {
+		g.m.upstreamSeconds.WithLabelValues(u.name).Observe(time.Since(start).Seconds())
+	}
+	return resp, err
+}
+
+// classify turns a failed call into one of forward's errors, counting
+// timeouts by the step that timed out: connect (the dial), write (a
+// network write) or read (everything else, waiting for the answer
+// included).
+func (g *gateway) classify(ctx context.Context, err error) error {
+	if errors.Is(err, breaker.ErrOpen) {
+		return fmt.Errorf("%w: %w", errUpstreamDown, err)
+	}
+	var op *net.OpError
+	isOp := errors.As(err, &op)
+	// The host may cancel the request at its deadline a moment before
+	// the plugin's own copy of the deadline fires: a passed deadline is a
+	// timeout whichever came first.
+	dl, hasDeadline := ctx.Deadline()
+	late := hasDeadline && !time.Now().Before(dl)
+	if !late && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(ctx.Err(), context.DeadlineExceeded) && !(isOp && op.Timeout()) {
+		return fmt.Errorf("%w: %w", errUpstreamDown, err)
+	}
+	step := "read"
+	switch {
+	case isOp && op.Op == "dial":
+		step = "connect"
+	case isOp && op.Op == "write":
+		step = "write"
+	}
+	g.m.ioTimeouts.WithLabelValues(step).Inc()
+	return fmt.Errorf("%w: %w", errUpstreamTimeout, err)
+}
+
+// newUpstream builds u's client: the host for a plugin, a pooled
+// net/http client for a URL. Neither has a timeout of its own: every
+// call carries the request's deadline in its context.
+func newUpstream(us upstreamSettings, host sdk.Host, transport http.RoundTripper, bs breaker.Settings) *upstream {
+	u := &upstream{upstreamSettings: us}
+	bs.Name = us.name
+	u.breaker = breaker.New(bs)
+	if us.plugin != "" {
+		u.call = func(ctx context.Context, req *http.Request) (*http.Response, error) {
+			if host == nil {
+				return nil, errors.New("no host to call plugins through")
+			}
+			return host.Call(ctx, us.plugin, req)
+		}
+		return u
+	}
+	client := &http.Client{
+		Transport: transport,
+		// A redirect is the client's to follow, not the gateway's.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+	u.call = func(_ context.Context, req *http.Request) (*http.Response, error) { return client.Do(req) }
+	return u
+}
+
+// newTransport is the connection pool of the URL upstreams.
+func newTransport(workers int) *http.Transport {
+	return &http.Transport{
+		Proxy:                 nil, // the gateway is the proxy
+		DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:          workers * 2,
+		MaxIdleConnsPerHost:   workers,
+		IdleConnTimeout:       60 * time.Second,
+		TLSHandshakeTimeout:   5 * time.Second,
+		ExpectContinueTimeout: time.Second,
+		ForceAttemptHTTP2:     true,
+		DisableCompression:    true, // pass the upstream's encoding through untouched
+	}
+}

@@ -1,0 +1,176 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/plughost/plughost/sdk"
+)
+
+// flaky is an upstream that answers 503 while failing is set, or for its
+// first failFirst requests, and 200 otherwise; it counts every request.
+type flaky struct {
+	failing   atomic.Bool
+	failFirst atomic.Int64
+	hits      atomic.Int64
+}
+
+func (f *flaky) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	n := f.hits.Add(1)
+	if f.failing.Load() || n <= f.failFirst.Load() {
+		http.Error(w, "down", http.StatusServiceUnavailable)
+		return
+	}
+	fmt.Fprint(w, "ok")
+}
+
+// flakyConfig routes everything to url for the default tenant alone, so
+// requests take the single-tenant bypass, without the scheduler.
+func flakyConfig(url, extra string) string {
+	return fmt.Sprintf(`
+upstream {
+  name = "web"
+  url  = %q
+}
+route {
+  prefix   = "/"
+  upstream = "web"
+}
+default_tenant {
+  rate_per_s = 1000
+  burst      = 1000
+}
+%s`, url, extra)
+}
+
+func TestRetries(t *testing.T) {
+	up := &flaky{}
+	h := start(t, optionsFor(flakyConfig(newUpstreamServer(t, up), `retry {
+  max_tries = 3
+  backoff   = "10ms"
+}`)))
+	tests := []struct {
+		method    string
+		failFirst int64
+		code      int
+		hits      int64
+	}{
+		{"GET", 2, http.StatusOK, 3},                   // retried twice, then served
+		{"PUT", 2, http.StatusOK, 3},                   // idempotent too
+		{"GET", 5, http.StatusServiceUnavailable, 3},   // max_tries, then the last 503 as it is
+		{"POST", 1, http.StatusServiceUnavailable, 1},  // never retried
+		{"PATCH", 1, http.StatusServiceUnavailable, 1}, // nor this
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprintf("%s failing %d", tt.method, tt.failFirst), func(t *testing.T) {
+			up.hits.Store(0)
+			up.failFirst.Store(tt.failFirst)
+			rec := send(t, h, tt.method, "/x", nil, nil)
+			if rec.Code != tt.code || up.hits.Load() != tt.hits {
+				t.Errorf("%s = %d after %d upstream calls, want %d after %d", tt.method, rec.Code, up.hits.Load(), tt.code, tt.hits)
+			}
+		})
+	}
+	if got := metric(t, h, `backoff_retries_total{op="upstream"}`); got != 6 {
+		t.Errorf(`backoff_retries_total{op="upstream"} = %v, want 6`, got)
+	}
+}
+
+// TestRetryStaysInDeadline: a retry whose backoff would end after the
+// request's deadline is not made; the client gets the 503 at once.
+func TestRetryStaysInDeadline(t *testing.T) {
+	up := &flaky{}
+	up.failing.Store(true)
+	h := start(t, plugintestOptions(flakyConfig(newUpstreamServer(t, up), `retry {
+  backoff = "8s"
+  cap     = "8s"
+}`), time.Second))
+	begin := time.Now()
+	rec := send(t, h, "GET", "/x", nil, nil)
+	if rec.Code != http.StatusServiceUnavailable || up.hits.Load() != 1 {
+		t.Errorf("GET = %d after %d calls, want 503 after 1: no backoff of 4-8s fits a 1s deadline", rec.Code, up.hits.Load())
+	}
+	if took := time.Since(begin); took > 900*time.Millisecond { // a backoff sleep would last to the 1s deadline
+		t.Errorf("GET took %v, want the 503 at once", took)
+	}
+}
+
+// TestBreaker opens the breaker with failures in a row, answers 503 at
+// once without calling the upstream while it is open, reports degraded
+// health, and closes again after the cool-down once a probe succeeds.
+func TestBreaker(t *testing.T) {
+	up := &flaky{}
+	up.failing.Store(true)
+	h := start(t, optionsFor(flakyConfig(newUpstreamServer(t, up), `breaker {
+  failures  = 3
+  cool_down = "300ms"
+  probes    = 1
+}`)))
+	for i := range 3 {
+		if rec := send(t, h, "POST", "/x", nil, nil); rec.Code != http.StatusServiceUnavailable {
+			t.Fatalf("POST %d to a failing upstream = %d, want its 503", i, rec.Code)
+		}
+	}
+	rec := send(t, h, "POST", "/x", nil, nil)
+	if rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), `"code":"upstream_unavailable"`) || up.hits.Load() != 3 {
+		t.Fatalf("POST with the breaker open = %d %s after %d upstream calls, want 503 upstream_unavailable without a call", rec.Code, rec.Body, up.hits.Load())
+	}
+	if hl, err := h.Health(context.Background()); err != nil || hl.Status != sdk.StatusDegraded || !strings.Contains(hl.Reason, "web") {
+		t.Errorf("Health with the breaker open = %+v, %v; want degraded naming upstream web", hl, err)
+	}
+	if got := metric(t, h, "gateway_degraded"); got != 1 {
+		t.Errorf("gateway_degraded = %v, want 1", got)
+	}
+	up.failing.Store(false)
+	time.Sleep(300 * time.Millisecond) // the cool-down itself: the breaker's rule, not a stand-in for a condition
+	waitUntil(t, "a probe to close the breaker", func() bool {
+		return send(t, h, "POST", "/x", nil, nil).Code == http.StatusOK
+	})
+	if hl, err := h.Health(context.Background()); err != nil || hl.Status != sdk.StatusReady {
+		t.Errorf("Health after recovery = %+v, %v; want ready", hl, err)
+	}
+	if got := metric(t, h, "gateway_degraded"); got != 0 {
+		t.Errorf("gateway_degraded after recovery = %v, want 0", got)
+	}
+}
+
+// TestUpstreamDownIsQuick: an upstream nobody listens on gets 503 at
+// once, not a hang.
+func TestUpstreamDownIsQuick(t *testing.T) {
+	// A deadline far beyond the bound, so that a hang cannot pass for
+	// an answer; three tries with their backoff take about 150ms.
+	h := start(t, plugintestOptions(flakyConfig("http://127.0.0.1:1", ""), 30*time.Second))
+	begin := time.Now()
+	rec := send(t, h, "GET", "/x", nil, nil)
+	if rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), `"code":"upstream_unavailable"`) {
+		t.Errorf("GET to a closed port = %d %s, want 503 upstream_unavailable", rec.Code, rec.Body)
+	}
+	if took := time.Since(begin); took > 5*time.Second {
+		t.Errorf("GET to a closed port took %v against a 30s deadline; want the 503 at once", took)
+	}
+}
+
+// TestUpstreamTimeout: an upstream slower than the request's deadline
+// gets 504 upstream_timeout when the deadline passes, counted as a read
+// timeout.
+func TestUpstreamTimeout(t *testing.T) {
+	up := newGate()
+	defer close(up.open)
+	h := start(t, plugintestOptions(flakyConfig(newUpstreamServer(t, up), ""), 300*time.Millisecond))
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	req := httptest.NewRequest("GET", "/x", nil).WithContext(ctx)
+	rec := httptest.NewRecorder()
+	begin := time.Now()
+	h.ServeHTTP(rec, req)
+	if took := time.Since(begin); took > 2*time.Second {
+		t.Errorf("GET to a stalled upstream took %v past a 300ms deadline", took)
+	}
+	waitUntil(t, "the read timeout counted", func() bool { return metric(t, h, `io_timeouts_total{op="read"}`) == 1 })
+}
