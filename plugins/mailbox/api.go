@@ -1,0 +1,497 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/plughost/plughost/sdk"
+	"github.com/plughost/plughost/sdk/durable"
+	"github.com/plughost/plughost/sdk/idem"
+	"github.com/plughost/plughost/sdk/store"
+)
+
+// Request limits the config does not set.
+const (
+	maxBodyBytes   = 1 << 20 // the seed's frame limit
+	maxRecvBatch   = 10
+	maxWait        = 20 * time.Second
+	maxVisibility  = 12 * time.Hour
+	maxDelay       = 15 * time.Minute
+	maxAttrs       = 16
+	maxAttrKeyLen  = 128
+	maxAttrValLen  = 1024
+	maxRedriveBulk = 1000
+)
+
+// errBadRequest marks a request the decoders refuse: 400.
+var errBadRequest = errors.New("bad request")
+
+// errTooLarge marks a payload over max_message_bytes: 413.
+var errTooLarge = errors.New("payload too large")
+
+// errHashMismatch: the payload is not what payload_hash says: 400.
+var errHashMismatch = errors.New("payload does not match payload_hash")
+
+func badRequest(format string, args ...any) error {
+	return fmt.Errorf("%s: %w", fmt.Sprintf(format, args...), errBadRequest)
+}
+
+// decodeJSON decodes exactly one JSON object into v, refusing unknown
+// fields and anything after the object.
+func decodeJSON(body []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return badRequest("decode body: %v", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return badRequest("decode body: data after the JSON object")
+	}
+	return nil
+}
+
+// sendReq is POST /v1/send's body.
+type sendReq struct {
+	Topic       string            `json:"topic"`
+	Payload     *[]byte           `json:"payload"` // base64
+	Attrs       map[string]string `json:"attrs"`
+	DelayMs     int64             `json:"delay_ms"`
+	PayloadHash string            `json:"payload_hash"`
+}
+
+// decodeSend decodes and checks a send; maxBytes bounds the payload.
+func decodeSend(body []byte, maxBytes int) (op, error) {
+	var r sendReq
+	if err := decodeJSON(body, &r); err != nil {
+		return op{}, err
+	}
+	switch {
+	case !validTopic(r.Topic):
+		return op{}, badRequest("topic %q: want 1 to %d of [A-Za-z0-9._-]", r.Topic, maxTopicLen)
+	case r.Payload == nil:
+		return op{}, badRequest("payload is required (base64)")
+	case len(*r.Payload) > maxBytes:
+		return op{}, fmt.Errorf("payload of %d bytes, more than max_message_bytes %d: %w", len(*r.Payload), maxBytes, errTooLarge)
+	case r.DelayMs < 0 || time.Duration(r.DelayMs)*time.Millisecond > maxDelay:
+		return op{}, badRequest("delay_ms %d: want 0 to %d", r.DelayMs, maxDelay.Milliseconds())
+	case len(r.Attrs) > maxAttrs:
+		return op{}, badRequest("%d attrs: want at most %d", len(r.Attrs), maxAttrs)
+	}
+	for k, v := range r.Attrs {
+		if k == "" || len(k) > maxAttrKeyLen || len(v) > maxAttrValLen {
+			return op{}, badRequest("attr %q: want a key of 1 to %d bytes and a value of at most %d", k, maxAttrKeyLen, maxAttrValLen)
+		}
+	}
+	h := HashOf(*r.Payload)
+	if r.PayloadHash != "" {
+		want, err := hex.DecodeString(r.PayloadHash)
+		if err != nil || len(want) != 32 {
+			return op{}, badRequest("payload_hash: want 64 hex digits of BLAKE3-256")
+		}
+		if !bytes.Equal(want, h[:]) {
+			return op{}, fmt.Errorf("payload_hash %s, payload hashes to %s: %w", r.PayloadHash, hexHash(h), errHashMismatch)
+		}
+	}
+	o := op{kind: opSend, topic: r.Topic, delay: time.Duration(r.DelayMs) * time.Millisecond,
+		env: envelope{Hash: h, Attrs: r.Attrs, Payload: *r.Payload}}
+	// Two sends are the same send when their topic, payload, attrs and
+	// delay are.
+	o.fp = idem.FingerprintOf([]byte(r.Topic), h[:], encodeEnvelope(envelope{Attrs: r.Attrs}), strconv.AppendInt(nil, r.DelayMs, 10))
+	return o, nil
+}
+
+// recvReq is POST /v1/recv's body.
+type recvReq struct {
+	Topic        string `json:"topic"`
+	MaxMessages  *int   `json:"max_messages"`
+	VisibilityMs *int64 `json:"visibility_ms"`
+	WaitMs       int64  `json:"wait_ms"`
+}
+
+// decodeRecv decodes and checks a receive and returns it with its wait.
+func decodeRecv(body []byte, s settings) (op, time.Duration, error) {
+	var r recvReq
+	if err := decodeJSON(body, &r); err != nil {
+		return op{}, 0, err
+	}
+	o := op{kind: opRecv, topic: r.Topic, max: 1, visibility: s.defaultVisibility}
+	if r.MaxMessages != nil {
+		o.max = *r.MaxMessages
+	}
+	if r.VisibilityMs != nil {
+		o.visibility = time.Duration(*r.VisibilityMs) * time.Millisecond
+	}
+	wait := time.Duration(r.WaitMs) * time.Millisecond
+	switch {
+	case !validTopic(r.Topic):
+		return op{}, 0, badRequest("topic %q: want 1 to %d of [A-Za-z0-9._-]", r.Topic, maxTopicLen)
+	case o.max < 1 || o.max > maxRecvBatch:
+		return op{}, 0, badRequest("max_messages %d: want 1 to %d", o.max, maxRecvBatch)
+	case r.VisibilityMs != nil && (*r.VisibilityMs < s.visibilityMin.Milliseconds() || *r.VisibilityMs > maxVisibility.Milliseconds()):
+		return op{}, 0, badRequest("visibility_ms %d: want %d to %d", *r.VisibilityMs, s.visibilityMin.Milliseconds(), maxVisibility.Milliseconds())
+	case r.WaitMs < 0 || r.WaitMs > maxWait.Milliseconds():
+		return op{}, 0, badRequest("wait_ms %d: want 0 to %d", r.WaitMs, maxWait.Milliseconds())
+	}
+	return o, wait, nil
+}
+
+// settleReq is the body of ack, nack, extend and terminate; decodeSettle
+// refuses the fields an operation does not take.
+type settleReq struct {
+	MsgID        string `json:"msg_id"`
+	Receipt      string `json:"receipt"`
+	DelayMs      *int64 `json:"delay_ms,omitempty"`
+	VisibilityMs *int64 `json:"visibility_ms,omitempty"`
+}
+
+func decodeSettle(body []byte, kind opKind, s settings) (op, error) {
+	var r settleReq
+	if err := decodeJSON(body, &r); err != nil {
+		return op{}, err
+	}
+	id, err := ParseMsgID(r.MsgID)
+	if err != nil {
+		return op{}, badRequest("%v", err)
+	}
+	rid, nonce, err := ParseReceipt(r.Receipt)
+	if err != nil {
+		return op{}, badRequest("%v", err)
+	}
+	if rid != id {
+		return op{}, badRequest("receipt %q is not of message %s", r.Receipt, r.MsgID)
+	}
+	o := op{kind: kind, id: id, nonce: nonce, dur: -1}
+	if r.DelayMs != nil && kind != opNack {
+		return op{}, badRequest("decode body: json: unknown field \"delay_ms\"")
+	}
+	if r.VisibilityMs != nil && kind != opExtend {
+		return op{}, badRequest("decode body: json: unknown field \"visibility_ms\"")
+	}
+	switch kind {
+	case opNack:
+		if r.DelayMs != nil {
+			if *r.DelayMs < 0 || *r.DelayMs > maxDelay.Milliseconds() {
+				return op{}, badRequest("delay_ms %d: want 0 to %d", *r.DelayMs, maxDelay.Milliseconds())
+			}
+			o.dur = time.Duration(*r.DelayMs) * time.Millisecond
+		}
+	case opExtend:
+		if r.VisibilityMs == nil {
+			return op{}, badRequest("visibility_ms is required")
+		}
+		if *r.VisibilityMs < s.visibilityMin.Milliseconds() || *r.VisibilityMs > maxVisibility.Milliseconds() {
+			return op{}, badRequest("visibility_ms %d: want %d to %d", *r.VisibilityMs, s.visibilityMin.Milliseconds(), maxVisibility.Milliseconds())
+		}
+		o.dur = time.Duration(*r.VisibilityMs) * time.Millisecond
+	}
+	return o, nil
+}
+
+// redriveReq is POST /v1/redrive's body.
+type redriveReq struct {
+	Topic string `json:"topic"`
+	Max   int    `json:"max"`
+}
+
+func decodeRedrive(body []byte) (op, error) {
+	var r redriveReq
+	if err := decodeJSON(body, &r); err != nil {
+		return op{}, err
+	}
+	switch {
+	case !validTopic(r.Topic) || len(r.Topic) > maxTopicLen-len(dlqSuffix):
+		return op{}, badRequest("topic %q: want 1 to %d of [A-Za-z0-9._-]", r.Topic, maxTopicLen-len(dlqSuffix))
+	case r.Max < 1 || r.Max > maxRedriveBulk:
+		return op{}, badRequest("max %d: want 1 to %d", r.Max, maxRedriveBulk)
+	}
+	return op{kind: opRedrive, topic: r.Topic, max: r.Max}, nil
+}
+
+// routes declares the API on mux.
+func (mb *mailbox) routes(mux *sdk.Mux) {
+	mux.HandleFunc("POST /v1/send", mb.handle("send", mb.send))
+	mux.HandleFunc("POST /v1/recv", mb.handle("recv", mb.recv))
+	for _, k := range []opKind{opAck, opNack, opExtend, opTerminate} {
+		mux.HandleFunc("POST /v1/"+k.String(), mb.handle(k.String(), func(w http.ResponseWriter, r *http.Request, run *running, body []byte) {
+			mb.settle(w, r, run, body, k)
+		}))
+	}
+	mux.HandleFunc("POST /v1/redrive", mb.handle("redrive", mb.redrive))
+	mux.HandleFunc("GET /v1/topics/{topic}", mb.handle("topic", mb.topic))
+}
+
+// handle reads the body (at most maxBodyBytes) and times the request.
+func (mb *mailbox) handle(name string, h func(http.ResponseWriter, *http.Request, *running, []byte)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		run := mb.running.Load()
+		if run == nil {
+			sdk.WriteError(w, http.StatusServiceUnavailable, "unavailable", "not configured")
+			return
+		}
+		start := time.Now()
+		defer func() { run.m.latency.WithLabelValues(name).Observe(time.Since(start).Seconds()) }()
+		body, err := io.ReadAll(io.LimitReader(r.Body, maxBodyBytes+1))
+		switch {
+		case err != nil:
+			sdk.WriteError(w, http.StatusBadRequest, "bad_request", "read body: "+err.Error())
+			return
+		case len(body) > maxBodyBytes:
+			sdk.WriteError(w, http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("request body over %d bytes", maxBodyBytes))
+			return
+		}
+		h(w, r, run, body)
+	}
+}
+
+// fail answers err: the one place the mailbox's errors become statuses.
+func (run *running) fail(w http.ResponseWriter, err error) {
+	if status, code, ok := idem.Status(err); ok {
+		sdk.WriteError(w, status, code, err.Error())
+		return
+	}
+	var ce *store.CorruptError
+	switch {
+	case errors.Is(err, errBadRequest):
+		sdk.WriteError(w, http.StatusBadRequest, "bad_request", err.Error())
+	case errors.Is(err, errHashMismatch):
+		sdk.WriteError(w, http.StatusBadRequest, "payload_hash_mismatch", err.Error())
+	case errors.Is(err, errTooLarge):
+		sdk.WriteError(w, http.StatusRequestEntityTooLarge, "too_large", err.Error())
+	case errors.Is(err, ErrNotFound):
+		sdk.WriteError(w, http.StatusNotFound, "not_found", err.Error())
+	case errors.Is(err, ErrStaleReceipt):
+		sdk.WriteError(w, http.StatusConflict, "stale_receipt", err.Error())
+	case errors.Is(err, ErrExpired):
+		sdk.WriteError(w, http.StatusConflict, "visibility_expired", err.Error())
+	case errors.Is(err, errShardFull):
+		sdk.WriteError(w, http.StatusTooManyRequests, "shard_full", err.Error())
+	case errors.Is(err, durable.ErrBusy):
+		w.Header().Set("Retry-After", retryAfter(run.c.RetryAfter()))
+		sdk.WriteError(w, http.StatusTooManyRequests, "busy", err.Error())
+	case errors.As(err, &ce):
+		sdk.WriteError(w, http.StatusInternalServerError, "storage_corrupt", err.Error())
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		sdk.WriteError(w, http.StatusServiceUnavailable, "unavailable", err.Error())
+	default: // durable.ErrUnavailable, ErrDraining, ErrStalled and the store's
+		w.Header().Set("Retry-After", retryAfter(run.c.RetryAfter()))
+		sdk.WriteError(w, http.StatusServiceUnavailable, "unavailable", err.Error())
+	}
+}
+
+func retryAfter(d time.Duration) string {
+	return strconv.Itoa(max(1, int(d.Round(time.Second).Seconds())))
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// do submits o to the committer and waits for its result or ctx. A result
+// that is a refusal comes back as its error.
+func (run *running) do(ctx context.Context, o op, done func(result, error)) (result, error) {
+	type outcome struct {
+		r   result
+		err error
+	}
+	ch := make(chan outcome, 1)
+	err := run.c.Submit(o, func(r result, err error) {
+		if done != nil {
+			done(r, err)
+		}
+		ch <- outcome{r, err}
+	})
+	if err != nil {
+		if done != nil {
+			done(result{}, err)
+		}
+		return result{}, err
+	}
+	select {
+	case out := <-ch:
+		if out.err == nil && out.r.err != nil {
+			out.err = out.r.err
+		}
+		return out.r, out.err
+	case <-ctx.Done(): // the host gave up; the group may still commit
+		return result{}, ctx.Err()
+	}
+}
+
+// errShardFull: the topic's shard has shard_capacity sends in progress.
+var errShardFull = errors.New("the topic's shard is full")
+
+func (mb *mailbox) send(w http.ResponseWriter, r *http.Request, run *running, body []byte) {
+	o, err := decodeSend(body, run.s.maxMessageBytes)
+	if err != nil {
+		run.fail(w, err)
+		return
+	}
+	if o.key, err = idem.Key(r.Header); err != nil && !errors.Is(err, idem.ErrMissing) {
+		run.fail(w, err)
+		return
+	}
+	sh := &run.intake[run.shard(o.topic)]
+	if sh.Add(1) > int64(run.s.shardCapacity) {
+		sh.Add(-1)
+		run.m.busy.WithLabelValues("send").Inc()
+		w.Header().Set("Retry-After", "1")
+		run.fail(w, fmt.Errorf("%d sends in progress: %w", run.s.shardCapacity, errShardFull))
+		return
+	}
+	defer sh.Add(-1)
+	var release func(result, error)
+	if o.key != "" {
+		ck := idemKey(o.topic, o.key)
+		if err := run.claims.Claim(ck, o.fp); err != nil {
+			run.fail(w, err)
+			return
+		}
+		release = func(_ result, err error) {
+			if !errors.Is(err, durable.ErrStalled) { // else Settled releases it
+				run.claims.Release(ck)
+			}
+		}
+	}
+	res, err := run.do(r.Context(), o, release)
+	if err != nil {
+		if errors.Is(err, durable.ErrBusy) {
+			run.m.busy.WithLabelValues("send").Inc()
+		}
+		run.fail(w, err)
+		return
+	}
+	writeJSON(w, struct {
+		MsgID     string `json:"msg_id"`
+		Duplicate bool   `json:"duplicate"`
+	}{MsgID(res.id), res.duplicate})
+}
+
+// message is one delivery as recv answers it.
+type message struct {
+	MsgID       string            `json:"msg_id"`
+	Receipt     string            `json:"receipt"`
+	Payload     []byte            `json:"payload"`
+	Attrs       map[string]string `json:"attrs,omitempty"`
+	Attempts    uint32            `json:"attempts"`
+	PayloadHash string            `json:"payload_hash"`
+	EnqueuedAt  time.Time         `json:"enqueued_at"`
+}
+
+// recv receives; with wait_ms it waits until a message is ready, the wait
+// ends, the request is cancelled or the drain begins, waking when a
+// commit makes a message of the topic visible or at the topic's nearest
+// deadline, whichever is first.
+func (mb *mailbox) recv(w http.ResponseWriter, r *http.Request, run *running, body []byte) {
+	o, wait, err := decodeRecv(body, run.s)
+	if err != nil {
+		run.fail(w, err)
+		return
+	}
+	ctx := r.Context()
+	end := time.Now().Add(wait)
+	var res result
+	for {
+		woken := run.wakers.waiter(o.topic) // before the look, so no wake is missed
+		if res, err = run.do(ctx, o, nil); err != nil {
+			if errors.Is(err, durable.ErrBusy) {
+				run.m.busy.WithLabelValues("recv").Inc()
+			}
+			run.fail(w, err)
+			return
+		}
+		left := time.Until(end)
+		if len(res.msgs) > 0 || left <= 0 {
+			break
+		}
+		if res.next > 0 {
+			left = min(left, time.Until(time.UnixMilli(res.next)))
+		}
+		t := time.NewTimer(max(left, time.Millisecond))
+		select {
+		case <-woken:
+		case <-t.C:
+		case <-ctx.Done():
+		case <-run.stop:
+		}
+		t.Stop()
+		if ctx.Err() != nil || isClosed(run.stop) {
+			break // answer what there is: nothing
+		}
+	}
+	out := struct {
+		Messages []message `json:"messages"`
+	}{Messages: []message{}}
+	for _, d := range res.msgs {
+		out.Messages = append(out.Messages, message{MsgID: MsgID(d.ID), Receipt: Receipt(d.ID, d.Receipt),
+			Payload: d.Env.Payload, Attrs: d.Env.Attrs, Attempts: d.Attempts, PayloadHash: hexHash(d.Env.Hash),
+			EnqueuedAt: time.UnixMilli(d.Env.EnqueuedAt).UTC()})
+	}
+	writeJSON(w, out)
+}
+
+func isClosed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
+
+func (mb *mailbox) settle(w http.ResponseWriter, r *http.Request, run *running, body []byte, kind opKind) {
+	o, err := decodeSettle(body, kind, run.s)
+	if err != nil {
+		run.fail(w, err)
+		return
+	}
+	if _, err := run.do(r.Context(), o, nil); err != nil {
+		run.fail(w, err)
+		return
+	}
+	writeJSON(w, struct {
+		MsgID string `json:"msg_id"`
+	}{MsgID(o.id)})
+}
+
+func (mb *mailbox) redrive(w http.ResponseWriter, r *http.Request, run *running, body []byte) {
+	o, err := decodeRedrive(body)
+	if err != nil {
+		run.fail(w, err)
+		return
+	}
+	res, err := run.do(r.Context(), o, nil)
+	if err != nil {
+		run.fail(w, err)
+		return
+	}
+	writeJSON(w, struct {
+		Moved int `json:"moved"`
+	}{res.redriven})
+}
+
+func (mb *mailbox) topic(w http.ResponseWriter, r *http.Request, run *running, _ []byte) {
+	t := r.PathValue("topic")
+	if !validTopic(t) {
+		run.fail(w, badRequest("topic %q: want 1 to %d of [A-Za-z0-9._-]", t, maxTopicLen))
+		return
+	}
+	var st stats
+	err := run.db.Scan(func(s *store.Snapshot) (err error) {
+		st, err = topicStats(s, t, run.now())
+		return err
+	})
+	if err != nil {
+		run.fail(w, err)
+		return
+	}
+	writeJSON(w, st)
+}
