@@ -70,8 +70,7 @@ type metrics struct {
 	redeliv     prometheus.Counter
 	dlq         prometheus.Counter
 	latency     *prometheus.HistogramVec
-	aborted     *prometheus.CounterVec
-	spawned     *prometheus.CounterVec
+	spawned     prometheus.Counter // kind="sweeper"
 	requeueBack prometheus.Counter
 }
 
@@ -128,7 +127,7 @@ func (mb *mailbox) configure(_ context.Context, rt *sdk.Runtime) error {
 	run := &running{s: s, logger: rt.Logger, db: db, now: now, stop: rt.Context().Done(),
 		intake: make([]atomic.Int64, s.readyShards)}
 	run.m = newMetrics()
-	cols := []prometheus.Collector{run.m.busy, run.m.integrity, run.m.redeliv, run.m.dlq, run.m.latency, run.m.aborted, run.m.spawned, run.m.requeueBack}
+	cols := []prometheus.Collector{run.m.busy, run.m.integrity, run.m.redeliv, run.m.dlq, run.m.latency, run.m.spawned, run.m.requeueBack}
 	for i := range run.intake {
 		cols = append(cols, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "queue_depth", Help: "Items waiting in a bounded queue, by queue.",
@@ -181,7 +180,7 @@ func (mb *mailbox) configure(_ context.Context, rt *sdk.Runtime) error {
 		_ = db.Close()
 		return err
 	}
-	run.m.spawned.WithLabelValues("sweeper").Inc()
+	run.m.spawned.Inc()
 	run.sweeper.Add(1)
 	go func() {
 		defer run.sweeper.Done()
@@ -204,10 +203,8 @@ func newMetrics() metrics {
 			Help: "Messages moved to a dead-letter queue (max_attempts, integrity or terminate)."}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "request_latency_seconds",
 			Help: "Time to answer a request, by operation.", Buckets: prometheus.DefBuckets}, []string{"op"}),
-		aborted: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tasks_aborted_total",
-			Help: "Tasks ended by a drain before they finished, by kind."}, []string{"kind"}),
-		spawned: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tasks_spawned_total",
-			Help: "Goroutines started, by kind."}, []string{"kind"}),
+		spawned: prometheus.NewCounter(prometheus.CounterOpts{Name: durable.TasksSpawnedName,
+			Help: durable.TasksSpawnedHelp, ConstLabels: prometheus.Labels{"kind": "sweeper"}}),
 		requeueBack: prometheus.NewCounter(prometheus.CounterOpts{Name: "requeue_backoff_total",
 			Help: "Messages put back with a full-jitter backoff delay (a nack without delay_ms or a failed delivery)."}),
 	}

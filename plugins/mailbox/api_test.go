@@ -1,0 +1,243 @@
+package main
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/plughost/plughost/host/plugintest"
+)
+
+// call sends one request through h and returns the status and the body.
+func call(t *testing.T, h http.Handler, method, path, body string, hdr ...string) (int, string) {
+	t.Helper()
+	req := httptest.NewRequest(method, path, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	return rec.Code, rec.Body.String()
+}
+
+func b64(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
+
+func errorCode(body string) string {
+	var e struct{ Error struct{ Code string } }
+	_ = json.Unmarshal([]byte(body), &e)
+	return e.Error.Code
+}
+
+type recvAnswer struct {
+	Messages []struct {
+		MsgID       string `json:"msg_id"`
+		Receipt     string
+		PayloadHash string `json:"payload_hash"`
+		Payload     []byte
+		Attempts    int
+	}
+}
+
+func TestRefusedRequests(t *testing.T) {
+	h := plugintest.New(t, definition(), plugintest.Options{Config: `max_message_bytes = 4`})
+	tests := []struct {
+		name, path, body string
+		code             int
+		want             string
+	}{
+		{"unknown field", "/v1/send", `{"topic":"t","payload":"YQ==","bogus":1}`, 400, "bad_request"},
+		{"no payload", "/v1/send", `{"topic":"t"}`, 400, "bad_request"},
+		{"bad base64", "/v1/send", `{"topic":"t","payload":"!!"}`, 400, "bad_request"},
+		{"bad topic", "/v1/send", `{"topic":"a/b","payload":"YQ=="}`, 400, "bad_request"},
+		{"trailing data", "/v1/send", `{"topic":"t","payload":"YQ=="} {}`, 400, "bad_request"},
+		{"too large", "/v1/send", `{"topic":"t","payload":"` + b64("abcde") + `"}`, 413, "too_large"},
+		{"hash mismatch", "/v1/send", `{"topic":"t","payload":"YQ==","payload_hash":"` + hexHash(HashOf([]byte("b"))) + `"}`, 400, "payload_hash_mismatch"},
+		{"recv unknown field", "/v1/recv", `{"topic":"t","max":3}`, 400, "bad_request"},
+		{"recv batch too big", "/v1/recv", `{"topic":"t","max_messages":11}`, 400, "bad_request"},
+		{"recv visibility below min", "/v1/recv", `{"topic":"t","visibility_ms":249}`, 400, "bad_request"},
+		{"recv wait too long", "/v1/recv", `{"topic":"t","wait_ms":20001}`, 400, "bad_request"},
+		{"ack with delay", "/v1/ack", `{"msg_id":"0000000000000001","receipt":"0000000000000001.0000000000000002","delay_ms":1}`, 400, "bad_request"},
+		{"ack bad receipt", "/v1/ack", `{"msg_id":"0000000000000001","receipt":"x"}`, 400, "bad_request"},
+		{"ack receipt of another message", "/v1/ack", `{"msg_id":"0000000000000001","receipt":"0000000000000002.0000000000000003"}`, 400, "bad_request"},
+		{"ack unknown message", "/v1/ack", `{"msg_id":"0000000000000001","receipt":"0000000000000001.0000000000000003"}`, 404, "not_found"},
+		{"extend without visibility", "/v1/extend", `{"msg_id":"0000000000000001","receipt":"0000000000000001.0000000000000003"}`, 400, "bad_request"},
+		{"redrive max 0", "/v1/redrive", `{"topic":"t","max":0}`, 400, "bad_request"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, body := call(t, h, "POST", tt.path, tt.body)
+			if code != tt.code || errorCode(body) != tt.want {
+				t.Errorf("POST %s %s = %d %s, want %d %s", tt.path, tt.body, code, body, tt.code, tt.want)
+			}
+		})
+	}
+}
+
+func TestSendReceiveAck(t *testing.T) {
+	h := plugintest.New(t, definition(), plugintest.Options{})
+	code, body := call(t, h, "POST", "/v1/send", `{"topic":"t","payload":"`+b64("hello")+`","attrs":{"k":"v"},"payload_hash":"`+hexHash(HashOf([]byte("hello")))+`"}`)
+	if code != 200 {
+		t.Fatalf("send = %d %s", code, body)
+	}
+	code, body = call(t, h, "POST", "/v1/recv", `{"topic":"t","max_messages":10,"visibility_ms":250}`)
+	var got recvAnswer
+	if code != 200 || json.Unmarshal([]byte(body), &got) != nil || len(got.Messages) != 1 || string(got.Messages[0].Payload) != "hello" ||
+		got.Messages[0].PayloadHash != hexHash(HashOf([]byte("hello"))) {
+		t.Fatalf("recv = %d %s, want hello with its hash", code, body)
+	}
+	m := got.Messages[0]
+	settle := `{"msg_id":"` + m.MsgID + `","receipt":"` + m.Receipt + `"}`
+	if code, body := call(t, h, "POST", "/v1/extend", `{"msg_id":"`+m.MsgID+`","receipt":"`+m.Receipt+`","visibility_ms":60000}`); code != 200 {
+		t.Fatalf("extend = %d %s", code, body)
+	}
+	if code, body := call(t, h, "GET", "/v1/topics/t", ""); code != 200 || !strings.Contains(body, `"inflight":1`) {
+		t.Errorf("topic stats = %d %s, want 1 in flight", code, body)
+	}
+	if code, body := call(t, h, "POST", "/v1/ack", settle); code != 200 {
+		t.Fatalf("ack = %d %s", code, body)
+	}
+	if code, body := call(t, h, "POST", "/v1/ack", settle); code != 404 {
+		t.Errorf("second ack = %d %s, want 404", code, body)
+	}
+}
+
+func TestStaleReceipt(t *testing.T) {
+	clock := &fakeClock{t: time.Now()}
+	h := plugintest.New(t, newDefinition(&mailbox{now: clock.now}), plugintest.Options{})
+	call(t, h, "POST", "/v1/send", `{"topic":"t","payload":"YQ=="}`)
+	var first, second recvAnswer
+	_, body := call(t, h, "POST", "/v1/recv", `{"topic":"t","visibility_ms":1000}`)
+	json.Unmarshal([]byte(body), &first)
+	clock.add(time.Second)
+	_, body = call(t, h, "POST", "/v1/recv", `{"topic":"t","visibility_ms":1000}`)
+	json.Unmarshal([]byte(body), &second)
+	if len(first.Messages) != 1 || len(second.Messages) != 1 || second.Messages[0].Attempts != 2 {
+		t.Fatalf("deliveries = %+v, %+v; want one each, the second attempt 2", first, second)
+	}
+	old := first.Messages[0]
+	if code, body := call(t, h, "POST", "/v1/ack", `{"msg_id":"`+old.MsgID+`","receipt":"`+old.Receipt+`"}`); code != 409 || errorCode(body) != "stale_receipt" {
+		t.Errorf("ack with the earlier receipt = %d %s, want 409 stale_receipt", code, body)
+	}
+	cur := second.Messages[0]
+	if code, body := call(t, h, "POST", "/v1/ack", `{"msg_id":"`+cur.MsgID+`","receipt":"`+cur.Receipt+`"}`); code != 200 {
+		t.Errorf("ack with the current receipt = %d %s, want 200", code, body)
+	}
+}
+
+// fakeClock is the mailbox's clock in tests, moved by hand.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *fakeClock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *fakeClock) add(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+func TestConcurrentSendsOneKey(t *testing.T) {
+	h := plugintest.New(t, definition(), plugintest.Options{})
+	var wg sync.WaitGroup
+	ids := make(chan string, 16)
+	for range 16 {
+		wg.Go(func() {
+			for {
+				code, body := call(t, h, "POST", "/v1/send", `{"topic":"t","payload":"YQ=="}`, "Idempotency-Key", "one")
+				if code == 409 { // the first is still in progress: retry
+					continue
+				}
+				var a struct {
+					MsgID string `json:"msg_id"`
+				}
+				if code != 200 || json.Unmarshal([]byte(body), &a) != nil {
+					t.Errorf("send = %d %s", code, body)
+					return
+				}
+				ids <- a.MsgID
+				return
+			}
+		})
+	}
+	wg.Wait()
+	close(ids)
+	seen := map[string]bool{}
+	for id := range ids {
+		seen[id] = true
+	}
+	if len(seen) != 1 {
+		t.Errorf("16 sends with one key got ids %v, want one", seen)
+	}
+	if code, body := call(t, h, "GET", "/v1/topics/t", ""); !strings.Contains(body, `"ready":1,`) {
+		t.Errorf("topic stats = %d %s, want one message", code, body)
+	}
+}
+
+func TestKeyAfterRestart(t *testing.T) {
+	dir := t.TempDir()
+	h := plugintest.New(t, definition(), plugintest.Options{DataDir: dir})
+	_, first := call(t, h, "POST", "/v1/send", `{"topic":"t","payload":"YQ=="}`, "Idempotency-Key", "k")
+	if _, _, err := h.Drain(t.Context(), time.Now().Add(2*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	next := plugintest.New(t, definition(), plugintest.Options{DataDir: dir})
+	code, again := call(t, next, "POST", "/v1/send", `{"topic":"t","payload":"YQ=="}`, "Idempotency-Key", "k")
+	if code != 200 || strings.Replace(first, "false", "true", 1) != again {
+		t.Errorf("send after restart = %d %s, want %s as a duplicate", code, again, first)
+	}
+}
+
+func TestLongPollWakesOnSend(t *testing.T) {
+	mb := &mailbox{}
+	h := plugintest.New(t, newDefinition(mb), plugintest.Options{})
+	type answer struct {
+		code int
+		body string
+		took time.Duration
+	}
+	done := make(chan answer, 1)
+	started := make(chan struct{})
+	go func() {
+		close(started)
+		start := time.Now()
+		code, body := call(t, h, "POST", "/v1/recv", `{"topic":"t","wait_ms":20000}`)
+		done <- answer{code, body, time.Since(start)}
+	}()
+	<-started
+	// Wait until the poll is parked on the topic, then send.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if waitingOn(mb, "t") || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(time.Millisecond) // polling a condition, with a deadline
+	}
+	call(t, h, "POST", "/v1/send", `{"topic":"t","payload":"YQ=="}`)
+	select {
+	case a := <-done:
+		if a.code != 200 || !strings.Contains(a.body, `"payload":"YQ=="`) || a.took > 10*time.Second {
+			t.Errorf("long poll = %d %s after %v, want the message well before the wait ends", a.code, a.body, a.took)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("long poll did not return within 10s of the send")
+	}
+}
+
+// waitingOn reports whether a long poll of mb waits on topic.
+func waitingOn(mb *mailbox, topic string) bool {
+	run := mb.running.Load()
+	if run == nil {
+		return false
+	}
+	run.wakers.mu.Lock()
+	defer run.wakers.mu.Unlock()
+	_, ok := run.wakers.ch[topic]
+	return ok
+}
