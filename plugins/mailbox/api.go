@@ -218,7 +218,8 @@ func decodeRedrive(body []byte) (op, error) {
 // routes declares the API on mux.
 func (mb *mailbox) routes(mux *sdk.Mux) {
 	mux.HandleFunc("POST /v1/send", mb.handle("send", mb.send))
-	mux.HandleFunc("POST /v1/recv", mb.handle("recv", mb.recv))
+	// A long poll waits up to maxWait; the host's deadline must outlast it.
+	mux.HandleFunc("POST /v1/recv", mb.handle("recv", mb.recv), sdk.Timeout(maxWait+5*time.Second))
 	for _, k := range []opKind{opAck, opNack, opExtend, opTerminate} {
 		mux.HandleFunc("POST /v1/"+k.String(), mb.handle(k.String(), func(w http.ResponseWriter, r *http.Request, run *running, body []byte) {
 			mb.settle(w, r, run, body, k)
