@@ -215,24 +215,27 @@ func topicRange(topic string, until int64) (from, to []byte) {
 	return from, binary.BigEndian.AppendUint64(bytes.Clone(from), uint64(until))
 }
 
-// MsgID renders a message id; ParseMsgID reads it back.
+// MsgID renders a message id: 16 lowercase hex digits.
 func MsgID(id uint64) string { return fmt.Sprintf("%016x", id) }
 
+// ParseMsgID reads back what MsgID rendered, and nothing else.
 func ParseMsgID(s string) (uint64, error) {
 	if len(s) != 16 {
 		return 0, fmt.Errorf("msg_id %q: want 16 hex digits", s)
 	}
 	id, err := strconv.ParseUint(s, 16, 64)
-	if err != nil || id == 0 {
+	// One spelling per id: lowercase, as MsgID renders it.
+	if err != nil || id == 0 || MsgID(id) != s {
 		return 0, fmt.Errorf("msg_id %q: want 16 hex digits", s)
 	}
 	return id, nil
 }
 
 // Receipt renders a delivery's receipt handle: the message id and the
-// delivery's nonce. ParseReceipt reads it back.
+// delivery's nonce.
 func Receipt(id, nonce uint64) string { return fmt.Sprintf("%016x.%016x", id, nonce) }
 
+// ParseReceipt reads back what Receipt rendered, and nothing else.
 func ParseReceipt(s string) (id, nonce uint64, err error) {
 	a, b, ok := strings.Cut(s, ".")
 	if !ok {
