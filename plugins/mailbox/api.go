@@ -20,15 +20,16 @@ import (
 
 // Request limits the config does not set.
 const (
-	maxBodyBytes   = 1 << 20 // the seed's frame limit
-	maxRecvBatch   = 10
-	maxWait        = 20 * time.Second
-	maxVisibility  = 12 * time.Hour
-	maxDelay       = 15 * time.Minute
-	maxAttrs       = 16
-	maxAttrKeyLen  = 128
-	maxAttrValLen  = 1024
-	maxRedriveBulk = 1000
+	maxBodyBytes    = 1 << 20 // the seed's frame limit
+	maxRecvBatch    = 10
+	maxWait         = 20 * time.Second
+	maxVisibility   = 12 * time.Hour
+	maxDelay        = 15 * time.Minute
+	maxAttrs        = 16
+	maxAttrKeyLen   = 128
+	maxAttrValLen   = 1024
+	maxRedriveBulk  = 1 << 20
+	maxRedriveChunk = 256 // messages per commit of a redrive
 )
 
 // errBadRequest marks a request the decoders refuse: 400.
@@ -197,22 +198,25 @@ func decodeSettle(body []byte, kind opKind, s settings) (op, error) {
 
 // redriveReq is POST /v1/redrive's body.
 type redriveReq struct {
-	Topic string `json:"topic"`
-	Max   int    `json:"max"`
+	Topic    string  `json:"topic"`
+	Max      int     `json:"max"`
+	RatePerS float64 `json:"rate_per_s"`
 }
 
-func decodeRedrive(body []byte) (op, error) {
+func decodeRedrive(body []byte) (redriveJob, error) {
 	var r redriveReq
 	if err := decodeJSON(body, &r); err != nil {
-		return op{}, err
+		return redriveJob{}, err
 	}
 	switch {
 	case !validTopic(r.Topic) || len(r.Topic) > maxTopicLen-len(dlqSuffix):
-		return op{}, badRequest("topic %q: want 1 to %d of [A-Za-z0-9._-]", r.Topic, maxTopicLen-len(dlqSuffix))
+		return redriveJob{}, badRequest("topic %q: want 1 to %d of [A-Za-z0-9._-]", r.Topic, maxTopicLen-len(dlqSuffix))
 	case r.Max < 1 || r.Max > maxRedriveBulk:
-		return op{}, badRequest("max %d: want 1 to %d", r.Max, maxRedriveBulk)
+		return redriveJob{}, badRequest("max %d: want 1 to %d", r.Max, maxRedriveBulk)
+	case !(r.RatePerS >= 0 && r.RatePerS <= 1e6): // refuses NaN too
+		return redriveJob{}, badRequest("rate_per_s %v: want 0 (unlimited) to 1000000", r.RatePerS)
 	}
-	return op{kind: opRedrive, topic: r.Topic, max: r.Max}, nil
+	return redriveJob{topic: r.Topic, max: r.Max, rate: r.RatePerS}, nil
 }
 
 // routes declares the API on mux.
@@ -463,20 +467,26 @@ func (mb *mailbox) settle(w http.ResponseWriter, r *http.Request, run *running, 
 	}{MsgID(o.id)})
 }
 
+// redrive queues a redrive for the redriver and answers 202 at once; 429
+// reproc_queue_full when redriveQueue are already waiting.
 func (mb *mailbox) redrive(w http.ResponseWriter, r *http.Request, run *running, body []byte) {
-	o, err := decodeRedrive(body)
+	j, err := decodeRedrive(body)
 	if err != nil {
 		run.fail(w, err)
 		return
 	}
-	res, err := run.do(r.Context(), o, nil)
-	if err != nil {
-		run.fail(w, err)
+	select {
+	case run.redrives <- j:
+	default:
+		run.m.busy.WithLabelValues("redrive").Inc()
+		sdk.WriteError(w, http.StatusTooManyRequests, "reproc_queue_full", fmt.Sprintf("%d redrives already wait", redriveQueue))
 		return
 	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusAccepted)
 	writeJSON(w, struct {
-		Moved int `json:"moved"`
-	}{res.redriven})
+		Queued bool `json:"queued"`
+	}{true})
 }
 
 func (mb *mailbox) topic(w http.ResponseWriter, r *http.Request, run *running, _ []byte) {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"net/http"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/plughost/plughost/host/plugintest"
+	"github.com/plughost/plughost/sdk"
 )
 
 // call sends one request through h and returns the status and the body.
@@ -24,6 +26,16 @@ func call(t *testing.T, h http.Handler, method, path, body string, hdr ...string
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, req)
 	return rec.Code, rec.Body.String()
+}
+
+// serve serves def in-process and drains it when the test ends, so that
+// its goroutines are gone before goleak looks. A second drain (the test's
+// own) is a no-op.
+func serve(t *testing.T, def sdk.Plugin, opts plugintest.Options) *plugintest.Harness {
+	t.Helper()
+	h := plugintest.New(t, def, opts)
+	t.Cleanup(func() { _, _, _ = h.Drain(context.Background(), time.Now().Add(5*time.Second)) })
+	return h
 }
 
 func b64(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
@@ -45,7 +57,7 @@ type recvAnswer struct {
 }
 
 func TestRefusedRequests(t *testing.T) {
-	h := plugintest.New(t, definition(), plugintest.Options{Config: `max_message_bytes = 4`})
+	h := serve(t, definition(), plugintest.Options{Config: `max_message_bytes = 4`})
 	tests := []struct {
 		name, path, body string
 		code             int
@@ -80,7 +92,7 @@ func TestRefusedRequests(t *testing.T) {
 }
 
 func TestSendReceiveAck(t *testing.T) {
-	h := plugintest.New(t, definition(), plugintest.Options{})
+	h := serve(t, definition(), plugintest.Options{})
 	code, body := call(t, h, "POST", "/v1/send", `{"topic":"t","payload":"`+b64("hello")+`","attrs":{"k":"v"},"payload_hash":"`+hexHash(HashOf([]byte("hello")))+`"}`)
 	if code != 200 {
 		t.Fatalf("send = %d %s", code, body)
@@ -109,7 +121,7 @@ func TestSendReceiveAck(t *testing.T) {
 
 func TestStaleReceipt(t *testing.T) {
 	clock := &fakeClock{t: time.Now()}
-	h := plugintest.New(t, newDefinition(&mailbox{now: clock.now}), plugintest.Options{})
+	h := serve(t, newDefinition(&mailbox{now: clock.now}), plugintest.Options{})
 	call(t, h, "POST", "/v1/send", `{"topic":"t","payload":"YQ=="}`)
 	var first, second recvAnswer
 	_, body := call(t, h, "POST", "/v1/recv", `{"topic":"t","visibility_ms":1000}`)
@@ -144,7 +156,7 @@ func (c *fakeClock) add(d time.Duration) {
 }
 
 func TestConcurrentSendsOneKey(t *testing.T) {
-	h := plugintest.New(t, definition(), plugintest.Options{})
+	h := serve(t, definition(), plugintest.Options{})
 	var wg sync.WaitGroup
 	ids := make(chan string, 16)
 	for range 16 {
@@ -182,12 +194,12 @@ func TestConcurrentSendsOneKey(t *testing.T) {
 
 func TestKeyAfterRestart(t *testing.T) {
 	dir := t.TempDir()
-	h := plugintest.New(t, definition(), plugintest.Options{DataDir: dir})
+	h := serve(t, definition(), plugintest.Options{DataDir: dir})
 	_, first := call(t, h, "POST", "/v1/send", `{"topic":"t","payload":"YQ=="}`, "Idempotency-Key", "k")
 	if _, _, err := h.Drain(t.Context(), time.Now().Add(2*time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	next := plugintest.New(t, definition(), plugintest.Options{DataDir: dir})
+	next := serve(t, definition(), plugintest.Options{DataDir: dir})
 	code, again := call(t, next, "POST", "/v1/send", `{"topic":"t","payload":"YQ=="}`, "Idempotency-Key", "k")
 	if code != 200 || strings.Replace(first, "false", "true", 1) != again {
 		t.Errorf("send after restart = %d %s, want %s as a duplicate", code, again, first)
@@ -196,7 +208,7 @@ func TestKeyAfterRestart(t *testing.T) {
 
 func TestLongPollWakesOnSend(t *testing.T) {
 	mb := &mailbox{}
-	h := plugintest.New(t, newDefinition(mb), plugintest.Options{})
+	h := serve(t, newDefinition(mb), plugintest.Options{})
 	type answer struct {
 		code int
 		body string
@@ -240,4 +252,86 @@ func waitingOn(mb *mailbox, topic string) bool {
 	defer run.wakers.mu.Unlock()
 	_, ok := run.wakers.ch[topic]
 	return ok
+}
+
+// poll calls cond until it holds or 5s pass.
+func poll(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); !cond(); {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within 5s", what)
+		}
+		time.Sleep(5 * time.Millisecond) // polling a condition, with a deadline
+	}
+}
+
+func TestDeadLetterAndRedrive(t *testing.T) {
+	clock := &fakeClock{t: time.Now()}
+	h := serve(t, newDefinition(&mailbox{now: clock.now}), plugintest.Options{Config: `max_attempts = 2`})
+	for _, p := range []string{"a", "b"} {
+		call(t, h, "POST", "/v1/send", `{"topic":"t","payload":"`+b64(p)+`"}`)
+	}
+	// Two deliveries of each, both expired: the next look moves them.
+	for range 2 {
+		if code, body := call(t, h, "POST", "/v1/recv", `{"topic":"t","max_messages":10,"visibility_ms":250}`); code != 200 || strings.Count(body, "msg_id") != 2 {
+			t.Fatalf("recv = %d %s, want both", code, body)
+		}
+		clock.add(250 * time.Millisecond)
+	}
+	if code, body := call(t, h, "POST", "/v1/recv", `{"topic":"t","max_messages":10}`); code != 200 || body != "{\"messages\":[]}\n" {
+		t.Fatalf("recv after max_attempts = %d %s, want none", code, body)
+	}
+	if _, body := call(t, h, "GET", "/v1/topics/t", ""); !strings.Contains(body, `"dlq":2`) {
+		t.Fatalf("stats = %s, want 2 in the DLQ", body)
+	}
+	// Terminate sends one straight to the DLQ.
+	call(t, h, "POST", "/v1/send", `{"topic":"t","payload":"Yw=="}`)
+	_, body := call(t, h, "POST", "/v1/recv", `{"topic":"t"}`)
+	var c recvAnswer
+	json.Unmarshal([]byte(body), &c)
+	if len(c.Messages) != 1 {
+		t.Fatalf("recv = %s, want c", body)
+	}
+	if code, body := call(t, h, "POST", "/v1/terminate", `{"msg_id":"`+c.Messages[0].MsgID+`","receipt":"`+c.Messages[0].Receipt+`"}`); code != 200 {
+		t.Fatalf("terminate = %d %s", code, body)
+	}
+	if code, body := call(t, h, "POST", "/v1/redrive", `{"topic":"t","max":2,"rate_per_s":100}`); code != 202 {
+		t.Fatalf("redrive = %d %s, want 202", code, body)
+	}
+	poll(t, "redrive of 2", func() bool {
+		_, body := call(t, h, "GET", "/v1/topics/t", "")
+		return strings.Contains(body, `"ready":2,`) && strings.Contains(body, `"dlq":1`)
+	})
+	_, body = call(t, h, "POST", "/v1/recv", `{"topic":"t","max_messages":10}`)
+	var back recvAnswer
+	json.Unmarshal([]byte(body), &back)
+	if len(back.Messages) != 2 || back.Messages[0].Attempts != 1 || back.Messages[1].Attempts != 1 {
+		t.Errorf("recv after redrive = %s, want two messages with attempts reset", body)
+	}
+}
+
+func TestDrainEndsLongPoll(t *testing.T) {
+	mb := &mailbox{}
+	h := serve(t, newDefinition(mb), plugintest.Options{})
+	done := make(chan int, 1)
+	go func() {
+		code, _ := call(t, h, "POST", "/v1/recv", `{"topic":"t","wait_ms":20000}`)
+		done <- code
+	}()
+	poll(t, "long poll parked", func() bool { return waitingOn(mb, "t") })
+	start := time.Now()
+	if _, abandoned, err := h.Drain(t.Context(), time.Now().Add(3*time.Second)); err != nil || abandoned != 0 {
+		t.Fatalf("Drain = %d abandoned, %v; want none", abandoned, err)
+	}
+	select {
+	case code := <-done:
+		if code != 200 || time.Since(start) > 2*time.Second {
+			t.Errorf("long poll ended %d after %v of drain, want 200 at once", code, time.Since(start))
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("long poll still waiting 5s after the drain")
+	}
+	if code, _ := call(t, h, "POST", "/v1/send", `{"topic":"t","payload":"YQ=="}`); code != 503 {
+		t.Errorf("send after drain = %d, want 503", code)
+	}
 }

@@ -63,9 +63,10 @@ func FuzzDecodeSettle(f *testing.F) {
 
 func FuzzDecodeRedrive(f *testing.F) {
 	f.Add([]byte(`{"topic":"t","max":10}`))
+	f.Add([]byte(`{"topic":"t","max":10,"rate_per_s":2.5}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		o, err := decodeRedrive(body)
-		if err == nil && (!validTopic(o.topic+dlqSuffix) || o.max < 1 || o.max > maxRedriveBulk) {
+		if err == nil && (!validTopic(o.topic+dlqSuffix) || o.max < 1 || o.max > maxRedriveBulk || !(o.rate >= 0)) {
 			t.Errorf("decodeRedrive(%q) = %+v, which breaks its checks", body, o)
 		}
 	})

@@ -59,9 +59,12 @@ type running struct {
 	wakers  wakers
 	intake  []atomic.Int64  // sends in progress, per shard
 	stop    <-chan struct{} // closed when the drain begins
-	sweeper sync.WaitGroup
-	m       metrics
-	stalled error // from the committer's Close; then the store stays open
+	sweeper sync.WaitGroup  // the sweeper and the redriver
+	// redrives is the redriver's bounded intake (the seed's reproc_tx):
+	// a redrive that finds it full is refused with 429.
+	redrives chan redriveJob
+	m        metrics
+	stalled  error // from the committer's Close; then the store stays open
 }
 
 type metrics struct {
@@ -70,7 +73,7 @@ type metrics struct {
 	redeliv     prometheus.Counter
 	dlq         prometheus.Counter
 	latency     *prometheus.HistogramVec
-	spawned     prometheus.Counter // kind="sweeper"
+	spawned     prometheus.Counter // kind="maintenance": the sweeper and the redriver
 	requeueBack prometheus.Counter
 }
 
@@ -180,11 +183,16 @@ func (mb *mailbox) configure(_ context.Context, rt *sdk.Runtime) error {
 		_ = db.Close()
 		return err
 	}
-	run.m.spawned.Inc()
-	run.sweeper.Add(1)
+	run.redrives = make(chan redriveJob, redriveQueue)
+	run.m.spawned.Add(2)
+	run.sweeper.Add(2)
 	go func() {
 		defer run.sweeper.Done()
 		run.sweep(rt.Context())
+	}()
+	go func() {
+		defer run.sweeper.Done()
+		run.redrive(rt.Context())
 	}()
 	mb.running.Store(run)
 	rt.Logger.Info("configured", "path", path, "ready_shards", s.readyShards, "committers", s.committers)
@@ -204,7 +212,7 @@ func newMetrics() metrics {
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "request_latency_seconds",
 			Help: "Time to answer a request, by operation.", Buckets: prometheus.DefBuckets}, []string{"op"}),
 		spawned: prometheus.NewCounter(prometheus.CounterOpts{Name: durable.TasksSpawnedName,
-			Help: durable.TasksSpawnedHelp, ConstLabels: prometheus.Labels{"kind": "sweeper"}}),
+			Help: durable.TasksSpawnedHelp, ConstLabels: prometheus.Labels{"kind": "maintenance"}}),
 		requeueBack: prometheus.NewCounter(prometheus.CounterOpts{Name: "requeue_backoff_total",
 			Help: "Messages put back with a full-jitter backoff delay (a nack without delay_ms or a failed delivery)."}),
 	}
@@ -237,6 +245,62 @@ func (run *running) sweep(ctx context.Context) {
 			return
 		case <-t.C:
 			_ = run.c.Submit(op{kind: opSweep, max: sweepLimit}, func(result, error) {})
+		}
+	}
+}
+
+// redriveQueue is the redriver's intake capacity, the seed's reproc_tx.
+const redriveQueue = 256
+
+// redriveJob is one accepted redrive: up to max messages of topic.dlq
+// back to topic, at most rate a second (0: as fast as commits go).
+type redriveJob struct {
+	topic string
+	max   int
+	rate  float64
+}
+
+// redrive runs the accepted redrives one at a time until ctx ends: each
+// in chunks through the committer, a chunk of up to rate messages (or
+// maxRedriveChunk) every second, until max are moved or the DLQ is empty.
+// A chunk the committer refuses is tried again a second later.
+func (run *running) redrive(ctx context.Context) {
+	for {
+		var j redriveJob
+		select {
+		case <-ctx.Done():
+			return
+		case j = <-run.redrives:
+		}
+		chunk, every := min(j.max, maxRedriveChunk), time.Duration(0)
+		if j.rate > 0 {
+			chunk = max(1, min(chunk, int(j.rate)))
+			every = time.Duration(float64(chunk) / j.rate * float64(time.Second))
+		}
+		for moved := 0; moved < j.max; {
+			n := min(chunk, j.max-moved)
+			res, err := run.do(ctx, op{kind: opRedrive, topic: j.topic, max: n}, nil)
+			switch {
+			case ctx.Err() != nil:
+				return
+			case err != nil:
+				run.logger.Warn("redrive chunk refused; trying again", "topic", j.topic, "error", err)
+				every = max(every, time.Second)
+			default:
+				moved += res.redriven
+				if res.redriven < n {
+					moved = j.max // the DLQ is empty
+				}
+			}
+			if every > 0 && moved < j.max {
+				t := time.NewTimer(every)
+				select {
+				case <-ctx.Done():
+					t.Stop()
+					return
+				case <-t.C:
+				}
+			}
 		}
 	}
 }
