@@ -335,3 +335,56 @@ func TestDrainEndsLongPoll(t *testing.T) {
 		t.Errorf("send after drain = %d, want 503", code)
 	}
 }
+
+// gate is a fault injector that holds every commit until opened.
+type gate struct {
+	held chan struct{} // receives once per commit held
+	open chan struct{}
+}
+
+func (g *gate) Inject(ctx context.Context, _ string) error {
+	select {
+	case g.held <- struct{}{}:
+	default:
+	}
+	select {
+	case <-g.open:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func TestShardFull(t *testing.T) {
+	g := &gate{held: make(chan struct{}, 1), open: make(chan struct{})}
+	h := serve(t, newDefinition(&mailbox{faults: g}), plugintest.Options{Config: `
+ready_shards = 1
+shard_capacity = 1
+commit_timeout = "30s"`})
+	first := make(chan int, 1)
+	go func() {
+		code, _ := call(t, h, "POST", "/v1/send", `{"topic":"t","payload":"YQ=="}`)
+		first <- code
+	}()
+	<-g.held // the first send is in progress, its commit held
+	req := httptest.NewRequest("POST", "/v1/send", strings.NewReader(`{"topic":"u","payload":"YQ=="}`))
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	if rec.Code != 429 || errorCode(rec.Body.String()) != "shard_full" || rec.Header().Get("Retry-After") == "" {
+		t.Errorf("send to a full shard = %d %s (Retry-After %q), want 429 shard_full with Retry-After", rec.Code, rec.Body, rec.Header().Get("Retry-After"))
+	}
+	close(g.open)
+	if code := <-first; code != 200 {
+		t.Errorf("the held send = %d, want 200 once released", code)
+	}
+	if code, body := call(t, h, "POST", "/v1/send", `{"topic":"u","payload":"YQ=="}`); code != 200 {
+		t.Errorf("send after the shard drained = %d %s, want 200", code, body)
+	}
+	m, err := h.Metrics(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(m, `busy_rejections_total{endpoint="send"} 1`+"\n") {
+		t.Errorf("metrics lack busy_rejections_total{endpoint=\"send\"} 1:\n%s", m)
+	}
+}

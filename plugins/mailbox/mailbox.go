@@ -44,6 +44,9 @@ type mailbox struct {
 	now func() time.Time
 	// jitter, if set, draws backoff delays in [0, n); tests set it.
 	jitter func(n int64) int64
+	// faults, if set, stands in for the Runtime's fault points; tests set
+	// it to hold commits without the host's admin API.
+	faults durable.Injector
 
 	running atomic.Pointer[running]
 }
@@ -143,6 +146,10 @@ func (mb *mailbox) configure(_ context.Context, rt *sdk.Runtime) error {
 			return fmt.Errorf("register metrics: %w", err)
 		}
 	}
+	faults := mb.faults
+	if faults == nil {
+		faults = rt.Faults()
+	}
 	run.c, err = durable.New(durable.Options[op, result]{
 		Store: db,
 		Apply: func(ctx context.Context, ops []op) ([]result, error) {
@@ -170,7 +177,7 @@ func (mb *mailbox) configure(_ context.Context, rt *sdk.Runtime) error {
 		Kinds:         opNames[:],
 		Scrub:         func() (bool, error) { st, err := db.Scrub(1024); return st.Wrapped, err },
 		ScrubEvery:    time.Second,
-		Faults:        rt.Faults(),
+		Faults:        faults,
 		Logger:        rt.Logger.Named("committer"),
 		Registerer:    rt.Registerer,
 		Metrics:       durable.Names{Prefix: "mailbox", Service: "store", Queue: "commit"},
