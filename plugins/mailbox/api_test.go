@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -386,5 +388,33 @@ commit_timeout = "30s"`})
 	}
 	if !strings.Contains(m, `busy_rejections_total{endpoint="send"} 1`+"\n") {
 		t.Errorf("metrics lack busy_rejections_total{endpoint=\"send\"} 1:\n%s", m)
+	}
+}
+
+// TestRedeliveryDrift measures how late a long poll gets a message whose
+// visibility expired: the poll wakes at the topic's nearest deadline, so
+// every sample must come within 100ms of it (the issue's bound).
+func TestRedeliveryDrift(t *testing.T) {
+	h := serve(t, definition(), plugintest.Options{})
+	const samples = 8
+	var drifts []time.Duration
+	for i := range samples {
+		topic := fmt.Sprintf("drift-%d", i)
+		call(t, h, "POST", "/v1/send", `{"topic":"`+topic+`","payload":"YQ=="}`)
+		code, body := call(t, h, "POST", "/v1/recv", `{"topic":"`+topic+`","visibility_ms":250}`)
+		granted := time.Now() // the deadline is at most 250ms after this
+		if code != 200 || !strings.Contains(body, "msg_id") {
+			t.Fatalf("recv = %d %s", code, body)
+		}
+		code, body = call(t, h, "POST", "/v1/recv", `{"topic":"`+topic+`","visibility_ms":250,"wait_ms":5000}`)
+		if code != 200 || !strings.Contains(body, `"attempts":2`) {
+			t.Fatalf("long poll = %d %s, want the redelivery", code, body)
+		}
+		drifts = append(drifts, time.Since(granted)-250*time.Millisecond)
+	}
+	slices.Sort(drifts)
+	t.Logf("drift past the deadline (upper bound), sorted: %v", drifts)
+	if worst := drifts[len(drifts)-1]; worst > 100*time.Millisecond {
+		t.Errorf("worst redelivery drift %v, want at most 100ms", worst)
 	}
 }
