@@ -1,8 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -354,4 +356,68 @@ func TestReceiptRoundTrip(t *testing.T) {
 			t.Errorf("ParseReceipt(%q) succeeded, want an error", s)
 		}
 	}
+}
+
+// TestFlippedPayloadByte flips one byte of a stored payload in every
+// file that holds it (the bbolt file and any log generation still
+// holding the send) and checks that the message is never delivered:
+// the store's checksums refuse the read, or Open refuses the files.
+func TestFlippedPayloadByte(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, storeFile)
+	marker := []byte("payload-marker-0123456789abcdef")
+	db, err := store.Open(path, storeOpts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rules{maxAttempts: 5, dedup: time.Minute}
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	o := sendOp("t", string(marker), "", 0)
+	if err := db.Update(func(tx *store.Tx) error { _, err := r.apply(tx, now, []op{o}); return err }); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	files, _ := filepath.Glob(filepath.Join(dir, "*"))
+	flipped := 0
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := bytes.Index(b, marker); i >= 0; i = bytes.Index(b, marker) {
+			b[i+len(marker)/2] ^= 0x01
+			flipped++
+		}
+		if err := os.WriteFile(f, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if flipped == 0 {
+		t.Fatal("the payload is in no file: the test would prove nothing")
+	}
+	db, err = store.Open(path, storeOpts)
+	if err != nil {
+		t.Logf("Open refused the damaged files: %v", err)
+		return
+	}
+	defer db.Close()
+	var res []result
+	err = db.Update(func(tx *store.Tx) (err error) {
+		res, err = r.apply(tx, now, []op{{kind: opRecv, topic: "t", max: 1, visibility: time.Second}})
+		return err
+	})
+	if err == nil && len(res[0].msgs) > 0 {
+		t.Fatalf("recv delivered %q from a damaged store, want an error or nothing", res[0].msgs[0].Env.Payload)
+	}
+	t.Logf("recv after %d flips: %v, %d delivered", flipped, err, func() int {
+		if err != nil {
+			return 0
+		}
+		return len(res[0].msgs)
+	}())
 }
