@@ -405,6 +405,12 @@ func (mb *mailbox) recv(w http.ResponseWriter, r *http.Request, run *running, bo
 	end := time.Now().Add(wait)
 	var res result
 	for {
+		if run.flight.full(run.now(), run.s.globalInflight) {
+			run.m.busy.WithLabelValues("recv").Inc()
+			w.Header().Set("Retry-After", "1")
+			sdk.WriteError(w, http.StatusTooManyRequests, "inflight_cap", fmt.Sprintf("%d deliveries in flight, the global_inflight cap", run.s.globalInflight))
+			return
+		}
 		woken := run.wakers.waiter(o.topic) // before the look, so no wake is missed
 		if res, err = run.do(ctx, o, nil); err != nil {
 			if errors.Is(err, durable.ErrBusy) {

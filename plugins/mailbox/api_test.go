@@ -418,3 +418,42 @@ func TestRedeliveryDrift(t *testing.T) {
 		t.Errorf("worst redelivery drift %v, want at most 100ms", worst)
 	}
 }
+
+func TestInflightCap(t *testing.T) {
+	clock := &fakeClock{t: time.Now()}
+	dir := t.TempDir()
+	cfg := `global_inflight = 2`
+	h := serve(t, newDefinition(&mailbox{now: clock.now}), plugintest.Options{Config: cfg, DataDir: dir})
+	for range 3 {
+		call(t, h, "POST", "/v1/send", `{"topic":"t","payload":"YQ=="}`)
+	}
+	_, body := call(t, h, "POST", "/v1/recv", `{"topic":"t","max_messages":2,"visibility_ms":1000}`)
+	var two recvAnswer
+	json.Unmarshal([]byte(body), &two)
+	if len(two.Messages) != 2 {
+		t.Fatalf("recv 2 = %s", body)
+	}
+	if code, body := call(t, h, "POST", "/v1/recv", `{"topic":"t"}`); code != 429 || errorCode(body) != "inflight_cap" {
+		t.Errorf("recv at the cap = %d %s, want 429 inflight_cap", code, body)
+	}
+	// After a restart the count is rebuilt from the store.
+	if _, _, err := h.Drain(t.Context(), time.Now().Add(2*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	h = serve(t, newDefinition(&mailbox{now: clock.now}), plugintest.Options{Config: cfg, DataDir: dir})
+	if code, body := call(t, h, "POST", "/v1/recv", `{"topic":"t"}`); code != 429 {
+		t.Errorf("recv at the cap after a restart = %d %s, want 429", code, body)
+	}
+	m := two.Messages[0]
+	call(t, h, "POST", "/v1/ack", `{"msg_id":"`+m.MsgID+`","receipt":"`+m.Receipt+`"}`)
+	if code, body := call(t, h, "POST", "/v1/recv", `{"topic":"t"}`); code != 200 || !strings.Contains(body, "msg_id") {
+		t.Errorf("recv after an ack = %d %s, want a message", code, body)
+	}
+	if code, _ := call(t, h, "POST", "/v1/recv", `{"topic":"t"}`); code != 429 {
+		t.Errorf("recv at the cap again = %d, want 429", code)
+	}
+	clock.add(time.Second) // the other delivery expires: below the cap
+	if code, body := call(t, h, "POST", "/v1/recv", `{"topic":"t"}`); code != 200 || !strings.Contains(body, `"attempts":2`) {
+		t.Errorf("recv after an expiry = %d %s, want the expired message", code, body)
+	}
+}

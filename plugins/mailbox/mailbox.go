@@ -60,6 +60,7 @@ type running struct {
 	claims  idem.Claims
 	now     func() time.Time
 	wakers  wakers
+	flight  inflight
 	intake  []atomic.Int64  // sends in progress, per shard
 	stop    <-chan struct{} // closed when the drain begins
 	sweeper sync.WaitGroup  // the sweeper and the redriver
@@ -133,6 +134,14 @@ func (mb *mailbox) configure(_ context.Context, rt *sdk.Runtime) error {
 	run := &running{s: s, logger: rt.Logger, db: db, now: now, stop: rt.Context().Done(),
 		intake: make([]atomic.Int64, s.readyShards)}
 	run.m = newMetrics()
+	if err := db.Scan(func(sn *store.Snapshot) error {
+		hs, err := holds(sn, now())
+		run.flight.apply(hs)
+		return err
+	}); err != nil {
+		_ = db.Close()
+		return fmt.Errorf("count the deliveries in flight: %w", err)
+	}
 	cols := []prometheus.Collector{run.m.busy, run.m.integrity, run.m.redeliv, run.m.dlq, run.m.latency, run.m.spawned, run.m.requeueBack}
 	for i := range run.intake {
 		cols = append(cols, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -238,6 +247,7 @@ func (run *running) announce(rs []result) {
 		for _, t := range r.wake {
 			run.wakers.wake(t)
 		}
+		run.flight.apply(r.held)
 	}
 }
 
@@ -395,4 +405,47 @@ func (w *wakers) wake(topic string) {
 	if ok {
 		close(c)
 	}
+}
+
+// inflight are the deliveries holding their message, by message id, with
+// their deadlines (unix ms): the global_inflight cap's count. Expired
+// ones are pruned when the count reaches the cap. The mutex guards only
+// the map.
+type inflight struct {
+	mu sync.Mutex
+	m  map[uint64]int64
+}
+
+func (f *inflight) apply(hs []hold) {
+	if len(hs) == 0 {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.m == nil {
+		f.m = make(map[uint64]int64)
+	}
+	for _, h := range hs {
+		if h.until == 0 {
+			delete(f.m, h.id)
+		} else {
+			f.m[h.id] = h.until
+		}
+	}
+}
+
+// full reports whether at least limit deliveries hold their message at now.
+func (f *inflight) full(now time.Time, limit int) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.m) < limit {
+		return false
+	}
+	nowMs := now.UnixMilli()
+	for id, until := range f.m {
+		if until <= nowMs {
+			delete(f.m, id)
+		}
+	}
+	return len(f.m) >= limit
 }

@@ -319,6 +319,15 @@ type result struct {
 	// wake are the topics in which the operation made a message visible
 	// or due: their long polls look again.
 	wake []string
+	// held are the deliveries the operation started, extended (until,
+	// unix ms) or ended (until 0), for the in-flight count.
+	held []hold
+}
+
+// hold is a delivery holding message id until its deadline.
+type hold struct {
+	id    uint64
+	until int64
 }
 
 // rules are the settings Apply needs.
@@ -506,6 +515,7 @@ func (r rules) recv(tx *store.Tx, now time.Time, o op) (result, error) {
 				res.redeliv++
 			}
 			res.msgs = append(res.msgs, delivery{ID: id, Receipt: n.Receipt, Env: env, Attempts: n.Attempts})
+			res.held = append(res.held, hold{id, n.VisibleAt})
 		}
 	}
 	// The nearest deadline of what is left: the first key past now.
@@ -543,7 +553,7 @@ func (r rules) settle(tx *store.Tx, now time.Time, o op) (result, error) {
 				return result{}, err
 			}
 		}
-		return result{id: o.id}, nil
+		return result{id: o.id, held: []hold{{o.id, 0}}}, nil
 	case opNack:
 		n := m
 		n.Receipt = 0
@@ -552,19 +562,20 @@ func (r rules) settle(tx *store.Tx, now time.Time, o op) (result, error) {
 			d = r.backoff(m.Attempts)
 		}
 		n.VisibleAt = nowMs + d.Milliseconds()
-		return result{id: o.id, wake: []string{m.Topic}}, move(tx, o.id, m, n)
+		return result{id: o.id, wake: []string{m.Topic}, held: []hold{{o.id, 0}}}, move(tx, o.id, m, n)
 	case opExtend:
 		if m.VisibleAt <= nowMs {
 			return result{err: ErrExpired}, nil
 		}
 		n := m
 		n.VisibleAt = nowMs + o.dur.Milliseconds()
-		return result{id: o.id}, move(tx, o.id, m, n)
+		return result{id: o.id, held: []hold{{o.id, n.VisibleAt}}}, move(tx, o.id, m, n)
 	default: // opTerminate
+		res := result{id: o.id, dlq: 1, wake: []string{m.Topic + dlqSuffix}, held: []hold{{o.id, 0}}}
 		if strings.HasSuffix(m.Topic, dlqSuffix) {
-			return result{id: o.id, wake: []string{m.Topic}}, toDLQ(tx, now, o.id, m, "terminated")
+			res.dlq, res.wake = 0, []string{m.Topic}
 		}
-		return result{id: o.id, dlq: 1, wake: []string{m.Topic + dlqSuffix}}, toDLQ(tx, now, o.id, m, "terminated")
+		return res, toDLQ(tx, now, o.id, m, "terminated")
 	}
 }
 
@@ -658,3 +669,22 @@ func sortedKeys(m map[string]string) []string {
 
 // hexHash renders a payload hash.
 func hexHash(h [32]byte) string { return hex.EncodeToString(h[:]) }
+
+// holds returns the deliveries in g that hold their message at now: the
+// in-flight count's state after a restart.
+func holds(g store.Reader, now time.Time) ([]hold, error) {
+	var out []hold
+	var err error
+	nowMs := now.UnixMilli()
+	g.Ascend(bucketMeta, nil, nil, func(k, v []byte) bool {
+		var m meta
+		if m, err = decodeMeta(v); err != nil {
+			return false
+		}
+		if m.Receipt != 0 && m.VisibleAt > nowMs {
+			out = append(out, hold{binary.BigEndian.Uint64(k), m.VisibleAt})
+		}
+		return true
+	})
+	return out, err
+}
