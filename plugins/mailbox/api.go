@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/plughost/plughost/sdk"
@@ -28,6 +29,7 @@ const (
 	maxAttrs        = 16
 	maxAttrKeyLen   = 128
 	maxAttrValLen   = 1024
+	maxBatchEntries = 10
 	maxRedriveBulk  = 1 << 20
 	maxRedriveChunk = 256 // messages per commit of a redrive
 )
@@ -229,6 +231,8 @@ func (mb *mailbox) routes(mux *sdk.Mux) {
 			mb.settle(w, r, run, body, k)
 		}))
 	}
+	mux.HandleFunc("POST /v1/send/batch", mb.handle("send_batch", mb.sendBatch))
+	mux.HandleFunc("POST /v1/ack/batch", mb.handle("ack_batch", mb.ackBatch))
 	mux.HandleFunc("POST /v1/redrive", mb.handle("redrive", mb.redrive))
 	mux.HandleFunc("GET /v1/topics/{topic}", mb.handle("topic", mb.topic))
 }
@@ -256,39 +260,48 @@ func (mb *mailbox) handle(name string, h func(http.ResponseWriter, *http.Request
 	}
 }
 
-// fail answers err: the one place the mailbox's errors become statuses.
-func (run *running) fail(w http.ResponseWriter, err error) {
+// statusOf maps an error of a request to its HTTP status and error code:
+// the one place the mailbox's errors become statuses.
+func statusOf(err error) (int, string) {
 	if status, code, ok := idem.Status(err); ok {
-		sdk.WriteError(w, status, code, err.Error())
-		return
+		return status, code
 	}
 	var ce *store.CorruptError
 	switch {
 	case errors.Is(err, errBadRequest):
-		sdk.WriteError(w, http.StatusBadRequest, "bad_request", err.Error())
+		return http.StatusBadRequest, "bad_request"
 	case errors.Is(err, errHashMismatch):
-		sdk.WriteError(w, http.StatusBadRequest, "payload_hash_mismatch", err.Error())
+		return http.StatusBadRequest, "payload_hash_mismatch"
 	case errors.Is(err, errTooLarge):
-		sdk.WriteError(w, http.StatusRequestEntityTooLarge, "too_large", err.Error())
+		return http.StatusRequestEntityTooLarge, "too_large"
 	case errors.Is(err, ErrNotFound):
-		sdk.WriteError(w, http.StatusNotFound, "not_found", err.Error())
+		return http.StatusNotFound, "not_found"
 	case errors.Is(err, ErrStaleReceipt):
-		sdk.WriteError(w, http.StatusConflict, "stale_receipt", err.Error())
+		return http.StatusConflict, "stale_receipt"
 	case errors.Is(err, ErrExpired):
-		sdk.WriteError(w, http.StatusConflict, "visibility_expired", err.Error())
+		return http.StatusConflict, "visibility_expired"
 	case errors.Is(err, errShardFull):
-		sdk.WriteError(w, http.StatusTooManyRequests, "shard_full", err.Error())
+		return http.StatusTooManyRequests, "shard_full"
 	case errors.Is(err, durable.ErrBusy):
-		w.Header().Set("Retry-After", retryAfter(run.c.RetryAfter()))
-		sdk.WriteError(w, http.StatusTooManyRequests, "busy", err.Error())
+		return http.StatusTooManyRequests, "busy"
 	case errors.As(err, &ce):
-		sdk.WriteError(w, http.StatusInternalServerError, "storage_corrupt", err.Error())
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		sdk.WriteError(w, http.StatusServiceUnavailable, "unavailable", err.Error())
-	default: // durable.ErrUnavailable, ErrDraining, ErrStalled and the store's
-		w.Header().Set("Retry-After", retryAfter(run.c.RetryAfter()))
-		sdk.WriteError(w, http.StatusServiceUnavailable, "unavailable", err.Error())
+		return http.StatusInternalServerError, "storage_corrupt"
+	default: // durable.ErrUnavailable, ErrDraining, ErrStalled, the store's, a cancelled request
+		return http.StatusServiceUnavailable, "unavailable"
 	}
+}
+
+// fail answers err with statusOf's status and code; a 429 or 503 carries
+// Retry-After.
+func (run *running) fail(w http.ResponseWriter, err error) {
+	status, code := statusOf(err)
+	switch {
+	case code == "shard_full":
+		w.Header().Set("Retry-After", "1")
+	case status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable:
+		w.Header().Set("Retry-After", retryAfter(run.c.RetryAfter()))
+	}
+	sdk.WriteError(w, status, code, err.Error())
 }
 
 func retryAfter(d time.Duration) string {
@@ -344,21 +357,35 @@ func (mb *mailbox) send(w http.ResponseWriter, r *http.Request, run *running, bo
 		run.fail(w, err)
 		return
 	}
+	res, err := run.sendOne(r.Context(), o)
+	if err != nil {
+		run.fail(w, err)
+		return
+	}
+	writeJSON(w, sendAnswer{MsgID: MsgID(res.id), Duplicate: res.duplicate})
+}
+
+// sendAnswer is a send's answer, and a batch entry's when it succeeded.
+type sendAnswer struct {
+	MsgID     string `json:"msg_id"`
+	Duplicate bool   `json:"duplicate"`
+}
+
+// sendOne sends o through its shard's intake, holding its key's claim
+// while it is in progress.
+func (run *running) sendOne(ctx context.Context, o op) (result, error) {
 	sh := &run.intake[run.shard(o.topic)]
 	if sh.Add(1) > int64(run.s.shardCapacity) {
 		sh.Add(-1)
 		run.m.busy.WithLabelValues("send").Inc()
-		w.Header().Set("Retry-After", "1")
-		run.fail(w, fmt.Errorf("%d sends in progress: %w", run.s.shardCapacity, errShardFull))
-		return
+		return result{}, fmt.Errorf("%d sends in progress: %w", run.s.shardCapacity, errShardFull)
 	}
 	defer sh.Add(-1)
 	var release func(result, error)
 	if o.key != "" {
 		ck := idemKey(o.topic, o.key)
 		if err := run.claims.Claim(ck, o.fp); err != nil {
-			run.fail(w, err)
-			return
+			return result{}, err
 		}
 		release = func(_ result, err error) {
 			if !errors.Is(err, durable.ErrStalled) { // else Settled releases it
@@ -366,18 +393,136 @@ func (mb *mailbox) send(w http.ResponseWriter, r *http.Request, run *running, bo
 			}
 		}
 	}
-	res, err := run.do(r.Context(), o, release)
-	if err != nil {
-		if errors.Is(err, durable.ErrBusy) {
-			run.m.busy.WithLabelValues("send").Inc()
+	res, err := run.do(ctx, o, release)
+	if errors.Is(err, durable.ErrBusy) {
+		run.m.busy.WithLabelValues("send").Inc()
+	}
+	return res, err
+}
+
+// entryError is a batch entry's error, in the platform's error shape
+// with the status the entry would have had alone.
+type entryError struct {
+	Status  int    `json:"status"`
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+func newEntryError(err error) *entryError {
+	status, code := statusOf(err)
+	return &entryError{Status: status, Code: code, Message: err.Error()}
+}
+
+// batchEntries decodes a batch body, {"entries":[...]} with 1 to
+// maxBatchEntries entries, each left raw for its own decoder.
+func batchEntries(body []byte) ([]json.RawMessage, error) {
+	var b struct {
+		Entries []json.RawMessage `json:"entries"`
+	}
+	if err := decodeJSON(body, &b); err != nil {
+		return nil, err
+	}
+	if len(b.Entries) < 1 || len(b.Entries) > maxBatchEntries {
+		return nil, badRequest("%d entries: want 1 to %d", len(b.Entries), maxBatchEntries)
+	}
+	return b.Entries, nil
+}
+
+// decodeSendEntry decodes one entry of a send batch: a send's body with
+// its Idempotency-Key as "idempotency_key".
+func decodeSendEntry(raw []byte, maxBytes int) (op, error) {
+	var k struct {
+		Key *string `json:"idempotency_key"`
+	}
+	// The key is taken out first, so that decodeSend's strict decoding
+	// sees only a send's fields.
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &fields); err != nil {
+		return op{}, badRequest("decode entry: %v", err)
+	}
+	if kr, ok := fields["idempotency_key"]; ok {
+		if err := json.Unmarshal(kr, &k.Key); err != nil || k.Key == nil {
+			return op{}, badRequest("idempotency_key: want a string")
 		}
+		delete(fields, "idempotency_key")
+		raw, _ = json.Marshal(fields)
+	}
+	o, err := decodeSend(raw, maxBytes)
+	if err != nil || k.Key == nil {
+		return o, err
+	}
+	h := http.Header{}
+	h.Set(idem.Header, *k.Key)
+	o.key, err = idem.Key(h)
+	return o, err
+}
+
+// sendBatch sends up to maxBatchEntries messages, each answered on its
+// own, as SQS's SendMessageBatch: the entries are submitted together, so
+// that they share group commits.
+func (mb *mailbox) sendBatch(w http.ResponseWriter, r *http.Request, run *running, body []byte) {
+	entries, err := batchEntries(body)
+	if err != nil {
 		run.fail(w, err)
 		return
 	}
+	type answer struct {
+		*sendAnswer
+		Error *entryError `json:"error,omitempty"`
+	}
+	out := make([]answer, len(entries))
+	var wg sync.WaitGroup
+	for i, raw := range entries {
+		o, err := decodeSendEntry(raw, run.s.maxMessageBytes)
+		if err != nil {
+			out[i].Error = newEntryError(err)
+			continue
+		}
+		wg.Go(func() {
+			res, err := run.sendOne(r.Context(), o)
+			if err != nil {
+				out[i].Error = newEntryError(err)
+				return
+			}
+			out[i].sendAnswer = &sendAnswer{MsgID: MsgID(res.id), Duplicate: res.duplicate}
+		})
+	}
+	wg.Wait()
 	writeJSON(w, struct {
-		MsgID     string `json:"msg_id"`
-		Duplicate bool   `json:"duplicate"`
-	}{MsgID(res.id), res.duplicate})
+		Results []answer `json:"results"`
+	}{out})
+}
+
+// ackBatch acks up to maxBatchEntries deliveries, each answered on its own.
+func (mb *mailbox) ackBatch(w http.ResponseWriter, r *http.Request, run *running, body []byte) {
+	entries, err := batchEntries(body)
+	if err != nil {
+		run.fail(w, err)
+		return
+	}
+	type answer struct {
+		MsgID string      `json:"msg_id,omitempty"`
+		Error *entryError `json:"error,omitempty"`
+	}
+	out := make([]answer, len(entries))
+	var wg sync.WaitGroup
+	for i, raw := range entries {
+		o, err := decodeSettle(raw, opAck, run.s)
+		if err != nil {
+			out[i].Error = newEntryError(err)
+			continue
+		}
+		out[i].MsgID = MsgID(o.id)
+		wg.Go(func() {
+			if _, err := run.do(r.Context(), o, nil); err != nil {
+				out[i].Error = newEntryError(err)
+			}
+		})
+	}
+	wg.Wait()
+	writeJSON(w, struct {
+		Results []answer `json:"results"`
+	}{out})
 }
 
 // message is one delivery as recv answers it.

@@ -457,3 +457,55 @@ func TestInflightCap(t *testing.T) {
 		t.Errorf("recv after an expiry = %d %s, want the expired message", code, body)
 	}
 }
+
+func TestBatches(t *testing.T) {
+	h := serve(t, definition(), plugintest.Options{Config: `max_message_bytes = 4`})
+	code, body := call(t, h, "POST", "/v1/send/batch", `{"entries":[
+		{"topic":"t","payload":"YQ==","idempotency_key":"k1"},
+		{"topic":"t","payload":"`+b64("toolong")+`"},
+		{"topic":"t","payload":"Yg==","bogus":1},
+		{"topic":"t","payload":"YQ==","idempotency_key":"k1"},
+		{"topic":"t","payload":"Yw=="}]}`)
+	var sent struct {
+		Results []struct {
+			MsgID     string `json:"msg_id"`
+			Duplicate bool
+			Error     *struct {
+				Status int
+				Code   string
+			}
+		}
+	}
+	if code != 200 || json.Unmarshal([]byte(body), &sent) != nil || len(sent.Results) != 5 {
+		t.Fatalf("send batch = %d %s", code, body)
+	}
+	r := sent.Results
+	if r[0].MsgID == "" || r[1].Error == nil || r[1].Error.Status != 413 || r[2].Error == nil || r[2].Error.Code != "bad_request" || r[4].MsgID == "" {
+		t.Errorf("send batch = %s, want entries 0 and 4 sent, 1 too large, 2 refused", body)
+	}
+	// Entry 3 has entry 0's key: one message, whichever came first, the
+	// other a duplicate or told the key is in use.
+	if !(r[3].MsgID == r[0].MsgID || (r[3].Error != nil && r[3].Error.Code == "idempotency_key_in_use")) {
+		t.Errorf("entry 3 (entry 0's key) = %+v, want its message or idempotency_key_in_use", r[3])
+	}
+	_, body = call(t, h, "POST", "/v1/recv", `{"topic":"t","max_messages":10}`)
+	var got recvAnswer
+	json.Unmarshal([]byte(body), &got)
+	if len(got.Messages) != 2 {
+		t.Fatalf("recv = %s, want the 2 messages sent", body)
+	}
+	m := got.Messages
+	code, body = call(t, h, "POST", "/v1/ack/batch", `{"entries":[
+		{"msg_id":"`+m[0].MsgID+`","receipt":"`+m[0].Receipt+`"},
+		{"msg_id":"`+m[1].MsgID+`","receipt":"`+m[1].Receipt+`"},
+		{"msg_id":"`+m[1].MsgID+`","receipt":"x"}]}`)
+	if code != 200 || strings.Count(body, `"error"`) != 1 || !strings.Contains(body, `"code":"bad_request"`) {
+		t.Errorf("ack batch = %d %s, want two acked and one refused", code, body)
+	}
+	if code, body := call(t, h, "POST", "/v1/ack/batch", `{"entries":[]}`); code != 400 {
+		t.Errorf("empty ack batch = %d %s, want 400", code, body)
+	}
+	if code, body := call(t, h, "POST", "/v1/send/batch", `{"entries":[`+strings.Repeat(`{},`, 10)+`{}]}`); code != 400 {
+		t.Errorf("send batch of 11 = %d %s, want 400", code, body)
+	}
+}

@@ -110,3 +110,18 @@ func FuzzDecodeMeta(f *testing.F) {
 		}
 	})
 }
+
+func FuzzDecodeSendEntry(f *testing.F) {
+	f.Add([]byte(`{"topic":"t","payload":"YQ==","idempotency_key":"k"}`))
+	f.Add([]byte(`{"topic":"t","payload":"YQ==","idempotency_key":null}`))
+	f.Add([]byte(`{"entries":[{"topic":"t","payload":"YQ=="}]}`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		if es, err := batchEntries(body); err == nil && (len(es) < 1 || len(es) > maxBatchEntries) {
+			t.Errorf("batchEntries(%q) = %d entries, want 1 to %d", body, len(es), maxBatchEntries)
+		}
+		o, err := decodeSendEntry(body, 4)
+		if err == nil && (!validTopic(o.topic) || len(o.env.Payload) > 4 || len(o.key) > 255) {
+			t.Errorf("decodeSendEntry(%q) = %+v, which breaks its checks", body, o)
+		}
+	})
+}
