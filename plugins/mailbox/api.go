@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strconv"
 	"sync"
 	"time"
@@ -231,6 +232,7 @@ func (mb *mailbox) routes(mux *sdk.Mux) {
 			mb.settle(w, r, run, body, k)
 		}))
 	}
+	mux.HandleFunc("GET /v1/recv/stream", mb.handle("recv_stream", mb.stream), sdk.Streaming())
 	mux.HandleFunc("POST /v1/send/batch", mb.handle("send_batch", mb.sendBatch))
 	mux.HandleFunc("POST /v1/ack/batch", mb.handle("ack_batch", mb.ackBatch))
 	mux.HandleFunc("POST /v1/redrive", mb.handle("redrive", mb.redrive))
@@ -536,6 +538,12 @@ type message struct {
 	EnqueuedAt  time.Time         `json:"enqueued_at"`
 }
 
+func toMessage(d delivery) message {
+	return message{MsgID: MsgID(d.ID), Receipt: Receipt(d.ID, d.Receipt),
+		Payload: d.Env.Payload, Attrs: d.Env.Attrs, Attempts: d.Attempts, PayloadHash: hexHash(d.Env.Hash),
+		EnqueuedAt: time.UnixMilli(d.Env.EnqueuedAt).UTC()}
+}
+
 // recv receives; with wait_ms it waits until a message is ready, the wait
 // ends, the request is cancelled or the drain begins, waking when a
 // commit makes a message of the topic visible or at the topic's nearest
@@ -587,11 +595,113 @@ func (mb *mailbox) recv(w http.ResponseWriter, r *http.Request, run *running, bo
 		Messages []message `json:"messages"`
 	}{Messages: []message{}}
 	for _, d := range res.msgs {
-		out.Messages = append(out.Messages, message{MsgID: MsgID(d.ID), Receipt: Receipt(d.ID, d.Receipt),
-			Payload: d.Env.Payload, Attrs: d.Env.Attrs, Attempts: d.Attempts, PayloadHash: hexHash(d.Env.Hash),
-			EnqueuedAt: time.UnixMilli(d.Env.EnqueuedAt).UTC()})
+		out.Messages = append(out.Messages, toMessage(d))
 	}
 	writeJSON(w, out)
+}
+
+// streamFull is how often a stream with max_inflight deliveries
+// outstanding looks whether one was settled: acks wake no one.
+const streamFull = 50 * time.Millisecond
+
+// maxStreamInflight bounds a stream's max_inflight.
+const maxStreamInflight = 1000
+
+// decodeStream decodes the stream's query: topic, visibility_ms and
+// max_inflight, nothing else.
+func decodeStream(q url.Values, s settings) (op, int, error) {
+	o := op{kind: opRecv, visibility: s.defaultVisibility}
+	limit := 10
+	for k, vs := range q {
+		if len(vs) != 1 {
+			return op{}, 0, badRequest("query parameter %q: give it once", k)
+		}
+		v := vs[0]
+		switch k {
+		case "topic":
+			o.topic = v
+		case "visibility_ms":
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || n < s.visibilityMin.Milliseconds() || n > maxVisibility.Milliseconds() {
+				return op{}, 0, badRequest("visibility_ms %q: want %d to %d", v, s.visibilityMin.Milliseconds(), maxVisibility.Milliseconds())
+			}
+			o.visibility = time.Duration(n) * time.Millisecond
+		case "max_inflight":
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 || n > maxStreamInflight {
+				return op{}, 0, badRequest("max_inflight %q: want 1 to %d", v, maxStreamInflight)
+			}
+			limit = n
+		default:
+			return op{}, 0, badRequest("unknown query parameter %q", k)
+		}
+	}
+	if !validTopic(o.topic) {
+		return op{}, 0, badRequest("topic %q: want 1 to %d of [A-Za-z0-9._-]", o.topic, maxTopicLen)
+	}
+	return o, limit, nil
+}
+
+// stream delivers the topic's messages as server-sent events (event
+// "message", id the msg_id, data the message as recv answers it) with at
+// most max_inflight of its deliveries unacked and unexpired at a time. It
+// ends when the client goes away or the drain begins.
+func (mb *mailbox) stream(w http.ResponseWriter, r *http.Request, run *running, _ []byte) {
+	o, limit, err := decodeStream(r.URL.Query(), run.s)
+	if err != nil {
+		run.fail(w, err)
+		return
+	}
+	ctx := r.Context()
+	f, _ := w.(http.Flusher)
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusOK)
+	if f != nil {
+		f.Flush()
+	}
+	held := map[uint64]bool{} // this stream's deliveries still outstanding
+	for {
+		held = run.flight.outstanding(held, run.now())
+		var woken <-chan struct{}
+		wait := streamFull
+		if room := limit - len(held); room > 0 {
+			woken = run.wakers.waiter(o.topic)
+			o.max = min(room, maxRecvBatch)
+			res, err := run.do(ctx, o, nil)
+			if err != nil {
+				return // the stream has no status left to give
+			}
+			for _, d := range res.msgs {
+				held[d.ID] = true
+				b, _ := json.Marshal(toMessage(d))
+				if _, err := fmt.Fprintf(w, "event: message\nid: %s\ndata: %s\n\n", MsgID(d.ID), b); err != nil {
+					return
+				}
+			}
+			if len(res.msgs) > 0 {
+				if f != nil {
+					f.Flush()
+				}
+				continue
+			}
+			wait = time.Minute
+			if res.next > 0 {
+				wait = time.Until(time.UnixMilli(res.next))
+			}
+		}
+		t := time.NewTimer(max(wait, time.Millisecond))
+		select {
+		case <-woken:
+		case <-t.C:
+		case <-ctx.Done():
+		case <-run.stop:
+		}
+		t.Stop()
+		if ctx.Err() != nil || isClosed(run.stop) {
+			return
+		}
+	}
 }
 
 func isClosed(c <-chan struct{}) bool {

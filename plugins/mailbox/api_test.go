@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -507,5 +508,65 @@ func TestBatches(t *testing.T) {
 	}
 	if code, body := call(t, h, "POST", "/v1/send/batch", `{"entries":[`+strings.Repeat(`{},`, 10)+`{}]}`); code != 400 {
 		t.Errorf("send batch of 11 = %d %s, want 400", code, body)
+	}
+}
+
+func TestStream(t *testing.T) {
+	h := serve(t, definition(), plugintest.Options{})
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	for _, p := range []string{"a", "b", "c"} {
+		call(t, h, "POST", "/v1/send", `{"topic":"t","payload":"`+b64(p)+`"}`)
+	}
+	if code, body := call(t, h, "GET", "/v1/recv/stream?topic=t&bogus=1", ""); code != 400 {
+		t.Errorf("stream with an unknown parameter = %d %s, want 400", code, body)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL+"/v1/recv/stream?topic=t&max_inflight=2&visibility_ms=60000", nil)
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	events := make(chan message, 10)
+	go func() {
+		defer close(events)
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			if data, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
+				var m message
+				if json.Unmarshal([]byte(data), &m) == nil {
+					events <- m
+				}
+			}
+		}
+	}()
+	next := func(what string) message {
+		t.Helper()
+		select {
+		case m, ok := <-events:
+			if !ok {
+				t.Fatalf("%s: the stream ended", what)
+			}
+			return m
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: no event within 5s", what)
+		}
+		return message{}
+	}
+	first, _ := next("first"), next("second")
+	// max_inflight 2: the third waits for a settlement. The absence is
+	// watched for a bounded time, longer than the stream's look interval.
+	select {
+	case m := <-events:
+		t.Fatalf("a third delivery %s with 2 outstanding and max_inflight 2", m.MsgID)
+	case <-time.After(10 * streamFull):
+	}
+	if code, body := call(t, h, "POST", "/v1/ack", `{"msg_id":"`+first.MsgID+`","receipt":"`+first.Receipt+`"}`); code != 200 {
+		t.Fatalf("ack = %d %s", code, body)
+	}
+	if m := next("third, after an ack"); string(m.Payload) != "c" {
+		t.Errorf("third event = %q, want c", m.Payload)
 	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"net/url"
 	"testing"
 	"time"
 )
@@ -122,6 +123,21 @@ func FuzzDecodeSendEntry(f *testing.F) {
 		o, err := decodeSendEntry(body, 4)
 		if err == nil && (!validTopic(o.topic) || len(o.env.Payload) > 4 || len(o.key) > 255) {
 			t.Errorf("decodeSendEntry(%q) = %+v, which breaks its checks", body, o)
+		}
+	})
+}
+
+func FuzzDecodeStream(f *testing.F) {
+	f.Add("topic=t&visibility_ms=1000&max_inflight=5")
+	f.Add("topic=t&topic=u")
+	f.Fuzz(func(t *testing.T, query string) {
+		q, err := url.ParseQuery(query)
+		if err != nil {
+			return
+		}
+		o, limit, err := decodeStream(q, fuzzSettings)
+		if err == nil && (!validTopic(o.topic) || limit < 1 || limit > maxStreamInflight || o.visibility < fuzzSettings.visibilityMin) {
+			t.Errorf("decodeStream(%q) = %+v, %d, which breaks its checks", query, o, limit)
 		}
 	})
 }

@@ -449,3 +449,17 @@ func (f *inflight) full(now time.Time, limit int) bool {
 	}
 	return len(f.m) >= limit
 }
+
+// outstanding returns the ids of held that still hold their message at
+// now (not acked, nacked, terminated or expired), in held itself.
+func (f *inflight) outstanding(held map[uint64]bool, now time.Time) map[uint64]bool {
+	nowMs := now.UnixMilli()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for id := range held {
+		if until, ok := f.m[id]; !ok || until <= nowMs {
+			delete(held, id)
+		}
+	}
+	return held
+}
