@@ -20,6 +20,7 @@ type config struct {
 	DefaultVisibility sdk.Duration `json:"default_visibility"`
 	MaxAttempts       float64      `json:"max_attempts"`
 	DedupWindow       sdk.Duration `json:"dedup_window"`
+	Retention         sdk.Duration `json:"retention"`
 	GlobalInflight    float64      `json:"global_inflight"`
 	BackoffBase       sdk.Duration `json:"backoff_base"`
 	BackoffMax        sdk.Duration `json:"backoff_max"`
@@ -46,6 +47,7 @@ func schema() sdk.Schema {
 		{Name: "default_visibility", Type: sdk.TypeDuration, Default: "5s", Description: "visibility of a receive that names none"},
 		{Name: "max_attempts", Type: sdk.TypeNumber, Default: 5, Description: "deliveries after which a message moves to TOPIC.dlq"},
 		{Name: "dedup_window", Type: sdk.TypeDuration, Default: "5m", Description: "how long a send's Idempotency-Key answers with the first message, kept after the message is acked"},
+		{Name: "retention", Type: sdk.TypeDuration, Default: "96h", Description: "how long a message is kept after its send, whatever its state; 0 keeps it until acked"},
 		{Name: "global_inflight", Type: sdk.TypeNumber, Default: 120000, Description: "messages in flight across topics; beyond it receives get 429 inflight_cap"},
 		{Name: "backoff_base", Type: sdk.TypeDuration, Default: "200ms", Description: "base of the full-jitter delay of a nack without delay_ms and of a failed delivery"},
 		{Name: "backoff_max", Type: sdk.TypeDuration, Default: "60s", Description: "cap of that delay"},
@@ -89,6 +91,7 @@ func (c config) check() (settings, error) {
 	s.defaultVisibility = dur("default_visibility", c.DefaultVisibility, time.Millisecond, 12*time.Hour)
 	maxAttempts := whole("max_attempts", c.MaxAttempts, 1, 1000)
 	dedup := dur("dedup_window", c.DedupWindow, time.Second, 7*24*time.Hour)
+	retention := dur("retention", c.Retention, 0, 365*24*time.Hour)
 	s.globalInflight = whole("global_inflight", c.GlobalInflight, 1, 1<<24)
 	base := dur("backoff_base", c.BackoffBase, 0, time.Hour)
 	bmax := dur("backoff_max", c.BackoffMax, 0, 24*time.Hour)
@@ -109,6 +112,6 @@ func (c config) check() (settings, error) {
 	if s.committers == 0 {
 		s.committers = runtime.NumCPU()
 	}
-	s.rules = rules{maxAttempts: uint32(maxAttempts), backoffBase: base, backoffMax: bmax, dedup: dedup}
+	s.rules = rules{maxAttempts: uint32(maxAttempts), backoffBase: base, backoffMax: bmax, dedup: dedup, retention: retention}
 	return s, nil
 }

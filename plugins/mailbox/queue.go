@@ -316,6 +316,7 @@ type result struct {
 	redeliv  int // deliveries of messages delivered before
 	integ    int // messages whose payload failed its hash
 	swept    int
+	expired  int // messages past retention deleted by a sweep
 	// wake are the topics in which the operation made a message visible
 	// or due: their long polls look again.
 	wake []string
@@ -335,6 +336,7 @@ type rules struct {
 	maxAttempts             uint32
 	backoffBase, backoffMax time.Duration
 	dedup                   time.Duration
+	retention               time.Duration       // 0 keeps messages forever
 	jitter                  func(n int64) int64 // [0, n); tests fix it
 }
 
@@ -377,7 +379,7 @@ func (r rules) apply(tx *store.Tx, now time.Time, ops []op) ([]result, error) {
 		case opRedrive:
 			out[i], err = r.redrive(tx, now, o)
 		case opSweep:
-			out[i].swept, err = r.table().Sweep(tx, now, o.max)
+			out[i], err = r.sweep(tx, now, o.max)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", o.kind, err)
@@ -687,4 +689,47 @@ func holds(g store.Reader, now time.Time) ([]hold, error) {
 		return true
 	})
 	return out, err
+}
+
+// sweep deletes, in tx, up to limit idempotency records expired at now
+// and up to limit messages older than retention, oldest first: ids grow
+// with send time, so the sweep stops at the first message still kept.
+func (r rules) sweep(tx *store.Tx, now time.Time, limit int) (result, error) {
+	var res result
+	var err error
+	if res.swept, err = r.table().Sweep(tx, now, limit); err != nil || r.retention <= 0 {
+		return res, err
+	}
+	cutoff := now.Add(-r.retention).UnixMilli()
+	var old []uint64
+	tx.Ascend(bucketEnvelopes, nil, nil, func(k, v []byte) bool {
+		var e envelope
+		if e, err = decodeEnvelope(v); err != nil || e.EnqueuedAt > cutoff {
+			return false
+		}
+		old = append(old, binary.BigEndian.Uint64(k))
+		return len(old) < limit
+	})
+	if err != nil {
+		return res, err
+	}
+	for _, id := range old {
+		m, err := decodeMeta(tx.Get(bucketMeta, idKey(id)))
+		if err != nil {
+			return res, fmt.Errorf("message %s: %w", MsgID(id), err)
+		}
+		for _, e := range []struct {
+			b int
+			k []byte
+		}{{bucketVisible, visKey(m.Topic, m.VisibleAt, id)}, {bucketMeta, idKey(id)}, {bucketEnvelopes, idKey(id)}} {
+			if err := tx.Delete(e.b, e.k); err != nil {
+				return res, err
+			}
+		}
+		if m.Receipt != 0 {
+			res.held = append(res.held, hold{id, 0})
+		}
+		res.expired++
+	}
+	return res, nil
 }

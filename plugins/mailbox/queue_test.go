@@ -421,3 +421,29 @@ func TestFlippedPayloadByte(t *testing.T) {
 		return len(res[0].msgs)
 	}())
 }
+
+func TestRetention(t *testing.T) {
+	q := newQueue(t, rules{retention: time.Hour})
+	q.send("t", "old")
+	q.now = q.now.Add(time.Minute)
+	q.send("t", "young")
+	held := q.recv("t", 1, 24*time.Hour) // "old", in flight when it expires
+	if len(held) != 1 {
+		t.Fatal("recv found nothing")
+	}
+	q.now = q.now.Add(time.Hour - time.Minute - time.Millisecond)
+	if res := q.apply(op{kind: opSweep, max: 10}); res.expired != 0 {
+		t.Fatalf("sweep 1ms before retention deleted %d", res.expired)
+	}
+	q.now = q.now.Add(time.Millisecond)
+	res := q.apply(op{kind: opSweep, max: 10})
+	if res.expired != 1 || len(res.held) != 1 {
+		t.Fatalf("sweep at retention = %+v, want old deleted and its delivery ended", res)
+	}
+	if err := q.settle(opAck, held[0], 0); !errors.Is(err, ErrNotFound) {
+		t.Errorf("ack of an expired message = %v, want ErrNotFound", err)
+	}
+	if got := payloads(q.recv("t", 10, time.Second)); fmt.Sprint(got) != "[young]" {
+		t.Errorf("recv after the sweep = %v, want [young]", got)
+	}
+}
