@@ -496,7 +496,9 @@ func (r rules) recv(tx *store.Tx, now time.Time, o op) (result, error) {
 				// until max_attempts sends it to the DLQ.
 				res.integ++
 				n.Receipt = 0
-				n.VisibleAt = nowMs + r.backoff(n.Attempts).Milliseconds()
+				// At least 1ms on: past this receive's range, so that one
+				// receive spends one attempt on it, not all of them.
+				n.VisibleAt = nowMs + max(1, r.backoff(n.Attempts).Milliseconds())
 				if n.Attempts >= r.maxAttempts {
 					if err := toDLQ(tx, now, id, m, "integrity"); err != nil {
 						return res, err

@@ -447,3 +447,16 @@ func TestRetention(t *testing.T) {
 		t.Errorf("recv after the sweep = %v, want [young]", got)
 	}
 }
+
+// TestIntegrityOneAttemptPerReceive: with a backoff that draws 0, a
+// payload failing its hash still costs one attempt per receive, not
+// max_attempts in one.
+func TestIntegrityOneAttemptPerReceive(t *testing.T) {
+	q := newQueue(t, rules{maxAttempts: 3, jitter: func(int64) int64 { return 0 }})
+	bad := sendOp("t", "good", "", 0)
+	bad.env.Payload = []byte("evil")
+	q.apply(bad)
+	if res := q.apply(op{kind: opRecv, topic: "t", max: 1, visibility: time.Second}); res.integ != 1 || res.dlq != 0 {
+		t.Errorf("first receive: %d integrity failures, %d to the DLQ; want 1 and 0", res.integ, res.dlq)
+	}
+}
