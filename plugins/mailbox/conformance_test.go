@@ -10,13 +10,13 @@ import (
 	"github.com/plughost/plughost/host/plugintest"
 )
 
-// TestConformance runs the SDK's conformance kit on the built binary. It
-// names no in-flight request: the kit's is a bodiless "METHOD /path",
-// and the mailbox's long poll is a POST with a JSON body. The durability
-// check sends message i to topic dur-I with
+// TestConformance runs the SDK's conformance kit on the built binary. The
+// in-flight request is a stream of an empty topic, which ends with 200 as
+// the drain begins. The durability check sends message i to topic dur-I with
 // key dur-I, and after kill -9 finds it in the topic's counts.
 func TestConformance(t *testing.T) {
 	plugintest.Conformance(t, plugintest.Build(t, "."), `committers = 2`,
+		plugintest.InFlight("GET /v1/recv/stream?topic=conformance-in-flight"),
 		plugintest.Durability(
 			func(ctx context.Context, do plugintest.Do, i int) error {
 				h := http.Header{"Content-Type": {"application/json"}, "Idempotency-Key": {fmt.Sprintf("dur-%d", i)}}
