@@ -16,6 +16,7 @@ require (
 	go.uber.org/goleak v1.3.0
 	google.golang.org/grpc v1.85.0
 	google.golang.org/protobuf v1.36.12
+	gopkg.in/macaroon.v2 v2.1.0
 	lukechampine.com/blake3 v1.4.1
 )
 
@@ -38,6 +39,7 @@ require (
 	github.com/oklog/run v1.1.0 // indirect
 	github.com/prometheus/procfs v0.16.1 // indirect
 	go.yaml.in/yaml/v2 v2.4.2 // indirect
+	golang.org/x/crypto v0.58.0 // indirect
 	golang.org/x/mod v0.41.0 // indirect
 	golang.org/x/net v0.61.0 // indirect
 	golang.org/x/sync v0.24.0 // indirect

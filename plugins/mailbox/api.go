@@ -270,6 +270,10 @@ func statusOf(err error) (int, string) {
 	}
 	var ce *store.CorruptError
 	switch {
+	case errors.Is(err, errUnauthenticated):
+		return http.StatusUnauthorized, "unauthenticated"
+	case errors.Is(err, errForbidden):
+		return http.StatusForbidden, "forbidden"
 	case errors.Is(err, errBadRequest):
 		return http.StatusBadRequest, "bad_request"
 	case errors.Is(err, errHashMismatch):
@@ -356,6 +360,10 @@ func (mb *mailbox) send(w http.ResponseWriter, r *http.Request, run *running, bo
 		return
 	}
 	if o.key, err = idem.Key(r.Header); err != nil && !errors.Is(err, idem.ErrMissing) {
+		run.fail(w, err)
+		return
+	}
+	if err := run.allow(r, o.topic, "send"); err != nil {
 		run.fail(w, err)
 		return
 	}
@@ -476,6 +484,9 @@ func (mb *mailbox) sendBatch(w http.ResponseWriter, r *http.Request, run *runnin
 	var wg sync.WaitGroup
 	for i, raw := range entries {
 		o, err := decodeSendEntry(raw, run.s.maxMessageBytes)
+		if err == nil {
+			err = run.allow(r, o.topic, "send")
+		}
 		if err != nil {
 			out[i].Error = newEntryError(err)
 			continue
@@ -510,11 +521,14 @@ func (mb *mailbox) ackBatch(w http.ResponseWriter, r *http.Request, run *running
 	var wg sync.WaitGroup
 	for i, raw := range entries {
 		o, err := decodeSettle(raw, opAck, run.s)
+		if err == nil {
+			out[i].MsgID = MsgID(o.id)
+			err = run.allowMessage(r, o.id, "ack")
+		}
 		if err != nil {
 			out[i].Error = newEntryError(err)
 			continue
 		}
-		out[i].MsgID = MsgID(o.id)
 		wg.Go(func() {
 			if _, err := run.do(r.Context(), o, nil); err != nil {
 				out[i].Error = newEntryError(err)
@@ -550,6 +564,9 @@ func toMessage(d delivery) message {
 // deadline, whichever is first.
 func (mb *mailbox) recv(w http.ResponseWriter, r *http.Request, run *running, body []byte) {
 	o, wait, err := decodeRecv(body, run.s)
+	if err == nil {
+		err = run.allow(r, o.topic, "recv")
+	}
 	if err != nil {
 		run.fail(w, err)
 		return
@@ -648,6 +665,9 @@ func decodeStream(q url.Values, s settings) (op, int, error) {
 // ends when the client goes away or the drain begins.
 func (mb *mailbox) stream(w http.ResponseWriter, r *http.Request, run *running, _ []byte) {
 	o, limit, err := decodeStream(r.URL.Query(), run.s)
+	if err == nil {
+		err = run.allow(r, o.topic, "recv")
+	}
 	if err != nil {
 		run.fail(w, err)
 		return
@@ -715,6 +735,9 @@ func isClosed(c <-chan struct{}) bool {
 
 func (mb *mailbox) settle(w http.ResponseWriter, r *http.Request, run *running, body []byte, kind opKind) {
 	o, err := decodeSettle(body, kind, run.s)
+	if err == nil {
+		err = run.allowMessage(r, o.id, "ack")
+	}
 	if err != nil {
 		run.fail(w, err)
 		return
@@ -732,6 +755,9 @@ func (mb *mailbox) settle(w http.ResponseWriter, r *http.Request, run *running, 
 // reproc_queue_full when redriveQueue are already waiting.
 func (mb *mailbox) redrive(w http.ResponseWriter, r *http.Request, run *running, body []byte) {
 	j, err := decodeRedrive(body)
+	if err == nil {
+		err = run.allow(r, j.topic, "redrive")
+	}
 	if err != nil {
 		run.fail(w, err)
 		return
@@ -754,6 +780,10 @@ func (mb *mailbox) topic(w http.ResponseWriter, r *http.Request, run *running, _
 	t := r.PathValue("topic")
 	if !validTopic(t) {
 		run.fail(w, badRequest("topic %q: want 1 to %d of [A-Za-z0-9._-]", t, maxTopicLen))
+		return
+	}
+	if err := run.allow(r, t, "recv"); err != nil {
+		run.fail(w, err)
 		return
 	}
 	var st stats

@@ -28,6 +28,13 @@ type config struct {
 	Committers        float64      `json:"committers"`
 	MaxBatch          float64      `json:"max_batch"`
 	CommitTimeout     sdk.Duration `json:"commit_timeout"`
+	CapCacheTTL       sdk.Duration `json:"cap_cache_ttl"`
+	Auth              *authConfig  `json:"auth"` // null when the block is absent
+}
+
+type authConfig struct {
+	Enabled     bool   `json:"enabled"`
+	RootKeyFile string `json:"root_key_file"`
 }
 
 // settings are the checked config values.
@@ -36,6 +43,8 @@ type settings struct {
 	queueCapacity, committers, maxBatch                         int
 	visibilityMin, defaultVisibility, commitTimeout             time.Duration
 	rules                                                       rules
+	capCacheTTL                                                 time.Duration
+	auth                                                        authConfig
 }
 
 func schema() sdk.Schema {
@@ -55,7 +64,15 @@ func schema() sdk.Schema {
 		{Name: "committers", Type: sdk.TypeNumber, Default: 0, Description: "committer goroutines; 0 means the number of CPUs"},
 		{Name: "max_batch", Type: sdk.TypeNumber, Default: 256, Description: "most operations per group commit (one write-ahead log record and fdatasync)"},
 		{Name: "commit_timeout", Type: sdk.TypeDuration, Default: "1s", Description: "deadline of one commit attempt"},
-	}}
+		{Name: "cap_cache_ttl", Type: sdk.TypeDuration, Default: "1m", Description: "how long a capability token's verification is cached"},
+	}, Blocks: []sdk.Block{{
+		Name:        "auth",
+		Description: "capability tokens: every request needs a bearer macaroon minted with the root key (mailbox mint)",
+		Schema: sdk.Schema{Attrs: []sdk.Attr{
+			{Name: "enabled", Type: sdk.TypeBool, Default: false, Description: "require tokens"},
+			{Name: "root_key_file", Type: sdk.TypeString, Default: "", Description: "file holding the root key, at least 32 bytes; keep it secret: whoever reads it can mint any token"},
+		}},
+	}}}
 }
 
 // check refuses what the schema cannot express, naming the attribute.
@@ -99,10 +116,16 @@ func (c config) check() (settings, error) {
 	s.committers = whole("committers", c.Committers, 0, 1024)
 	s.maxBatch = whole("max_batch", c.MaxBatch, 1, 4096)
 	s.commitTimeout = dur("commit_timeout", c.CommitTimeout, time.Millisecond, time.Minute)
+	s.capCacheTTL = dur("cap_cache_ttl", c.CapCacheTTL, 0, time.Hour)
+	if c.Auth != nil {
+		s.auth = *c.Auth
+	}
 	switch {
 	case err != nil:
 	case s.defaultVisibility < s.visibilityMin:
 		err = &sdk.ConfigError{Attribute: "default_visibility", Message: fmt.Sprintf("must be at least visibility_ms_min (%v), got %v", s.visibilityMin, s.defaultVisibility)}
+	case s.auth.Enabled && s.auth.RootKeyFile == "":
+		err = &sdk.ConfigError{Attribute: "auth", Message: "root_key_file is required when enabled"}
 	case bmax < base:
 		err = &sdk.ConfigError{Attribute: "backoff_max", Message: fmt.Sprintf("must be at least backoff_base (%v), got %v", base, bmax)}
 	}

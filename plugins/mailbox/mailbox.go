@@ -68,7 +68,8 @@ type running struct {
 	// a redrive that finds it full is refused with 429.
 	redrives chan redriveJob
 	m        metrics
-	stalled  error // from the committer's Close; then the store stays open
+	stalled  error      // from the committer's Close; then the store stays open
+	auth     *authority // nil when auth is not enabled
 }
 
 type metrics struct {
@@ -118,6 +119,12 @@ func (mb *mailbox) configure(_ context.Context, rt *sdk.Runtime) error {
 	if now == nil {
 		now = time.Now
 	}
+	var auth *authority
+	if s.auth.Enabled {
+		if auth, err = newAuthority(s.auth.RootKeyFile, s.capCacheTTL); err != nil {
+			return &sdk.ConfigError{Attribute: "auth", Message: err.Error()}
+		}
+	}
 	path := filepath.Join(rt.DataDir, storeFile)
 	db, err := store.Open(path, storeOpts)
 	if err != nil {
@@ -131,7 +138,7 @@ func (mb *mailbox) configure(_ context.Context, rt *sdk.Runtime) error {
 		rt.Logger.Warn("left out a torn record at the end of the write-ahead log, from a write that never completed",
 			"file", rec.Trimmed.File, "record", rec.Trimmed.Record, "offset", rec.Trimmed.Offset)
 	}
-	run := &running{s: s, logger: rt.Logger, db: db, now: now, stop: rt.Context().Done(),
+	run := &running{s: s, logger: rt.Logger, db: db, now: now, stop: rt.Context().Done(), auth: auth,
 		intake: make([]atomic.Int64, s.readyShards)}
 	run.m = newMetrics()
 	if err := db.Scan(func(sn *store.Snapshot) error {

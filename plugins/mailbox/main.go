@@ -8,7 +8,8 @@
 // at-least-once delivery across kill -9. See docs/plugins/mailbox.md.
 //
 // Run as "mailbox check [-repair] DATA_DIR", it verifies a stopped
-// mailbox's store offline instead of serving.
+// mailbox's store offline instead of serving; as "mailbox mint ...", it
+// mints a capability token (auth.go).
 package main
 
 import (
@@ -27,6 +28,9 @@ func main() {
 // run runs the check subcommand, or serves the plugin until the host
 // closes the connection, and returns the exit status.
 func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "mint" {
+		return runMint(args[1:], stdout, stderr)
+	}
 	if len(args) > 0 && args[0] == "check" {
 		return store.CheckCommand{Name: "mailbox", File: storeFile, Options: storeOpts}.Run(args[1:], stdout, stderr)
 	}
