@@ -1,0 +1,799 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/plughost/plughost/sdk"
+	"github.com/plughost/plughost/sdk/durable"
+	"github.com/plughost/plughost/sdk/idem"
+	"github.com/plughost/plughost/sdk/store"
+)
+
+// Request limits the config does not set.
+const (
+	maxBodyBytes    = 1 << 20 // the seed's frame limit
+	maxRecvBatch    = 10
+	maxWait         = 20 * time.Second
+	maxVisibility   = 12 * time.Hour
+	maxDelay        = 15 * time.Minute
+	maxAttrs        = 16
+	maxAttrKeyLen   = 128
+	maxAttrValLen   = 1024
+	maxBatchEntries = 10
+	maxRedriveBulk  = 1 << 20
+	maxRedriveChunk = 256 // messages per commit of a redrive
+)
+
+// errBadRequest marks a request the decoders refuse: 400.
+var errBadRequest = errors.New("bad request")
+
+// errTooLarge marks a payload over max_message_bytes: 413.
+var errTooLarge = errors.New("payload too large")
+
+// errHashMismatch: the payload is not what payload_hash says: 400.
+var errHashMismatch = errors.New("payload does not match payload_hash")
+
+func badRequest(format string, args ...any) error {
+	return fmt.Errorf("%s: %w", fmt.Sprintf(format, args...), errBadRequest)
+}
+
+// decodeJSON decodes exactly one JSON object into v, refusing unknown
+// fields and anything after the object.
+func decodeJSON(body []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return badRequest("decode body: %v", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return badRequest("decode body: data after the JSON object")
+	}
+	return nil
+}
+
+// sendReq is POST /v1/send's body.
+type sendReq struct {
+	Topic       string            `json:"topic"`
+	Payload     *[]byte           `json:"payload"` // base64
+	Attrs       map[string]string `json:"attrs"`
+	DelayMs     int64             `json:"delay_ms"`
+	PayloadHash string            `json:"payload_hash"`
+}
+
+// decodeSend decodes and checks a send; maxBytes bounds the payload.
+func decodeSend(body []byte, maxBytes int) (op, error) {
+	var r sendReq
+	if err := decodeJSON(body, &r); err != nil {
+		return op{}, err
+	}
+	switch {
+	case !validTopic(r.Topic):
+		return op{}, badRequest("topic %q: want 1 to %d of [A-Za-z0-9._-]", r.Topic, maxTopicLen)
+	case r.Payload == nil:
+		return op{}, badRequest("payload is required (base64)")
+	case len(*r.Payload) > maxBytes:
+		return op{}, fmt.Errorf("payload of %d bytes, more than max_message_bytes %d: %w", len(*r.Payload), maxBytes, errTooLarge)
+	case r.DelayMs < 0 || time.Duration(r.DelayMs)*time.Millisecond > maxDelay:
+		return op{}, badRequest("delay_ms %d: want 0 to %d", r.DelayMs, maxDelay.Milliseconds())
+	case len(r.Attrs) > maxAttrs:
+		return op{}, badRequest("%d attrs: want at most %d", len(r.Attrs), maxAttrs)
+	}
+	for k, v := range r.Attrs {
+		if k == "" || len(k) > maxAttrKeyLen || len(v) > maxAttrValLen {
+			return op{}, badRequest("attr %q: want a key of 1 to %d bytes and a value of at most %d", k, maxAttrKeyLen, maxAttrValLen)
+		}
+	}
+	h := HashOf(*r.Payload)
+	if r.PayloadHash != "" {
+		want, err := hex.DecodeString(r.PayloadHash)
+		if err != nil || len(want) != 32 {
+			return op{}, badRequest("payload_hash: want 64 hex digits of BLAKE3-256")
+		}
+		if !bytes.Equal(want, h[:]) {
+			return op{}, fmt.Errorf("payload_hash %s, payload hashes to %s: %w", r.PayloadHash, hexHash(h), errHashMismatch)
+		}
+	}
+	o := op{kind: opSend, topic: r.Topic, delay: time.Duration(r.DelayMs) * time.Millisecond,
+		env: envelope{Hash: h, Attrs: r.Attrs, Payload: *r.Payload}}
+	// Two sends are the same send when their topic, payload, attrs and
+	// delay are.
+	o.fp = idem.FingerprintOf([]byte(r.Topic), h[:], encodeEnvelope(envelope{Attrs: r.Attrs}), strconv.AppendInt(nil, r.DelayMs, 10))
+	return o, nil
+}
+
+// recvReq is POST /v1/recv's body.
+type recvReq struct {
+	Topic        string `json:"topic"`
+	MaxMessages  *int   `json:"max_messages"`
+	VisibilityMs *int64 `json:"visibility_ms"`
+	WaitMs       int64  `json:"wait_ms"`
+}
+
+// decodeRecv decodes and checks a receive and returns it with its wait.
+func decodeRecv(body []byte, s settings) (op, time.Duration, error) {
+	var r recvReq
+	if err := decodeJSON(body, &r); err != nil {
+		return op{}, 0, err
+	}
+	o := op{kind: opRecv, topic: r.Topic, max: 1, visibility: s.defaultVisibility}
+	if r.MaxMessages != nil {
+		o.max = *r.MaxMessages
+	}
+	if r.VisibilityMs != nil {
+		o.visibility = time.Duration(*r.VisibilityMs) * time.Millisecond
+	}
+	wait := time.Duration(r.WaitMs) * time.Millisecond
+	switch {
+	case !validTopic(r.Topic):
+		return op{}, 0, badRequest("topic %q: want 1 to %d of [A-Za-z0-9._-]", r.Topic, maxTopicLen)
+	case o.max < 1 || o.max > maxRecvBatch:
+		return op{}, 0, badRequest("max_messages %d: want 1 to %d", o.max, maxRecvBatch)
+	case r.VisibilityMs != nil && (*r.VisibilityMs < s.visibilityMin.Milliseconds() || *r.VisibilityMs > maxVisibility.Milliseconds()):
+		return op{}, 0, badRequest("visibility_ms %d: want %d to %d", *r.VisibilityMs, s.visibilityMin.Milliseconds(), maxVisibility.Milliseconds())
+	case r.WaitMs < 0 || r.WaitMs > maxWait.Milliseconds():
+		return op{}, 0, badRequest("wait_ms %d: want 0 to %d", r.WaitMs, maxWait.Milliseconds())
+	}
+	return o, wait, nil
+}
+
+// settleReq is the body of ack, nack, extend and terminate; decodeSettle
+// refuses the fields an operation does not take.
+type settleReq struct {
+	MsgID        string `json:"msg_id"`
+	Receipt      string `json:"receipt"`
+	DelayMs      *int64 `json:"delay_ms,omitempty"`
+	VisibilityMs *int64 `json:"visibility_ms,omitempty"`
+}
+
+func decodeSettle(body []byte, kind opKind, s settings) (op, error) {
+	var r settleReq
+	if err := decodeJSON(body, &r); err != nil {
+		return op{}, err
+	}
+	id, err := ParseMsgID(r.MsgID)
+	if err != nil {
+		return op{}, badRequest("%v", err)
+	}
+	rid, nonce, err := ParseReceipt(r.Receipt)
+	if err != nil {
+		return op{}, badRequest("%v", err)
+	}
+	if rid != id {
+		return op{}, badRequest("receipt %q is not of message %s", r.Receipt, r.MsgID)
+	}
+	o := op{kind: kind, id: id, nonce: nonce, dur: -1}
+	if r.DelayMs != nil && kind != opNack {
+		return op{}, badRequest("decode body: json: unknown field \"delay_ms\"")
+	}
+	if r.VisibilityMs != nil && kind != opExtend {
+		return op{}, badRequest("decode body: json: unknown field \"visibility_ms\"")
+	}
+	switch kind {
+	case opNack:
+		if r.DelayMs != nil {
+			if *r.DelayMs < 0 || *r.DelayMs > maxDelay.Milliseconds() {
+				return op{}, badRequest("delay_ms %d: want 0 to %d", *r.DelayMs, maxDelay.Milliseconds())
+			}
+			o.dur = time.Duration(*r.DelayMs) * time.Millisecond
+		}
+	case opExtend:
+		if r.VisibilityMs == nil {
+			return op{}, badRequest("visibility_ms is required")
+		}
+		if *r.VisibilityMs < s.visibilityMin.Milliseconds() || *r.VisibilityMs > maxVisibility.Milliseconds() {
+			return op{}, badRequest("visibility_ms %d: want %d to %d", *r.VisibilityMs, s.visibilityMin.Milliseconds(), maxVisibility.Milliseconds())
+		}
+		o.dur = time.Duration(*r.VisibilityMs) * time.Millisecond
+	}
+	return o, nil
+}
+
+// redriveReq is POST /v1/redrive's body.
+type redriveReq struct {
+	Topic    string  `json:"topic"`
+	Max      int     `json:"max"`
+	RatePerS float64 `json:"rate_per_s"`
+}
+
+func decodeRedrive(body []byte) (redriveJob, error) {
+	var r redriveReq
+	if err := decodeJSON(body, &r); err != nil {
+		return redriveJob{}, err
+	}
+	switch {
+	case !validTopic(r.Topic) || len(r.Topic) > maxTopicLen-len(dlqSuffix):
+		return redriveJob{}, badRequest("topic %q: want 1 to %d of [A-Za-z0-9._-]", r.Topic, maxTopicLen-len(dlqSuffix))
+	case r.Max < 1 || r.Max > maxRedriveBulk:
+		return redriveJob{}, badRequest("max %d: want 1 to %d", r.Max, maxRedriveBulk)
+	case !(r.RatePerS >= 0 && r.RatePerS <= 1e6): // refuses NaN too
+		return redriveJob{}, badRequest("rate_per_s %v: want 0 (unlimited) to 1000000", r.RatePerS)
+	}
+	return redriveJob{topic: r.Topic, max: r.Max, rate: r.RatePerS}, nil
+}
+
+// routes declares the API on mux.
+func (mb *mailbox) routes(mux *sdk.Mux) {
+	mux.HandleFunc("POST /v1/send", mb.handle("send", mb.send))
+	// A long poll waits up to maxWait; the host's deadline must outlast it.
+	mux.HandleFunc("POST /v1/recv", mb.handle("recv", mb.recv), sdk.Timeout(maxWait+5*time.Second))
+	for _, k := range []opKind{opAck, opNack, opExtend, opTerminate} {
+		mux.HandleFunc("POST /v1/"+k.String(), mb.handle(k.String(), func(w http.ResponseWriter, r *http.Request, run *running, body []byte) {
+			mb.settle(w, r, run, body, k)
+		}))
+	}
+	mux.HandleFunc("GET /v1/recv/stream", mb.handle("recv_stream", mb.stream), sdk.Streaming())
+	mux.HandleFunc("POST /v1/send/batch", mb.handle("send_batch", mb.sendBatch))
+	mux.HandleFunc("POST /v1/ack/batch", mb.handle("ack_batch", mb.ackBatch))
+	mux.HandleFunc("POST /v1/redrive", mb.handle("redrive", mb.redrive))
+	mux.HandleFunc("GET /v1/topics/{topic}", mb.handle("topic", mb.topic))
+}
+
+// handle reads the body (at most maxBodyBytes) and times the request.
+func (mb *mailbox) handle(name string, h func(http.ResponseWriter, *http.Request, *running, []byte)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		run := mb.running.Load()
+		if run == nil {
+			sdk.WriteError(w, http.StatusServiceUnavailable, "unavailable", "not configured")
+			return
+		}
+		start := time.Now()
+		defer func() { run.m.latency.WithLabelValues(name).Observe(time.Since(start).Seconds()) }()
+		body, err := io.ReadAll(io.LimitReader(r.Body, maxBodyBytes+1))
+		switch {
+		case err != nil:
+			sdk.WriteError(w, http.StatusBadRequest, "bad_request", "read body: "+err.Error())
+			return
+		case len(body) > maxBodyBytes:
+			sdk.WriteError(w, http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("request body over %d bytes", maxBodyBytes))
+			return
+		}
+		h(w, r, run, body)
+	}
+}
+
+// statusOf maps an error of a request to its HTTP status and error code:
+// the one place the mailbox's errors become statuses.
+func statusOf(err error) (int, string) {
+	if status, code, ok := idem.Status(err); ok {
+		return status, code
+	}
+	var ce *store.CorruptError
+	switch {
+	case errors.Is(err, errUnauthenticated):
+		return http.StatusUnauthorized, "unauthenticated"
+	case errors.Is(err, errForbidden):
+		return http.StatusForbidden, "forbidden"
+	case errors.Is(err, errBadRequest):
+		return http.StatusBadRequest, "bad_request"
+	case errors.Is(err, errHashMismatch):
+		return http.StatusBadRequest, "payload_hash_mismatch"
+	case errors.Is(err, errTooLarge):
+		return http.StatusRequestEntityTooLarge, "too_large"
+	case errors.Is(err, ErrNotFound):
+		return http.StatusNotFound, "not_found"
+	case errors.Is(err, ErrStaleReceipt):
+		return http.StatusConflict, "stale_receipt"
+	case errors.Is(err, ErrExpired):
+		return http.StatusConflict, "visibility_expired"
+	case errors.Is(err, errShardFull):
+		return http.StatusTooManyRequests, "shard_full"
+	case errors.Is(err, durable.ErrBusy):
+		return http.StatusTooManyRequests, "busy"
+	case errors.As(err, &ce):
+		return http.StatusInternalServerError, "storage_corrupt"
+	default: // durable.ErrUnavailable, ErrDraining, ErrStalled, the store's, a cancelled request
+		return http.StatusServiceUnavailable, "unavailable"
+	}
+}
+
+// fail answers err with statusOf's status and code; a 429 or 503 carries
+// Retry-After.
+func (run *running) fail(w http.ResponseWriter, err error) {
+	status, code := statusOf(err)
+	switch {
+	case code == "shard_full":
+		w.Header().Set("Retry-After", "1")
+	case status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable:
+		w.Header().Set("Retry-After", retryAfter(run.c.RetryAfter()))
+	}
+	sdk.WriteError(w, status, code, err.Error())
+}
+
+func retryAfter(d time.Duration) string {
+	return strconv.Itoa(max(1, int(d.Round(time.Second).Seconds())))
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// do submits o to the committer and waits for its result or ctx. A result
+// that is a refusal comes back as its error.
+func (run *running) do(ctx context.Context, o op, done func(result, error)) (result, error) {
+	type outcome struct {
+		r   result
+		err error
+	}
+	ch := make(chan outcome, 1)
+	err := run.c.Submit(o, func(r result, err error) {
+		if done != nil {
+			done(r, err)
+		}
+		ch <- outcome{r, err}
+	})
+	if err != nil {
+		if done != nil {
+			done(result{}, err)
+		}
+		return result{}, err
+	}
+	select {
+	case out := <-ch:
+		if out.err == nil && out.r.err != nil {
+			out.err = out.r.err
+		}
+		return out.r, out.err
+	case <-ctx.Done(): // the host gave up; the group may still commit
+		return result{}, ctx.Err()
+	}
+}
+
+// errShardFull: the topic's shard has shard_capacity sends in progress.
+var errShardFull = errors.New("the topic's shard is full")
+
+func (mb *mailbox) send(w http.ResponseWriter, r *http.Request, run *running, body []byte) {
+	o, err := decodeSend(body, run.s.maxMessageBytes)
+	if err != nil {
+		run.fail(w, err)
+		return
+	}
+	if o.key, err = idem.Key(r.Header); err != nil && !errors.Is(err, idem.ErrMissing) {
+		run.fail(w, err)
+		return
+	}
+	if err := run.allow(r, o.topic, "send"); err != nil {
+		run.fail(w, err)
+		return
+	}
+	res, err := run.sendOne(r.Context(), o)
+	if err != nil {
+		run.fail(w, err)
+		return
+	}
+	writeJSON(w, sendAnswer{MsgID: MsgID(res.id), Duplicate: res.duplicate})
+}
+
+// sendAnswer is a send's answer, and a batch entry's when it succeeded.
+type sendAnswer struct {
+	MsgID     string `json:"msg_id"`
+	Duplicate bool   `json:"duplicate"`
+}
+
+// sendOne sends o through its shard's intake, holding its key's claim
+// while it is in progress.
+func (run *running) sendOne(ctx context.Context, o op) (result, error) {
+	sh := &run.intake[run.shard(o.topic)]
+	if sh.Add(1) > int64(run.s.shardCapacity) {
+		sh.Add(-1)
+		run.m.busy.WithLabelValues("send").Inc()
+		return result{}, fmt.Errorf("%d sends in progress: %w", run.s.shardCapacity, errShardFull)
+	}
+	defer sh.Add(-1)
+	var release func(result, error)
+	if o.key != "" {
+		ck := idemKey(o.topic, o.key)
+		if err := run.claims.Claim(ck, o.fp); err != nil {
+			return result{}, err
+		}
+		release = func(_ result, err error) {
+			if !errors.Is(err, durable.ErrStalled) { // else Settled releases it
+				run.claims.Release(ck)
+			}
+		}
+	}
+	res, err := run.do(ctx, o, release)
+	if errors.Is(err, durable.ErrBusy) {
+		run.m.busy.WithLabelValues("send").Inc()
+	}
+	return res, err
+}
+
+// entryError is a batch entry's error, in the platform's error shape
+// with the status the entry would have had alone.
+type entryError struct {
+	Status  int    `json:"status"`
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+func newEntryError(err error) *entryError {
+	status, code := statusOf(err)
+	return &entryError{Status: status, Code: code, Message: err.Error()}
+}
+
+// batchEntries decodes a batch body, {"entries":[...]} with 1 to
+// maxBatchEntries entries, each left raw for its own decoder.
+func batchEntries(body []byte) ([]json.RawMessage, error) {
+	var b struct {
+		Entries []json.RawMessage `json:"entries"`
+	}
+	if err := decodeJSON(body, &b); err != nil {
+		return nil, err
+	}
+	if len(b.Entries) < 1 || len(b.Entries) > maxBatchEntries {
+		return nil, badRequest("%d entries: want 1 to %d", len(b.Entries), maxBatchEntries)
+	}
+	return b.Entries, nil
+}
+
+// decodeSendEntry decodes one entry of a send batch: a send's body with
+// its Idempotency-Key as "idempotency_key".
+func decodeSendEntry(raw []byte, maxBytes int) (op, error) {
+	var k struct {
+		Key *string `json:"idempotency_key"`
+	}
+	// The key is taken out first, so that decodeSend's strict decoding
+	// sees only a send's fields.
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &fields); err != nil {
+		return op{}, badRequest("decode entry: %v", err)
+	}
+	if kr, ok := fields["idempotency_key"]; ok {
+		if err := json.Unmarshal(kr, &k.Key); err != nil || k.Key == nil {
+			return op{}, badRequest("idempotency_key: want a string")
+		}
+		delete(fields, "idempotency_key")
+		raw, _ = json.Marshal(fields)
+	}
+	o, err := decodeSend(raw, maxBytes)
+	if err != nil || k.Key == nil {
+		return o, err
+	}
+	h := http.Header{}
+	h.Set(idem.Header, *k.Key)
+	o.key, err = idem.Key(h)
+	return o, err
+}
+
+// sendBatch sends up to maxBatchEntries messages, each answered on its
+// own, as SQS's SendMessageBatch: the entries are submitted together, so
+// that they share group commits.
+func (mb *mailbox) sendBatch(w http.ResponseWriter, r *http.Request, run *running, body []byte) {
+	entries, err := batchEntries(body)
+	if err != nil {
+		run.fail(w, err)
+		return
+	}
+	type answer struct {
+		*sendAnswer
+		Error *entryError `json:"error,omitempty"`
+	}
+	out := make([]answer, len(entries))
+	var wg sync.WaitGroup
+	for i, raw := range entries {
+		o, err := decodeSendEntry(raw, run.s.maxMessageBytes)
+		if err == nil {
+			err = run.allow(r, o.topic, "send")
+		}
+		if err != nil {
+			out[i].Error = newEntryError(err)
+			continue
+		}
+		wg.Go(func() {
+			res, err := run.sendOne(r.Context(), o)
+			if err != nil {
+				out[i].Error = newEntryError(err)
+				return
+			}
+			out[i].sendAnswer = &sendAnswer{MsgID: MsgID(res.id), Duplicate: res.duplicate}
+		})
+	}
+	wg.Wait()
+	writeJSON(w, struct {
+		Results []answer `json:"results"`
+	}{out})
+}
+
+// ackBatch acks up to maxBatchEntries deliveries, each answered on its own.
+func (mb *mailbox) ackBatch(w http.ResponseWriter, r *http.Request, run *running, body []byte) {
+	entries, err := batchEntries(body)
+	if err != nil {
+		run.fail(w, err)
+		return
+	}
+	type answer struct {
+		MsgID string      `json:"msg_id,omitempty"`
+		Error *entryError `json:"error,omitempty"`
+	}
+	out := make([]answer, len(entries))
+	var wg sync.WaitGroup
+	for i, raw := range entries {
+		o, err := decodeSettle(raw, opAck, run.s)
+		if err == nil {
+			out[i].MsgID = MsgID(o.id)
+			err = run.allowMessage(r, o.id, "ack")
+		}
+		if err != nil {
+			out[i].Error = newEntryError(err)
+			continue
+		}
+		wg.Go(func() {
+			if _, err := run.do(r.Context(), o, nil); err != nil {
+				out[i].Error = newEntryError(err)
+			}
+		})
+	}
+	wg.Wait()
+	writeJSON(w, struct {
+		Results []answer `json:"results"`
+	}{out})
+}
+
+// message is one delivery as recv answers it.
+type message struct {
+	MsgID       string            `json:"msg_id"`
+	Receipt     string            `json:"receipt"`
+	Payload     []byte            `json:"payload"`
+	Attrs       map[string]string `json:"attrs,omitempty"`
+	Attempts    uint32            `json:"attempts"`
+	PayloadHash string            `json:"payload_hash"`
+	EnqueuedAt  time.Time         `json:"enqueued_at"`
+}
+
+func toMessage(d delivery) message {
+	return message{MsgID: MsgID(d.ID), Receipt: Receipt(d.ID, d.Receipt),
+		Payload: d.Env.Payload, Attrs: d.Env.Attrs, Attempts: d.Attempts, PayloadHash: hexHash(d.Env.Hash),
+		EnqueuedAt: time.UnixMilli(d.Env.EnqueuedAt).UTC()}
+}
+
+// recv receives; with wait_ms it waits until a message is ready, the wait
+// ends, the request is cancelled or the drain begins, waking when a
+// commit makes a message of the topic visible or at the topic's nearest
+// deadline, whichever is first.
+func (mb *mailbox) recv(w http.ResponseWriter, r *http.Request, run *running, body []byte) {
+	o, wait, err := decodeRecv(body, run.s)
+	if err == nil {
+		err = run.allow(r, o.topic, "recv")
+	}
+	if err != nil {
+		run.fail(w, err)
+		return
+	}
+	ctx := r.Context()
+	end := time.Now().Add(wait)
+	var res result
+	for {
+		if run.flight.full(run.now(), run.s.globalInflight) {
+			run.m.busy.WithLabelValues("recv").Inc()
+			w.Header().Set("Retry-After", "1")
+			sdk.WriteError(w, http.StatusTooManyRequests, "inflight_cap", fmt.Sprintf("%d deliveries in flight, the global_inflight cap", run.s.globalInflight))
+			return
+		}
+		woken := run.wakers.waiter(o.topic) // before the look, so no wake is missed
+		if res, err = run.do(ctx, o, nil); err != nil {
+			if errors.Is(err, durable.ErrBusy) {
+				run.m.busy.WithLabelValues("recv").Inc()
+			}
+			run.fail(w, err)
+			return
+		}
+		left := time.Until(end)
+		if len(res.msgs) > 0 || left <= 0 {
+			break
+		}
+		if res.next > 0 {
+			left = min(left, time.Until(time.UnixMilli(res.next)))
+		}
+		t := time.NewTimer(max(left, time.Millisecond))
+		select {
+		case <-woken:
+		case <-t.C:
+		case <-ctx.Done():
+		case <-run.stop:
+		}
+		t.Stop()
+		if ctx.Err() != nil || isClosed(run.stop) {
+			break // answer what there is: nothing
+		}
+	}
+	out := struct {
+		Messages []message `json:"messages"`
+	}{Messages: []message{}}
+	for _, d := range res.msgs {
+		out.Messages = append(out.Messages, toMessage(d))
+	}
+	writeJSON(w, out)
+}
+
+// streamFull is how often a stream with max_inflight deliveries
+// outstanding looks whether one was settled: acks wake no one.
+const streamFull = 50 * time.Millisecond
+
+// maxStreamInflight bounds a stream's max_inflight.
+const maxStreamInflight = 1000
+
+// decodeStream decodes the stream's query: topic, visibility_ms and
+// max_inflight, nothing else.
+func decodeStream(q url.Values, s settings) (op, int, error) {
+	o := op{kind: opRecv, visibility: s.defaultVisibility}
+	limit := 10
+	for k, vs := range q {
+		if len(vs) != 1 {
+			return op{}, 0, badRequest("query parameter %q: give it once", k)
+		}
+		v := vs[0]
+		switch k {
+		case "topic":
+			o.topic = v
+		case "visibility_ms":
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || n < s.visibilityMin.Milliseconds() || n > maxVisibility.Milliseconds() {
+				return op{}, 0, badRequest("visibility_ms %q: want %d to %d", v, s.visibilityMin.Milliseconds(), maxVisibility.Milliseconds())
+			}
+			o.visibility = time.Duration(n) * time.Millisecond
+		case "max_inflight":
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 || n > maxStreamInflight {
+				return op{}, 0, badRequest("max_inflight %q: want 1 to %d", v, maxStreamInflight)
+			}
+			limit = n
+		default:
+			return op{}, 0, badRequest("unknown query parameter %q", k)
+		}
+	}
+	if !validTopic(o.topic) {
+		return op{}, 0, badRequest("topic %q: want 1 to %d of [A-Za-z0-9._-]", o.topic, maxTopicLen)
+	}
+	return o, limit, nil
+}
+
+// stream delivers the topic's messages as server-sent events (event
+// "message", id the msg_id, data the message as recv answers it) with at
+// most max_inflight of its deliveries unacked and unexpired at a time. It
+// ends when the client goes away or the drain begins.
+func (mb *mailbox) stream(w http.ResponseWriter, r *http.Request, run *running, _ []byte) {
+	o, limit, err := decodeStream(r.URL.Query(), run.s)
+	if err == nil {
+		err = run.allow(r, o.topic, "recv")
+	}
+	if err != nil {
+		run.fail(w, err)
+		return
+	}
+	ctx := r.Context()
+	f, _ := w.(http.Flusher)
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusOK)
+	if f != nil {
+		f.Flush()
+	}
+	held := map[uint64]bool{} // this stream's deliveries still outstanding
+	for {
+		held = run.flight.outstanding(held, run.now())
+		var woken <-chan struct{}
+		wait := streamFull
+		if room := limit - len(held); room > 0 {
+			woken = run.wakers.waiter(o.topic)
+			o.max = min(room, maxRecvBatch)
+			res, err := run.do(ctx, o, nil)
+			if err != nil {
+				return // the stream has no status left to give
+			}
+			for _, d := range res.msgs {
+				held[d.ID] = true
+				b, _ := json.Marshal(toMessage(d))
+				if _, err := fmt.Fprintf(w, "event: message\nid: %s\ndata: %s\n\n", MsgID(d.ID), b); err != nil {
+					return
+				}
+			}
+			if len(res.msgs) > 0 {
+				if f != nil {
+					f.Flush()
+				}
+				continue
+			}
+			wait = time.Minute
+			if res.next > 0 {
+				wait = time.Until(time.UnixMilli(res.next))
+			}
+		}
+		t := time.NewTimer(max(wait, time.Millisecond))
+		select {
+		case <-woken:
+		case <-t.C:
+		case <-ctx.Done():
+		case <-run.stop:
+		}
+		t.Stop()
+		if ctx.Err() != nil || isClosed(run.stop) {
+			return
+		}
+	}
+}
+
+func isClosed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
+
+func (mb *mailbox) settle(w http.ResponseWriter, r *http.Request, run *running, body []byte, kind opKind) {
+	o, err := decodeSettle(body, kind, run.s)
+	if err == nil {
+		err = run.allowMessage(r, o.id, "ack")
+	}
+	if err != nil {
+		run.fail(w, err)
+		return
+	}
+	if _, err := run.do(r.Context(), o, nil); err != nil {
+		run.fail(w, err)
+		return
+	}
+	writeJSON(w, struct {
+		MsgID string `json:"msg_id"`
+	}{MsgID(o.id)})
+}
+
+// redrive queues a redrive for the redriver and answers 202 at once; 429
+// reproc_queue_full when redriveQueue are already waiting.
+func (mb *mailbox) redrive(w http.ResponseWriter, r *http.Request, run *running, body []byte) {
+	j, err := decodeRedrive(body)
+	if err == nil {
+		err = run.allow(r, j.topic, "redrive")
+	}
+	if err != nil {
+		run.fail(w, err)
+		return
+	}
+	select {
+	case run.redrives <- j:
+	default:
+		run.m.busy.WithLabelValues("redrive").Inc()
+		sdk.WriteError(w, http.StatusTooManyRequests, "reproc_queue_full", fmt.Sprintf("%d redrives already wait", redriveQueue))
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusAccepted)
+	writeJSON(w, struct {
+		Queued bool `json:"queued"`
+	}{true})
+}
+
+func (mb *mailbox) topic(w http.ResponseWriter, r *http.Request, run *running, _ []byte) {
+	t := r.PathValue("topic")
+	if !validTopic(t) {
+		run.fail(w, badRequest("topic %q: want 1 to %d of [A-Za-z0-9._-]", t, maxTopicLen))
+		return
+	}
+	if err := run.allow(r, t, "recv"); err != nil {
+		run.fail(w, err)
+		return
+	}
+	var st stats
+	err := run.db.Scan(func(s *store.Snapshot) (err error) {
+		st, err = topicStats(s, t, run.now())
+		return err
+	})
+	if err != nil {
+		run.fail(w, err)
+		return
+	}
+	writeJSON(w, st)
+}

@@ -1,0 +1,157 @@
+package main
+
+import (
+	"fmt"
+	"net/url"
+	"testing"
+	"time"
+)
+
+// The decoders of untrusted input: request bodies, receipts and msg_ids
+// from clients, and the stored envelope and meta read back from disk.
+// Their seeds run in the normal go test.
+
+var fuzzSettings = settings{visibilityMin: 250 * time.Millisecond, defaultVisibility: 5 * time.Second}
+
+func FuzzDecodeSend(f *testing.F) {
+	f.Add([]byte(`{"topic":"t","payload":"YQ==","attrs":{"k":"v"},"delay_ms":5}`))
+	f.Add([]byte(`{"topic":"t","payload":"YQ==","payload_hash":"` + hexHash(HashOf([]byte("a"))) + `"}`))
+	f.Add([]byte(`{"topic":"","payload":null}`))
+	f.Add([]byte(`{"topic":"t","payload":"YWJjZGVmZ2g="}`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		o, err := decodeSend(body, 4)
+		if err != nil {
+			return
+		}
+		if !validTopic(o.topic) || len(o.env.Payload) > 4 || HashOf(o.env.Payload) != o.env.Hash || o.delay < 0 || o.delay > maxDelay {
+			t.Errorf("decodeSend(%q) = %+v, which breaks its checks", body, o)
+		}
+	})
+}
+
+func FuzzDecodeRecv(f *testing.F) {
+	f.Add([]byte(`{"topic":"t","max_messages":10,"visibility_ms":250,"wait_ms":20000}`))
+	f.Add([]byte(`{"topic":"t"}`))
+	f.Add([]byte(`{"topic":"t","max_messages":-1}`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		o, wait, err := decodeRecv(body, fuzzSettings)
+		if err != nil {
+			return
+		}
+		if !validTopic(o.topic) || o.max < 1 || o.max > maxRecvBatch || o.visibility < fuzzSettings.visibilityMin || wait < 0 || wait > maxWait {
+			t.Errorf("decodeRecv(%q) = %+v, %v, which breaks its checks", body, o, wait)
+		}
+	})
+}
+
+func FuzzDecodeSettle(f *testing.F) {
+	r := Receipt(1, 2)
+	f.Add([]byte(`{"msg_id":"0000000000000001","receipt":"`+r+`"}`), uint8(opAck))
+	f.Add([]byte(`{"msg_id":"0000000000000001","receipt":"`+r+`","delay_ms":10}`), uint8(opNack))
+	f.Add([]byte(`{"msg_id":"0000000000000001","receipt":"`+r+`","visibility_ms":1000}`), uint8(opExtend))
+	f.Add([]byte(`{"msg_id":"0000000000000001","receipt":"`+r+`"}`), uint8(opTerminate))
+	f.Fuzz(func(t *testing.T, body []byte, k uint8) {
+		kind := []opKind{opAck, opNack, opExtend, opTerminate}[int(k)%4]
+		o, err := decodeSettle(body, kind, fuzzSettings)
+		if err != nil {
+			return
+		}
+		if o.id == 0 || o.nonce == 0 || (kind == opExtend && o.dur < fuzzSettings.visibilityMin) || (kind == opNack && o.dur < -1) {
+			t.Errorf("decodeSettle(%q, %s) = %+v, which breaks its checks", body, kind, o)
+		}
+	})
+}
+
+func FuzzDecodeRedrive(f *testing.F) {
+	f.Add([]byte(`{"topic":"t","max":10}`))
+	f.Add([]byte(`{"topic":"t","max":10,"rate_per_s":2.5}`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		o, err := decodeRedrive(body)
+		if err == nil && (!validTopic(o.topic+dlqSuffix) || o.max < 1 || o.max > maxRedriveBulk || !(o.rate >= 0)) {
+			t.Errorf("decodeRedrive(%q) = %+v, which breaks its checks", body, o)
+		}
+	})
+}
+
+func FuzzParseReceipt(f *testing.F) {
+	f.Add(Receipt(1, 2))
+	f.Add("ffffffffffffffff.0000000000000001")
+	f.Fuzz(func(t *testing.T, s string) {
+		id, nonce, err := ParseReceipt(s)
+		if err == nil && Receipt(id, nonce) != s {
+			t.Errorf("ParseReceipt(%q) = %d, %d, which renders as %q", s, id, nonce, Receipt(id, nonce))
+		}
+	})
+}
+
+func FuzzDecodeEnvelope(f *testing.F) {
+	f.Add(encodeEnvelope(envelope{Hash: HashOf([]byte("p")), EnqueuedAt: 7, Attrs: map[string]string{"a": "b", "c": ""}, Payload: []byte("p")}))
+	f.Add(encodeEnvelope(envelope{}))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		e, err := decodeEnvelope(b)
+		if err != nil {
+			return
+		}
+		again, err := decodeEnvelope(encodeEnvelope(e))
+		if err != nil || fmt.Sprint(again) != fmt.Sprint(e) {
+			t.Errorf("decodeEnvelope(encodeEnvelope(%v)) = %v, %v", e, again, err)
+		}
+	})
+}
+
+func FuzzDecodeMeta(f *testing.F) {
+	f.Add(encodeMeta(meta{Topic: "t.dlq", VisibleAt: 5, Attempts: 2, Receipt: 9, Reason: "integrity"}))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		m, err := decodeMeta(b)
+		if err != nil {
+			return
+		}
+		if again, err := decodeMeta(encodeMeta(m)); err != nil || again != m {
+			t.Errorf("decodeMeta(encodeMeta(%v)) = %v, %v", m, again, err)
+		}
+	})
+}
+
+func FuzzDecodeSendEntry(f *testing.F) {
+	f.Add([]byte(`{"topic":"t","payload":"YQ==","idempotency_key":"k"}`))
+	f.Add([]byte(`{"topic":"t","payload":"YQ==","idempotency_key":null}`))
+	f.Add([]byte(`{"entries":[{"topic":"t","payload":"YQ=="}]}`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		if es, err := batchEntries(body); err == nil && (len(es) < 1 || len(es) > maxBatchEntries) {
+			t.Errorf("batchEntries(%q) = %d entries, want 1 to %d", body, len(es), maxBatchEntries)
+		}
+		o, err := decodeSendEntry(body, 4)
+		if err == nil && (!validTopic(o.topic) || len(o.env.Payload) > 4 || len(o.key) > 255) {
+			t.Errorf("decodeSendEntry(%q) = %+v, which breaks its checks", body, o)
+		}
+	})
+}
+
+func FuzzDecodeStream(f *testing.F) {
+	f.Add("topic=t&visibility_ms=1000&max_inflight=5")
+	f.Add("topic=t&topic=u")
+	f.Fuzz(func(t *testing.T, query string) {
+		q, err := url.ParseQuery(query)
+		if err != nil {
+			return
+		}
+		o, limit, err := decodeStream(q, fuzzSettings)
+		if err == nil && (!validTopic(o.topic) || limit < 1 || limit > maxStreamInflight || o.visibility < fuzzSettings.visibilityMin) {
+			t.Errorf("decodeStream(%q) = %+v, %d, which breaks its checks", query, o, limit)
+		}
+	})
+}
+
+func FuzzParseCapability(f *testing.F) {
+	key := []byte("0123456789abcdef0123456789abcdef")
+	tok, _ := mint(key, "t", []string{"send"}, time.Unix(2e9, 0))
+	f.Add(tok)
+	f.Add("AgEHbWFpbGJveA")
+	f.Fuzz(func(t *testing.T, tok string) {
+		c, err := parseCapability(tok, key)
+		// No panic on any input; a token that verifies has its op list.
+		if err == nil && c.ops == nil {
+			t.Errorf("parseCapability(%q) = %+v", tok, c)
+		}
+	})
+}

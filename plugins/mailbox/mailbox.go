@@ -1,0 +1,472 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/plughost/plughost/sdk"
+	"github.com/plughost/plughost/sdk/durable"
+	"github.com/plughost/plughost/sdk/idem"
+	"github.com/plughost/plughost/sdk/store"
+)
+
+// version is the plugin's version, reported to the host.
+const version = "0.1.0"
+
+// drainMargin is the most of the drain deadline kept to answer the
+// requests whose commits are aborted at the end of a drain.
+const drainMargin = 250 * time.Millisecond
+
+// sweepEvery is how often expired idempotency records are swept, and
+// sweepLimit the most per sweep.
+const (
+	sweepEvery = 10 * time.Second
+	sweepLimit = 1024
+)
+
+// committer is the SDK's group committer over the mailbox's store.
+type committer = durable.Committer[op, result]
+
+// mailbox is the plugin. configure builds a running mailbox; the
+// handlers and hooks use it once it is there.
+type mailbox struct {
+	// now, if set, is the mailbox's clock; tests set it.
+	now func() time.Time
+	// jitter, if set, draws backoff delays in [0, n); tests set it.
+	jitter func(n int64) int64
+	// faults, if set, stands in for the Runtime's fault points; tests set
+	// it to hold commits without the host's admin API.
+	faults durable.Injector
+
+	running atomic.Pointer[running]
+}
+
+// running is a configured mailbox. Every field is set once in configure.
+type running struct {
+	s       settings
+	logger  hclog.Logger
+	db      *store.DB
+	c       *committer
+	claims  idem.Claims
+	now     func() time.Time
+	wakers  wakers
+	flight  inflight
+	intake  []atomic.Int64  // sends in progress, per shard
+	stop    <-chan struct{} // closed when the drain begins
+	sweeper sync.WaitGroup  // the sweeper and the redriver
+	// redrives is the redriver's bounded intake (the seed's reproc_tx):
+	// a redrive that finds it full is refused with 429.
+	redrives chan redriveJob
+	m        metrics
+	stalled  error      // from the committer's Close; then the store stays open
+	auth     *authority // nil when auth is not enabled
+}
+
+type metrics struct {
+	busy        *prometheus.CounterVec
+	integrity   *prometheus.CounterVec
+	redeliv     prometheus.Counter
+	dlq         prometheus.Counter
+	latency     *prometheus.HistogramVec
+	spawned     prometheus.Counter // kind="maintenance": the sweeper and the redriver
+	requeueBack prometheus.Counter
+}
+
+func definition() sdk.Plugin { return newDefinition(&mailbox{}) }
+
+// newDefinition describes the plugin around mb, which tests keep to set
+// its clock.
+func newDefinition(mb *mailbox) sdk.Plugin {
+	mux := sdk.NewMux()
+	mb.routes(mux)
+	return sdk.Plugin{
+		Name:    "mailbox",
+		Version: version,
+		Routes:  mux,
+		Config:  schema(),
+		// The store's files take an exclusive lock.
+		SingleInstance: true,
+		Configure:      mb.configure,
+		Drain:          mb.drain,
+		Close:          mb.close,
+		Health:         mb.health,
+	}
+}
+
+// configure opens the store and starts the committer and the sweeper. An
+// error refuses the config; nothing is left running.
+func (mb *mailbox) configure(_ context.Context, rt *sdk.Runtime) error {
+	var c config
+	if err := rt.DecodeConfig(&c); err != nil {
+		return err
+	}
+	s, err := c.check()
+	if err != nil {
+		return err
+	}
+	s.rules.jitter = mb.jitter
+	now := mb.now
+	if now == nil {
+		now = time.Now
+	}
+	var auth *authority
+	if s.auth.Enabled {
+		if auth, err = newAuthority(s.auth.RootKeyFile, s.capCacheTTL); err != nil {
+			return &sdk.ConfigError{Attribute: "auth", Message: err.Error()}
+		}
+	}
+	path := filepath.Join(rt.DataDir, storeFile)
+	db, err := store.Open(path, storeOpts)
+	if err != nil {
+		var ce *store.CorruptError
+		if errors.As(err, &ce) {
+			return ce // the store's message names the file and the remedy
+		}
+		return err
+	}
+	if rec := db.Recovery(); rec.Trimmed != nil {
+		rt.Logger.Warn("left out a torn record at the end of the write-ahead log, from a write that never completed",
+			"file", rec.Trimmed.File, "record", rec.Trimmed.Record, "offset", rec.Trimmed.Offset)
+	}
+	run := &running{s: s, logger: rt.Logger, db: db, now: now, stop: rt.Context().Done(), auth: auth,
+		intake: make([]atomic.Int64, s.readyShards)}
+	run.m = newMetrics()
+	if err := db.Scan(func(sn *store.Snapshot) error {
+		hs, err := holds(sn, now())
+		run.flight.apply(hs)
+		return err
+	}); err != nil {
+		_ = db.Close()
+		return fmt.Errorf("count the deliveries in flight: %w", err)
+	}
+	cols := []prometheus.Collector{run.m.busy, run.m.integrity, run.m.redeliv, run.m.dlq, run.m.latency, run.m.spawned, run.m.requeueBack}
+	for i := range run.intake {
+		cols = append(cols, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "queue_depth", Help: "Items waiting in a bounded queue, by queue.",
+			ConstLabels: prometheus.Labels{"queue": "intake_shard_" + strconv.Itoa(i)},
+		}, func() float64 { return float64(run.intake[i].Load()) }))
+	}
+	for _, col := range cols {
+		if err := rt.Registerer.Register(col); err != nil {
+			_ = db.Close()
+			return fmt.Errorf("register metrics: %w", err)
+		}
+	}
+	faults := mb.faults
+	if faults == nil {
+		faults = rt.Faults()
+	}
+	run.c, err = durable.New(durable.Options[op, result]{
+		Store: db,
+		Apply: func(ctx context.Context, ops []op) ([]result, error) {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+			var out []result
+			t := now()
+			err := db.Update(func(tx *store.Tx) (err error) {
+				out, err = s.rules.apply(tx, t, ops)
+				return err
+			})
+			return out, err
+		},
+		Probe:    func() error { return db.Update(func(*store.Tx) error { return nil }) },
+		Announce: run.announce,
+		Settled: func(ops []op) {
+			for _, o := range ops {
+				if o.key != "" {
+					run.claims.Release(idemKey(o.topic, o.key))
+				}
+			}
+		},
+		Kind:          func(o op) string { return o.kind.String() },
+		Kinds:         opNames[:],
+		Scrub:         func() (bool, error) { st, err := db.Scrub(1024); return st.Wrapped, err },
+		ScrubEvery:    time.Second,
+		Faults:        faults,
+		Logger:        rt.Logger.Named("committer"),
+		Registerer:    rt.Registerer,
+		Metrics:       durable.Names{Prefix: "mailbox", Service: "store", Queue: "commit"},
+		QueueCapacity: s.queueCapacity,
+		Committers:    s.committers,
+		MaxBatch:      s.maxBatch,
+		CommitTimeout: s.commitTimeout,
+	})
+	if err != nil {
+		_ = db.Close()
+		return err
+	}
+	run.redrives = make(chan redriveJob, redriveQueue)
+	run.m.spawned.Add(2)
+	run.sweeper.Add(2)
+	go func() {
+		defer run.sweeper.Done()
+		run.sweep(rt.Context())
+	}()
+	go func() {
+		defer run.sweeper.Done()
+		run.redrive(rt.Context())
+	}()
+	mb.running.Store(run)
+	rt.Logger.Info("configured", "path", path, "ready_shards", s.readyShards, "committers", s.committers)
+	return nil
+}
+
+func newMetrics() metrics {
+	return metrics{
+		busy: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "busy_rejections_total",
+			Help: "Requests refused with 429 because a bounded queue was full, by endpoint."}, []string{"endpoint"}),
+		integrity: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "integrity_fail_total",
+			Help: "Stored messages whose payload failed its BLAKE3 hash at delivery, by reason."}, []string{"reason"}),
+		redeliv: prometheus.NewCounter(prometheus.CounterOpts{Name: "mailbox_redeliveries_total",
+			Help: "Deliveries of messages delivered before."}),
+		dlq: prometheus.NewCounter(prometheus.CounterOpts{Name: "mailbox_dlq_total",
+			Help: "Messages moved to a dead-letter queue (max_attempts, integrity or terminate)."}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "request_latency_seconds",
+			Help: "Time to answer a request, by operation.", Buckets: prometheus.DefBuckets}, []string{"op"}),
+		spawned: prometheus.NewCounter(prometheus.CounterOpts{Name: durable.TasksSpawnedName,
+			Help: durable.TasksSpawnedHelp, ConstLabels: prometheus.Labels{"kind": "maintenance"}}),
+		requeueBack: prometheus.NewCounter(prometheus.CounterOpts{Name: "requeue_backoff_total",
+			Help: "Messages put back with a full-jitter backoff delay (a nack without delay_ms or a failed delivery)."}),
+	}
+}
+
+// announce runs after each committed group: it counts what the group did
+// and wakes the long polls of the topics it made messages visible in.
+func (run *running) announce(rs []result) {
+	for _, r := range rs {
+		if r.integ > 0 {
+			run.m.integrity.WithLabelValues("hash").Add(float64(r.integ))
+			run.m.requeueBack.Add(float64(r.integ))
+		}
+		run.m.redeliv.Add(float64(r.redeliv))
+		run.m.dlq.Add(float64(r.dlq))
+		for _, t := range r.wake {
+			run.wakers.wake(t)
+		}
+		run.flight.apply(r.held)
+	}
+}
+
+// sweep reclaims expired idempotency records through the committer until
+// ctx ends. A sweep refused (busy, draining) is tried at the next tick.
+func (run *running) sweep(ctx context.Context) {
+	t := time.NewTicker(sweepEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			_ = run.c.Submit(op{kind: opSweep, max: sweepLimit}, func(result, error) {})
+		}
+	}
+}
+
+// redriveQueue is the redriver's intake capacity, the seed's reproc_tx.
+const redriveQueue = 256
+
+// redriveJob is one accepted redrive: up to max messages of topic.dlq
+// back to topic, at most rate a second (0: as fast as commits go).
+type redriveJob struct {
+	topic string
+	max   int
+	rate  float64
+}
+
+// redrive runs the accepted redrives one at a time until ctx ends: each
+// in chunks through the committer, a chunk of up to rate messages (or
+// maxRedriveChunk) every second, until max are moved or the DLQ is empty.
+// A chunk the committer refuses is tried again a second later.
+func (run *running) redrive(ctx context.Context) {
+	for {
+		var j redriveJob
+		select {
+		case <-ctx.Done():
+			return
+		case j = <-run.redrives:
+		}
+		chunk, every := min(j.max, maxRedriveChunk), time.Duration(0)
+		if j.rate > 0 {
+			chunk = max(1, min(chunk, int(j.rate)))
+			every = time.Duration(float64(chunk) / j.rate * float64(time.Second))
+		}
+		for moved := 0; moved < j.max; {
+			n := min(chunk, j.max-moved)
+			res, err := run.do(ctx, op{kind: opRedrive, topic: j.topic, max: n}, nil)
+			switch {
+			case ctx.Err() != nil:
+				return
+			case err != nil:
+				run.logger.Warn("redrive chunk refused; trying again", "topic", j.topic, "error", err)
+				every = max(every, time.Second)
+			default:
+				moved += res.redriven
+				if res.redriven < n {
+					moved = j.max // the DLQ is empty
+				}
+			}
+			if every > 0 && moved < j.max {
+				t := time.NewTimer(every)
+				select {
+				case <-ctx.Done():
+					t.Stop()
+					return
+				case <-t.C:
+				}
+			}
+		}
+	}
+}
+
+// shard is the shard topic hashes to.
+func (run *running) shard(topic string) int {
+	h := fnv.New32a()
+	h.Write([]byte(topic))
+	return int(h.Sum32() % uint32(len(run.intake)))
+}
+
+// drain stops the sweeper, lets the queued commits finish within ctx and
+// aborts the rest. Long polls end as the drain begins (Runtime.Context).
+func (mb *mailbox) drain(ctx context.Context) error {
+	run := mb.running.Load()
+	if run == nil {
+		return nil
+	}
+	run.sweeper.Wait() // it ends with Runtime.Context, which the drain ended
+	cctx := ctx
+	if dl, ok := ctx.Deadline(); ok {
+		var cancel context.CancelFunc
+		cctx, cancel = context.WithDeadline(ctx, dl.Add(-min(time.Until(dl)/10, drainMargin)))
+		defer cancel()
+	}
+	run.stalled = run.c.Close(cctx)
+	return run.stalled
+}
+
+// close closes the store once the requests in flight have finished,
+// unless a commit is still stalled on the disk: closing would wait for
+// it, and the next start replays the log anyway.
+func (mb *mailbox) close(context.Context) error {
+	run := mb.running.Load()
+	if run == nil {
+		return nil
+	}
+	if run.stalled != nil {
+		run.logger.Warn("leaving the store open: a commit is still stalled on the disk")
+		return run.stalled
+	}
+	return run.db.Close()
+}
+
+// health is the committer's, once configured and until the store closes.
+func (mb *mailbox) health(context.Context) sdk.Health {
+	run := mb.running.Load()
+	switch {
+	case run == nil:
+		return sdk.Health{Status: sdk.StatusNotReady, Reason: "not configured"}
+	case run.db.Closed():
+		return sdk.Health{Status: sdk.StatusNotReady, Reason: "store closed"}
+	}
+	return run.c.Health()
+}
+
+// wakers are the long polls' wake-up channels, one per topic being
+// waited on: closed, and forgotten, when a commit makes a message of the
+// topic visible. The mutex guards only the map, never a wait.
+type wakers struct {
+	mu sync.Mutex
+	ch map[string]chan struct{}
+}
+
+// waiter returns the channel that the next wake of topic closes.
+func (w *wakers) waiter(topic string) <-chan struct{} {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.ch == nil {
+		w.ch = make(map[string]chan struct{})
+	}
+	c, ok := w.ch[topic]
+	if !ok {
+		c = make(chan struct{})
+		w.ch[topic] = c
+	}
+	return c
+}
+
+func (w *wakers) wake(topic string) {
+	w.mu.Lock()
+	c, ok := w.ch[topic]
+	delete(w.ch, topic)
+	w.mu.Unlock()
+	if ok {
+		close(c)
+	}
+}
+
+// inflight are the deliveries holding their message, by message id, with
+// their deadlines (unix ms): the global_inflight cap's count. Expired
+// ones are pruned when the count reaches the cap. The mutex guards only
+// the map.
+type inflight struct {
+	mu sync.Mutex
+	m  map[uint64]int64
+}
+
+func (f *inflight) apply(hs []hold) {
+	if len(hs) == 0 {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.m == nil {
+		f.m = make(map[uint64]int64)
+	}
+	for _, h := range hs {
+		if h.until == 0 {
+			delete(f.m, h.id)
+		} else {
+			f.m[h.id] = h.until
+		}
+	}
+}
+
+// full reports whether at least limit deliveries hold their message at now.
+func (f *inflight) full(now time.Time, limit int) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.m) < limit {
+		return false
+	}
+	nowMs := now.UnixMilli()
+	for id, until := range f.m {
+		if until <= nowMs {
+			delete(f.m, id)
+		}
+	}
+	return len(f.m) >= limit
+}
+
+// outstanding returns the ids of held that still hold their message at
+// now (not acked, nacked, terminated or expired), in held itself.
+func (f *inflight) outstanding(held map[uint64]bool, now time.Time) map[uint64]bool {
+	nowMs := now.UnixMilli()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for id := range held {
+		if until, ok := f.m[id]; !ok || until <= nowMs {
+			delete(held, id)
+		}
+	}
+	return held
+}

@@ -1,0 +1,462 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/plughost/plughost/sdk/idem"
+	"github.com/plughost/plughost/sdk/store"
+)
+
+// queue is the mailbox's rules over a real store, on a clock the test
+// moves: no committer, no HTTP, no sleeps.
+type queue struct {
+	t   *testing.T
+	db  *store.DB
+	r   rules
+	now time.Time
+}
+
+func newQueue(t *testing.T, r rules) *queue {
+	t.Helper()
+	db, err := store.Open(filepath.Join(t.TempDir(), storeFile), storeOpts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	if r.maxAttempts == 0 {
+		r.maxAttempts = 5
+	}
+	if r.dedup == 0 {
+		r.dedup = 5 * time.Minute
+	}
+	if r.jitter == nil {
+		r.jitter = func(n int64) int64 { return n - 1 } // the top of the window
+	}
+	return &queue{t: t, db: db, r: r, now: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
+}
+
+func (q *queue) apply(o op) result {
+	q.t.Helper()
+	var out []result
+	err := q.db.Update(func(tx *store.Tx) (err error) {
+		out, err = q.r.apply(tx, q.now, []op{o})
+		return err
+	})
+	if err != nil {
+		q.t.Fatalf("apply %s: %v", o.kind, err)
+	}
+	return out[0]
+}
+
+func (q *queue) send(topic, payload string) uint64 {
+	q.t.Helper()
+	res := q.apply(sendOp(topic, payload, "", 0))
+	if res.err != nil {
+		q.t.Fatalf("send: %v", res.err)
+	}
+	return res.id
+}
+
+func sendOp(topic, payload, key string, delay time.Duration) op {
+	p := []byte(payload)
+	return op{kind: opSend, topic: topic, key: key, delay: delay,
+		fp: idem.FingerprintOf([]byte(topic), p), env: envelope{Hash: HashOf(p), Payload: p}}
+}
+
+func (q *queue) recv(topic string, n int, vis time.Duration) []delivery {
+	q.t.Helper()
+	return q.apply(op{kind: opRecv, topic: topic, max: n, visibility: vis}).msgs
+}
+
+func (q *queue) settle(kind opKind, d delivery, dur time.Duration) error {
+	q.t.Helper()
+	return q.apply(op{kind: kind, id: d.ID, nonce: d.Receipt, dur: dur}).err
+}
+
+func (q *queue) stats(topic string) stats {
+	q.t.Helper()
+	var st stats
+	if err := q.db.View(func(s *store.Snapshot) (err error) {
+		st, err = topicStats(s, topic, q.now)
+		return err
+	}); err != nil {
+		q.t.Fatal(err)
+	}
+	return st
+}
+
+func payloads(ds []delivery) []string {
+	var out []string
+	for _, d := range ds {
+		out = append(out, string(d.Env.Payload))
+	}
+	return out
+}
+
+func TestDeliveryCycle(t *testing.T) {
+	q := newQueue(t, rules{})
+	q.send("t", "a")
+	first := q.recv("t", 10, time.Second)
+	if got := payloads(first); len(got) != 1 || got[0] != "a" || first[0].Attempts != 1 {
+		t.Fatalf("recv = %v, want a, attempts 1", first)
+	}
+	if got := q.recv("t", 10, time.Second); len(got) != 0 {
+		t.Fatalf("recv while in flight = %v, want nothing", payloads(got))
+	}
+	if st := q.stats("t"); st != (stats{Inflight: 1}) {
+		t.Errorf("stats in flight = %+v, want 1 in flight", st)
+	}
+	// One millisecond before the deadline the delivery still holds it;
+	// at the deadline it is visible again.
+	q.now = q.now.Add(time.Second - time.Millisecond)
+	if got := q.recv("t", 10, time.Second); len(got) != 0 {
+		t.Fatalf("recv 1ms before the deadline = %v, want nothing", payloads(got))
+	}
+	q.now = q.now.Add(time.Millisecond)
+	second := q.recv("t", 10, time.Second)
+	if len(second) != 1 || second[0].Attempts != 2 || second[0].ID != first[0].ID {
+		t.Fatalf("recv at the deadline = %+v, want the message again, attempts 2", second)
+	}
+	if err := q.settle(opAck, first[0], 0); !errors.Is(err, ErrStaleReceipt) {
+		t.Errorf("ack with the first delivery's receipt = %v, want ErrStaleReceipt", err)
+	}
+	if err := q.settle(opAck, second[0], 0); err != nil {
+		t.Fatalf("ack = %v", err)
+	}
+	if err := q.settle(opAck, second[0], 0); !errors.Is(err, ErrNotFound) {
+		t.Errorf("second ack = %v, want ErrNotFound", err)
+	}
+	q.now = q.now.Add(time.Hour)
+	if got := q.recv("t", 10, time.Second); len(got) != 0 {
+		t.Errorf("recv after ack = %v, want nothing ever again", payloads(got))
+	}
+	if st := q.stats("t"); st != (stats{}) {
+		t.Errorf("stats after ack = %+v, want empty", st)
+	}
+}
+
+func TestFIFOAndBatch(t *testing.T) {
+	q := newQueue(t, rules{})
+	for i := range 12 {
+		q.send("t", fmt.Sprint(i))
+		q.send("other", "x")
+	}
+	got := payloads(q.recv("t", 10, time.Second))
+	want := []string{"0", "1", "2", "3", "4", "5", "6", "7", "8", "9"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("recv 10 = %v, want %v", got, want)
+	}
+	if got := payloads(q.recv("t", 10, time.Second)); fmt.Sprint(got) != "[10 11]" {
+		t.Errorf("recv the rest = %v, want [10 11]", got)
+	}
+}
+
+func TestDelay(t *testing.T) {
+	q := newQueue(t, rules{})
+	q.apply(sendOp("t", "later", "", 2*time.Second))
+	if st := q.stats("t"); st != (stats{Delayed: 1}) {
+		t.Errorf("stats = %+v, want 1 delayed", st)
+	}
+	q.now = q.now.Add(2*time.Second - time.Millisecond)
+	if got := q.recv("t", 1, time.Second); len(got) != 0 {
+		t.Fatalf("recv before the delay = %v, want nothing", payloads(got))
+	}
+	q.now = q.now.Add(time.Millisecond)
+	if got := q.recv("t", 1, time.Second); len(got) != 1 {
+		t.Fatalf("recv after the delay = %v, want the message", payloads(got))
+	}
+}
+
+func TestNextDeadline(t *testing.T) {
+	q := newQueue(t, rules{})
+	q.apply(sendOp("t", "later", "", 3*time.Second))
+	res := q.apply(op{kind: opRecv, topic: "t", max: 1, visibility: time.Second})
+	if want := q.now.Add(3 * time.Second).UnixMilli(); res.next != want {
+		t.Errorf("next = %d, want %d (the delayed message's)", res.next, want)
+	}
+}
+
+func TestExtend(t *testing.T) {
+	q := newQueue(t, rules{})
+	q.send("t", "a")
+	d := q.recv("t", 1, time.Second)[0]
+	q.now = q.now.Add(900 * time.Millisecond)
+	if err := q.settle(opExtend, d, 5*time.Second); err != nil {
+		t.Fatalf("extend = %v", err)
+	}
+	q.now = q.now.Add(5*time.Second - time.Millisecond)
+	if got := q.recv("t", 1, time.Second); len(got) != 0 {
+		t.Fatalf("recv inside the extension = %v, want nothing", payloads(got))
+	}
+	q.now = q.now.Add(time.Millisecond)
+	if err := q.settle(opExtend, d, 5*time.Second); !errors.Is(err, ErrExpired) {
+		t.Errorf("extend at the deadline = %v, want ErrExpired", err)
+	}
+	if err := q.settle(opAck, d, 0); err != nil {
+		t.Errorf("ack of the expired delivery nobody took since = %v, want it accepted", err)
+	}
+}
+
+func TestNack(t *testing.T) {
+	q := newQueue(t, rules{backoffBase: 200 * time.Millisecond, backoffMax: time.Second})
+	q.send("t", "a")
+	d := q.recv("t", 1, time.Minute)[0]
+	if err := q.settle(opNack, d, 500*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.settle(opAck, d, 0); !errors.Is(err, ErrStaleReceipt) {
+		t.Errorf("ack after nack = %v, want ErrStaleReceipt", err)
+	}
+	q.now = q.now.Add(499 * time.Millisecond)
+	if got := q.recv("t", 1, time.Minute); len(got) != 0 {
+		t.Fatalf("recv before nack's delay = %v, want nothing", payloads(got))
+	}
+	q.now = q.now.Add(time.Millisecond)
+	d = q.recv("t", 1, time.Minute)[0]
+	// Without delay_ms: full jitter up to base·2^(attempts−1), here the
+	// top of [0, 400ms) as the test's jitter draws.
+	if err := q.settle(opNack, d, -1); err != nil {
+		t.Fatal(err)
+	}
+	q.now = q.now.Add(398 * time.Millisecond)
+	if got := q.recv("t", 1, time.Minute); len(got) != 0 {
+		t.Fatalf("recv inside the backoff = %v, want nothing", payloads(got))
+	}
+	q.now = q.now.Add(time.Millisecond)
+	if got := q.recv("t", 1, time.Minute); len(got) != 1 {
+		t.Fatalf("recv after the backoff = %v, want the message", payloads(got))
+	}
+}
+
+func TestBackoff(t *testing.T) {
+	r := rules{backoffBase: 200 * time.Millisecond, backoffMax: time.Second, jitter: func(n int64) int64 { return n - 1 }}
+	for _, tt := range []struct {
+		attempts uint32
+		want     time.Duration
+	}{{1, 200*time.Millisecond - 1}, {2, 400*time.Millisecond - 1}, {3, 800*time.Millisecond - 1}, {4, time.Second - 1}, {40, time.Second - 1}} {
+		if got := r.backoff(tt.attempts); got != tt.want {
+			t.Errorf("backoff(%d) = %v, want %v", tt.attempts, got, tt.want)
+		}
+	}
+}
+
+func TestDeadLetters(t *testing.T) {
+	q := newQueue(t, rules{maxAttempts: 2})
+	q.send("t", "a")
+	for i := range 2 {
+		if got := q.recv("t", 1, time.Second); len(got) != 1 {
+			t.Fatalf("delivery %d = %v, want the message", i+1, payloads(got))
+		}
+		q.now = q.now.Add(time.Second)
+	}
+	res := q.apply(op{kind: opRecv, topic: "t", max: 1, visibility: time.Second})
+	if len(res.msgs) != 0 || res.dlq != 1 {
+		t.Fatalf("third recv with max_attempts 2 = %v, dlq %d; want nothing delivered, one moved", payloads(res.msgs), res.dlq)
+	}
+	if st := q.stats("t"); st != (stats{DLQ: 1}) {
+		t.Errorf("stats = %+v, want 1 in the DLQ", st)
+	}
+	// The DLQ is a topic; its messages never move on.
+	for range 3 {
+		d := q.recv("t.dlq", 1, time.Second)
+		if len(d) != 1 {
+			t.Fatalf("recv t.dlq = %v, want the message", payloads(d))
+		}
+		q.now = q.now.Add(time.Second)
+	}
+	if got := q.apply(op{kind: opRedrive, topic: "t", max: 10}).redriven; got != 1 {
+		t.Fatalf("redrive moved %d, want 1", got)
+	}
+	d := q.recv("t", 1, time.Second)
+	if len(d) != 1 || d[0].Attempts != 1 {
+		t.Fatalf("recv after redrive = %+v, want the message with attempts reset", d)
+	}
+	if err := q.settle(opTerminate, d[0], 0); err != nil {
+		t.Fatal(err)
+	}
+	if st := q.stats("t"); st != (stats{DLQ: 1}) {
+		t.Errorf("stats after terminate = %+v, want 1 in the DLQ", st)
+	}
+}
+
+func TestIntegrity(t *testing.T) {
+	q := newQueue(t, rules{maxAttempts: 3})
+	bad := sendOp("t", "good", "", 0)
+	bad.env.Payload = []byte("evil") // stored with the hash of another payload
+	q.apply(bad)
+	integ := 0
+	for range 3 {
+		res := q.apply(op{kind: opRecv, topic: "t", max: 1, visibility: time.Second})
+		if len(res.msgs) != 0 {
+			t.Fatalf("recv delivered %q, whose hash fails", payloads(res.msgs))
+		}
+		integ += res.integ
+		q.now = q.now.Add(time.Minute)
+	}
+	if integ != 3 {
+		t.Errorf("integrity failures = %d, want 3", integ)
+	}
+	if st := q.stats("t"); st.DLQ != 1 {
+		t.Errorf("stats = %+v, want the message in the DLQ after max_attempts", st)
+	}
+}
+
+func TestIdempotentSend(t *testing.T) {
+	q := newQueue(t, rules{dedup: time.Minute})
+	first := q.apply(sendOp("t", "a", "k", 0))
+	again := q.apply(sendOp("t", "a", "k", 0))
+	if !again.duplicate || again.id != first.id {
+		t.Fatalf("resend = %+v, want duplicate of %d", again, first.id)
+	}
+	if res := q.apply(sendOp("t", "b", "k", 0)); !errors.Is(res.err, idem.ErrReused) {
+		t.Errorf("same key, other payload = %v, want ErrReused", res.err)
+	}
+	if res := q.apply(sendOp("u", "a", "k", 0)); res.duplicate || res.id == first.id {
+		t.Errorf("same key, other topic = %+v, want a new message", res)
+	}
+	d := q.recv("t", 1, time.Second)[0]
+	if err := q.settle(opAck, d, 0); err != nil {
+		t.Fatal(err)
+	}
+	q.now = q.now.Add(time.Minute - time.Millisecond)
+	if res := q.apply(sendOp("t", "a", "k", 0)); !res.duplicate || res.id != first.id {
+		t.Errorf("resend after ack, inside the window = %+v, want the duplicate", res)
+	}
+	q.now = q.now.Add(time.Millisecond)
+	if res := q.apply(sendOp("t", "a", "k", 0)); res.duplicate {
+		t.Errorf("resend at the window's end = %+v, want a new message", res)
+	}
+}
+
+func TestEnvelopeRoundTrip(t *testing.T) {
+	e := envelope{Hash: HashOf([]byte("p")), EnqueuedAt: 1234, Attrs: map[string]string{"b": "2", "a": ""}, Payload: []byte("p")}
+	got, err := decodeEnvelope(encodeEnvelope(e))
+	if err != nil || fmt.Sprint(got) != fmt.Sprint(e) {
+		t.Errorf("decodeEnvelope(encodeEnvelope(%v)) = %v, %v", e, got, err)
+	}
+	m := meta{Topic: "t.dlq", VisibleAt: 99, Attempts: 3, Receipt: 7, Reason: "integrity"}
+	if got, err := decodeMeta(encodeMeta(m)); err != nil || got != m {
+		t.Errorf("decodeMeta(encodeMeta(%v)) = %v, %v", m, got, err)
+	}
+}
+
+func TestReceiptRoundTrip(t *testing.T) {
+	id, nonce, err := ParseReceipt(Receipt(5, 9))
+	if err != nil || id != 5 || nonce != 9 {
+		t.Errorf("ParseReceipt(Receipt(5, 9)) = %d, %d, %v", id, nonce, err)
+	}
+	for _, s := range []string{"", "0000000000000005", "0000000000000005.", "0000000000000000.0000000000000001", "000000000000000g.0000000000000001", "+000000000000005.0000000000000001"} {
+		if _, _, err := ParseReceipt(s); err == nil {
+			t.Errorf("ParseReceipt(%q) succeeded, want an error", s)
+		}
+	}
+}
+
+// TestFlippedPayloadByte flips one byte of a stored payload in every
+// file that holds it (the bbolt file and any log generation still
+// holding the send) and checks that the message is never delivered:
+// the store's checksums refuse the read, or Open refuses the files.
+func TestFlippedPayloadByte(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, storeFile)
+	marker := []byte("payload-marker-0123456789abcdef")
+	db, err := store.Open(path, storeOpts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rules{maxAttempts: 5, dedup: time.Minute}
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	o := sendOp("t", string(marker), "", 0)
+	if err := db.Update(func(tx *store.Tx) error { _, err := r.apply(tx, now, []op{o}); return err }); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	files, _ := filepath.Glob(filepath.Join(dir, "*"))
+	flipped := 0
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := bytes.Index(b, marker); i >= 0; i = bytes.Index(b, marker) {
+			b[i+len(marker)/2] ^= 0x01
+			flipped++
+		}
+		if err := os.WriteFile(f, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if flipped == 0 {
+		t.Fatal("the payload is in no file: the test would prove nothing")
+	}
+	db, err = store.Open(path, storeOpts)
+	if err != nil {
+		t.Logf("Open refused the damaged files: %v", err)
+		return
+	}
+	defer db.Close()
+	var res []result
+	err = db.Update(func(tx *store.Tx) (err error) {
+		res, err = r.apply(tx, now, []op{{kind: opRecv, topic: "t", max: 1, visibility: time.Second}})
+		return err
+	})
+	if err == nil && len(res[0].msgs) > 0 {
+		t.Fatalf("recv delivered %q from a damaged store, want an error or nothing", res[0].msgs[0].Env.Payload)
+	}
+	t.Logf("recv after %d flips: %v, %d delivered", flipped, err, func() int {
+		if err != nil {
+			return 0
+		}
+		return len(res[0].msgs)
+	}())
+}
+
+func TestRetention(t *testing.T) {
+	q := newQueue(t, rules{retention: time.Hour})
+	q.send("t", "old")
+	q.now = q.now.Add(time.Minute)
+	q.send("t", "young")
+	held := q.recv("t", 1, 24*time.Hour) // "old", in flight when it expires
+	if len(held) != 1 {
+		t.Fatal("recv found nothing")
+	}
+	q.now = q.now.Add(time.Hour - time.Minute - time.Millisecond)
+	if res := q.apply(op{kind: opSweep, max: 10}); res.expired != 0 {
+		t.Fatalf("sweep 1ms before retention deleted %d", res.expired)
+	}
+	q.now = q.now.Add(time.Millisecond)
+	res := q.apply(op{kind: opSweep, max: 10})
+	if res.expired != 1 || len(res.held) != 1 {
+		t.Fatalf("sweep at retention = %+v, want old deleted and its delivery ended", res)
+	}
+	if err := q.settle(opAck, held[0], 0); !errors.Is(err, ErrNotFound) {
+		t.Errorf("ack of an expired message = %v, want ErrNotFound", err)
+	}
+	if got := payloads(q.recv("t", 10, time.Second)); fmt.Sprint(got) != "[young]" {
+		t.Errorf("recv after the sweep = %v, want [young]", got)
+	}
+}
+
+// TestIntegrityOneAttemptPerReceive: with a backoff that draws 0, a
+// payload failing its hash still costs one attempt per receive, not
+// max_attempts in one.
+func TestIntegrityOneAttemptPerReceive(t *testing.T) {
+	q := newQueue(t, rules{maxAttempts: 3, jitter: func(int64) int64 { return 0 }})
+	bad := sendOp("t", "good", "", 0)
+	bad.env.Payload = []byte("evil")
+	q.apply(bad)
+	if res := q.apply(op{kind: opRecv, topic: "t", max: 1, visibility: time.Second}); res.integ != 1 || res.dlq != 0 {
+		t.Errorf("first receive: %d integrity failures, %d to the DLQ; want 1 and 0", res.integ, res.dlq)
+	}
+}
