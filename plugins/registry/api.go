@@ -305,7 +305,7 @@ type pending struct {
 
 // submit hands o to the committer through the bounded intake n of
 // capacity limit: past it, errQueueFull.
-func (run *running) submit(o op, n *atomic.Int64, limit int) *pending {
+func (run *running) submit(o op, queue string, n *atomic.Int64, limit int) *pending {
 	p := &pending{done: make(chan struct{})}
 	if msg := run.corrupt.Load(); msg != nil {
 		p.err = fmt.Errorf("%w: the deep verifier found %s", errWriteUnready, *msg)
@@ -314,6 +314,9 @@ func (run *running) submit(o op, n *atomic.Int64, limit int) *pending {
 	}
 	if n.Add(1) > int64(limit) {
 		n.Add(-1)
+		if c := run.m.dropped[queue]; c != nil {
+			c.Inc()
+		}
 		p.err = fmt.Errorf("%w: %d operations waiting", errQueueFull, limit)
 		close(p.done)
 		return p
@@ -406,7 +409,7 @@ func (rg *registry) propose(w http.ResponseWriter, r *http.Request, run *running
 	}
 	ctx, cancel := run.commitCtx(r)
 	defer cancel()
-	res, err := run.wait(ctx, run.submit(o, &run.proposals, run.s.proposalsQueue))
+	res, err := run.wait(ctx, run.submit(o, "proposals", &run.proposals, run.s.proposalsQueue))
 	run.writeResult(w, endpoint, res, err, false)
 }
 
@@ -419,7 +422,7 @@ func (rg *registry) proposeBatch(w http.ResponseWriter, r *http.Request, run *ru
 	ps := make([]*pending, len(ops))
 	for i, o := range ops {
 		if errs[i] == nil {
-			ps[i] = run.submit(o, &run.proposals, run.s.proposalsQueue)
+			ps[i] = run.submit(o, "proposals", &run.proposals, run.s.proposalsQueue)
 		}
 	}
 	run.writeBatch(w, r, endpoint, ps, errs, false)
@@ -491,7 +494,7 @@ func (rg *registry) approve(w http.ResponseWriter, r *http.Request, run *running
 	}
 	ctx, cancel := run.commitCtx(r)
 	defer cancel()
-	res, err := run.wait(ctx, run.submit(s.o, &run.approvals, run.s.approvalsQueue))
+	res, err := run.wait(ctx, run.submit(s.o, "approvals", &run.approvals, run.s.approvalsQueue))
 	run.writeResult(w, endpoint, res, err, true)
 }
 
@@ -507,7 +510,7 @@ func (rg *registry) approveBatch(w http.ResponseWriter, r *http.Request, run *ru
 			errs[i] = run.authorize(s)
 		}
 		if errs[i] == nil {
-			ps[i] = run.submit(s.o, &run.approvals, run.s.approvalsQueue)
+			ps[i] = run.submit(s.o, "approvals", &run.approvals, run.s.approvalsQueue)
 		}
 	}
 	run.writeBatch(w, r, endpoint, ps, errs, true)
@@ -633,7 +636,7 @@ func (rg *registry) signCheckpoint(w http.ResponseWriter, r *http.Request, run *
 	ctx, cancel := run.commitCtx(r)
 	defer cancel()
 	var n atomic.Int64
-	res, err := run.wait(ctx, run.submit(op{kind: opCheckpoint}, &n, 1))
+	res, err := run.wait(ctx, run.submit(op{kind: opCheckpoint}, "", &n, 1))
 	switch {
 	case err != nil:
 		run.fail(w, endpoint, err)

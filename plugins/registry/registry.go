@@ -22,6 +22,7 @@ import (
 	"github.com/plughost/plughost/sdk/backoff"
 	"github.com/plughost/plughost/sdk/durable"
 	"github.com/plughost/plughost/sdk/store"
+	"github.com/plughost/plughost/sdk/workq"
 )
 
 // version is the plugin's version, reported to the host.
@@ -46,6 +47,9 @@ type registry struct {
 	// verifyEvery, if set, spaces the deep verifier's slices; tests
 	// shorten it.
 	verifyEvery time.Duration
+	// faults, if set, stands in for the Runtime's fault points; tests set
+	// it to hold commits without the host's admin API.
+	faults durable.Injector
 
 	running atomic.Pointer[running]
 }
@@ -83,7 +87,7 @@ type running struct {
 
 type metrics struct {
 	busy      *prometheus.CounterVec
-	dropped   *prometheus.CounterVec
+	dropped   map[string]prometheus.Counter // by queue: proposals, approvals, retention
 	casFail   prometheus.Counter
 	timeouts  prometheus.Counter
 	lagged    *prometheus.CounterVec
@@ -91,6 +95,11 @@ type metrics struct {
 	headV     prometheus.Gauge
 	verifyErr prometheus.Counter
 	ckpts     prometheus.Counter
+}
+
+func droppedCounter(queue string) prometheus.Counter {
+	return prometheus.NewCounter(prometheus.CounterOpts{Name: workq.DroppedName, Help: workq.DroppedHelp,
+		ConstLabels: prometheus.Labels{"queue": queue}})
 }
 
 func spawnedCounter(kind string) prometheus.Counter {
@@ -102,8 +111,8 @@ func newMetrics() metrics {
 	return metrics{
 		busy: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "busy_rejections_total",
 			Help: "Requests refused with 429 because a bounded queue was full, by endpoint."}, []string{"endpoint"}),
-		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "queue_dropped_total",
-			Help: "Items a full bounded queue did not take, by queue."}, []string{"queue"}),
+		dropped: map[string]prometheus.Counter{"proposals": droppedCounter("proposals"), "approvals": droppedCounter("approvals"),
+			"retention": droppedCounter("retention")},
 		casFail: prometheus.NewCounter(prometheus.CounterOpts{Name: "commit_cas_fail_total",
 			Help: "Commits refused because the stored HEAD was not the head last committed."}),
 		timeouts: prometheus.NewCounter(prometheus.CounterOpts{Name: "io_timeouts_total",
@@ -179,10 +188,10 @@ func (rg *registry) configure(_ context.Context, rt *sdk.Runtime) error {
 		_ = db.Close()
 		return err
 	}
-	cols := []prometheus.Collector{run.m.busy, run.m.dropped, run.m.casFail, run.m.timeouts, run.m.lagged,
+	cols := []prometheus.Collector{run.m.busy, run.m.dropped["proposals"], run.m.dropped["approvals"], run.m.dropped["retention"], run.m.casFail, run.m.timeouts, run.m.lagged,
 		run.m.spawned["checkpointer"], run.m.spawned["retention"], run.m.spawned["verifier"], run.m.headV, run.m.verifyErr, run.m.ckpts,
 		depthGauge("proposals", &run.proposals), depthGauge("approvals", &run.approvals),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "queue_depth", Help: "Items waiting in a bounded queue, by queue.",
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: workq.DepthName, Help: workq.DepthHelp,
 			ConstLabels: prometheus.Labels{"queue": "retention"}}, func() float64 { return float64(len(run.retention)) }),
 	}
 	for _, col := range cols {
@@ -190,6 +199,10 @@ func (rg *registry) configure(_ context.Context, rt *sdk.Runtime) error {
 			_ = db.Close()
 			return fmt.Errorf("register metrics: %w", err)
 		}
+	}
+	var faults durable.Injector = rt.Faults()
+	if rg.faults != nil {
+		faults = rg.faults
 	}
 	run.c, err = durable.New(durable.Options[op, result]{
 		Store:    db,
@@ -200,7 +213,7 @@ func (rg *registry) configure(_ context.Context, rt *sdk.Runtime) error {
 		Kind:     func(o op) string { return o.kind.String() },
 		Kinds:    opNames[:],
 		Scrub:    func() (bool, error) { st, err := db.Scrub(1024); return st.Wrapped, err },
-		Faults:   rt.Faults(),
+		Faults:   faults,
 		Logger:   rt.Logger.Named("committer"),
 		// One goroutine commits: the single writer of HEAD.
 		Committers:    1,
@@ -238,7 +251,7 @@ func (rg *registry) configure(_ context.Context, rt *sdk.Runtime) error {
 }
 
 func depthGauge(queue string, n *atomic.Int64) prometheus.Collector {
-	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "queue_depth", Help: "Items waiting in a bounded queue, by queue.",
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: workq.DepthName, Help: workq.DepthHelp,
 		ConstLabels: prometheus.Labels{"queue": queue}}, func() float64 { return float64(n.Load()) })
 }
 
@@ -360,7 +373,7 @@ func (run *running) checkpointer(ctx context.Context) {
 			select {
 			case run.retention <- r.ckptN:
 			default:
-				run.m.dropped.WithLabelValues("retention").Inc()
+				run.m.dropped["retention"].Inc()
 				run.logger.Warn("retention queue full; skipping this cycle", "checkpoint", r.ckptN)
 			}
 		}
@@ -483,7 +496,7 @@ func loadSigner(dataDir, file, origin string) (note.Signer, string, error) {
 // verifierKey derives the verifier key of an Ed25519 note signing key
 // (PRIVATE+KEY+name+hash+base64(0x01 ‖ seed)).
 func verifierKey(skey string) (string, error) {
-	parts := strings.Split(skey, "+")
+	parts := strings.SplitN(skey, "+", 5) // base64 may hold '+'; the name may not
 	if len(parts) != 5 {
 		return "", errors.New("signing key: malformed")
 	}
