@@ -85,7 +85,13 @@ func call(t testing.TB, h http.Handler, method, path, body string, hdr ...string
 // its goroutines are gone before goleak looks.
 func serve(t *testing.T, def sdk.Plugin, config string) *plugintest.Harness {
 	t.Helper()
-	h := plugintest.New(t, def, plugintest.Options{Config: approvers() + config,
+	return serveDir(t, def, t.TempDir(), config)
+}
+
+// serveDir is serve with the data dir dir.
+func serveDir(t *testing.T, def sdk.Plugin, dir, config string) *plugintest.Harness {
+	t.Helper()
+	h := plugintest.New(t, def, plugintest.Options{Config: approvers() + config, DataDir: dir,
 		// A host limit above the plugin's own, as for batches of large
 		// artifacts, so that the plugin's 413 is reachable.
 		Limits: sdk.Limits{MaxBodyBytes: maxBodyBytes, RequestTimeout: 10 * time.Second}})
@@ -204,3 +210,7 @@ func (g *gate) Inject(ctx context.Context, _ string) error {
 		return ctx.Err()
 	}
 }
+
+func timeIn(s int) time.Time { return time.Now().Add(time.Duration(s) * time.Second) }
+
+func b64Hash(h [32]byte) string { return base64.StdEncoding.EncodeToString(h[:]) }
