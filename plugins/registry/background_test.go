@@ -85,7 +85,9 @@ retention {
 	})
 	code, body := call(t, h, "GET", "/v1/entries/1", "")
 	_, ck := call(t, h, "GET", "/v1/checkpoint", "")
-	var gone struct{ Error struct{ Code, Checkpoint string } }
+	var gone struct {
+		Error struct{ Code, Checkpoint string }
+	}
 	if code != 410 || json.Unmarshal([]byte(body), &gone) != nil || gone.Error.Code != "pruned" || gone.Error.Checkpoint != ck {
 		t.Errorf("GET pruned entry 1 = %d %s, want 410 pruned with the checkpoint %q", code, body, ck)
 	}

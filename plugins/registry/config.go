@@ -71,8 +71,8 @@ func schema() sdk.Schema {
 		{Name: "commit_timeout", Type: sdk.TypeDuration, Default: "1s", Description: "deadline of one group commit attempt"},
 		{Name: "commit_deadline", Type: sdk.TypeDuration, Default: "2s", Description: "how long a proposal or approval waits for its commit before 503"},
 	}, Blocks: []sdk.Block{{
-		Name: "approver", List: true, Required: true,
-		Description: "an approver: its id and Ed25519 public key",
+		Name: "approver", List: true,
+		Description: "an approver: its id and Ed25519 public key. With none, nothing can commit: the registry serves what it holds, read-only",
 		Schema: sdk.Schema{Attrs: []sdk.Attr{
 			{Name: "id", Type: sdk.TypeString, Required: true, Description: "the name approvals carry"},
 			{Name: "public_key", Type: sdk.TypeString, Required: true, Description: "standard base64 of the 32-byte Ed25519 public key"},
@@ -142,7 +142,7 @@ func (c config) check() (settings, error) {
 	}
 	switch {
 	case err != nil:
-	case s.quorum > len(s.approvers):
+	case len(s.approvers) > 0 && s.quorum > len(s.approvers):
 		err = &sdk.ConfigError{Attribute: "quorum", Message: fmt.Sprintf("must be at most the %d approvers declared, got %d", len(s.approvers), s.quorum)}
 	case !validKeyName(s.origin):
 		err = &sdk.ConfigError{Attribute: "origin", Message: "must be non-empty, without spaces or '+'"}

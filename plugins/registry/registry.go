@@ -245,6 +245,9 @@ func (rg *registry) configure(_ context.Context, rt *sdk.Runtime) error {
 		run.tasks.Go(fn)
 	}
 	rg.running.Store(run)
+	if len(s.approvers) == 0 {
+		rt.Logger.Warn("no approver blocks: nothing can commit; serving the log read-only")
+	}
 	h := run.head.Load()
 	rt.Logger.Info("configured", "path", path, "head_version", h.Version, "approvers", len(s.approvers), "quorum", s.quorum, "origin", s.origin)
 	return nil
