@@ -1,0 +1,165 @@
+package main
+
+import (
+	"crypto/ed25519"
+	"encoding/base64"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/plughost/plughost/sdk"
+)
+
+// config is the plugin's config block; its json tags are the attributes
+// declared in schema, and the host has applied the defaults. Numbers are
+// float64 so that check can say what is wrong with 1.5.
+type config struct {
+	Approvers          []approverConfig `json:"approver"`
+	Quorum             float64          `json:"quorum"`
+	Origin             string           `json:"origin"`
+	SigningKeyFile     string           `json:"signing_key_file"`
+	CheckpointInterval sdk.Duration     `json:"checkpoint_interval"`
+	ProposalTTL        sdk.Duration     `json:"proposal_ttl"`
+	Retention          *retentionConfig `json:"retention"` // null when the block is absent
+	ProposalsQueue     float64          `json:"proposals_queue"`
+	ApprovalsQueue     float64          `json:"approvals_queue"`
+	StreamBuffer       float64          `json:"stream_buffer"`
+	MaxBatch           float64          `json:"max_batch"`
+	CommitTimeout      sdk.Duration     `json:"commit_timeout"`
+	CommitDeadline     sdk.Duration     `json:"commit_deadline"`
+}
+
+type approverConfig struct {
+	ID        string `json:"id"`
+	PublicKey string `json:"public_key"`
+}
+
+type retentionConfig struct {
+	Enabled             bool    `json:"enabled"`
+	KeepAfterCheckpoint float64 `json:"keep_after_checkpoint"`
+}
+
+// settings are the checked config values.
+type settings struct {
+	approvers          map[string]ed25519.PublicKey
+	quorum             int
+	origin             string
+	signingKeyFile     string
+	checkpointInterval time.Duration
+	proposalTTL        time.Duration
+	retention          bool
+	keepAfter          uint64
+	proposalsQueue     int
+	approvalsQueue     int
+	streamBuffer       int
+	maxBatch           int
+	commitTimeout      time.Duration
+	commitDeadline     time.Duration
+}
+
+func schema() sdk.Schema {
+	return sdk.Schema{Attrs: []sdk.Attr{
+		{Name: "quorum", Type: sdk.TypeNumber, Default: 2, Description: "distinct approvers whose signatures commit a proposal"},
+		{Name: "origin", Type: sdk.TypeString, Default: "plughost-registry", Description: "the log's origin: first line of each checkpoint and the name of its signing key"},
+		{Name: "signing_key_file", Type: sdk.TypeString, Default: "", Description: "note signing key (PRIVATE+KEY+...); empty: generated into the data dir (0600) on first start. Keep it secret: whoever reads it can sign checkpoints"},
+		{Name: "checkpoint_interval", Type: sdk.TypeDuration, Default: "10s", Description: "how often a checkpoint of a grown log is signed"},
+		{Name: "proposal_ttl", Type: sdk.TypeDuration, Default: "24h", Description: "how long a proposal may gather approvals"},
+		{Name: "proposals_queue", Type: sdk.TypeNumber, Default: 512, Description: "proposals waiting to commit; beyond it proposals get 429"},
+		{Name: "approvals_queue", Type: sdk.TypeNumber, Default: 512, Description: "approvals waiting to commit; beyond it approvals get 429"},
+		{Name: "stream_buffer", Type: sdk.TypeNumber, Default: 1024, Description: "events buffered per stream consumer; a consumer further behind gets a lagged event"},
+		{Name: "max_batch", Type: sdk.TypeNumber, Default: 256, Description: "most operations per group commit (one write-ahead log record and fdatasync)"},
+		{Name: "commit_timeout", Type: sdk.TypeDuration, Default: "1s", Description: "deadline of one group commit attempt"},
+		{Name: "commit_deadline", Type: sdk.TypeDuration, Default: "2s", Description: "how long a proposal or approval waits for its commit before 503"},
+	}, Blocks: []sdk.Block{{
+		Name: "approver", List: true,
+		Description: "an approver: its id and Ed25519 public key. With none, nothing can commit: the registry serves what it holds, read-only",
+		Schema: sdk.Schema{Attrs: []sdk.Attr{
+			{Name: "id", Type: sdk.TypeString, Required: true, Description: "the name approvals carry"},
+			{Name: "public_key", Type: sdk.TypeString, Required: true, Description: "standard base64 of the 32-byte Ed25519 public key"},
+		}},
+	}, {
+		Name:        "retention",
+		Description: "pruning of entry data that a signed checkpoint covers",
+		Schema: sdk.Schema{Attrs: []sdk.Attr{
+			{Name: "enabled", Type: sdk.TypeBool, Default: false, Description: "prune entry data (hashes and proofs stay)"},
+			{Name: "keep_after_checkpoint", Type: sdk.TypeNumber, Default: 1000, Description: "entries below the latest checkpoint's size that are kept"},
+		}},
+	}}}
+}
+
+// check refuses what the schema cannot express, naming the attribute.
+func (c config) check() (settings, error) {
+	var s settings
+	var err error
+	whole := func(name string, v float64, lo, hi int) int {
+		if err != nil {
+			return 0
+		}
+		if v != math.Trunc(v) || v < float64(lo) || v > float64(hi) {
+			err = &sdk.ConfigError{Attribute: name, Message: fmt.Sprintf("must be a whole number from %d to %d, got %v", lo, hi, v)}
+			return 0
+		}
+		return int(v)
+	}
+	dur := func(name string, d sdk.Duration, lo, hi time.Duration) time.Duration {
+		if err != nil {
+			return 0
+		}
+		if d.Std() < lo || d.Std() > hi {
+			err = &sdk.ConfigError{Attribute: name, Message: fmt.Sprintf("must be from %v to %v, got %v", lo, hi, d.Std())}
+			return 0
+		}
+		return d.Std()
+	}
+	s.approvers = make(map[string]ed25519.PublicKey, len(c.Approvers))
+	for i, a := range c.Approvers {
+		attr := fmt.Sprintf("approver[%d]", i)
+		pub, derr := base64.StdEncoding.DecodeString(a.PublicKey)
+		switch {
+		case a.ID == "" || len(a.ID) > 128:
+			return s, &sdk.ConfigError{Attribute: attr, Message: "id must be 1 to 128 bytes"}
+		case s.approvers[a.ID] != nil:
+			return s, &sdk.ConfigError{Attribute: attr, Message: fmt.Sprintf("approver %q declared twice", a.ID)}
+		case derr != nil || len(pub) != ed25519.PublicKeySize:
+			return s, &sdk.ConfigError{Attribute: attr, Message: "public_key must be standard base64 of 32 bytes"}
+		}
+		s.approvers[a.ID] = ed25519.PublicKey(pub)
+	}
+	s.quorum = whole("quorum", c.Quorum, 1, 64)
+	s.origin = c.Origin
+	s.signingKeyFile = c.SigningKeyFile
+	s.checkpointInterval = dur("checkpoint_interval", c.CheckpointInterval, 10*time.Millisecond, 24*time.Hour)
+	s.proposalTTL = dur("proposal_ttl", c.ProposalTTL, time.Second, 365*24*time.Hour)
+	s.proposalsQueue = whole("proposals_queue", c.ProposalsQueue, 1, 1<<20)
+	s.approvalsQueue = whole("approvals_queue", c.ApprovalsQueue, 1, 1<<20)
+	s.streamBuffer = whole("stream_buffer", c.StreamBuffer, 1, 1<<20)
+	s.maxBatch = whole("max_batch", c.MaxBatch, 1, 4096)
+	s.commitTimeout = dur("commit_timeout", c.CommitTimeout, time.Millisecond, time.Minute)
+	s.commitDeadline = dur("commit_deadline", c.CommitDeadline, time.Millisecond, time.Minute)
+	if c.Retention != nil {
+		s.retention = c.Retention.Enabled
+		s.keepAfter = uint64(whole("keep_after_checkpoint", c.Retention.KeepAfterCheckpoint, 0, math.MaxInt32))
+	}
+	switch {
+	case err != nil:
+	case len(s.approvers) > 0 && s.quorum > len(s.approvers):
+		err = &sdk.ConfigError{Attribute: "quorum", Message: fmt.Sprintf("must be at most the %d approvers declared, got %d", len(s.approvers), s.quorum)}
+	case !validKeyName(s.origin):
+		err = &sdk.ConfigError{Attribute: "origin", Message: "must be non-empty, without spaces or '+'"}
+	}
+	return s, err
+}
+
+// validKeyName reports whether name can name a note key (and so the
+// checkpoint's origin): printable, no spaces, no '+'.
+func validKeyName(name string) bool {
+	if name == "" {
+		return false
+	}
+	for _, r := range name {
+		if r <= ' ' || r == '+' || r > '~' {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,543 @@
+package main
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/mod/sumdb/note"
+
+	"github.com/plughost/plughost/sdk"
+	"github.com/plughost/plughost/sdk/backoff"
+	"github.com/plughost/plughost/sdk/durable"
+	"github.com/plughost/plughost/sdk/store"
+	"github.com/plughost/plughost/sdk/workq"
+)
+
+// version is the plugin's version, reported to the host.
+const version = "0.1.0"
+
+// drainMargin is the most of the drain deadline kept to answer the
+// requests whose commits are aborted at the end of a drain.
+const drainMargin = 250 * time.Millisecond
+
+// retentionQueue is the capacity of the retention goroutine's commands.
+const retentionQueue = 8
+
+// committer is the SDK's group committer over the registry's store, with
+// one goroutine: the single writer of HEAD, the entries and the tree.
+type committer = durable.Committer[op, result]
+
+// registry is the plugin. configure builds a running registry; the
+// handlers and hooks use it once it is there.
+type registry struct {
+	// now, if set, is the registry's clock; tests set it.
+	now func() time.Time
+	// verifyEvery, if set, spaces the deep verifier's slices; tests
+	// shorten it.
+	verifyEvery time.Duration
+	// faults, if set, stands in for the Runtime's fault points; tests set
+	// it to hold commits without the host's admin API.
+	faults durable.Injector
+
+	running atomic.Pointer[running]
+}
+
+// signedCheckpoint is a checkpoint as published: its size and signed note.
+type signedCheckpoint struct {
+	n    uint64
+	note []byte
+}
+
+// running is a configured registry. Every field is set once in configure,
+// except the atomics.
+type running struct {
+	s      settings
+	logger hclog.Logger
+	db     *store.DB
+	c      *committer
+	rules  rules
+	now    func() time.Time
+	vkey   string          // the checkpoint verifier key, note format
+	stop   <-chan struct{} // closed when the drain begins
+
+	head    atomic.Pointer[head]             // the head last committed
+	ckpt    atomic.Pointer[signedCheckpoint] // the latest checkpoint, once persisted
+	pruned  atomic.Uint64                    // the first version whose data is kept
+	corrupt atomic.Pointer[string]           // set by the deep verifier: writes refused
+
+	proposals, approvals atomic.Int64 // operations in the committer's queue, by intake
+	retention            chan uint64  // checkpoint sizes for the retention goroutine
+	bus                  bus
+	tasks                sync.WaitGroup // checkpointer, retention, verifier
+	m                    metrics
+	stalled              error // from the committer's Close; then the store stays open
+}
+
+type metrics struct {
+	busy      *prometheus.CounterVec
+	dropped   map[string]prometheus.Counter // by queue: proposals, approvals, retention
+	casFail   prometheus.Counter
+	timeouts  prometheus.Counter
+	lagged    *prometheus.CounterVec
+	spawned   map[string]prometheus.Counter // by kind: checkpointer, retention, verifier
+	headV     prometheus.Gauge
+	verifyErr prometheus.Counter
+	ckpts     prometheus.Counter
+}
+
+func droppedCounter(queue string) prometheus.Counter {
+	return prometheus.NewCounter(prometheus.CounterOpts{Name: workq.DroppedName, Help: workq.DroppedHelp,
+		ConstLabels: prometheus.Labels{"queue": queue}})
+}
+
+func spawnedCounter(kind string) prometheus.Counter {
+	return prometheus.NewCounter(prometheus.CounterOpts{Name: durable.TasksSpawnedName, Help: durable.TasksSpawnedHelp,
+		ConstLabels: prometheus.Labels{"kind": kind}})
+}
+
+func newMetrics() metrics {
+	return metrics{
+		busy: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "busy_rejections_total",
+			Help: "Requests refused with 429 because a bounded queue was full, by endpoint."}, []string{"endpoint"}),
+		dropped: map[string]prometheus.Counter{"proposals": droppedCounter("proposals"), "approvals": droppedCounter("approvals"),
+			"retention": droppedCounter("retention")},
+		casFail: prometheus.NewCounter(prometheus.CounterOpts{Name: "commit_cas_fail_total",
+			Help: "Commits refused because the stored HEAD was not the head last committed."}),
+		timeouts: prometheus.NewCounter(prometheus.CounterOpts{Name: "io_timeouts_total",
+			Help: "I/O operations that outlasted their deadline, by operation.", ConstLabels: prometheus.Labels{"op": "commit"}}),
+		lagged: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "bus_lagged_total",
+			Help: "Stream consumers cut off because they fell a whole buffer behind, by consumer."}, []string{"consumer"}),
+		spawned: map[string]prometheus.Counter{
+			"checkpointer": spawnedCounter("checkpointer"), "retention": spawnedCounter("retention"), "verifier": spawnedCounter("verifier")},
+		headV: prometheus.NewGauge(prometheus.GaugeOpts{Name: "registry_head_version",
+			Help: "The version of the last committed entry."}),
+		verifyErr: prometheus.NewCounter(prometheus.CounterOpts{Name: "registry_verify_failures_total",
+			Help: "Mismatches the deep verifier found in the stored chain or tree."}),
+		ckpts: prometheus.NewCounter(prometheus.CounterOpts{Name: "registry_checkpoints_total",
+			Help: "Checkpoints signed and persisted."}),
+	}
+}
+
+func definition() sdk.Plugin { return newDefinition(&registry{}) }
+
+// newDefinition describes the plugin around rg, which tests keep to set
+// its clock.
+func newDefinition(rg *registry) sdk.Plugin {
+	mux := sdk.NewMux()
+	rg.routes(mux)
+	return sdk.Plugin{
+		Name:    "registry",
+		Version: version,
+		Routes:  mux,
+		Config:  schema(),
+		// The store's files take an exclusive lock.
+		SingleInstance: true,
+		Configure:      rg.configure,
+		Drain:          rg.drain,
+		Close:          rg.close,
+		Health:         rg.health,
+	}
+}
+
+// configure loads the signing key, opens the store and starts the
+// committer, the checkpointer, retention and the deep verifier. An error
+// refuses the config; nothing is left running.
+func (rg *registry) configure(_ context.Context, rt *sdk.Runtime) error {
+	var c config
+	if err := rt.DecodeConfig(&c); err != nil {
+		return err
+	}
+	s, err := c.check()
+	if err != nil {
+		return err
+	}
+	now := rg.now
+	if now == nil {
+		now = time.Now
+	}
+	signer, vkey, err := loadSigner(rt.DataDir, s.signingKeyFile, s.origin)
+	if err != nil {
+		return &sdk.ConfigError{Attribute: "signing_key_file", Message: err.Error()}
+	}
+	path := filepath.Join(rt.DataDir, storeFile)
+	db, err := store.Open(path, storeOpts)
+	if err != nil {
+		var ce *store.CorruptError
+		if errors.As(err, &ce) {
+			return ce // the store's message names the file and the remedy
+		}
+		return err
+	}
+	run := &running{s: s, logger: rt.Logger, db: db, now: now, vkey: vkey, stop: rt.Context().Done(),
+		rules:     rules{quorum: s.quorum, ttl: s.proposalTTL, origin: s.origin, signer: signer, keep: s.keepAfter},
+		retention: make(chan uint64, retentionQueue), m: newMetrics()}
+	run.bus.onLag = run.m.lagged
+	if err := run.load(); err != nil {
+		_ = db.Close()
+		return err
+	}
+	cols := []prometheus.Collector{run.m.busy, run.m.dropped["proposals"], run.m.dropped["approvals"], run.m.dropped["retention"], run.m.casFail, run.m.timeouts, run.m.lagged,
+		run.m.spawned["checkpointer"], run.m.spawned["retention"], run.m.spawned["verifier"], run.m.headV, run.m.verifyErr, run.m.ckpts,
+		depthGauge("proposals", &run.proposals), depthGauge("approvals", &run.approvals),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: workq.DepthName, Help: workq.DepthHelp,
+			ConstLabels: prometheus.Labels{"queue": "retention"}}, func() float64 { return float64(len(run.retention)) }),
+	}
+	for _, col := range cols {
+		if err := rt.Registerer.Register(col); err != nil {
+			_ = db.Close()
+			return fmt.Errorf("register metrics: %w", err)
+		}
+	}
+	var faults durable.Injector = rt.Faults()
+	if rg.faults != nil {
+		faults = rg.faults
+	}
+	run.c, err = durable.New(durable.Options[op, result]{
+		Store:    db,
+		Apply:    run.apply,
+		Probe:    func() error { return db.Update(func(*store.Tx) error { return nil }) },
+		Wrote:    func(rs []result) bool { return anyWrote(rs) },
+		Announce: run.announce,
+		Kind:     func(o op) string { return o.kind.String() },
+		Kinds:    opNames[:],
+		Scrub:    func() (bool, error) { st, err := db.Scrub(1024); return st.Wrapped, err },
+		Faults:   faults,
+		Logger:   rt.Logger.Named("committer"),
+		// One goroutine commits: the single writer of HEAD.
+		Committers:    1,
+		Registerer:    rt.Registerer,
+		Metrics:       durable.Names{Prefix: "registry_store", Queue: "commit"},
+		QueueCapacity: s.proposalsQueue + s.approvalsQueue + retentionQueue + 1,
+		MaxBatch:      s.maxBatch,
+		CommitTimeout: s.commitTimeout,
+		// The seed's retries of idempotent storage operations: jittered
+		// 50–100ms, capped at 2s, at most 3 tries.
+		Retry: backoff.Policy{Initial: 100 * time.Millisecond, Max: 2 * time.Second, Jitter: 0.5},
+		Tries: 3,
+	})
+	if err != nil {
+		_ = db.Close()
+		return err
+	}
+	ctx := rt.Context()
+	every := rg.verifyEvery
+	if every == 0 {
+		every = time.Second
+	}
+	for kind, fn := range map[string]func(){
+		"checkpointer": func() { run.checkpointer(ctx) },
+		"retention":    func() { run.retain(ctx) },
+		"verifier":     func() { run.verify(ctx, every) },
+	} {
+		run.m.spawned[kind].Inc()
+		run.tasks.Go(fn)
+	}
+	rg.running.Store(run)
+	if len(s.approvers) == 0 {
+		rt.Logger.Warn("no approver blocks: nothing can commit; serving the log read-only")
+	}
+	h := run.head.Load()
+	rt.Logger.Info("configured", "path", path, "head_version", h.Version, "approvers", len(s.approvers), "quorum", s.quorum, "origin", s.origin)
+	return nil
+}
+
+func depthGauge(queue string, n *atomic.Int64) prometheus.Collector {
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: workq.DepthName, Help: workq.DepthHelp,
+		ConstLabels: prometheus.Labels{"queue": queue}}, func() float64 { return float64(n.Load()) })
+}
+
+func anyWrote(rs []result) bool {
+	for _, r := range rs {
+		if r.wrote {
+			return true
+		}
+	}
+	return false
+}
+
+// load reads HEAD, the latest checkpoint and the retention mark.
+func (run *running) load() error {
+	return run.db.View(func(sn *store.Snapshot) error {
+		h, err := decodeHead(sn.Get(bucketMeta, keyHead))
+		if err != nil {
+			return err
+		}
+		run.head.Store(&h)
+		run.m.headV.Set(float64(h.Version))
+		if n := getU64(sn, keyCheckpoint); n > 0 {
+			b := sn.Get(bucketCheckpoints, be64(n))
+			if b == nil {
+				return fmt.Errorf("checkpoint %d missing: %w", n, store.ErrCorrupt)
+			}
+			run.ckpt.Store(&signedCheckpoint{n: n, note: append([]byte(nil), b...)})
+		}
+		run.pruned.Store(max(getU64(sn, keyPruned), 1))
+		return nil
+	})
+}
+
+// apply commits a group: the durable committer's Apply, on its one
+// goroutine. HEAD moves only here, from the head last announced.
+func (run *running) apply(ctx context.Context, ops []op) ([]result, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	var out []result
+	now := run.now()
+	expected := *run.head.Load()
+	err := run.db.Update(func(tx *store.Tx) (err error) {
+		out, err = run.rules.apply(tx, now, expected, ops)
+		return err
+	})
+	if errors.Is(err, errCAS) {
+		run.m.casFail.Inc()
+	}
+	return out, err
+}
+
+// announce runs after each committed group, in commit order: it publishes
+// the new head and checkpoint, and the committed entries to the stream.
+func (run *running) announce(rs []result) {
+	for _, r := range rs {
+		switch {
+		case r.fresh:
+			h := r.head
+			run.head.Store(&h)
+			run.m.headV.Set(float64(h.Version))
+			run.bus.publish(event{Version: h.Version, Hash: r.entry.Hash})
+		case r.ckpt != nil && r.wrote:
+			run.ckpt.Store(&signedCheckpoint{n: r.ckptN, note: r.ckpt})
+			run.m.ckpts.Inc()
+		case r.pruned > run.pruned.Load():
+			run.pruned.Store(r.pruned)
+		}
+	}
+}
+
+// do submits o and waits for its result until ctx ends.
+func (run *running) do(ctx context.Context, o op) (result, error) {
+	done := make(chan struct {
+		r   result
+		err error
+	}, 1)
+	if err := run.c.Submit(o, func(r result, err error) {
+		done <- struct {
+			r   result
+			err error
+		}{r, err}
+	}); err != nil {
+		return result{}, err
+	}
+	select {
+	case d := <-done:
+		return d.r, d.err
+	case <-ctx.Done():
+		return result{}, ctx.Err()
+	}
+}
+
+// checkpointer signs a checkpoint every checkpoint_interval when the log
+// has grown, and hands each to retention; a full retention queue skips
+// that cycle.
+func (run *running) checkpointer(ctx context.Context) {
+	t := time.NewTicker(run.s.checkpointInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if ck := run.ckpt.Load(); ck != nil && ck.n >= run.head.Load().Version {
+			continue
+		}
+		cctx, cancel := context.WithTimeout(ctx, run.s.commitDeadline)
+		r, err := run.do(cctx, op{kind: opCheckpoint})
+		cancel()
+		if err != nil {
+			if ctx.Err() == nil {
+				run.logger.Warn("checkpoint not signed; trying at the next interval", "error", err)
+			}
+			continue
+		}
+		if run.s.retention && r.ckptN > 0 {
+			select {
+			case run.retention <- r.ckptN:
+			default:
+				run.m.dropped["retention"].Inc()
+				run.logger.Warn("retention queue full; skipping this cycle", "checkpoint", r.ckptN)
+			}
+		}
+	}
+}
+
+// retain is the retention goroutine: for each checkpoint size it prunes
+// the entry data below it (less keep_after_checkpoint), in batches
+// through the committer.
+func (run *running) retain(ctx context.Context) {
+	for {
+		var n uint64
+		select {
+		case <-ctx.Done():
+			return
+		case n = <-run.retention:
+		}
+		if n <= run.rules.keep {
+			continue
+		}
+		below := n - run.rules.keep
+		for run.pruned.Load() < below {
+			cctx, cancel := context.WithTimeout(ctx, run.s.commitDeadline)
+			r, err := run.do(cctx, op{kind: opPrune, below: below})
+			cancel()
+			if err != nil || !r.wrote {
+				if err != nil && ctx.Err() == nil {
+					run.logger.Warn("prune refused; trying at the next checkpoint", "error", err)
+				}
+				break
+			}
+		}
+	}
+}
+
+// drain stops the background goroutines, lets the queued commits finish
+// within ctx and aborts the rest. Streams end as the drain begins.
+func (rg *registry) drain(ctx context.Context) error {
+	run := rg.running.Load()
+	if run == nil {
+		return nil
+	}
+	run.tasks.Wait() // they end with Runtime.Context, which the drain ended
+	cctx := ctx
+	if dl, ok := ctx.Deadline(); ok {
+		var cancel context.CancelFunc
+		cctx, cancel = context.WithDeadline(ctx, dl.Add(-min(time.Until(dl)/10, drainMargin)))
+		defer cancel()
+	}
+	run.stalled = run.c.Close(cctx)
+	return run.stalled
+}
+
+// close closes the store once the requests in flight have finished,
+// unless a commit is still stalled on the disk.
+func (rg *registry) close(context.Context) error {
+	run := rg.running.Load()
+	if run == nil {
+		return nil
+	}
+	if run.stalled != nil {
+		run.logger.Warn("leaving the store open: a commit is still stalled on the disk")
+		return run.stalled
+	}
+	return run.db.Close()
+}
+
+// health is the committer's, once configured and until the store closes,
+// and degraded (write-unready) once the deep verifier found a mismatch.
+func (rg *registry) health(context.Context) sdk.Health {
+	run := rg.running.Load()
+	switch {
+	case run == nil:
+		return sdk.Health{Status: sdk.StatusNotReady, Reason: "not configured"}
+	case run.db.Closed():
+		return sdk.Health{Status: sdk.StatusNotReady, Reason: "store closed"}
+	}
+	if msg := run.corrupt.Load(); msg != nil {
+		return sdk.Health{Status: sdk.StatusDegraded, Reason: "writes refused: the deep verifier found " + *msg + "; reads are served"}
+	}
+	return run.c.Health()
+}
+
+// signingKeyName is the key file generated into the data dir.
+const signingKeyName = "signing.key"
+
+// loadSigner reads the note signing key from file, or from the data dir,
+// where it is generated (0600) on first start, and returns its signer and
+// verifier key. The key's name must be the origin.
+func loadSigner(dataDir, file, origin string) (note.Signer, string, error) {
+	path := file
+	if path == "" {
+		path = filepath.Join(dataDir, signingKeyName)
+		if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+			skey, _, err := note.GenerateKey(rand.Reader, origin)
+			if err != nil {
+				return nil, "", err
+			}
+			if err := writeFileSync(path, []byte(skey+"\n")); err != nil {
+				return nil, "", fmt.Errorf("write %s: %w", signingKeyName, err)
+			}
+		}
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, "", fmt.Errorf("read signing key: %w", err)
+	}
+	skey := strings.TrimSpace(string(b))
+	signer, err := note.NewSigner(skey)
+	if err != nil {
+		return nil, "", fmt.Errorf("signing key: %w", err)
+	}
+	if signer.Name() != origin {
+		return nil, "", fmt.Errorf("signing key is named %q, want the origin %q", signer.Name(), origin)
+	}
+	vkey, err := verifierKey(skey)
+	return signer, vkey, err
+}
+
+// verifierKey derives the verifier key of an Ed25519 note signing key
+// (PRIVATE+KEY+name+hash+base64(0x01 ‖ seed)).
+func verifierKey(skey string) (string, error) {
+	parts := strings.SplitN(skey, "+", 5) // base64 may hold '+'; the name may not
+	if len(parts) != 5 {
+		return "", errors.New("signing key: malformed")
+	}
+	b, err := base64.StdEncoding.DecodeString(parts[4])
+	if err != nil || len(b) != 1+ed25519.SeedSize || b[0] != 1 {
+		return "", errors.New("signing key: not an Ed25519 key")
+	}
+	pub := ed25519.NewKeyFromSeed(b[1:]).Public().(ed25519.PublicKey)
+	return note.NewEd25519VerifierKey(parts[2], pub)
+}
+
+// writeFileSync writes b to path (0600) through a temporary file renamed
+// into place, and syncs the file and its directory: a crash leaves the
+// whole key or none, and a key once used survives it.
+func writeFileSync(path string, b []byte) error {
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return err
+	}
+	d, err := os.Open(filepath.Dir(path))
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
