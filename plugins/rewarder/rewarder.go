@@ -32,6 +32,9 @@ const (
 	restartCap    = 5 * time.Second
 	maxRestarts   = 5
 	restartWindow = time.Minute
+	// drainMargin is how long before the drain deadline the work still
+	// running is canceled (at most a quarter of the time left).
+	drainMargin = 200 * time.Millisecond
 )
 
 // rewarder is the plugin; its fields are set before Configure (tests set
@@ -179,7 +182,7 @@ func (rw *rewarder) configure(_ context.Context, rt *sdk.Runtime) (err error) {
 // jittered, growing backoff when fn panics, until fn returns.
 func (r *running) supervise(task string, n int, fn func(ctx context.Context)) {
 	for range n {
-		r.m.spawned.WithLabelValues(task).Inc()
+		r.m.spawned[task].Inc()
 		r.wg.Go(func() {
 			delay := restartMin
 			for {
@@ -393,11 +396,19 @@ func (rw *rewarder) drain(ctx context.Context) error {
 	close(r.stop)
 	r.work.Close()
 	r.intents.Close()
+	// Cancel what is still running a little before the deadline, so that
+	// the committer can store its outcome and Drain returns in time.
+	wait := ctx
+	if d, ok := ctx.Deadline(); ok {
+		var cancel context.CancelFunc
+		wait, cancel = context.WithDeadline(ctx, d.Add(-min(drainMargin, time.Until(d)/4)))
+		defer cancel()
+	}
 	done := make(chan struct{})
 	go func() { r.wg.Wait(); close(done) }()
 	select {
 	case <-done:
-	case <-ctx.Done():
+	case <-wait.Done():
 		r.m.aborted.Inc()
 		r.cancel()
 		<-done
@@ -428,7 +439,7 @@ func (rw *rewarder) close(context.Context) error {
 // register theirs.
 type metrics struct {
 	busy        *prometheus.CounterVec
-	spawned     *prometheus.CounterVec
+	spawned     map[string]prometheus.Counter // by task, each its own series: the committer registers kind="committer"
 	restarts    *prometheus.CounterVec
 	retries     prometheus.Counter
 	timeouts    prometheus.Counter
@@ -442,7 +453,7 @@ type metrics struct {
 func newMetrics(reg prometheus.Registerer, r *running) (metrics, error) {
 	m := metrics{
 		busy:     prometheus.NewCounterVec(prometheus.CounterOpts{Name: "busy_rejections_total", Help: "Requests refused with 429 because a bounded queue was full, by endpoint."}, []string{"endpoint"}),
-		spawned:  prometheus.NewCounterVec(prometheus.CounterOpts{Name: durable.TasksSpawnedName, Help: durable.TasksSpawnedHelp}, []string{"kind"}),
+		spawned:  map[string]prometheus.Counter{},
 		restarts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "service_restarts_total", Help: "Supervised goroutines restarted after a panic, by task."}, []string{"task"}),
 		retries: prometheus.NewCounter(prometheus.CounterOpts{Name: "backoff_retries_total", Help: "Retries after a backoff delay, by service and operation.",
 			ConstLabels: prometheus.Labels{"svc": "rewarder", "op": "settle"}}),
@@ -456,10 +467,16 @@ func newMetrics(reg prometheus.Registerer, r *running) (metrics, error) {
 		computeTime: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "rewarder_compute_seconds", Help: "Duration of one epoch's reward computation and artifacts.", Buckets: prometheus.ExponentialBuckets(0.001, 4, 8)}),
 	}
 	m.busy.WithLabelValues("compute")
+	cols := []prometheus.Collector{m.busy, m.restarts, m.retries, m.timeouts, m.aborted, m.degraded, m.quarantine, m.epochs, m.computeTime}
+	for _, task := range []string{"worker", "emitter", "rescanner"} {
+		m.spawned[task] = prometheus.NewCounter(prometheus.CounterOpts{Name: durable.TasksSpawnedName, Help: durable.TasksSpawnedHelp, ConstLabels: prometheus.Labels{"kind": task}})
+		m.restarts.WithLabelValues(task)
+		cols = append(cols, m.spawned[task])
+	}
 	for _, s := range states {
 		m.epochs.WithLabelValues(s)
 	}
-	for _, c := range []prometheus.Collector{m.busy, m.spawned, m.restarts, m.retries, m.timeouts, m.aborted, m.degraded, m.quarantine, m.epochs, m.computeTime} {
+	for _, c := range cols {
 		if err := reg.Register(c); err != nil {
 			return m, fmt.Errorf("register metrics: %w", err)
 		}
