@@ -282,13 +282,28 @@ func (r *running) walletNonce(ctx context.Context, account string) (uint64, erro
 	if code != http.StatusOK {
 		return 0, fmt.Errorf("wallet answered %d: %.200s", code, body)
 	}
+	return decodeNonce(body)
+}
+
+// decodeNonce reads the nonce of a wallet account answer.
+func decodeNonce(body []byte) (uint64, error) {
 	var a struct {
 		Nonce *uint64 `json:"nonce"`
 	}
 	if err := json.Unmarshal(body, &a); err != nil || a.Nonce == nil {
-		return 0, fmt.Errorf("decode the pool account: %v: %.200s", err, body)
+		return 0, fmt.Errorf("decode the pool account: %v: %.200q", err, body)
 	}
 	return *a.Nonce, nil
+}
+
+// decodeWalletError reads the wallet's JSON error body; a body that is
+// not one leaves the code empty.
+func decodeWalletError(body []byte) (walletError, error) {
+	var eb struct {
+		Error walletError `json:"error"`
+	}
+	err := json.Unmarshal(body, &eb)
+	return eb.Error, err
 }
 
 // postBatch sends part p as one wallet batch with its key and nonce.
@@ -302,11 +317,7 @@ func (r *running) postBatch(ctx context.Context, from string, p part) (int, wall
 	code, resp, err := r.call(ctx, http.MethodPost, "/v1/batch", h, body)
 	var we walletError
 	if err == nil && code != http.StatusOK {
-		var eb struct {
-			Error walletError `json:"error"`
-		}
-		_ = json.Unmarshal(resp, &eb) // a body that is not the wallet's leaves the code empty
-		we = eb.Error
+		we, _ = decodeWalletError(resp)
 	}
 	return code, we, err
 }
