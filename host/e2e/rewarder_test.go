@@ -38,8 +38,8 @@ func rewarderInputs(prefix string, pool uint64, n int) string {
 }
 
 // TestRewarderSettlesOnceUnderKill9 runs the real host, wallet and
-// rewarder. Epoch e1 is posted 100 times at once and the rewarder is
-// killed with SIGKILL right after the first acknowledgement (between
+// rewarder. Epoch e0 is posted 100 times at once and computed once; e1
+// is posted 100 times and the rewarder is killed with SIGKILL right after the first acknowledgement (between
 // sealing and settlement); e2 is killed between batch parts; during e3
 // the wallet is killed, and the epoch settles or is quarantined as
 // settlement_unavailable, then settles after retry. Every epoch settles
@@ -90,11 +90,31 @@ func TestRewarderSettlesOnceUnderKill9(t *testing.T) {
 		})
 	}
 
-	// e1: 100 concurrent posts, then kill -9 between sealing and settlement.
-	body1 := rewarderInputs("a", pool, n)
+	// e0: 100 concurrent posts through the host: all accepted, computed once.
+	body0 := rewarderInputs("z", pool, n)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	codes := map[int]int{}
+	for range 100 {
+		wg.Go(func() {
+			code, _ := post("/rewarder/v1/epochs/e0/compute", body0, ctJSON)
+			mu.Lock()
+			codes[code]++
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	if codes[http.StatusAccepted]+codes[http.StatusOK] != 100 {
+		t.Errorf("100 posts of e0 answered %v, want each 202 or 200", codes)
+	}
+	waitSettled("e0")
+	if v, ok := h.metric(`rewarder_epochs_total{plugin="rewarder",state="computed"}`); !ok || v != 1 {
+		t.Errorf("rewarder_epochs_total{state=computed} = %v (%v), want 1: e0 computed once", v, ok)
+	}
+
+	// e1: 100 concurrent posts, then kill -9 between sealing and settlement.
+	body1 := rewarderInputs("a", pool, n)
+	codes = map[int]int{}
 	first := make(chan struct{})
 	var once sync.Once
 	for range 100 {
@@ -157,9 +177,10 @@ func TestRewarderSettlesOnceUnderKill9(t *testing.T) {
 	}
 	waitSettled("e3")
 
-	// Exactly once: the pool paid exactly three pools, one debit per part.
+	// Exactly once: the pool paid exactly four pools, one debit per part.
+	epochs := []string{"e0", "e1", "e2", "e3"}
 	var parts int
-	for _, id := range []string{"e1", "e2", "e3"} {
+	for _, id := range epochs {
 		m, _ := manifest(id)
 		if m.PayoutsTotal != pool || m.Settlement.SettledParts != m.Settlement.Parts {
 			t.Errorf("%s = %+v, want %d paid in every part", id, m, uint64(pool))
@@ -174,10 +195,10 @@ func TestRewarderSettlesOnceUnderKill9(t *testing.T) {
 	if code != http.StatusOK || !jsonDecode(body, &acct) {
 		t.Fatalf("pool account = %d %s", code, body)
 	}
-	if acct.Balance != funds-3*pool || acct.Nonce != uint64(parts) {
-		t.Errorf("pool = balance %d nonce %d, want %d and %d: each part debited once", acct.Balance, acct.Nonce, uint64(funds-3*pool), parts)
+	if want := uint64(funds - 4*pool); acct.Balance != want || acct.Nonce != uint64(parts) {
+		t.Errorf("pool = balance %d nonce %d, want %d and %d: each part debited once", acct.Balance, acct.Nonce, want, parts)
 	}
-	for _, id := range []string{"e1", "e2", "e3"} {
+	for _, id := range epochs {
 		code, body := h.get(h.ingress + "/rewarder/v1/epochs/" + id + "/run.json")
 		var run struct {
 			Payouts []struct {
