@@ -77,12 +77,12 @@ var errConflict = errors.New("the epoch was sealed with other inputs")
 func (rw *rewarder) compute(w http.ResponseWriter, req *http.Request, r *running, id string) {
 	in, err := decodeInputs(req.Body, r.s.maxContributions)
 	var fe *FieldError
-	if errors.As(err, &fe) {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			sdk.WriteError(w, http.StatusRequestEntityTooLarge, "too_large", err.Error())
-			return
-		}
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.As(err, &mbe): // the host caps bodies first; this is the plugin's own guard
+		sdk.WriteError(w, http.StatusRequestEntityTooLarge, "too_large", err.Error())
+		return
+	case errors.As(err, &fe):
 		writeField(w, fe.Field, fe.Message)
 		return
 	}

@@ -39,9 +39,13 @@ type Inputs struct {
 type FieldError struct {
 	Field   string
 	Message string
+	Err     error // the reader's or the decoder's, if any
 }
 
 func (e *FieldError) Error() string { return e.Field + ": " + e.Message }
+
+// Unwrap returns the reader's or the decoder's error.
+func (e *FieldError) Unwrap() error { return e.Err }
 
 // decodeInputs decodes and validates a compute body: one JSON object with
 // exactly the fields of Inputs, at most maxContributions contributions,
@@ -57,7 +61,7 @@ func decodeInputs(r io.Reader, maxContributions int) (Inputs, error) {
 		if errors.As(err, &te) && te.Field != "" {
 			return in, &FieldError{Field: te.Field, Message: "must be a " + te.Type.String() + ", got " + te.Value}
 		}
-		return in, &FieldError{Field: "body", Message: err.Error()}
+		return in, &FieldError{Field: "body", Message: err.Error(), Err: err}
 	}
 	if _, err := dec.Token(); err != io.EOF {
 		return in, &FieldError{Field: "body", Message: "one JSON object, and nothing after it"}
