@@ -391,3 +391,20 @@ func TestConfigRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestWorkerPanicRestarts: a compute that panics takes its worker down;
+// the supervisor restarts it, the epoch is offered again, and it settles.
+func TestWorkerPanicRestarts(t *testing.T) {
+	const funds, pool, n = 1 << 40, 1000, 5
+	w := newWalletStub("pool", funds)
+	var once sync.Once
+	tamper = func([]Payout) { once.Do(func() { panic("injected") }) }
+	t.Cleanup(func() { tamper = nil })
+	h := start(t, "", "compute_workers = 1", w)
+	call(t, h, "POST", "/v1/epochs/p1/compute", inputs(pool, n))
+	waitState(t, h, "p1", stateSettled)
+	checkPaidOnce(t, w, funds, pool, n)
+	if got := metric(t, h, `service_restarts_total{task="worker"}`); got != "1" {
+		t.Errorf("service_restarts_total{task=worker} = %q, want 1", got)
+	}
+}

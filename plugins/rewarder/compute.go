@@ -28,8 +28,21 @@ func (r *running) computeLoop(ctx context.Context) {
 			r.release(id) // stays queued in the store: the next process computes it
 			continue
 		}
-		r.computeEpoch(ctx, id)
+		r.guard(id, func() { r.computeEpoch(ctx, id) })
 	}
+}
+
+// guard runs fn, which works on epoch id; if fn panics, the epoch stops
+// being active (the rescanner offers it again) before the panic goes on
+// to the supervisor.
+func (r *running) guard(id string, fn func()) {
+	defer func() {
+		if v := recover(); v != nil {
+			r.release(id)
+			panic(v)
+		}
+	}()
+	fn()
 }
 
 // computeEpoch computes a queued epoch: the rewards, the conservation

@@ -35,7 +35,7 @@ func (r *running) settleLoop(ctx context.Context) {
 			r.release(id) // stays stored: the next process settles it
 			continue
 		}
-		r.settleEpoch(ctx, id)
+		r.guard(id, func() { r.settleEpoch(ctx, id) })
 		r.release(id)
 	}
 }
