@@ -223,3 +223,60 @@ func TestRewarderSettlesOnceUnderKill9(t *testing.T) {
 }
 
 func jsonDecode(body string, v any) bool { return json.Unmarshal([]byte(body), v) == nil }
+
+// TestRewarderInsufficientFunds runs the real host, wallet and rewarder:
+// a pool that holds less than its epoch gets the epoch quarantined as
+// insufficient_funds after its first parts, with nothing more paid; once
+// the pool is topped up, retry settles it with the next generation of
+// keys (the wallet recorded its 422 under the first), each part once.
+func TestRewarderInsufficientFunds(t *testing.T) {
+	const pool, n, short = 3_000_000, 3000, 1_500_000 // 3 parts; the pool holds half
+	cfg := strings.Replace(baseConfig("5s"), "max_body_bytes  = 4096", "max_body_bytes  = 1048576", 1) +
+		walletBlock("") + pluginBlock("rewarder", "rewarder", "  config {\n    rescan = \"100ms\"\n  }")
+	h := startHost(t, cfg)
+	readyPlugin(t, h, "wallet")
+	readyPlugin(t, h, "rewarder")
+	issue := func(key string, amount uint64) {
+		t.Helper()
+		if code, body := do(t, "POST", h.ingress+"/wallet/v1/issue", strings.NewReader(fmt.Sprintf(`{"to":"pool","amount":%d}`, amount)),
+			http.Header{"Content-Type": {"application/json"}, "Idempotency-Key": {key}}); code != http.StatusOK {
+			t.Fatalf("issue to the pool = %d %s", code, body)
+		}
+	}
+	issue("fund-1", short)
+	if code, body := do(t, "POST", h.ingress+"/rewarder/v1/epochs/f1/compute", strings.NewReader(rewarderInputs("f", pool, n)),
+		http.Header{"Content-Type": {"application/json"}}); code != http.StatusAccepted {
+		t.Fatalf("compute = %d %s", code, body)
+	}
+	var m struct {
+		rewarderManifest
+		Generation int `json:"generation"`
+	}
+	manifest := func() bool {
+		code, body := h.get(h.ingress + "/rewarder/v1/epochs/f1")
+		return code == http.StatusOK && jsonDecode(body, &m)
+	}
+	waitFor(t, 30*time.Second, "f1 quarantined", func() bool { return manifest() && m.State == "quarantined" })
+	if m.Reason != "insufficient_funds" || m.Settlement.SettledParts == m.Settlement.Parts {
+		t.Fatalf("f1 = %+v, want quarantined as insufficient_funds before its last part", m)
+	}
+	pool1 := func() (bal, nonce uint64) {
+		_, body := h.get(h.ingress + "/wallet/v1/accounts/pool")
+		var a struct{ Balance, Nonce uint64 }
+		jsonDecode(body, &a)
+		return a.Balance, a.Nonce
+	}
+	_, nonceBefore := pool1()
+	if nonceBefore != uint64(m.Settlement.SettledParts) {
+		t.Errorf("pool nonce = %d, want %d settled parts", nonceBefore, m.Settlement.SettledParts)
+	}
+	issue("fund-2", pool)
+	if code, body := do(t, "POST", h.ingress+"/rewarder/v1/epochs/f1/retry", nil, nil); code != http.StatusAccepted {
+		t.Fatalf("retry = %d %s", code, body)
+	}
+	waitFor(t, 30*time.Second, "f1 settled", func() bool { return manifest() && m.State == "settled" })
+	bal, nonce := pool1()
+	if bal != short+pool-pool || nonce != uint64(m.Settlement.Parts) || m.Generation != 1 {
+		t.Errorf("pool = balance %d nonce %d, generation %d; want %d, %d parts, generation 1", bal, nonce, m.Generation, short, m.Settlement.Parts)
+	}
+}
