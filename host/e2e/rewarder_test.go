@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"syscall"
@@ -279,4 +280,25 @@ func TestRewarderInsufficientFunds(t *testing.T) {
 	if bal != short+pool-pool || nonce != uint64(m.Settlement.Parts) || m.Generation != 1 {
 		t.Errorf("pool = balance %d nonce %d, generation %d; want %d, %d parts, generation 1", bal, nonce, m.Generation, short, m.Settlement.Parts)
 	}
+}
+
+// TestRewarderDocConfig checks the plugin block of
+// docs/plugins/rewarder.md, every attribute at its documented default:
+// plughost validate accepts it, and the rewarder configures with it.
+func TestRewarderDocConfig(t *testing.T) {
+	b, err := os.ReadFile("../../docs/plugins/rewarder.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(b), "```hcl\n")
+	block, _, ok2 := strings.Cut(rest, "```")
+	if !ok || !ok2 {
+		t.Fatal("docs/plugins/rewarder.md has no hcl block")
+	}
+	cfg := baseConfig("1s") + walletBlock("") + block
+	if res := runCLI(t, "validate", "-config", writeConfigFile(t, cfg)); res.code != 0 {
+		t.Fatalf("plughost validate on the documented block: exit %d\nstderr:\n%s", res.code, res.stderr)
+	}
+	h := startHost(t, cfg)
+	readyPlugin(t, h, "rewarder")
 }
