@@ -46,7 +46,7 @@ test:
 # the durable kit's against the raw store at the same group size (kit/raw,
 # target at least 0.7).
 bench: build
-	$(GO) test -run '^$$' -bench '^Benchmark(HelloIngress|WalletTransfers|Mailbox|Reload|PluginLogFlood|Gateway)$$' -benchtime 1x -count 1 -timeout 5m ./host/e2e
+	$(GO) test -run '^$$' -bench '^Benchmark(HelloIngress|WalletTransfers|Mailbox|Rewarder|Reload|PluginLogFlood|Gateway)$$' -benchtime 1x -count 1 -timeout 5m ./host/e2e
 	$(GO) test -run '^$$' -bench '^BenchmarkAscendFirst$$' -count 1 -timeout 5m ./sdk/store
 	$(GO) test -run '^$$' -bench '^BenchmarkCommitter$$' -benchtime 1x -count 1 -timeout 5m ./sdk/durable
 
