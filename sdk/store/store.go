@@ -389,7 +389,16 @@ func (d *DB) recover(db *bolt.DB) error {
 	}
 	// The replayed generations, gen and gen+1, are in the file once this
 	// commits: the log starts over with gen+2, in the file that held gen.
+	// A generation that never began is not skipped: the log starts over
+	// with the first of them. A crash between this commit and the next
+	// generation's start record leaves the files holding the generations
+	// two before the ones the file then names, which Open reads as never
+	// begun; skipping past them, one crash after another, would leave
+	// files four and more behind, which no crash explains.
 	next := gen + 2
+	if lay.strict && lay.open {
+		next = gen + uint64(st.started)
+	}
 	var seq uint64
 	err = d.guard(func() error {
 		return db.Update(func(tx *bolt.Tx) error {

@@ -187,6 +187,10 @@ type Trim struct {
 type walState struct {
 	groups [][]entry
 	trim   *Trim
+	// started counts the generations read, gen and gen+1, that began:
+	// their start record is in their file. Only a generation that began
+	// can hold groups, and gen+1 begins only after gen.
+	started int
 }
 
 // openWAL opens or creates the log files of the store at path and returns
@@ -249,6 +253,9 @@ func replayWAL(path string, data [2][]byte, gen uint64, strict bool, numBuckets 
 	st := walState{trim: v.trim}
 	for _, r := range runs {
 		st.groups = append(st.groups, r.groups...)
+		if !r.absent && r.end.records > 0 {
+			st.started++
+		}
 	}
 	return st, nil
 }

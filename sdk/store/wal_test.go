@@ -311,3 +311,45 @@ func TestFailedStart(t *testing.T) {
 		})
 	}
 }
+
+// TestCrashesBeforeStart crashes Open, again and again, between its
+// commit of the replayed log into the bbolt file and the durable write of
+// the next generation's start record: the start record's fdatasync
+// fails, and the log files are put back as they were, as a crash before
+// the record reached the disk leaves them. Every later Open must still
+// open the files, with every acknowledged group: an Open that skipped
+// past generations that never began would, after the second such crash,
+// leave the files four generations behind what the bbolt file names,
+// which the third Open would refuse as another data dir's.
+func TestCrashesBeforeStart(t *testing.T) {
+	path := twoGenerations(t)
+	var logs [2][]byte
+	for i, suffix := range walSuffixes {
+		b, err := os.ReadFile(path + suffix)
+		if err != nil {
+			t.Fatal(err)
+		}
+		logs[i] = b
+	}
+	eio := errors.New("injected EIO")
+	for crash := range 4 {
+		hooks := &Hooks{}
+		hooks.SetSync(func(*os.File) error { return eio })
+		opts := kvOpts
+		opts.Hooks = hooks
+		if d, err := Open(path, opts); !errors.Is(err, eio) {
+			if d != nil {
+				_ = d.Close()
+			}
+			t.Fatalf("crash %d: Open whose start record cannot be synced = %v, want the injected error", crash, err)
+		}
+		for i, suffix := range walSuffixes {
+			if err := os.WriteFile(path+suffix, logs[i], 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if got := keysIn(t, path); len(got) != 2*perGen {
+		t.Errorf("after 4 crashes before the start record, the store holds the logged keys %v, want 0 to %d", got, 2*perGen-1)
+	}
+}
