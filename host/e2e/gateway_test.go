@@ -417,9 +417,6 @@ func tenantOpenLoop(t *testing.T, c *http.Client, url, key string, rate int, d t
 // the target for it (within 10%, plus one service time, since a
 // worker is not pre-empted) is a timing figure for the benchmark's runs.
 func TestGatewayNoisyNeighbour(t *testing.T) {
-	if testing.Short() {
-		t.Skip("a load test")
-	}
 	const service = 10 * time.Millisecond
 	srv := httptest.NewServer(sleepyUpstream{service})
 	t.Cleanup(srv.Close)
