@@ -64,14 +64,21 @@ type Parts[Op, Res any] struct {
 // stalled on the disk, since closing it would wait for that write. Each
 // runs once; later calls return the first call's error.
 type Lifecycle[Op, Res any] struct {
-	parts atomic.Pointer[Parts[Op, Res]]
+	parts   atomic.Pointer[Parts[Op, Res]]
+	drained once
+	closed  once
+	stalled error // the committer's Close error, when it wraps ErrStalled
+}
 
-	drainOnce sync.Once
-	drainErr  error
-	stalled   error // the committer's Close error, when it wraps ErrStalled
+// once runs a hook's steps once; every call gets their error.
+type once struct {
+	once sync.Once
+	err  error
+}
 
-	closeOnce sync.Once
-	closeErr  error
+func (o *once) do(fn func() error) error {
+	o.once.Do(func() { o.err = fn() })
+	return o.err
 }
 
 // Start hands l the running store and committer. Call it once, at the
@@ -96,12 +103,10 @@ func (l *Lifecycle[Op, Res]) Start(p Parts[Op, Res]) {
 // one wrapping ErrStalled means a commit still waits for the disk, and
 // Close will leave the store open. Before Start it does nothing.
 func (l *Lifecycle[Op, Res]) Drain(ctx context.Context) error {
-	p := l.parts.Load()
-	if p == nil {
-		return nil
+	if p := l.parts.Load(); p != nil {
+		return l.drained.do(func() error { return l.drain(ctx, p) })
 	}
-	l.drainOnce.Do(func() { l.drainErr = l.drain(ctx, p) })
-	return l.drainErr
+	return nil
 }
 
 func (l *Lifecycle[Op, Res]) drain(ctx context.Context, p *Parts[Op, Res]) error {
@@ -133,12 +138,10 @@ func (l *Lifecycle[Op, Res]) drain(ctx context.Context, p *Parts[Op, Res]) error
 // log), a warning is logged, and the error wraps ErrStalled. Before
 // Start it does nothing.
 func (l *Lifecycle[Op, Res]) Close(ctx context.Context) error {
-	p := l.parts.Load()
-	if p == nil {
-		return nil
+	if p := l.parts.Load(); p != nil {
+		return l.closed.do(func() error { return l.close(ctx, p) })
 	}
-	l.closeOnce.Do(func() { l.closeErr = l.close(ctx, p) })
-	return l.closeErr
+	return nil
 }
 
 func (l *Lifecycle[Op, Res]) close(ctx context.Context, p *Parts[Op, Res]) error {
