@@ -37,8 +37,8 @@ const (
 	drainMargin = 200 * time.Millisecond
 )
 
-// rewarder is the plugin; its fields are set before Configure (tests set
-// the clock and the jitter) and run and life once it is configured.
+// rewarder is the plugin; its clock and jitter are set before Configure
+// (tests set them), run and life once it is configured.
 type rewarder struct {
 	now    func() time.Time
 	jitter func(lo, hi time.Duration) time.Duration
