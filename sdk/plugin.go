@@ -1,11 +1,11 @@
 package sdk
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -152,9 +152,7 @@ func (rt *Runtime) Context() context.Context { return rt.ctx }
 // applied defaults and checked types; unknown fields are an error, which
 // means v and the declared Schema disagree.
 func (rt *Runtime) DecodeConfig(v any) error {
-	dec := json.NewDecoder(strings.NewReader(string(rt.config)))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
+	if err := DecodeJSON(bytes.NewReader(rt.config), v); err != nil {
 		return fmt.Errorf("decode config: %w", err)
 	}
 	return nil

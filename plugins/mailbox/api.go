@@ -51,13 +51,8 @@ func badRequest(format string, args ...any) error {
 // decodeJSON decodes exactly one JSON object into v, refusing unknown
 // fields and anything after the object.
 func decodeJSON(body []byte, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
+	if err := sdk.DecodeJSON(bytes.NewReader(body), v); err != nil {
 		return badRequest("decode body: %v", err)
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return badRequest("decode body: data after the JSON object")
 	}
 	return nil
 }

@@ -23,10 +23,6 @@ import (
 // version is the plugin's version, reported to the host.
 const version = "0.1.0"
 
-// drainMargin is the most of the drain deadline kept to answer the
-// requests whose commits are aborted at the end of a drain.
-const drainMargin = 250 * time.Millisecond
-
 // sweepEvery is how often expired idempotency records are swept, and
 // sweepLimit the most per sweep.
 const (
@@ -49,6 +45,8 @@ type mailbox struct {
 	faults durable.Injector
 
 	running atomic.Pointer[running]
+	// life supplies the Drain, Close and Health hooks.
+	life durable.Lifecycle[op, result]
 }
 
 // running is a configured mailbox. Every field is set once in configure.
@@ -68,7 +66,6 @@ type running struct {
 	// a redrive that finds it full is refused with 429.
 	redrives chan redriveJob
 	m        metrics
-	stalled  error      // from the committer's Close; then the store stays open
 	auth     *authority // nil when auth is not enabled
 }
 
@@ -97,9 +94,9 @@ func newDefinition(mb *mailbox) sdk.Plugin {
 		// The store's files take an exclusive lock.
 		SingleInstance: true,
 		Configure:      mb.configure,
-		Drain:          mb.drain,
-		Close:          mb.close,
-		Health:         mb.health,
+		Drain:          mb.life.Drain,
+		Close:          mb.life.Close,
+		Health:         mb.life.Health,
 	}
 }
 
@@ -218,6 +215,10 @@ func (mb *mailbox) configure(_ context.Context, rt *sdk.Runtime) error {
 		run.redrive(rt.Context())
 	}()
 	mb.running.Store(run)
+	// The drain stops the sweeper first; long polls end as it begins
+	// (Runtime.Context).
+	mb.life.Start(durable.Parts[op, result]{Store: db, Committer: run.c, Logger: rt.Logger,
+		Drain: func(context.Context) error { run.sweeper.Wait(); return nil }})
 	rt.Logger.Info("configured", "path", path, "ready_shards", s.readyShards, "committers", s.committers)
 	return nil
 }
@@ -334,51 +335,6 @@ func (run *running) shard(topic string) int {
 	h := fnv.New32a()
 	h.Write([]byte(topic))
 	return int(h.Sum32() % uint32(len(run.intake)))
-}
-
-// drain stops the sweeper, lets the queued commits finish within ctx and
-// aborts the rest. Long polls end as the drain begins (Runtime.Context).
-func (mb *mailbox) drain(ctx context.Context) error {
-	run := mb.running.Load()
-	if run == nil {
-		return nil
-	}
-	run.sweeper.Wait() // it ends with Runtime.Context, which the drain ended
-	cctx := ctx
-	if dl, ok := ctx.Deadline(); ok {
-		var cancel context.CancelFunc
-		cctx, cancel = context.WithDeadline(ctx, dl.Add(-min(time.Until(dl)/10, drainMargin)))
-		defer cancel()
-	}
-	run.stalled = run.c.Close(cctx)
-	return run.stalled
-}
-
-// close closes the store once the requests in flight have finished,
-// unless a commit is still stalled on the disk: closing would wait for
-// it, and the next start replays the log anyway.
-func (mb *mailbox) close(context.Context) error {
-	run := mb.running.Load()
-	if run == nil {
-		return nil
-	}
-	if run.stalled != nil {
-		run.logger.Warn("leaving the store open: a commit is still stalled on the disk")
-		return run.stalled
-	}
-	return run.db.Close()
-}
-
-// health is the committer's, once configured and until the store closes.
-func (mb *mailbox) health(context.Context) sdk.Health {
-	run := mb.running.Load()
-	switch {
-	case run == nil:
-		return sdk.Health{Status: sdk.StatusNotReady, Reason: "not configured"}
-	case run.db.Closed():
-		return sdk.Health{Status: sdk.StatusNotReady, Reason: "store closed"}
-	}
-	return run.c.Health()
 }
 
 // wakers are the long polls' wake-up channels, one per topic being

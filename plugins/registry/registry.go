@@ -28,10 +28,6 @@ import (
 // version is the plugin's version, reported to the host.
 const version = "0.1.0"
 
-// drainMargin is the most of the drain deadline kept to answer the
-// requests whose commits are aborted at the end of a drain.
-const drainMargin = 250 * time.Millisecond
-
 // retentionQueue is the capacity of the retention goroutine's commands.
 const retentionQueue = 8
 
@@ -52,6 +48,8 @@ type registry struct {
 	faults durable.Injector
 
 	running atomic.Pointer[running]
+	// life supplies the Drain, Close and Health hooks.
+	life durable.Lifecycle[op, result]
 }
 
 // signedCheckpoint is a checkpoint as published: its size and signed note.
@@ -82,7 +80,6 @@ type running struct {
 	bus                  bus
 	tasks                sync.WaitGroup // checkpointer, retention, verifier
 	m                    metrics
-	stalled              error // from the committer's Close; then the store stays open
 }
 
 type metrics struct {
@@ -145,9 +142,9 @@ func newDefinition(rg *registry) sdk.Plugin {
 		// The store's files take an exclusive lock.
 		SingleInstance: true,
 		Configure:      rg.configure,
-		Drain:          rg.drain,
-		Close:          rg.close,
-		Health:         rg.health,
+		Drain:          rg.life.Drain,
+		Close:          rg.life.Close,
+		Health:         rg.life.Health,
 	}
 }
 
@@ -245,6 +242,11 @@ func (rg *registry) configure(_ context.Context, rt *sdk.Runtime) error {
 		run.tasks.Go(fn)
 	}
 	rg.running.Store(run)
+	// The drain waits for the background goroutines first: they end with
+	// Runtime.Context, as streams do.
+	rg.life.Start(durable.Parts[op, result]{Store: db, Committer: run.c, Logger: rt.Logger,
+		Drain:  func(context.Context) error { run.tasks.Wait(); return nil },
+		Health: run.health})
 	if len(s.approvers) == 0 {
 		rt.Logger.Warn("no approver blocks: nothing can commit; serving the log read-only")
 	}
@@ -412,52 +414,13 @@ func (run *running) retain(ctx context.Context) {
 	}
 }
 
-// drain stops the background goroutines, lets the queued commits finish
-// within ctx and aborts the rest. Streams end as the drain begins.
-func (rg *registry) drain(ctx context.Context) error {
-	run := rg.running.Load()
-	if run == nil {
-		return nil
-	}
-	run.tasks.Wait() // they end with Runtime.Context, which the drain ended
-	cctx := ctx
-	if dl, ok := ctx.Deadline(); ok {
-		var cancel context.CancelFunc
-		cctx, cancel = context.WithDeadline(ctx, dl.Add(-min(time.Until(dl)/10, drainMargin)))
-		defer cancel()
-	}
-	run.stalled = run.c.Close(cctx)
-	return run.stalled
-}
-
-// close closes the store once the requests in flight have finished,
-// unless a commit is still stalled on the disk.
-func (rg *registry) close(context.Context) error {
-	run := rg.running.Load()
-	if run == nil {
-		return nil
-	}
-	if run.stalled != nil {
-		run.logger.Warn("leaving the store open: a commit is still stalled on the disk")
-		return run.stalled
-	}
-	return run.db.Close()
-}
-
-// health is the committer's, once configured and until the store closes,
-// and degraded (write-unready) once the deep verifier found a mismatch.
-func (rg *registry) health(context.Context) sdk.Health {
-	run := rg.running.Load()
-	switch {
-	case run == nil:
-		return sdk.Health{Status: sdk.StatusNotReady, Reason: "not configured"}
-	case run.db.Closed():
-		return sdk.Health{Status: sdk.StatusNotReady, Reason: "store closed"}
-	}
+// health is degraded (write-unready) once the deep verifier found a
+// mismatch; otherwise the committer's health stands.
+func (run *running) health() (sdk.Health, bool) {
 	if msg := run.corrupt.Load(); msg != nil {
-		return sdk.Health{Status: sdk.StatusDegraded, Reason: "writes refused: the deep verifier found " + *msg + "; reads are served"}
+		return sdk.Health{Status: sdk.StatusDegraded, Reason: "writes refused: the deep verifier found " + *msg + "; reads are served"}, true
 	}
-	return run.c.Health()
+	return sdk.Health{}, false
 }
 
 // signingKeyName is the key file generated into the data dir.

@@ -13,6 +13,8 @@ import (
 	"sync"
 
 	"lukechampine.com/blake3"
+
+	"github.com/plughost/plughost/sdk"
 )
 
 // codeVersion names the reward computation and the artifact format. It
@@ -54,17 +56,15 @@ func (e *FieldError) Unwrap() error { return e.Err }
 // them, as the issue asks.
 func decodeInputs(r io.Reader, maxContributions int) (Inputs, error) {
 	var in Inputs
-	dec := json.NewDecoder(r)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&in); err != nil {
+	if err := sdk.DecodeJSON(r, &in); err != nil {
 		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) && te.Field != "" {
+		switch {
+		case errors.As(err, &te) && te.Field != "":
 			return in, &FieldError{Field: te.Field, Message: "must be a " + te.Type.String() + ", got " + te.Value}
+		case errors.Is(err, sdk.ErrTrailingData):
+			return in, &FieldError{Field: "body", Message: "one JSON object, and nothing after it"}
 		}
 		return in, &FieldError{Field: "body", Message: err.Error(), Err: err}
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return in, &FieldError{Field: "body", Message: "one JSON object, and nothing after it"}
 	}
 	if err := validAccount(in.PoolAccount); err != nil {
 		return in, &FieldError{Field: "pool_account", Message: err.Error()}

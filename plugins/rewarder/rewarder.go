@@ -37,12 +37,14 @@ const (
 	drainMargin = 200 * time.Millisecond
 )
 
-// rewarder is the plugin; its fields are set before Configure (tests set
-// the clock and the jitter) and run once it is configured.
+// rewarder is the plugin; its clock and jitter are set before Configure
+// (tests set them), run and life once it is configured.
 type rewarder struct {
 	now    func() time.Time
 	jitter func(lo, hi time.Duration) time.Duration
 	run    *running
+	// life supplies the Drain, Close and Health hooks.
+	life durable.Lifecycle[op, error]
 }
 
 func definition() sdk.Plugin { return newDefinition(&rewarder{}) }
@@ -59,9 +61,9 @@ func newDefinition(rw *rewarder) sdk.Plugin {
 		// The store's files take an exclusive lock.
 		SingleInstance: true,
 		Configure:      rw.configure,
-		Drain:          rw.drain,
-		Close:          rw.close,
-		Health:         rw.health,
+		Drain:          rw.life.Drain,
+		Close:          rw.life.Close,
+		Health:         rw.life.Health,
 	}
 }
 
@@ -99,7 +101,6 @@ type running struct {
 	ctx      context.Context    // canceled at the drain deadline
 	cancel   context.CancelFunc //
 	wg       sync.WaitGroup     // every goroutine below
-	stalled  error              // from the committer's Close; then the store stays open
 }
 
 // configure opens the store, starts the committer, the compute workers,
@@ -175,6 +176,7 @@ func (rw *rewarder) configure(_ context.Context, rt *sdk.Runtime) (err error) {
 	r.supervise("emitter", s.ioInflight, r.settleLoop)
 	r.supervise("rescanner", 1, r.rescanLoop)
 	rw.run = r
+	rw.life.Start(durable.Parts[op, error]{Store: r.db, Committer: r.c, Logger: rt.Logger, Drain: r.stopTasks, Health: r.health})
 	return nil
 }
 
@@ -357,15 +359,11 @@ func (r *running) rescan(ctx context.Context) {
 	}
 }
 
-// health is not ready while draining or when tasks restart too often,
-// and otherwise the committer's.
-func (rw *rewarder) health(context.Context) sdk.Health {
-	r := rw.run
-	if r == nil {
-		return sdk.Health{Status: sdk.StatusNotReady, Reason: "not configured"}
-	}
+// health is not ready while draining or when tasks restart too often;
+// otherwise the committer's health stands.
+func (r *running) health() (sdk.Health, bool) {
 	if r.draining.Load() {
-		return sdk.Health{Status: sdk.StatusNotReady, Reason: "draining"}
+		return sdk.Health{Status: sdk.StatusNotReady, Reason: "draining"}, true
 	}
 	r.mu.Lock()
 	cut := r.now().Add(-restartWindow)
@@ -378,20 +376,17 @@ func (rw *rewarder) health(context.Context) sdk.Health {
 	r.mu.Unlock()
 	if n > maxRestarts {
 		r.m.degraded.WithLabelValues("restarts").Set(1)
-		return sdk.Health{Status: sdk.StatusNotReady, Reason: fmt.Sprintf("%d task restarts in the last minute", n)}
+		return sdk.Health{Status: sdk.StatusNotReady, Reason: fmt.Sprintf("%d task restarts in the last minute", n)}, true
 	}
 	r.m.degraded.WithLabelValues("restarts").Set(0)
-	return r.c.Health()
+	return sdk.Health{}, false
 }
 
-// drain stops taking computes, lets the computations and settlement
-// attempts in flight finish until ctx ends, then cancels the rest (their
-// state is stored: a restart resumes them) and closes the committer.
-func (rw *rewarder) drain(ctx context.Context) error {
-	r := rw.run
-	if r == nil {
-		return nil
-	}
+// stopTasks, the first step of the drain, stops taking computes, lets the
+// computations and settlement attempts in flight finish until ctx ends,
+// then cancels the rest: their state is stored, and a restart resumes
+// them. The committer closes after it.
+func (r *running) stopTasks(ctx context.Context) error {
 	r.draining.Store(true)
 	close(r.stop)
 	r.work.Close()
@@ -414,25 +409,7 @@ func (rw *rewarder) drain(ctx context.Context) error {
 		<-done
 	}
 	r.cancel()
-	r.stalled = r.c.Close(ctx)
-	return r.stalled
-}
-
-// close closes the store once the committer has stopped.
-func (rw *rewarder) close(context.Context) error {
-	r := rw.run
-	if r == nil {
-		return nil
-	}
-	if !r.draining.Load() {
-		if err := rw.drain(context.Background()); err != nil {
-			return err
-		}
-	}
-	if r.stalled != nil {
-		return r.stalled
-	}
-	return r.db.Close()
+	return nil
 }
 
 // metrics are the plugin's own series; the queues and the committer

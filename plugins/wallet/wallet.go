@@ -42,10 +42,6 @@ const (
 // stalled disk; an error, a failed fdatasync.
 const SyncFaultPoint = "ledger.sync"
 
-// drainMargin is the most of the drain deadline kept to answer the
-// requests whose commits are aborted at the end of a drain.
-const drainMargin = 250 * time.Millisecond
-
 // config is the plugin's config block; its json tags are the attributes
 // declared in schema, and the host has applied the defaults. Numbers are
 // float64 so that check can say what is wrong with 1.5.
@@ -168,15 +164,15 @@ type wallet struct {
 	now func() time.Time
 
 	running atomic.Pointer[running]
+	// life supplies the Drain and Health hooks, and Close's steps.
+	life durable.Lifecycle[ledger.Op, ledger.Result]
 }
 
 // running is a configured wallet. Every field is set once in configure.
 type running struct {
-	logger    hclog.Logger
-	ledger    *ledger.Ledger
-	committer *committer
-	api       *api.API
-	sweeper   *group.Group
+	logger hclog.Logger
+	ledger *ledger.Ledger
+	api    *api.API
 }
 
 // definition describes the plugin; main serves it.
@@ -196,8 +192,9 @@ func newDefinition(w *wallet) sdk.Plugin {
 		// could not open them until this one has exited.
 		SingleInstance: true,
 		Configure:      w.configure,
-		Drain:          w.drain,
-		Health:         w.health,
+		Drain:          w.life.Drain,
+		Close:          w.close,
+		Health:         w.life.Health,
 	}
 }
 
@@ -352,7 +349,13 @@ func (w *wallet) configure(_ context.Context, rt *sdk.Runtime) (err error) {
 		return sweep(ctx, l, cm, sweepInterval, rt.Logger.Named("sweeper"))
 	})
 
-	w.running.Store(&running{logger: rt.Logger, ledger: l, committer: cm, api: a, sweeper: sweeper})
+	w.running.Store(&running{logger: rt.Logger, ledger: l, api: a})
+	// The drain stops the sweeper first: it queues no more sweeps once
+	// Runtime.Context has ended, and one it queued is the committer's to
+	// commit or abort, like a request's. POSTs in flight end when the
+	// committer answers them, so the API closes after it.
+	w.life.Start(durable.Parts[ledger.Op, ledger.Result]{Store: l, Committer: cm, Logger: rt.Logger,
+		Drain: sweeper.Stop, Close: a.Close})
 	rt.Logger.Info("configured", "path", path, "seq", l.Seq(), "committers", s.committers,
 		"queue_capacity", s.queueCapacity, "max_batch", s.maxBatch)
 	return nil
@@ -366,66 +369,15 @@ func (w *wallet) api() *api.API {
 	return nil
 }
 
-// drain stops the sweeper, lets the queued commits finish within ctx,
-// aborting the rest, waits for the requests in flight and closes the
-// ledger. The SDK has already stopped taking new requests.
-func (w *wallet) drain(ctx context.Context) error {
-	run := w.running.Load()
-	if run == nil {
-		return nil // never configured
+// close is the lifecycle's Close, which closes the API and then the
+// ledger, unless a commit is still stalled on the disk; then the process
+// exits with the files open, and the next start replays the log.
+func (w *wallet) close(ctx context.Context) error {
+	if err := w.life.Close(ctx); err != nil {
+		return err
 	}
-	var errs []error
-	// The sweeper queues no more sweeps: Runtime.Context() has ended, and
-	// it waits on nothing else. One it queued is the committer's to
-	// commit or abort, like a request's.
-	if err := run.sweeper.Stop(ctx); err != nil {
-		errs = append(errs, err)
-	}
-	// Abort what is left a little before the deadline, so that the
-	// requests waiting for it are answered 503 in time rather than
-	// abandoned by the host.
-	cctx := ctx
-	if dl, ok := ctx.Deadline(); ok {
-		var cancel context.CancelFunc
-		cctx, cancel = context.WithDeadline(ctx, dl.Add(-min(time.Until(dl)/10, drainMargin)))
-		defer cancel()
-	}
-	stalled := false
-	if err := run.committer.Close(cctx); err != nil {
-		errs = append(errs, err)
-		stalled = errors.Is(err, durable.ErrStalled)
-	}
-	if err := run.api.Close(ctx); err != nil {
-		errs = append(errs, err)
-	}
-	if stalled {
-		// Closing would wait for the stalled write's lock. The process
-		// exits with the files open; the next start replays the log.
-		run.logger.Warn("leaving the ledger open: a commit is still stalled on the disk")
-		return errors.Join(errs...)
-	}
-	if err := run.ledger.Close(); err != nil {
-		errs = append(errs, err)
-	}
-	if len(errs) == 0 {
+	if run := w.running.Load(); run != nil {
 		run.logger.Info("drained", "seq", run.ledger.Seq())
 	}
-	return errors.Join(errs...)
-}
-
-// health answers from memory: not ready before configure and once the
-// ledger is closed; otherwise the committer's health, degraded while the
-// ledger refuses writes, a commit is stalled or the breaker is not closed.
-func (w *wallet) health(context.Context) sdk.Health {
-	run := w.running.Load()
-	switch {
-	case run == nil:
-		return sdk.Health{Status: sdk.StatusNotReady, Reason: "not configured"}
-	case run.ledger.Closed():
-		return sdk.Health{Status: sdk.StatusNotReady, Reason: "ledger closed"}
-	}
-	// Reads are still served from what was committed while writes are
-	// refused: degraded, so that a load balancer can take writes away
-	// (/readyz/wallet).
-	return run.committer.Health()
+	return nil
 }

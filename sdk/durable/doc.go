@@ -27,6 +27,33 @@
 // Health and RetryAfter answer from memory at any time: a plugin's Health
 // hook can return Health, and a 503 can carry RetryAfter.
 //
+// Steps 4 and the store's closing are the same in every plugin, and
+// Lifecycle writes them once: its Drain, Close and Health methods are
+// the plugin's hooks of those names. Its zero value, a field of the
+// plugin, stands for a plugin not yet configured; the Configure hook
+// hands it the store, the committer and the plugin's own part of each
+// hook (Parts) with Start, as its last step:
+//
+//	type plugin struct {
+//		life durable.Lifecycle[op, result]
+//	}
+//
+//	// in Configure, once db and c run:
+//	p.life.Start(durable.Parts[op, result]{Store: db, Committer: c,
+//		Drain: func(context.Context) error { sweeper.Wait(); return nil }})
+//
+//	sdk.Plugin{Configure: p.configure, Drain: p.life.Drain, Close: p.life.Close, Health: p.life.Health}
+//
+// Drain runs Parts.Drain (stop the goroutines of the plugin's own that
+// submit) and then the committer's Close, with the drain deadline less
+// DrainMargin at most. Close, which the SDK calls once the requests in
+// flight have finished, runs Parts.Close and then closes the store,
+// unless a commit is still stalled: then it leaves the store open, for
+// the next start to replay its log, and returns ErrStalled. Health is not
+// ready before Start and once the store is closed, then Parts.Health's
+// answer when it gives one (a condition of the plugin's own), else the
+// committer's.
+//
 // # Concurrency model
 //
 //  1. Submit refuses at once while the circuit breaker is open
@@ -94,6 +121,6 @@
 //
 // The package owns its queue, its goroutines and its breaker. It must not
 // hold a lock across Apply, a Store call or a callback, block in Submit,
-// call a callback more than once, or close the store: that is the
-// plugin's, after Close.
+// or call a callback more than once. The committer never closes the
+// store: a Lifecycle does, in the plugin's Close hook, or the plugin.
 package durable

@@ -90,13 +90,11 @@ func parseCustomGreeting(contentType string, body io.Reader, maxNameLen int) (cu
 		// encoding/json would quietly turn bad bytes into U+FFFD.
 		return cg, invalidf("body is not UTF-8")
 	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&cg); err != nil {
+	if err := sdk.DecodeJSON(bytes.NewReader(b), &cg); err != nil {
+		if errors.Is(err, sdk.ErrTrailingData) {
+			return cg, invalidf("body must hold one JSON object and nothing after it")
+		}
 		return cg, invalidf(`body must be {"name": "...", "greeting": "..."}: %v`, err)
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return cg, invalidf("body must hold one JSON object and nothing after it")
 	}
 	if err := checkName(cg.Name, maxNameLen); err != nil {
 		return cg, err
