@@ -165,7 +165,7 @@ func Start(t testing.TB, def sdk.Plugin, opts Options) (*Harness, error) {
 		return nil, fmt.Errorf("dispense plugin: %w", err)
 	}
 	h := &Harness{t: t, rpc: raw.(*wire.Client), logs: logs}
-	if h.manifest, err = h.rpc.Describe(ctx, &pluginv1.DescribeRequest{}); err != nil {
+	if h.manifest, err = h.rpc.Describe(ctx, &pluginv1.DescribeRequest{BlockLabels: true}); err != nil {
 		return nil, fmt.Errorf("describe: %w", err)
 	}
 
