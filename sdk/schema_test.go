@@ -306,3 +306,38 @@ func TestParseConfigPath(t *testing.T) {
 		}
 	}
 }
+
+// FuzzParseConfigPath checks that no path a plugin writes panics the
+// parser the host runs on it, and that a path it reads, written out
+// again, reads the same.
+func FuzzParseConfigPath(f *testing.F) {
+	for _, seed := range []string{`upstream["wallet"].url`, "upstream[0].url", `cert["a"]["b"]`, "a.b.c", `x["\u00e9\n"]`, "a[", `a["`, "a[01]"} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, path string) {
+		steps, err := ParseConfigPath(path)
+		if err != nil {
+			return
+		}
+		var b strings.Builder
+		for i, st := range steps {
+			if i > 0 {
+				b.WriteString(".")
+			}
+			b.WriteString(st.Name)
+			if st.Indexed {
+				fmt.Fprintf(&b, "[%d]", st.Index)
+			}
+			for _, l := range st.Labels {
+				fmt.Fprintf(&b, "[%q]", l)
+			}
+		}
+		again, err := ParseConfigPath(b.String())
+		if err != nil {
+			t.Fatalf("ParseConfigPath(%q) = %v, after ParseConfigPath(%q) = %+v", b.String(), err, path, steps)
+		}
+		if diff := cmp.Diff(steps, again, cmpopts.EquateEmpty()); diff != "" {
+			t.Errorf("ParseConfigPath(%q) then again (-first +again):\n%s", path, diff)
+		}
+	})
+}
