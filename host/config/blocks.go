@@ -176,9 +176,16 @@ func (b *blockSpec) checkCount(blk *hclsyntax.Block) *hcl.Diagnostic {
 		vals = append(vals, v)
 	}
 	if len(args) > 0 {
+		as, noun := "a label, not as an argument", "argument"
+		if len(b.labels) > 1 {
+			as = "labels, not as arguments"
+		}
+		if len(args) > 1 {
+			noun = "arguments"
+		}
 		d.Summary = "Label written as an argument"
-		d.Detail = fmt.Sprintf("%s, not as arguments; write %s { ... } without the %s argument.",
-			b.takes(), b.header(vals), strings.Join(args, " and "))
+		d.Detail = fmt.Sprintf("%s blocks take the %s as %s; write %s { ... } without the %s %s.",
+			b.name, b.labelWords(), as, b.header(vals), strings.Join(args, " and "), noun)
 		return d
 	}
 	d.Summary = fmt.Sprintf("Missing %s for %s block", b.labels[len(blk.Labels)], b.name)

@@ -139,15 +139,15 @@ func TestDecodeLabelsHints(t *testing.T) {
 		want         string // in the first diagnostic's detail
 	}{
 		{"label as an argument", "    upstream {\n      name = \"legacy\"\n      url = \"u\"\n    }\n",
-			`upstream blocks take one label, the name, not as arguments; write upstream "legacy" { ... } without the name argument.`},
+			`upstream blocks take the name as a label, not as an argument; write upstream "legacy" { ... } without the name argument.`},
 		{"label as an argument that is not a string", "    upstream {\n      name = 7\n      url = \"u\"\n    }\n",
 			`write upstream "NAME" { ... } without the name argument`},
 		{"no label", "    upstream {\n      url = \"u\"\n    }\n",
 			`upstream blocks take one label, the name; write upstream "NAME" { ... }.`},
 		{"one of two labels as an argument", "    cert \"server\" {\n      name = \"main\"\n      file = \"f\"\n    }\n",
-			`cert blocks take 2 labels, the kind and name, not as arguments; write cert "server" "main" { ... } without the name argument.`},
+			`cert blocks take the kind and name as labels, not as arguments; write cert "server" "main" { ... } without the name argument.`},
 		{"both labels as arguments", "    cert {\n      kind = \"server\"\n      name = \"main\"\n      file = \"f\"\n    }\n",
-			`write cert "server" "main" { ... } without the kind and name argument.`},
+			`write cert "server" "main" { ... } without the kind and name arguments.`},
 		{"one label too many", "    upstream \"a\" \"b\" {\n      url = \"u\"\n    }\n",
 			`upstream blocks take one label, the name; write upstream "a" { ... }.`},
 		{"label also an argument", "    upstream \"a\" {\n      name = \"a\"\n      url = \"u\"\n    }\n",
