@@ -38,25 +38,20 @@ func gatewayBlock(webURL, extra string) string {
 	sum := sha256.Sum256([]byte("acme-key"))
 	return pluginBlock("gateway", "gateway", fmt.Sprintf(`  mount = "/gw"
   config {
-    upstream {
-      name = "web"
-      url  = %q
+    upstream "web" {
+      url = %q
     }
-    upstream {
-      name   = "wallet"
+    upstream "wallet" {
       plugin = "wallet"
     }
-    route {
-      prefix = "/"
+    route "/" {
       upstream = "web"
     }
-    route {
-      prefix       = "/api/wallet/"
+    route "/api/wallet/" {
       upstream     = "wallet"
       strip_prefix = true
     }
-    tenant {
-      name           = "acme"
+    tenant "acme" {
       api_key_sha256 = %q
     }
     default_tenant {
@@ -427,23 +422,19 @@ func TestGatewayNoisyNeighbour(t *testing.T) {
   config {
     workers     = 2
     sched_queue = 2
-    upstream {
-      name = "web"
-      url  = %q
+    upstream "web" {
+      url = %q
     }
-    route {
-      prefix   = "/"
+    route "/" {
       upstream = "web"
     }
-    tenant {
-      name           = "a"
+    tenant "a" {
       api_key_sha256 = %q
       rate_per_s     = 100000
       burst          = 100000
       max_queue      = 32
     }
-    tenant {
-      name           = "b"
+    tenant "b" {
       api_key_sha256 = %q
       rate_per_s     = 100000
       burst          = 100000
@@ -522,34 +513,27 @@ func TestGatewayLimits(t *testing.T) {
     workers     = 1
     sched_queue = 1
     shedding    = false
-    upstream {
-      name = "held"
-      url  = %q
+    upstream "held" {
+      url = %q
     }
-    upstream {
-      name = "wallet"
+    upstream "wallet" {
       plugin = "wallet"
     }
-    route {
-      prefix   = "/"
+    route "/" {
       upstream = "held"
     }
-    route {
-      prefix   = "/api/wallet/"
+    route "/api/wallet/" {
       upstream = "wallet"
       strip_prefix = true
     }
-    tenant {
-      name           = "a"
+    tenant "a" {
       api_key_sha256 = %q
       max_queue      = 1
     }
-    tenant {
-      name           = "b"
+    tenant "b" {
       api_key_sha256 = %q
     }
-    tenant {
-      name           = "r"
+    tenant "r" {
       api_key_sha256 = %q
       rate_per_s     = 1
       burst          = 1
