@@ -651,7 +651,7 @@ func docConfig(t *testing.T) string {
 // validate accepts it as written, and with a real key hash in place of
 // the placeholder and the legacy backend on a loopback port, the gateway
 // configures and serves; a route naming an unknown upstream is refused
-// with a message naming the route.
+// with a message naming the route, and a diagnostic at its upstream.
 func TestGatewayDocConfig(t *testing.T) {
 	block := docConfig(t)
 	res := runCLI(t, "validate", "-config", writeConfigFile(t, baseConfig("1s")+walletBlock("")+block))
@@ -680,6 +680,17 @@ func TestGatewayDocConfig(t *testing.T) {
 	}
 	hb := startHost(t, baseConfig("1s")+walletBlock("")+bad)
 	waitFor(t, 30*time.Second, "the gateway's refusal", func() bool {
-		return strings.Contains(hb.plugins()["gateway"].LastError, `route: route "/api/wallet/": upstream "walet" is not declared`)
+		return strings.Contains(hb.plugins()["gateway"].LastError, `route["/api/wallet/"].upstream: upstream "walet" is not declared`)
 	})
+
+	// Reloaded into the running host, the refusal is a diagnostic at the
+	// route's upstream in the file, not at the config block.
+	cfg := baseConfig("1s") + walletBlock("") + bad
+	at := strings.Index(cfg, `"walet"`)
+	line := strings.Count(cfg[:at], "\n") + 1
+	col := at - strings.LastIndex(cfg[:at], "\n")
+	h.reload(cfg, "plugins refused their new config")
+	if want := fmt.Sprintf(":%d:%d: Error: Plugin rejected its config", line, col); !strings.Contains(h.log.String(), want) {
+		t.Errorf("the reload's log does not hold %q:\n%s", want, h.log.String())
+	}
 }
