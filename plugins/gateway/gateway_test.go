@@ -7,7 +7,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -365,15 +364,9 @@ upstream "web" {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := plugintest.Start(t, definition(), plugintest.Options{Config: tt.config})
-			var ce *sdk.ConfigError
-			switch {
-			case err == nil:
-				t.Fatalf("Start(%s) succeeded, want it refused", tt.config)
-			case tt.attr == "" && errors.As(err, &ce):
-				t.Fatalf("Start(%s) = %v, want a schema error before Configure", tt.config, err)
-			case tt.attr != "" && (!errors.As(err, &ce) || ce.Attribute != tt.attr || !strings.Contains(ce.Message, tt.msg)):
-				t.Fatalf("Start(%s) = %v, want a ConfigError on %s saying %q", tt.config, err, tt.attr, tt.msg)
+			ce := plugintest.Refused(t, definition(), plugintest.Options{Config: tt.config}, tt.attr)
+			if ce != nil && !strings.Contains(ce.Message, tt.msg) {
+				t.Errorf("Start(%s) = %v, want a ConfigError saying %q", tt.config, ce, tt.msg)
 			}
 		})
 	}

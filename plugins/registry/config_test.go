@@ -84,16 +84,7 @@ func TestConfigApproverLabels(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := plugintest.Start(t, definition(), plugintest.Options{Config: tt.config, DataDir: t.TempDir()})
-			var ce *sdk.ConfigError
-			switch {
-			case err == nil:
-				t.Fatalf("Start(%s) succeeded, want it refused", tt.config)
-			case tt.attr == "" && errors.As(err, &ce):
-				t.Fatalf("Start(%s) = %v, want a schema error before Configure", tt.config, err)
-			case tt.attr != "" && (!errors.As(err, &ce) || ce.Attribute != tt.attr):
-				t.Fatalf("Start(%s) = %v, want a ConfigError on %s", tt.config, err, tt.attr)
-			}
+			plugintest.Refused(t, definition(), plugintest.Options{Config: tt.config, DataDir: t.TempDir()}, tt.attr)
 		})
 	}
 }
