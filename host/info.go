@@ -193,8 +193,10 @@ type infoAttr struct {
 }
 
 type infoBlock struct {
-	Name        string     `json:"name"`
-	Nesting     string     `json:"nesting"`
+	Name    string `json:"name"`
+	Nesting string `json:"nesting"`
+	// Labels are the names of the block's labels, [] for none.
+	Labels      []string   `json:"labels"`
 	Required    bool       `json:"required"`
 	Description string     `json:"description"`
 	Config      infoSchema `json:"config"`
@@ -248,6 +250,7 @@ func newInfoSchema(s *pluginv1.Schema) infoSchema {
 		out.Blocks = append(out.Blocks, infoBlock{
 			Name:        b.GetName(),
 			Nesting:     nesting,
+			Labels:      append([]string{}, b.GetLabels()...),
 			Required:    b.GetRequired(),
 			Description: b.GetDescription(),
 			Config:      newInfoSchema(b.GetBody()),
@@ -307,8 +310,9 @@ func (in info) writeText(w io.Writer) error {
 	return tw.Flush()
 }
 
-// writeSchemaRows writes one row per attribute, then one per block followed
-// by its body indented two more spaces.
+// writeSchemaRows writes one row per attribute, then one per block (its
+// nesting and the names of its labels) followed by its body indented two
+// more spaces.
 func writeSchemaRows(tw io.Writer, s infoSchema, indent string) {
 	for _, a := range s.Attributes {
 		def := "-"
@@ -319,7 +323,15 @@ func writeSchemaRows(tw io.Writer, s infoSchema, indent string) {
 			yesNo(a.Required), printable(def), orDash(printable(a.Description)))
 	}
 	for _, b := range s.Blocks {
-		fmt.Fprintf(tw, "%s%s\tblock (%s)\t%s\t-\t%s\n", indent, printable(b.Name), b.Nesting,
+		kind := b.Nesting
+		switch len(b.Labels) {
+		case 0:
+		case 1:
+			kind += "; label " + printable(b.Labels[0])
+		default:
+			kind += "; labels " + printable(strings.Join(b.Labels, ", "))
+		}
+		fmt.Fprintf(tw, "%s%s\tblock (%s)\t%s\t-\t%s\n", indent, printable(b.Name), kind,
 			yesNo(b.Required), orDash(printable(b.Description)))
 		writeSchemaRows(tw, b.Config, indent+"  ")
 	}

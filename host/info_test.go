@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -124,7 +125,8 @@ func TestPluginInfo(t *testing.T) {
 }
 
 // TestPluginInfoSchema covers what hello does not declare: any-method and
-// streaming and no-body routes, required attributes, and nested single and list blocks.
+// streaming and no-body routes, required attributes, and nested single and
+// list blocks, with and without labels.
 func TestPluginInfoSchema(t *testing.T) {
 	m := &pluginv1.DescribeResponse{
 		Name:       "proxy",
@@ -146,9 +148,9 @@ func TestPluginInfoSchema(t *testing.T) {
 				{Name: "tls", Nesting: pluginv1.Block_NESTING_SINGLE, Description: "client TLS", Body: &pluginv1.Schema{
 					Attributes: []*pluginv1.Attribute{{Name: "ca_file", Type: "string", Required: true}},
 				}},
-				{Name: "rule", Nesting: pluginv1.Block_NESTING_LIST, Required: true, Body: &pluginv1.Schema{
+				{Name: "rule", Nesting: pluginv1.Block_NESTING_LIST, Labels: []string{"name"}, Required: true, Body: &pluginv1.Schema{
 					Attributes: []*pluginv1.Attribute{{Name: "match", Type: "string", Required: true}},
-					Blocks: []*pluginv1.Block{{Name: "rewrite", Nesting: pluginv1.Block_NESTING_SINGLE, Body: &pluginv1.Schema{
+					Blocks: []*pluginv1.Block{{Name: "rewrite", Nesting: pluginv1.Block_NESTING_SINGLE, Labels: []string{"from", "to"}, Body: &pluginv1.Schema{
 						Attributes: []*pluginv1.Attribute{{Name: "headers", Type: "map(string)", DefaultJson: `{}`}},
 					}}},
 				}},
@@ -179,7 +181,8 @@ func TestPluginInfoSchema(t *testing.T) {
 				Default json.RawMessage `json:"default"`
 			} `json:"attributes"`
 			Blocks []struct {
-				Nesting string `json:"nesting"`
+				Nesting string   `json:"nesting"`
+				Labels  []string `json:"labels"`
 				Config  struct {
 					Blocks []struct {
 						Config struct {
@@ -200,6 +203,8 @@ func TestPluginInfoSchema(t *testing.T) {
 		{"config.attributes[0].default", string(got.Config.Attributes[0].Default), "null"},
 		{"config.attributes[2].default", string(got.Config.Attributes[2].Default), `["a","b"]`},
 		{"config.blocks[1].nesting", got.Config.Blocks[1].Nesting, "list"},
+		{"config.blocks[1].labels", fmt.Sprint(got.Config.Blocks[1].Labels), "[name]"},
+		{"config.blocks[0].labels", fmt.Sprintf("%#v", got.Config.Blocks[0].Labels), "[]string{}"},
 		{"config.blocks[1].config.blocks[0].config.attributes[0].name", got.Config.Blocks[1].Config.Blocks[0].Config.Attributes[0].Name, "headers"},
 	}
 	for _, c := range checks {

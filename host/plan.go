@@ -170,7 +170,8 @@ func withBinary(fingerprint, path string) string {
 	return rest + "-" + sum
 }
 
-// configErrDiag turns a plugin's refusal of its config into a diagnostic.
+// configErrDiag turns a plugin's refusal of its config into a diagnostic
+// at what its ConfigError names (config.Locate), or at the config block.
 func configErrDiag(p config.PluginBlock, err error) hcl.Diagnostics {
 	var de *diagError
 	if errors.As(err, &de) {
@@ -179,10 +180,8 @@ func configErrDiag(p config.PluginBlock, err error) hcl.Diagnostics {
 	subject := p.ConfigRange
 	var ce *sdk.ConfigError
 	if errors.As(err, &ce) && ce.Attribute != "" {
-		if b, ok := p.Config.(*hclsyntax.Body); ok {
-			if a, ok := b.Attributes[ce.Attribute]; ok {
-				subject = a.Expr.Range()
-			}
+		if r, ok := config.Locate(p.Config, ce.Attribute); ok {
+			subject = r
 		}
 	}
 	return hcl.Diagnostics{diagErr(subject, "Plugin rejected its config", err.Error())}

@@ -183,6 +183,58 @@ func ExampleConfigError() {
 	// attribute port: 70000 is not a TCP port
 }
 
+// A block with Labels takes them in the operator's file after its name,
+// and the plugin finds each in the block's JSON object under the label's
+// name. A ConfigError's path names a labelled block by its labels, so the
+// host points at that block's url, not at the config block.
+func ExampleBlock_labels() {
+	type upstream struct {
+		Name string `json:"name"`
+		URL  string `json:"url"`
+	}
+	p := sdk.Plugin{
+		Name:    "proxy",
+		Version: "0.1.0",
+		Routes:  sdk.NewMux(),
+		Config: sdk.Schema{Blocks: []sdk.Block{{
+			Name:   "upstream",
+			Labels: []string{"name"},
+			List:   true,
+			Schema: sdk.Schema{Attrs: []sdk.Attr{{Name: "url", Type: sdk.TypeString, Required: true}}},
+		}}},
+		Configure: func(ctx context.Context, rt *sdk.Runtime) error {
+			var cfg struct {
+				Upstreams []upstream `json:"upstream"`
+			}
+			if err := rt.DecodeConfig(&cfg); err != nil {
+				return err
+			}
+			for _, u := range cfg.Upstreams {
+				if !strings.HasPrefix(u.URL, "http://") {
+					return &sdk.ConfigError{Attribute: fmt.Sprintf("upstream[%q].url", u.Name), Message: "must start with http://"}
+				}
+				fmt.Printf("upstream %s at %s\n", u.Name, u.URL)
+			}
+			return nil
+		},
+	}
+
+	// What the host sends for
+	//
+	//	config {
+	//	  upstream "primary" { url = "http://10.0.0.1" }
+	//	  upstream "backup"  { url = "ftp://10.0.0.2" }
+	//	}
+	err := sdk.ConfigureForExample(p, `{"upstream":[{"name":"primary","url":"http://10.0.0.1"},{"name":"backup","url":"ftp://10.0.0.2"}]}`)
+	fmt.Println(err)
+	steps, _ := sdk.ParseConfigPath(err.(*sdk.ConfigError).Attribute)
+	fmt.Printf("%+v\n", steps)
+	// Output:
+	// upstream primary at http://10.0.0.1
+	// upstream["backup"].url: must start with http://
+	// [{Name:upstream Labels:[backup] Index:0 Indexed:false} {Name:url Labels:[] Index:0 Indexed:false}]
+}
+
 // Attribute types compose from the scalar types with ListOf and MapOf.
 func ExampleListOf() {
 	schema := sdk.Schema{Attrs: []sdk.Attr{

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -93,6 +94,18 @@ type Attr struct {
 // Block declares a nested config block.
 type Block struct {
 	Name string
+	// Labels name the block's labels, snake_case, in order. Each block in
+	// the operator's file then carries exactly that many quoted labels
+	// after its name, and the plugin gets each label as a string in the
+	// block's JSON object under the label's name: with Labels {"name"},
+	//
+	//	upstream "wallet" { url = "http://..." }
+	//
+	// arrives as {"name":"wallet","url":"http://..."}. A label's name must
+	// not also name an attribute or block of Schema. The host refuses two
+	// blocks of a List with the same labels, so a plugin can key its
+	// blocks by them. Nil for a block without labels.
+	Labels []string
 	// List allows the block any number of times; the plugin gets a JSON
 	// array. Otherwise it may appear at most once.
 	List        bool
@@ -145,13 +158,42 @@ func (s Schema) toProto() (*pluginv1.Schema, error) {
 		if err != nil {
 			return nil, fmt.Errorf("block %q: %w", b.Name, err)
 		}
+		if err := b.checkLabels(); err != nil {
+			return nil, fmt.Errorf("block %q: %w", b.Name, err)
+		}
 		n := pluginv1.Block_NESTING_SINGLE
 		if b.List {
 			n = pluginv1.Block_NESTING_LIST
 		}
-		out.Blocks = append(out.Blocks, &pluginv1.Block{Name: b.Name, Nesting: n, Required: b.Required, Body: body, Description: b.Description})
+		out.Blocks = append(out.Blocks, &pluginv1.Block{Name: b.Name, Nesting: n, Required: b.Required, Body: body,
+			Description: b.Description, Labels: b.Labels})
 	}
 	return out, nil
+}
+
+// checkLabels checks the names of b's labels: snake_case, distinct, and
+// none also the name of an attribute or block of its body, which would
+// give its JSON object one key twice.
+func (b Block) checkLabels() error {
+	for i, l := range b.Labels {
+		if !nameRE.MatchString(l) {
+			return fmt.Errorf("label name %q: want snake_case", l)
+		}
+		if slices.Contains(b.Labels[:i], l) {
+			return fmt.Errorf("label %q declared twice", l)
+		}
+		if slices.ContainsFunc(b.Schema.Attrs, func(a Attr) bool { return a.Name == l }) ||
+			slices.ContainsFunc(b.Schema.Blocks, func(c Block) bool { return c.Name == l }) {
+			return fmt.Errorf("label %q is also declared in the block's body", l)
+		}
+	}
+	return nil
+}
+
+// hasLabels reports whether s declares a labelled block at any depth, and
+// so needs a host that decodes labels.
+func (s Schema) hasLabels() bool {
+	return slices.ContainsFunc(s.Blocks, func(b Block) bool { return len(b.Labels) > 0 || b.Schema.hasLabels() })
 }
 
 // checkDefault reports whether the JSON encoding of a default fits t, so

@@ -1,11 +1,20 @@
 package sdk
 
 import (
+	"fmt"
 	"math"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/testing/protocmp"
+
+	pluginv1 "github.com/plughost/plughost/proto/pluginv1"
 )
 
 func validPlugin() Plugin {
@@ -124,6 +133,15 @@ func TestSchemaToProtoErrors(t *testing.T) {
 		{"block clashes with attr", Schema{Attrs: []Attr{{Name: "a", Type: TypeString}}, Blocks: []Block{{Name: "a"}}}, `name "a" declared twice`},
 		{"block declared twice", Schema{Blocks: []Block{{Name: "b"}, {Name: "b", List: true}}}, `name "b" declared twice`},
 		{"error inside block", Schema{Blocks: []Block{{Name: "b", Schema: Schema{Attrs: []Attr{{Name: "x", Type: "integer"}}}}}}, `block "b": attribute "x": unknown type "integer"`},
+		{"labelled list", Schema{Blocks: []Block{{Name: "upstream", Labels: []string{"name"}, List: true, Schema: Schema{Attrs: []Attr{{Name: "url", Type: TypeString}}}}}}, ""},
+		{"two labels on a single block", Schema{Blocks: []Block{{Name: "cert", Labels: []string{"kind", "name"}}}}, ""},
+		{"label name bad", Schema{Blocks: []Block{{Name: "upstream", Labels: []string{"Name"}}}}, `block "upstream": label name "Name": want snake_case`},
+		{"label name empty", Schema{Blocks: []Block{{Name: "upstream", Labels: []string{""}}}}, `label name ""`},
+		{"label declared twice", Schema{Blocks: []Block{{Name: "cert", Labels: []string{"name", "name"}}}}, `block "cert": label "name" declared twice`},
+		{"label is also an attribute", Schema{Blocks: []Block{{Name: "upstream", Labels: []string{"name"}, Schema: Schema{Attrs: []Attr{{Name: "name", Type: TypeString}}}}}}, `block "upstream": label "name" is also declared in the block's body`},
+		{"label is also a block", Schema{Blocks: []Block{{Name: "upstream", Labels: []string{"tls"}, Schema: Schema{Blocks: []Block{{Name: "tls"}}}}}}, `label "tls" is also declared`},
+		{"bad label in nested block", Schema{Blocks: []Block{{Name: "a", Schema: Schema{Blocks: []Block{{Name: "b", Labels: []string{"x-y"}}}}}}}, `block "a": block "b": label name "x-y"`},
+		{"label named as an outer attribute is fine", Schema{Attrs: []Attr{{Name: "name", Type: TypeString}}, Blocks: []Block{{Name: "upstream", Labels: []string{"name"}}}}, ""},
 		{"same name in nested block is fine", Schema{Attrs: []Attr{{Name: "a", Type: TypeString}}, Blocks: []Block{{Name: "b", Schema: Schema{Attrs: []Attr{{Name: "a", Type: TypeString}}}}}}, ""},
 	}
 	for _, tt := range tests {
@@ -197,4 +215,129 @@ func TestParseType(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestSchemaLabelsRoundTrip sends a schema with labelled blocks through
+// the protobuf encoding the host receives, and reads the labels back.
+func TestSchemaLabelsRoundTrip(t *testing.T) {
+	s := Schema{Blocks: []Block{
+		{Name: "upstream", Labels: []string{"name"}, List: true, Schema: Schema{
+			Attrs:  []Attr{{Name: "url", Type: TypeString}},
+			Blocks: []Block{{Name: "header", Labels: []string{"scope", "key"}, List: true}},
+		}},
+		{Name: "tls"},
+	}}
+	p, err := s.toProto()
+	if err != nil {
+		t.Fatalf("toProto() = %v", err)
+	}
+	b, err := proto.Marshal(p)
+	if err != nil {
+		t.Fatalf("proto.Marshal() = %v", err)
+	}
+	var got pluginv1.Schema
+	if err := proto.Unmarshal(b, &got); err != nil {
+		t.Fatalf("proto.Unmarshal() = %v", err)
+	}
+	if diff := cmp.Diff(p, &got, protocmp.Transform()); diff != "" {
+		t.Errorf("schema after a round trip (-sent +received):\n%s", diff)
+	}
+	for _, c := range []struct {
+		got  []string
+		want []string
+	}{
+		{got.GetBlocks()[0].GetLabels(), []string{"name"}},
+		{got.GetBlocks()[0].GetBody().GetBlocks()[0].GetLabels(), []string{"scope", "key"}},
+		{got.GetBlocks()[1].GetLabels(), nil},
+	} {
+		if !slices.Equal(c.got, c.want) {
+			t.Errorf("labels after a round trip = %q, want %q", c.got, c.want)
+		}
+	}
+	if !s.hasLabels() || (Schema{Blocks: []Block{{Name: "tls"}}}).hasLabels() {
+		t.Errorf("hasLabels() does not tell a labelled schema from one without labels")
+	}
+	nested := Schema{Blocks: []Block{{Name: "a", Schema: Schema{Blocks: []Block{{Name: "b", Labels: []string{"n"}}}}}}}
+	if !nested.hasLabels() {
+		t.Errorf("hasLabels() = false for labels in a nested block, want true")
+	}
+}
+
+func TestParseConfigPath(t *testing.T) {
+	tests := []struct {
+		path string
+		want []PathStep
+	}{
+		{"", nil},
+		{"port", []PathStep{{Name: "port"}}},
+		{"tls.cert", []PathStep{{Name: "tls"}, {Name: "cert"}}},
+		{"upstream[0]", []PathStep{{Name: "upstream", Indexed: true}}},
+		{"upstream[12].url", []PathStep{{Name: "upstream", Index: 12, Indexed: true}, {Name: "url"}}},
+		{`upstream["wallet"].url`, []PathStep{{Name: "upstream", Labels: []string{"wallet"}}, {Name: "url"}}},
+		{`route["/api/"]`, []PathStep{{Name: "route", Labels: []string{"/api/"}}}},
+		{`cert["a"]["b\"]."].key`, []PathStep{{Name: "cert", Labels: []string{"a", `b"].`}}, {Name: "key"}}},
+		{`x[""]`, []PathStep{{Name: "x", Labels: []string{""}}}},
+		{`approver["\u00e9"]`, []PathStep{{Name: "approver", Labels: []string{"é"}}}},
+		{"a.b.c", []PathStep{{Name: "a"}, {Name: "b"}, {Name: "c"}}},
+		{"max-size", []PathStep{{Name: "max-size"}}},
+	}
+	for _, tt := range tests {
+		got, err := ParseConfigPath(tt.path)
+		if err != nil {
+			t.Errorf("ParseConfigPath(%q) = %v", tt.path, err)
+			continue
+		}
+		if diff := cmp.Diff(tt.want, got, cmpopts.EquateEmpty()); diff != "" {
+			t.Errorf("ParseConfigPath(%q) mismatch (-want +got):\n%s", tt.path, diff)
+		}
+		// What fmt's %q writes reads back.
+		for _, st := range got {
+			for _, l := range st.Labels {
+				again, err := ParseConfigPath(fmt.Sprintf("b[%q]", l))
+				if err != nil || again[0].Labels[0] != l {
+					t.Errorf("ParseConfigPath(b[%q]) = %v, %v, want label %q", l, again, err, l)
+				}
+			}
+		}
+	}
+	for _, bad := range []string{".", "a.", ".a", "a..b", "a[", "a[]", "a[x]", "a[-1]", `a["x"`, `a["x]`, `a[0]["x"]`, `a["x"][0]`, "a[0][1]", "a b", "a[0]b", `a['x']`, "a[`x`]", "[0]", "a.[0]"} {
+		if got, err := ParseConfigPath(bad); err == nil {
+			t.Errorf("ParseConfigPath(%q) = %+v, nil, want an error", bad, got)
+		}
+	}
+}
+
+// FuzzParseConfigPath checks that no path a plugin writes panics the
+// parser the host runs on it, and that a path it reads, written out
+// again, reads the same.
+func FuzzParseConfigPath(f *testing.F) {
+	for _, seed := range []string{`upstream["wallet"].url`, "upstream[0].url", `cert["a"]["b"]`, "a.b.c", `x["\u00e9\n"]`, "a[", `a["`, "a[01]"} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, path string) {
+		steps, err := ParseConfigPath(path)
+		if err != nil {
+			return
+		}
+		var b strings.Builder
+		for i, st := range steps {
+			if i > 0 {
+				b.WriteString(".")
+			}
+			b.WriteString(st.Name)
+			if st.Indexed {
+				fmt.Fprintf(&b, "[%d]", st.Index)
+			}
+			for _, l := range st.Labels {
+				fmt.Fprintf(&b, "[%q]", l)
+			}
+		}
+		again, err := ParseConfigPath(b.String())
+		if err != nil {
+			t.Fatalf("ParseConfigPath(%q) = %v, after ParseConfigPath(%q) = %+v", b.String(), err, path, steps)
+		}
+		if diff := cmp.Diff(steps, again, cmpopts.EquateEmpty()); diff != "" {
+			t.Errorf("ParseConfigPath(%q) then again (-first +again):\n%s", path, diff)
+		}
+	})
 }

@@ -62,10 +62,17 @@ func newServer(p Plugin, logger hclog.Logger, broker *plugin.GRPCBroker) *server
 	return s
 }
 
-func (s *server) Describe(context.Context, *pluginv1.DescribeRequest) (*pluginv1.DescribeResponse, error) {
+func (s *server) Describe(_ context.Context, req *pluginv1.DescribeRequest) (*pluginv1.DescribeResponse, error) {
 	schema, err := s.p.Config.toProto()
 	if err != nil {
 		return nil, status.Error(codes.Internal, err.Error())
+	}
+	if !req.GetBlockLabels() && s.p.Config.hasLabels() {
+		// A host built before labels would drop them: it would refuse
+		// the operator's labelled blocks, or pass objects without them.
+		return nil, status.Errorf(codes.FailedPrecondition,
+			"plugin %q declares labelled config blocks, which this host does not decode; run it under a plughost release that decodes block labels",
+			s.p.Name)
 	}
 	resp := &pluginv1.DescribeResponse{
 		Name:           s.p.Name,

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -327,6 +328,45 @@ func TestDescribe(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, got, protocmp.Transform()); diff != "" {
 		t.Errorf("Describe() mismatch (-want +got):\n%s", diff)
+	}
+}
+
+// TestDescribeLabels: a plugin that declares labelled blocks describes
+// itself only to a host that says it decodes them; a host that does not
+// would drop the labels.
+func TestDescribeLabels(t *testing.T) {
+	labelled := Schema{Blocks: []Block{{Name: "limits", Schema: Schema{Blocks: []Block{
+		{Name: "tenant", Labels: []string{"name"}, List: true, Schema: Schema{Attrs: []Attr{{Name: "rate", Type: TypeNumber}}}},
+	}}}}}
+	tests := []struct {
+		name     string
+		schema   Schema
+		req      *pluginv1.DescribeRequest
+		wantCode codes.Code
+	}{
+		{"labels, host decodes them", labelled, &pluginv1.DescribeRequest{BlockLabels: true}, codes.OK},
+		{"labels, host from before them", labelled, &pluginv1.DescribeRequest{}, codes.FailedPrecondition},
+		{"no labels, host from before them", Schema{Blocks: []Block{{Name: "tls"}}}, &pluginv1.DescribeRequest{}, codes.OK},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := pluginWith(okHandler())
+			p.Config = tt.schema
+			tp := startPlugin(t, p)
+			got, err := tp.client.Describe(t.Context(), tt.req)
+			if code := status.Code(err); code != tt.wantCode {
+				t.Fatalf("Describe(%v) = %v, want code %v", tt.req, err, tt.wantCode)
+			}
+			if err != nil {
+				if msg := status.Convert(err).Message(); !strings.Contains(msg, "labelled config blocks") {
+					t.Errorf("Describe(%v) message = %q, want it to say the plugin declares labelled config blocks", tt.req, msg)
+				}
+				return
+			}
+			if l := got.GetConfigSchema().GetBlocks()[0].GetBody().GetBlocks(); tt.req.GetBlockLabels() && !slices.Equal(l[0].GetLabels(), []string{"name"}) {
+				t.Errorf("Describe() labels = %q, want [name]", l[0].GetLabels())
+			}
+		})
 	}
 }
 

@@ -244,7 +244,8 @@ func Launch(ctx context.Context, path, sha string, opts Options) (*Instance, err
 
 	dctx, cancel := context.WithTimeout(ctx, opts.StartTimeout)
 	defer cancel()
-	m, err := inst.rpc.Describe(dctx, &pluginv1.DescribeRequest{})
+	// The host decodes labelled blocks (config.DecodePluginConfig).
+	m, err := inst.rpc.Describe(dctx, &pluginv1.DescribeRequest{BlockLabels: true})
 	if err != nil {
 		return nil, inst.exitError("start", fmt.Errorf("describe: %w", err))
 	}

@@ -80,7 +80,11 @@
 //  1. [Load] (or [Parse]) checks everything but the plugin config blocks.
 //  2. After the plugin answers Describe, [CheckSchema] vets the declared
 //     schema and [DecodePluginConfig] decodes [PluginBlock.Config] against it into
-//     the JSON that Configure carries.
+//     the JSON that Configure carries, labelled blocks included.
+//
+// When the plugin's Configure refuses the config, [Locate] finds what its
+// sdk.ConfigError names (upstream["wallet"].url) in the config block, so
+// that the diagnostic points there.
 //
 // Print diagnostics from either step with [WriteDiagnostics] and
 // [Config.Files].

@@ -10,6 +10,8 @@ import (
 
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/hclsyntax"
+
+	"github.com/plughost/plughost/proto/pluginv1"
 )
 
 // FuzzParse checks that no file, however broken, panics Parse or
@@ -138,6 +140,14 @@ func FuzzDecodePluginConfig(f *testing.F) {
 		"greeting = null\nbackoffs = [null, \"1s\"]\n",
 		"greeting = \"hi\"\nstart = 1.5\ncounts = { a = 2, b = 0.5 }\n",
 		"greeting = \"hi\"\nstart = -7\ncounts = { a = 1e300 }\n",
+		"upstream \"a\" {\n  url = \"u\"\n}\nupstream \"b\" {\n  url = \"v\"\n  weight = 2\n}\n",
+		"upstream \"a\" {\n  url = \"u\"\n}\nupstream \"a\" {\n  url = \"v\"\n}\n",
+		"upstream {\n  name = \"a\"\n  url = \"u\"\n}\n",
+		"upstream \"a\" \"b\" {\n  url = \"u\"\n}\n",
+		"upstream \"a\" {\n  name = \"a\"\n  url = \"u\"\n}\n",
+		"cert \"k\" \"n\" {\n  file = \"f\"\n}\ncert \"k\" {\n  file = \"g\"\n}\n",
+		"tls {\n  sni \"a\" {\n    cert = \"c\"\n  }\n  sni \"a\" {}\n}\nroute \"/\" {\n  upstream = \"a\"\n}\n",
+		"upstream \"\" {\n  url = \"\"\n}\nupstream \"\\u0000\" {\n  url = \"\"\n}\n",
 	} {
 		f.Add([]byte(seed))
 	}
@@ -148,20 +158,82 @@ func FuzzDecodePluginConfig(f *testing.F) {
 		if diags.HasErrors() {
 			return
 		}
-		out, diags := DecodePluginConfig(file.Body, greeterSchema())
 		files := map[string]*hcl.File{filename: file}
-		if err := WriteDiagnostics(io.Discard, files, diags); err != nil {
-			t.Fatalf("WriteDiagnostics: %v", err)
-		}
-		if diags.HasErrors() {
-			if out != nil {
-				t.Errorf("DecodePluginConfig() = %q with errors, want nil", out)
+		for _, schema := range []*pluginv1.Schema{greeterSchema(), proxySchema()} {
+			out, diags := DecodePluginConfig(file.Body, schema)
+			if err := WriteDiagnostics(io.Discard, files, diags); err != nil {
+				t.Fatalf("WriteDiagnostics: %v", err)
 			}
-			return
+			for _, d := range diags {
+				if d.Subject == nil || d.Subject.Filename != filename {
+					t.Errorf("DecodePluginConfig() diagnostic %q subject = %v, want one in %s", d.Summary, d.Subject, filename)
+				}
+			}
+			if diags.HasErrors() {
+				if out != nil {
+					t.Errorf("DecodePluginConfig() = %q with errors, want nil", out)
+				}
+				continue
+			}
+			var obj map[string]any
+			if err := json.Unmarshal(out, &obj); err != nil {
+				t.Errorf("DecodePluginConfig() = %q, not a JSON object: %v", out, err)
+			}
+			checkLabelled(t, obj, schema)
 		}
-		var obj map[string]any
-		if err := json.Unmarshal(out, &obj); err != nil {
-			t.Errorf("DecodePluginConfig() = %q, not a JSON object: %v", out, err)
+	})
+}
+
+// checkLabelled checks what DecodePluginConfig promises of the labelled
+// blocks of schema in obj, the JSON it accepted: each object of a list
+// holds its labels as strings, and no two objects of a list the same ones.
+func checkLabelled(t *testing.T, obj map[string]any, schema *pluginv1.Schema) {
+	t.Helper()
+	for _, b := range schema.GetBlocks() {
+		var objs []any
+		switch v := obj[b.GetName()].(type) {
+		case []any:
+			objs = v
+		case map[string]any:
+			objs = []any{v}
+		}
+		seen := map[string]bool{}
+		for _, o := range objs {
+			o, _ := o.(map[string]any)
+			var key []string
+			for _, l := range b.GetLabels() {
+				s, ok := o[l].(string)
+				if !ok {
+					t.Errorf("block %s = %v, want label %s as a string", b.GetName(), o, l)
+				}
+				key = append(key, s)
+			}
+			if k := strings.Join(key, "\x00"); len(key) > 0 && seen[k] {
+				t.Errorf("block %s: two objects with labels %q", b.GetName(), key)
+			} else {
+				seen[k] = true
+			}
+			checkLabelled(t, o, b.GetBody())
+		}
+	}
+}
+
+// FuzzLocate checks that no path a plugin names in its ConfigError panics
+// Locate, and that what it finds lies in the config block.
+func FuzzLocate(f *testing.F) {
+	for _, seed := range []string{`upstream["wallet"].url`, `upstream[1].weight`, `cert["client"]["main"].file`,
+		`tls.sni["a.example"].cert`, `upstream[99999999999999999999]`, `a["\xff"]`, `x[0][0]`, ``} {
+		f.Add(seed)
+	}
+	c, diags := Load("testdata/labels.hcl")
+	if diags.HasErrors() {
+		f.Fatalf("Load: %s", diags.Error())
+	}
+	body := c.Plugins[0].Config.(*hclsyntax.Body)
+	f.Fuzz(func(t *testing.T, path string) {
+		rng, ok := Locate(body, path)
+		if ok && (rng.Filename != body.SrcRange.Filename || !body.SrcRange.ContainsOffset(rng.Start.Byte)) {
+			t.Errorf("Locate(%q) = %s, outside the config block %s", path, rng, body.SrcRange)
 		}
 	})
 }

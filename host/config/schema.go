@@ -27,10 +27,12 @@ const maxSchemaDepth = 16
 // is usable. The error wraps ErrInvalidSchema and names the first problem:
 // an empty, invalid or duplicate name (attributes and blocks share one
 // namespace), an unknown type or nesting, a default_json that does not
-// decode as the attribute's type, or a required attribute with a default.
-// A nil schema is valid and accepts only an empty body.
+// decode as the attribute's type, a required attribute with a default, or
+// a block label whose name is invalid, repeated, or also the name of an
+// attribute or block of the block's body. A nil schema is valid and
+// accepts only an empty body.
 func CheckSchema(schema *pluginv1.Schema) error {
-	if _, err := objectSpec(schema, 0); err != nil {
+	if _, err := compile(schema, 0); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidSchema, err)
 	}
 	return nil
@@ -47,18 +49,24 @@ func CheckSchema(schema *pluginv1.Schema) error {
 //   - an absent attribute takes its default_json, or is null when it has
 //     none;
 //   - a NESTING_SINGLE block is an object, or null when absent;
-//   - a NESTING_LIST block is an array of objects, [] when absent.
+//   - a NESTING_LIST block is an array of objects in the order of the
+//     file, [] when absent;
+//   - a block's labels are strings in its object, each under its label's
+//     name: upstream "wallet" { url = "http://w" } with labels ["name"]
+//     is {"name":"wallet","url":"http://w"}.
 //
-// Unknown attributes or blocks, values of the wrong type, invalid durations
-// and missing required attributes or blocks are diagnostics whose subjects
-// lie in the operator's file. An unusable schema (see CheckSchema) is a
-// single diagnostic blaming the plugin. The JSON is nil whenever the
-// diagnostics hold errors.
+// Unknown attributes or blocks, values of the wrong type, invalid durations,
+// missing required attributes or blocks, a block with too few or too many
+// labels, a label also written as an argument in the block's body, and two
+// blocks of a list with the same labels are diagnostics whose subjects lie
+// in the operator's file. An unusable schema (see CheckSchema) is a single
+// diagnostic blaming the plugin. The JSON is nil whenever the diagnostics
+// hold errors.
 func DecodePluginConfig(body hcl.Body, schema *pluginv1.Schema) ([]byte, hcl.Diagnostics) {
 	if body == nil {
 		body = hcl.EmptyBody()
 	}
-	spec, err := objectSpec(schema, 0)
+	spec, err := compile(schema, 0)
 	if err != nil {
 		d := &hcl.Diagnostic{
 			Severity: hcl.DiagError,
@@ -71,11 +79,12 @@ func DecodePluginConfig(body hcl.Body, schema *pluginv1.Schema) ([]byte, hcl.Dia
 		return nil, hcl.Diagnostics{d}
 	}
 
-	val, diags := hcldec.Decode(body, spec, nil)
+	vals, diags := spec.decode(body, nil, nil)
 	slices.SortStableFunc(diags, compareDiagnostics)
 	if diags.HasErrors() {
 		return nil, diags
 	}
+	val := cty.ObjectVal(vals)
 	out, err := ctyjson.Marshal(val, val.Type())
 	if err != nil {
 		// Unreachable with constant expressions, but a body from elsewhere
@@ -93,57 +102,107 @@ func DecodePluginConfig(body hcl.Body, schema *pluginv1.Schema) ([]byte, hcl.Dia
 	return out, diags
 }
 
-// objectSpec builds the hcldec spec of a schema's body.
-func objectSpec(s *pluginv1.Schema, depth int) (hcldec.ObjectSpec, error) {
+// bodySpec is a schema compiled for decoding one body: hcldec decodes the
+// attributes, and decode the blocks, which may carry labels.
+type bodySpec struct {
+	attrs hcldec.ObjectSpec
+	// schema names every attribute (none required: attrs checks that) and
+	// block, so that HCL refuses, with a suggestion, the names it lacks.
+	schema *hcl.BodySchema
+	blocks []*blockSpec
+}
+
+// blockSpec is a block of a bodySpec.
+type blockSpec struct {
+	name     string
+	labels   []string
+	list     bool
+	required bool
+	body     *bodySpec
+}
+
+// compile checks a declared schema and compiles it for decode.
+func compile(s *pluginv1.Schema, depth int) (*bodySpec, error) {
 	if depth > maxSchemaDepth {
 		return nil, fmt.Errorf("blocks nest more than %d deep", maxSchemaDepth)
 	}
-	spec := hcldec.ObjectSpec{}
+	spec := &bodySpec{attrs: hcldec.ObjectSpec{}, schema: &hcl.BodySchema{}}
+	taken := map[string]bool{}
 	for _, a := range s.GetAttributes() {
 		name := a.GetName()
-		if err := checkName(name, spec); err != nil {
+		if err := checkName(name, taken); err != nil {
 			return nil, fmt.Errorf("attribute %q: %w", name, err)
 		}
 		as, err := attrSpec(a)
 		if err != nil {
 			return nil, fmt.Errorf("attribute %q: %w", name, err)
 		}
-		spec[name] = as
+		spec.attrs[name] = as
+		spec.schema.Attributes = append(spec.schema.Attributes, hcl.AttributeSchema{Name: name})
 	}
 	for _, b := range s.GetBlocks() {
 		name := b.GetName()
-		if err := checkName(name, spec); err != nil {
+		if err := checkName(name, taken); err != nil {
 			return nil, fmt.Errorf("block %q: %w", name, err)
 		}
-		nested, err := objectSpec(b.GetBody(), depth+1)
+		nested, err := compile(b.GetBody(), depth+1)
 		if err != nil {
 			return nil, fmt.Errorf("block %q: %w", name, err)
 		}
+		bs := &blockSpec{name: name, labels: b.GetLabels(), required: b.GetRequired(), body: nested}
 		switch b.GetNesting() {
 		case pluginv1.Block_NESTING_SINGLE:
-			spec[name] = &hcldec.BlockSpec{TypeName: name, Nested: nested, Required: b.GetRequired()}
 		case pluginv1.Block_NESTING_LIST:
-			minItems := 0
-			if b.GetRequired() {
-				minItems = 1
-			}
-			spec[name] = &hcldec.BlockListSpec{TypeName: name, Nested: nested, MinItems: minItems}
+			bs.list = true
 		default:
 			return nil, fmt.Errorf("block %q: unknown nesting %s", name, b.GetNesting())
 		}
+		if err := checkLabels(bs); err != nil {
+			return nil, fmt.Errorf("block %q: %w", name, err)
+		}
+		spec.blocks = append(spec.blocks, bs)
+		spec.schema.Blocks = append(spec.schema.Blocks, hcl.BlockHeaderSchema{Type: name, LabelNames: bs.labels})
 	}
 	return spec, nil
 }
 
-func checkName(name string, taken hcldec.ObjectSpec) error {
+// checkLabels checks the names of a block's labels: valid, distinct, and
+// none the name of an attribute or block of its body, which would give its
+// JSON object one key twice.
+func checkLabels(b *blockSpec) error {
+	taken := map[string]bool{}
+	for _, l := range b.labels {
+		if err := checkName(l, taken); err != nil {
+			return fmt.Errorf("label %q: %w", l, err)
+		}
+		if b.body.attrs[l] != nil || b.body.block(l) != nil {
+			return fmt.Errorf("label %q: also the name of an attribute or block of the block's body", l)
+		}
+	}
+	return nil
+}
+
+// block returns the spec of the block called name, or nil.
+func (s *bodySpec) block(name string) *blockSpec {
+	for _, b := range s.blocks {
+		if b.name == name {
+			return b
+		}
+	}
+	return nil
+}
+
+// checkName checks a name and records it in taken.
+func checkName(name string, taken map[string]bool) error {
 	switch {
 	case name == "":
 		return errors.New("empty name")
 	case !hclsyntax.ValidIdentifier(name):
 		return errors.New("name is not a valid HCL identifier")
-	case taken[name] != nil:
+	case taken[name]:
 		return errors.New("duplicate name")
 	}
+	taken[name] = true
 	return nil
 }
 

@@ -358,6 +358,19 @@ func TestCheckSchema(t *testing.T) {
 			single("outer", attrs(&pluginv1.Attribute{Name: "x", Type: "float"})),
 		}}, `block "outer": attribute "x": unknown type "float"`},
 		{"too deep", deep, "nest more than"},
+		{"labelled blocks", proxySchema(), ""},
+		{"label not an identifier", &pluginv1.Schema{Blocks: []*pluginv1.Block{{Name: "b", Nesting: pluginv1.Block_NESTING_LIST, Labels: []string{"a b"}}}},
+			`block "b": label "a b": name is not a valid HCL identifier`},
+		{"empty label name", &pluginv1.Schema{Blocks: []*pluginv1.Block{{Name: "b", Nesting: pluginv1.Block_NESTING_LIST, Labels: []string{""}}}},
+			`block "b": label "": empty name`},
+		{"label twice", &pluginv1.Schema{Blocks: []*pluginv1.Block{{Name: "b", Nesting: pluginv1.Block_NESTING_LIST, Labels: []string{"n", "n"}}}},
+			`block "b": label "n": duplicate name`},
+		{"label also an attribute", &pluginv1.Schema{Blocks: []*pluginv1.Block{{Name: "b", Nesting: pluginv1.Block_NESTING_LIST, Labels: []string{"url"},
+			Body: attrs(&pluginv1.Attribute{Name: "url", Type: "string"})}}},
+			`block "b": label "url": also the name of an attribute or block`},
+		{"label also a block", &pluginv1.Schema{Blocks: []*pluginv1.Block{{Name: "b", Nesting: pluginv1.Block_NESTING_SINGLE, Labels: []string{"tls"},
+			Body: &pluginv1.Schema{Blocks: []*pluginv1.Block{single("tls", nil)}}}}},
+			`block "b": label "tls": also the name`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -44,16 +44,13 @@ plugin "gateway" {
   mount        = "/gw"
   max_inflight = 1024
   config {
-    upstream {
-      name = "web"
-      url  = %q
+    upstream "web" {
+      url = %q
     }
-    route {
-      prefix   = "/"
+    route "/" {
       upstream = "web"
     }
-    tenant {
-      name           = "bench"
+    tenant "bench" {
       api_key_sha256 = %q
     }
     default_tenant {

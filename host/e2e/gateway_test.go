@@ -38,25 +38,20 @@ func gatewayBlock(webURL, extra string) string {
 	sum := sha256.Sum256([]byte("acme-key"))
 	return pluginBlock("gateway", "gateway", fmt.Sprintf(`  mount = "/gw"
   config {
-    upstream {
-      name = "web"
-      url  = %q
+    upstream "web" {
+      url = %q
     }
-    upstream {
-      name   = "wallet"
+    upstream "wallet" {
       plugin = "wallet"
     }
-    route {
-      prefix = "/"
+    route "/" {
       upstream = "web"
     }
-    route {
-      prefix       = "/api/wallet/"
+    route "/api/wallet/" {
       upstream     = "wallet"
       strip_prefix = true
     }
-    tenant {
-      name           = "acme"
+    tenant "acme" {
       api_key_sha256 = %q
     }
     default_tenant {
@@ -427,23 +422,19 @@ func TestGatewayNoisyNeighbour(t *testing.T) {
   config {
     workers     = 2
     sched_queue = 2
-    upstream {
-      name = "web"
-      url  = %q
+    upstream "web" {
+      url = %q
     }
-    route {
-      prefix   = "/"
+    route "/" {
       upstream = "web"
     }
-    tenant {
-      name           = "a"
+    tenant "a" {
       api_key_sha256 = %q
       rate_per_s     = 100000
       burst          = 100000
       max_queue      = 32
     }
-    tenant {
-      name           = "b"
+    tenant "b" {
       api_key_sha256 = %q
       rate_per_s     = 100000
       burst          = 100000
@@ -522,34 +513,27 @@ func TestGatewayLimits(t *testing.T) {
     workers     = 1
     sched_queue = 1
     shedding    = false
-    upstream {
-      name = "held"
-      url  = %q
+    upstream "held" {
+      url = %q
     }
-    upstream {
-      name = "wallet"
+    upstream "wallet" {
       plugin = "wallet"
     }
-    route {
-      prefix   = "/"
+    route "/" {
       upstream = "held"
     }
-    route {
-      prefix   = "/api/wallet/"
+    route "/api/wallet/" {
       upstream = "wallet"
       strip_prefix = true
     }
-    tenant {
-      name           = "a"
+    tenant "a" {
       api_key_sha256 = %q
       max_queue      = 1
     }
-    tenant {
-      name           = "b"
+    tenant "b" {
       api_key_sha256 = %q
     }
-    tenant {
-      name           = "r"
+    tenant "r" {
       api_key_sha256 = %q
       rate_per_s     = 1
       burst          = 1
@@ -667,7 +651,7 @@ func docConfig(t *testing.T) string {
 // validate accepts it as written, and with a real key hash in place of
 // the placeholder and the legacy backend on a loopback port, the gateway
 // configures and serves; a route naming an unknown upstream is refused
-// with a message naming the route.
+// with a message naming the route, and a diagnostic at its upstream.
 func TestGatewayDocConfig(t *testing.T) {
 	block := docConfig(t)
 	res := runCLI(t, "validate", "-config", writeConfigFile(t, baseConfig("1s")+walletBlock("")+block))
@@ -696,6 +680,17 @@ func TestGatewayDocConfig(t *testing.T) {
 	}
 	hb := startHost(t, baseConfig("1s")+walletBlock("")+bad)
 	waitFor(t, 30*time.Second, "the gateway's refusal", func() bool {
-		return strings.Contains(hb.plugins()["gateway"].LastError, `route: route "/api/wallet/": upstream "walet" is not declared`)
+		return strings.Contains(hb.plugins()["gateway"].LastError, `route["/api/wallet/"].upstream: upstream "walet" is not declared`)
 	})
+
+	// Reloaded into the running host, the refusal is a diagnostic at the
+	// route's upstream in the file, not at the config block.
+	cfg := baseConfig("1s") + walletBlock("") + bad
+	at := strings.Index(cfg, `"walet"`)
+	line := strings.Count(cfg[:at], "\n") + 1
+	col := at - strings.LastIndex(cfg[:at], "\n")
+	h.reload(cfg, "plugins refused their new config")
+	if want := fmt.Sprintf(":%d:%d: Error: Plugin rejected its config", line, col); !strings.Contains(h.log.String(), want) {
+		t.Errorf("the reload's log does not hold %q:\n%s", want, h.log.String())
+	}
 }

@@ -36,7 +36,7 @@ func regConfig() string {
 	b.WriteString("  config {\n    quorum = 2\n    checkpoint_interval = \"200ms\"\n")
 	for _, n := range []string{"a", "b", "c"} {
 		pub := regKey(n).Public().(ed25519.PublicKey)
-		fmt.Fprintf(&b, "    approver {\n      id = %q\n      public_key = %q\n    }\n", n, base64.StdEncoding.EncodeToString(pub))
+		fmt.Fprintf(&b, "    approver %q {\n      public_key = %q\n    }\n", n, base64.StdEncoding.EncodeToString(pub))
 	}
 	b.WriteString("  }")
 	return pluginBlock("registry", "registry", b.String())

@@ -86,6 +86,26 @@ func New(t testing.TB, def sdk.Plugin, opts Options) *Harness {
 	return h
 }
 
+// Refused starts def with opts as Start does and fails t unless the config
+// is refused: by the plugin's Configure with an *sdk.ConfigError whose
+// Attribute is attribute, which it returns, or, when attribute is empty,
+// by the host before Configure runs, for breaking the schema the plugin
+// declared (labels included); it then returns nil.
+func Refused(t testing.TB, def sdk.Plugin, opts Options, attribute string) *sdk.ConfigError {
+	t.Helper()
+	_, err := Start(t, def, opts)
+	var ce *sdk.ConfigError
+	switch {
+	case err == nil:
+		t.Fatalf("plugintest: Start(%s) succeeded, want it refused", opts.Config)
+	case attribute == "" && errors.As(err, &ce):
+		t.Fatalf("plugintest: Start(%s) = %v, want a schema error before Configure runs", opts.Config, err)
+	case attribute != "" && (!errors.As(err, &ce) || ce.Attribute != attribute):
+		t.Fatalf("plugintest: Start(%s) = %v, want a ConfigError on %s", opts.Config, err, attribute)
+	}
+	return ce
+}
+
 // Start is New returning the plugin's refusal of its config (an error
 // wrapping an *sdk.ConfigError) or a schema violation (config diagnostics)
 // instead of failing t.
@@ -165,7 +185,7 @@ func Start(t testing.TB, def sdk.Plugin, opts Options) (*Harness, error) {
 		return nil, fmt.Errorf("dispense plugin: %w", err)
 	}
 	h := &Harness{t: t, rpc: raw.(*wire.Client), logs: logs}
-	if h.manifest, err = h.rpc.Describe(ctx, &pluginv1.DescribeRequest{}); err != nil {
+	if h.manifest, err = h.rpc.Describe(ctx, &pluginv1.DescribeRequest{BlockLabels: true}); err != nil {
 		return nil, fmt.Errorf("describe: %w", err)
 	}
 

@@ -98,7 +98,6 @@ func tenantAttrs(named bool) []sdk.Attr {
 	var attrs []sdk.Attr
 	if named {
 		attrs = append(attrs,
-			sdk.Attr{Name: "name", Type: sdk.TypeString, Required: true, Description: "the tenant's name, in metrics and logs; unique"},
 			sdk.Attr{Name: "api_key_sha256", Type: sdk.TypeString, Required: true, Description: "hex SHA-256 of the tenant's X-Api-Key (64 hex digits); the key itself is never configured"},
 		)
 	}
@@ -120,19 +119,17 @@ func schema() sdk.Schema {
 			{Name: "shed_hold", Type: sdk.TypeDuration, Default: "5s", Description: "how long the load must stay low before load shedding steps down a level"},
 		},
 		Blocks: []sdk.Block{
-			{Name: "upstream", List: true, Description: "a service routes send requests to: another plugin, or an HTTP base URL", Schema: sdk.Schema{Attrs: []sdk.Attr{
-				{Name: "name", Type: sdk.TypeString, Required: true, Description: "what routes call it; unique"},
+			{Name: "upstream", Labels: []string{"name"}, List: true, Description: "a service routes send requests to, labelled with the name routes call it by: another plugin, or an HTTP base URL", Schema: sdk.Schema{Attrs: []sdk.Attr{
 				{Name: "plugin", Type: sdk.TypeString, Description: "the instance name of a plugin of this host; exclusive with url"},
 				{Name: "url", Type: sdk.TypeString, Description: "an http:// or https:// base URL; exclusive with plugin"},
 			}}},
-			{Name: "route", List: true, Description: "a path prefix under the gateway's mount, and the upstream it goes to; the longest prefix wins", Schema: sdk.Schema{Attrs: []sdk.Attr{
-				{Name: "prefix", Type: sdk.TypeString, Required: true, Description: "path prefix relative to the mount, starting with /; unique"},
+			{Name: "route", Labels: []string{"prefix"}, List: true, Description: "labelled with a path prefix under the gateway's mount, starting with /: the upstream requests under it go to; the longest prefix wins", Schema: sdk.Schema{Attrs: []sdk.Attr{
 				{Name: "upstream", Type: sdk.TypeString, Required: true, Description: "the name of an upstream block"},
 				{Name: "strip_prefix", Type: sdk.TypeBool, Default: false, Description: "remove the prefix from the path sent upstream"},
 				{Name: "cost", Type: sdk.TypeNumber, Default: 1, Description: "what one request of the route costs in the tenant's quantum"},
 				{Name: "exempt", Type: sdk.TypeBool, Default: false, Description: "health and admin traffic: never queued and never shed"},
 			}}},
-			{Name: "tenant", List: true, Description: "a tenant, known by the SHA-256 of its X-Api-Key", Schema: sdk.Schema{Attrs: tenantAttrs(true)}},
+			{Name: "tenant", Labels: []string{"name"}, List: true, Description: "a tenant, labelled with its name in metrics and logs, known by the SHA-256 of its X-Api-Key", Schema: sdk.Schema{Attrs: tenantAttrs(true)}},
 			{Name: "default_tenant", Description: "the share of requests without a known key; absent, they get 401", Schema: sdk.Schema{Attrs: tenantAttrs(false)}},
 			{Name: "decode", Description: "the decompression guard of request bodies", Schema: sdk.Schema{Attrs: []sdk.Attr{
 				{Name: "ratio_max", Type: sdk.TypeNumber, Default: 10, Description: "most decoded bytes per encoded byte"},
@@ -191,60 +188,58 @@ type tenantSettings struct {
 	burst, quantum, mq int
 }
 
-// checker collects the first refusal, naming the attribute the host
-// points its diagnostic at: a top-level attribute, or the block that
-// holds the value (the host cannot point inside nested blocks).
+// checker collects the first refusal, naming by its path what the host
+// points its diagnostic at: upstream["wallet"].url, retry.cap.
 type checker struct{ err error }
 
-func (c *checker) fail(attr, format string, args ...any) {
+func (c *checker) fail(path, format string, args ...any) {
 	if c.err == nil {
-		c.err = &sdk.ConfigError{Attribute: attr, Message: fmt.Sprintf(format, args...)}
+		c.err = &sdk.ConfigError{Attribute: path, Message: fmt.Sprintf(format, args...)}
 	}
 }
 
 // whole checks that v is a whole number from lo to hi.
-func (c *checker) whole(attr, what string, v float64, lo, hi int) int {
+func (c *checker) whole(path string, v float64, lo, hi int) int {
 	if v != math.Trunc(v) || v < float64(lo) || v > float64(hi) {
-		c.fail(attr, "%s must be a whole number from %d to %d, got %v", what, lo, hi, v)
+		c.fail(path, "must be a whole number from %d to %d, got %v", lo, hi, v)
 		return lo
 	}
 	return int(v)
 }
 
 // dur checks that d is from lo to hi.
-func (c *checker) dur(attr, what string, d sdk.Duration, lo, hi time.Duration) time.Duration {
+func (c *checker) dur(path string, d sdk.Duration, lo, hi time.Duration) time.Duration {
 	if d.Std() < lo || d.Std() > hi {
-		c.fail(attr, "%s must be from %v to %v, got %v", what, lo, hi, d.Std())
+		c.fail(path, "must be from %v to %v, got %v", lo, hi, d.Std())
 		return lo
 	}
 	return d.Std()
 }
 
-// check refuses what the schema cannot express.
+// check refuses what the schema cannot express. The host has refused two
+// upstream, route or tenant blocks with the same label.
 func (cfg config) check() (settings, error) {
 	var s settings
 	var c checker
-	s.workers = c.whole("workers", "workers", cfg.Workers, 0, maxWorkers)
+	s.workers = c.whole("workers", cfg.Workers, 0, maxWorkers)
 	if s.workers == 0 {
 		s.workers = min(runtime.NumCPU()*4, 64)
 	}
-	s.workQueue = c.whole("work_queue", "work_queue", cfg.WorkQueue, 1, maxQueue)
-	s.schedQueue = c.whole("sched_queue", "sched_queue", cfg.SchedQueue, 1, maxQueue)
+	s.workQueue = c.whole("work_queue", cfg.WorkQueue, 1, maxQueue)
+	s.schedQueue = c.whole("sched_queue", cfg.SchedQueue, 1, maxQueue)
 	s.shedding = cfg.Shedding
-	s.shedHold = c.dur("shed_hold", "shed_hold", cfg.ShedHold, 0, time.Hour)
+	s.shedHold = c.dur("shed_hold", cfg.ShedHold, 0, time.Hour)
 
 	upstreams := map[string]bool{}
 	for _, u := range cfg.Upstreams {
-		in := fmt.Sprintf("upstream %q: ", u.Name)
+		at := fmt.Sprintf("upstream[%q]", u.Name)
 		switch {
 		case u.Name == "":
-			c.fail("upstream", "an upstream's name must not be empty")
-		case upstreams[u.Name]:
-			c.fail("upstream", "%q is declared twice", u.Name)
+			c.fail(at, "an upstream's name must not be empty")
 		case (u.Plugin == nil) == (u.URL == nil):
-			c.fail("upstream", "%sneeds exactly one of plugin and url", in)
+			c.fail(at, "needs exactly one of plugin and url")
 		case u.Plugin != nil && *u.Plugin == "":
-			c.fail("upstream", "%splugin must not be empty", in)
+			c.fail(at+".plugin", "must not be empty")
 		}
 		upstreams[u.Name] = true
 		us := upstreamSettings{name: u.Name}
@@ -254,51 +249,43 @@ func (cfg config) check() (settings, error) {
 		if u.URL != nil {
 			p, err := url.Parse(*u.URL)
 			if err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" || p.RawQuery != "" || p.Fragment != "" || p.User != nil {
-				c.fail("upstream", "%surl must be an http:// or https:// URL with a host and no query, fragment or credentials, got %q", in, *u.URL)
+				c.fail(at+".url", "must be an http:// or https:// URL with a host and no query, fragment or credentials, got %q", *u.URL)
 			}
 			us.url = p
 		}
 		s.upstreams = append(s.upstreams, us)
 	}
 
-	prefixes := map[string]bool{}
 	for _, r := range cfg.Routes {
-		in := fmt.Sprintf("route %q: ", r.Prefix)
+		at := fmt.Sprintf("route[%q]", r.Prefix)
 		switch {
 		case !strings.HasPrefix(r.Prefix, "/"):
-			c.fail("route", "%sprefix must start with /", in)
-		case prefixes[r.Prefix]:
-			c.fail("route", "%q is declared twice", r.Prefix)
+			c.fail(at, "the prefix must start with /")
 		case !upstreams[r.Upstream]:
-			c.fail("route", "%supstream %q is not declared in an upstream block", in, r.Upstream)
+			c.fail(at+".upstream", "upstream %q is not declared in an upstream block", r.Upstream)
 		}
-		prefixes[r.Prefix] = true
-		cost := c.whole("route", in+"cost", r.Cost, 1, maxCost)
+		cost := c.whole(at+".cost", r.Cost, 1, maxCost)
 		s.routes = append(s.routes, routeSettings{prefix: r.Prefix, upstream: r.Upstream, strip: r.StripPrefix, cost: cost, exempt: r.Exempt})
 	}
 	// The longest prefix wins.
 	sortRoutes(s.routes)
 
-	names := map[string]bool{defaultTenantName: true}
 	sums := map[[32]byte]string{}
 	for _, t := range cfg.Tenants {
-		in := fmt.Sprintf("tenant %q: ", t.Name)
+		at := fmt.Sprintf("tenant[%q]", t.Name)
 		switch {
 		case t.Name == "":
-			c.fail("tenant", "a tenant's name must not be empty")
+			c.fail(at, "a tenant's name must not be empty")
 		case t.Name == defaultTenantName:
-			c.fail("tenant", "%q is reserved for default_tenant", t.Name)
-		case names[t.Name]:
-			c.fail("tenant", "%q is declared twice", t.Name)
+			c.fail(at, "%q is reserved for default_tenant", t.Name)
 		}
-		names[t.Name] = true
-		ts := c.tenant("tenant", in, t)
+		ts := c.tenant(at, t)
 		b, err := hex.DecodeString(t.APIKeySHA256)
 		switch {
 		case err != nil || len(b) != 32:
-			c.fail("tenant", "%sapi_key_sha256 must be 64 hex digits (the SHA-256 of the key), got %d characters", in, len(t.APIKeySHA256))
+			c.fail(at+".api_key_sha256", "must be 64 hex digits (the SHA-256 of the key), got %d characters", len(t.APIKeySHA256))
 		case sums[[32]byte(b)] != "":
-			c.fail("tenant", "%sapi_key_sha256 is also tenant %q's", in, sums[[32]byte(b)])
+			c.fail(at+".api_key_sha256", "is also tenant %q's", sums[[32]byte(b)])
 		default:
 			ts.keySum = [32]byte(b)
 			sums[ts.keySum] = t.Name
@@ -308,7 +295,7 @@ func (cfg config) check() (settings, error) {
 	if cfg.DefaultTenant != nil {
 		t := *cfg.DefaultTenant
 		t.Name = defaultTenantName
-		ts := c.tenant("default_tenant", "", t)
+		ts := c.tenant("default_tenant", t)
 		s.defaultTenant = &ts
 	}
 
@@ -318,45 +305,45 @@ func (cfg config) check() (settings, error) {
 	}
 	s.decode = inflate.Limits{
 		RatioMax:   d.RatioMax,
-		AbsCap:     int64(c.whole("decode", "abs_cap_bytes", d.AbsCapBytes, 1, 1<<30)),
-		RatioAfter: int64(c.whole("decode", "ratio_after_bytes", d.RatioAfterBytes, 0, 1<<30)),
+		AbsCap:     int64(c.whole("decode.abs_cap_bytes", d.AbsCapBytes, 1, 1<<30)),
+		RatioAfter: int64(c.whole("decode.ratio_after_bytes", d.RatioAfterBytes, 0, 1<<30)),
 	}
 	if !(d.RatioMax >= 1 && d.RatioMax <= 1e6) {
-		c.fail("decode", "ratio_max must be from 1 to 1000000, got %v", d.RatioMax)
+		c.fail("decode.ratio_max", "must be from 1 to 1000000, got %v", d.RatioMax)
 	}
 
 	r := defaultRetry
 	if cfg.Retry != nil {
 		r = *cfg.Retry
 	}
-	s.maxTries = c.whole("retry", "max_tries", r.MaxTries, 1, 10)
-	s.backoff = c.dur("retry", "backoff", r.Backoff, time.Millisecond, time.Minute)
-	s.backoffCap = c.dur("retry", "cap", r.Cap, s.backoff, time.Hour)
+	s.maxTries = c.whole("retry.max_tries", r.MaxTries, 1, 10)
+	s.backoff = c.dur("retry.backoff", r.Backoff, time.Millisecond, time.Minute)
+	s.backoffCap = c.dur("retry.cap", r.Cap, s.backoff, time.Hour)
 
 	b := defaultBreaker
 	if cfg.Breaker != nil {
 		b = *cfg.Breaker
 	}
-	c.whole("breaker", "failures", b.Failures, 1, 1<<20)
-	c.whole("breaker", "probes", b.Probes, 1, 1024)
-	c.dur("breaker", "window", b.Window, 100*time.Millisecond, time.Hour)
-	c.dur("breaker", "cool_down", b.CoolDown, time.Millisecond, time.Hour)
+	c.whole("breaker.failures", b.Failures, 1, 1<<20)
+	c.whole("breaker.probes", b.Probes, 1, 1024)
+	c.dur("breaker.window", b.Window, 100*time.Millisecond, time.Hour)
+	c.dur("breaker.cool_down", b.CoolDown, time.Millisecond, time.Hour)
 	if !(b.FailureRate > 0 && b.FailureRate <= 1) {
-		c.fail("breaker", "failure_rate must be above 0 and at most 1, got %v", b.FailureRate)
+		c.fail("breaker.failure_rate", "must be above 0 and at most 1, got %v", b.FailureRate)
 	}
 	s.breaker = b
 	return s, c.err
 }
 
-// tenant checks one tenant's numbers.
-func (c *checker) tenant(attr, in string, t tenantConfig) tenantSettings {
+// tenant checks the numbers of the tenant block at path.
+func (c *checker) tenant(path string, t tenantConfig) tenantSettings {
 	ts := tenantSettings{name: t.Name, rate: t.RatePerS}
 	if !(t.RatePerS > 0 && t.RatePerS <= 1e6) {
-		c.fail(attr, "%srate_per_s must be above 0 and at most 1000000, got %v", in, t.RatePerS)
+		c.fail(path+".rate_per_s", "must be above 0 and at most 1000000, got %v", t.RatePerS)
 	}
-	ts.burst = c.whole(attr, in+"burst", t.Burst, 1, 1e6)
-	ts.quantum = c.whole(attr, in+"quantum", t.Quantum, 1, maxCost)
-	ts.mq = c.whole(attr, in+"max_queue", t.MaxQueue, 1, maxQueue)
+	ts.burst = c.whole(path+".burst", t.Burst, 1, 1e6)
+	ts.quantum = c.whole(path+".quantum", t.Quantum, 1, maxCost)
+	ts.mq = c.whole(path+".max_queue", t.MaxQueue, 1, maxQueue)
 	return ts
 }
 

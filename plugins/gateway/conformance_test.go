@@ -19,16 +19,13 @@ func TestConformance(t *testing.T) {
 	up := httptest.NewServer(http.HandlerFunc(slowUpstream))
 	t.Cleanup(up.Close)
 	plugintest.Conformance(t, plugintest.Build(t, "."), fmt.Sprintf(`
-upstream {
-  name = "slow"
-  url  = %q
+upstream "slow" {
+  url = %q
 }
-route {
-  prefix   = "/"
+route "/" {
   upstream = "slow"
 }
-tenant {
-  name           = "acme"
+tenant "acme" {
   api_key_sha256 = %q
 }
 default_tenant {

@@ -7,7 +7,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -145,25 +144,20 @@ func gzipped(t testing.TB, b []byte) []byte {
 // the url upstream "web" and the plugin upstream "wallet".
 func twoTenants(url, extra string) string {
 	return fmt.Sprintf(`
-upstream {
-  name = "web"
-  url  = %q
+upstream "web" {
+  url = %q
 }
-upstream {
-  name   = "wallet"
+upstream "wallet" {
   plugin = "wallet"
 }
-route {
-  prefix       = "/api/wallet/"
+route "/api/wallet/" {
   upstream     = "wallet"
   strip_prefix = true
 }
-route {
-  prefix   = "/"
+route "/" {
   upstream = "web"
 }
-tenant {
-  name           = "acme"
+tenant "acme" {
   api_key_sha256 = %q
 }
 default_tenant {
@@ -231,16 +225,13 @@ func TestUnauthorized(t *testing.T) {
 	srv := httptest.NewServer(web)
 	t.Cleanup(srv.Close)
 	h := start(t, plugintest.Options{Config: fmt.Sprintf(`
-upstream {
-  name = "web"
-  url  = %q
+upstream "web" {
+  url = %q
 }
-route {
-  prefix   = "/"
+route "/" {
   upstream = "web"
 }
-tenant {
-  name           = "acme"
+tenant "acme" {
   api_key_sha256 = %q
 }
 `, srv.URL, sumHex("acme-key"))})
@@ -323,17 +314,18 @@ func noise(n int) []byte {
 	return b
 }
 
+// TestConfigRefused: each refusal names the path of what it blames, so
+// that the host points at it in the operator's file.
 func TestConfigRefused(t *testing.T) {
 	valid := func(extra string) string {
 		return `
-upstream {
-  name = "web"
-  url  = "http://127.0.0.1:1"
+upstream "web" {
+  url = "http://127.0.0.1:1"
 }
 ` + extra
 	}
 	tenant := func(name, sum string) string {
-		return fmt.Sprintf("tenant {\n  name = %q\n  api_key_sha256 = %q\n}\n", name, sum)
+		return fmt.Sprintf("tenant %q {\n  api_key_sha256 = %q\n}\n", name, sum)
 	}
 	tests := []struct {
 		name   string
@@ -341,38 +333,40 @@ upstream {
 		attr   string // "" for a schema error before Configure
 		msg    string
 	}{
-		{"unknown upstream", valid("route {\n prefix = \"/a/\"\n upstream = \"nope\"\n}"), "route", `upstream "nope" is not declared`},
-		{"short key hash", valid(tenant("acme", "abc123")), "tenant", "64 hex digits"},
-		{"key hash not hex", valid(tenant("acme", strings.Repeat("zz", 32))), "tenant", "64 hex digits"},
-		{"duplicate tenant", valid(tenant("acme", sumHex("a")) + tenant("acme", sumHex("b"))), "tenant", `"acme" is declared twice`},
-		{"duplicate key", valid(tenant("acme", sumHex("a")) + tenant("beta", sumHex("a"))), "tenant", `also tenant "acme"`},
-		{"reserved tenant name", valid(tenant("default", sumHex("a"))), "tenant", "reserved"},
-		{"duplicate upstream", valid("upstream {\n name = \"web\"\n plugin = \"x\"\n}"), "upstream", "twice"},
-		{"upstream with both", "upstream {\n name = \"u\"\n plugin = \"x\"\n url = \"http://a\"\n}", "upstream", "exactly one"},
-		{"upstream with neither", "upstream {\n name = \"u\"\n}", "upstream", "exactly one"},
-		{"bad url", "upstream {\n name = \"u\"\n url = \"ftp://a\"\n}", "upstream", "http://"},
-		{"prefix without slash", valid("route {\n prefix = \"a\"\n upstream = \"web\"\n}"), "route", "start with /"},
+		{"unknown upstream", valid("route \"/a/\" {\n upstream = \"nope\"\n}"), `route["/a/"].upstream`, `upstream "nope" is not declared`},
+		{"short key hash", valid(tenant("acme", "abc123")), `tenant["acme"].api_key_sha256`, "64 hex digits"},
+		{"key hash not hex", valid(tenant("acme", strings.Repeat("zz", 32))), `tenant["acme"].api_key_sha256`, "64 hex digits"},
+		{"duplicate key", valid(tenant("acme", sumHex("a")) + tenant("beta", sumHex("a"))), `tenant["beta"].api_key_sha256`, `also tenant "acme"`},
+		{"reserved tenant name", valid(tenant("default", sumHex("a"))), `tenant["default"]`, "reserved"},
+		{"empty tenant name", valid(tenant("", sumHex("a"))), `tenant[""]`, "must not be empty"},
+		{"tenant burst", valid("tenant \"acme\" {\n api_key_sha256 = \"" + sumHex("a") + "\"\n burst = 0.5\n}"), `tenant["acme"].burst`, "whole number"},
+		{"upstream with both", "upstream \"u\" {\n plugin = \"x\"\n url = \"http://a\"\n}", `upstream["u"]`, "exactly one"},
+		{"upstream with neither", "upstream \"u\" {\n}", `upstream["u"]`, "exactly one"},
+		{"empty upstream name", "upstream \"\" {\n url = \"http://a\"\n}", `upstream[""]`, "must not be empty"},
+		{"empty plugin", "upstream \"u\" {\n plugin = \"\"\n}", `upstream["u"].plugin`, "must not be empty"},
+		{"bad url", "upstream \"u\" {\n url = \"ftp://a\"\n}", `upstream["u"].url`, "http://"},
+		{"prefix without slash", valid("route \"a\" {\n upstream = \"web\"\n}"), `route["a"]`, "start with /"},
+		{"route cost", valid("route \"/\" {\n upstream = \"web\"\n cost = 0\n}"), `route["/"].cost`, "whole number from 1"},
 		{"fractional workers", "workers = 1.5", "workers", "whole number"},
 		{"zero work_queue", "work_queue = 0", "work_queue", "whole number"},
-		{"zero rate", "default_tenant {\n rate_per_s = 0\n}", "default_tenant", "rate_per_s"},
-		{"ratio below 1", "decode {\n ratio_max = 0.5\n}", "decode", "ratio_max"},
-		{"cap below backoff", "retry {\n backoff = \"1s\"\n cap = \"10ms\"\n}", "retry", "cap"},
-		{"failure rate", "breaker {\n failure_rate = 2\n}", "breaker", "failure_rate"},
+		{"zero rate", "default_tenant {\n rate_per_s = 0\n}", "default_tenant.rate_per_s", "above 0"},
+		{"ratio below 1", "decode {\n ratio_max = 0.5\n}", "decode.ratio_max", "from 1"},
+		{"cap below backoff", "retry {\n backoff = \"1s\"\n cap = \"10ms\"\n}", "retry.cap", "from 1s"},
+		{"failure rate", "breaker {\n failure_rate = 2\n}", "breaker.failure_rate", "at most 1"},
 		{"unknown attribute", "wokers = 2", "", ""},
-		{"tenant without hash", "tenant {\n name = \"a\"\n}", "", ""},
+		{"tenant without hash", "tenant \"a\" {\n}", "", ""},
 		{"bad duration", "retry {\n backoff = \"soon\"\n}", "", ""},
+		{"duplicate upstream", valid("upstream \"web\" {\n plugin = \"x\"\n}"), "", ""},
+		{"duplicate tenant", valid(tenant("acme", sumHex("a")) + tenant("acme", sumHex("b"))), "", ""},
+		{"duplicate route", valid("route \"/\" {\n upstream = \"web\"\n}\nroute \"/\" {\n upstream = \"web\"\n}"), "", ""},
+		{"name as an argument", "upstream {\n name = \"u\"\n url = \"http://a\"\n}", "", ""},
+		{"prefix as an argument", valid("route {\n prefix = \"/\"\n upstream = \"web\"\n}"), "", ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := plugintest.Start(t, definition(), plugintest.Options{Config: tt.config})
-			var ce *sdk.ConfigError
-			switch {
-			case err == nil:
-				t.Fatalf("Start(%s) succeeded, want it refused", tt.config)
-			case tt.attr == "" && errors.As(err, &ce):
-				t.Fatalf("Start(%s) = %v, want a schema error before Configure", tt.config, err)
-			case tt.attr != "" && (!errors.As(err, &ce) || ce.Attribute != tt.attr || !strings.Contains(ce.Message, tt.msg)):
-				t.Fatalf("Start(%s) = %v, want a ConfigError on %s saying %q", tt.config, err, tt.attr, tt.msg)
+			ce := plugintest.Refused(t, definition(), plugintest.Options{Config: tt.config}, tt.attr)
+			if ce != nil && !strings.Contains(ce.Message, tt.msg) {
+				t.Errorf("Start(%s) = %v, want a ConfigError saying %q", tt.config, ce, tt.msg)
 			}
 		})
 	}

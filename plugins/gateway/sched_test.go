@@ -122,16 +122,13 @@ workers     = 1
 work_queue  = 3
 sched_queue = 1
 shedding    = false
-upstream {
-  name = "web"
-  url  = %q
+upstream "web" {
+  url = %q
 }
-route {
-  prefix   = "/"
+route "/" {
   upstream = "web"
 }
-tenant {
-  name           = "acme"
+tenant "acme" {
   api_key_sha256 = %q
   max_queue      = 2
 }
@@ -238,25 +235,20 @@ workers     = 1
 work_queue  = 4
 sched_queue = 2
 shed_hold   = "200ms"
-upstream {
-  name = "held"
-  url  = %q
+upstream "held" {
+  url = %q
 }
-upstream {
-  name = "health"
-  url  = %q
+upstream "health" {
+  url = %q
 }
-route {
-  prefix   = "/"
+route "/" {
   upstream = "held"
 }
-route {
-  prefix   = "/healthz"
+route "/healthz" {
   upstream = "health"
   exempt   = true
 }
-tenant {
-  name           = "acme"
+tenant "acme" {
   api_key_sha256 = %q
 }
 default_tenant {

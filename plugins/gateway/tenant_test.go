@@ -99,8 +99,7 @@ func TestAdmit(t *testing.T) {
 func TestRetryAfterHonoured(t *testing.T) {
 	web := &echo{}
 	srv := newUpstreamServer(t, web)
-	h := start(t, optionsFor(twoTenants(srv, `tenant {
-  name           = "beta"
+	h := start(t, optionsFor(twoTenants(srv, `tenant "beta" {
   api_key_sha256 = "`+sumHex("beta-key")+`"
   rate_per_s     = 1
   burst          = 1

@@ -34,12 +34,10 @@ func (f *flaky) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // requests take the single-tenant bypass, without the scheduler.
 func flakyConfig(url, extra string) string {
 	return fmt.Sprintf(`
-upstream {
-  name = "web"
-  url  = %q
+upstream "web" {
+  url = %q
 }
-route {
-  prefix   = "/"
+route "/" {
   upstream = "web"
 }
 default_tenant {

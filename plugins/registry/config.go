@@ -71,10 +71,9 @@ func schema() sdk.Schema {
 		{Name: "commit_timeout", Type: sdk.TypeDuration, Default: "1s", Description: "deadline of one group commit attempt"},
 		{Name: "commit_deadline", Type: sdk.TypeDuration, Default: "2s", Description: "how long a proposal or approval waits for its commit before 503"},
 	}, Blocks: []sdk.Block{{
-		Name: "approver", List: true,
-		Description: "an approver: its id and Ed25519 public key. With none, nothing can commit: the registry serves what it holds, read-only",
+		Name: "approver", Labels: []string{"id"}, List: true,
+		Description: "an approver, labelled with the id its approvals carry, and its Ed25519 public key. With none, nothing can commit: the registry serves what it holds, read-only",
 		Schema: sdk.Schema{Attrs: []sdk.Attr{
-			{Name: "id", Type: sdk.TypeString, Required: true, Description: "the name approvals carry"},
 			{Name: "public_key", Type: sdk.TypeString, Required: true, Description: "standard base64 of the 32-byte Ed25519 public key"},
 		}},
 	}, {
@@ -87,7 +86,9 @@ func schema() sdk.Schema {
 	}}}
 }
 
-// check refuses what the schema cannot express, naming the attribute.
+// check refuses what the schema cannot express, naming the path of the
+// attribute (approver["alice"].public_key). The host has refused two
+// approver blocks with the same id.
 func (c config) check() (settings, error) {
 	var s settings
 	var err error
@@ -112,16 +113,14 @@ func (c config) check() (settings, error) {
 		return d.Std()
 	}
 	s.approvers = make(map[string]ed25519.PublicKey, len(c.Approvers))
-	for i, a := range c.Approvers {
-		attr := fmt.Sprintf("approver[%d]", i)
+	for _, a := range c.Approvers {
+		at := fmt.Sprintf("approver[%q]", a.ID)
 		pub, derr := base64.StdEncoding.DecodeString(a.PublicKey)
 		switch {
 		case a.ID == "" || len(a.ID) > 128:
-			return s, &sdk.ConfigError{Attribute: attr, Message: "id must be 1 to 128 bytes"}
-		case s.approvers[a.ID] != nil:
-			return s, &sdk.ConfigError{Attribute: attr, Message: fmt.Sprintf("approver %q declared twice", a.ID)}
+			return s, &sdk.ConfigError{Attribute: at, Message: "the id must be 1 to 128 bytes"}
 		case derr != nil || len(pub) != ed25519.PublicKeySize:
-			return s, &sdk.ConfigError{Attribute: attr, Message: "public_key must be standard base64 of 32 bytes"}
+			return s, &sdk.ConfigError{Attribute: at + ".public_key", Message: "must be standard base64 of 32 bytes"}
 		}
 		s.approvers[a.ID] = ed25519.PublicKey(pub)
 	}
@@ -138,7 +137,7 @@ func (c config) check() (settings, error) {
 	s.commitDeadline = dur("commit_deadline", c.CommitDeadline, time.Millisecond, time.Minute)
 	if c.Retention != nil {
 		s.retention = c.Retention.Enabled
-		s.keepAfter = uint64(whole("keep_after_checkpoint", c.Retention.KeepAfterCheckpoint, 0, math.MaxInt32))
+		s.keepAfter = uint64(whole("retention.keep_after_checkpoint", c.Retention.KeepAfterCheckpoint, 0, math.MaxInt32))
 	}
 	switch {
 	case err != nil:

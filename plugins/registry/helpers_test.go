@@ -33,7 +33,7 @@ func pubB64(name string) string {
 func approvers() string {
 	var b strings.Builder
 	for _, n := range []string{"a", "b", "c"} {
-		fmt.Fprintf(&b, "approver {\n  id = %q\n  public_key = %q\n}\n", n, pubB64(n))
+		fmt.Fprintf(&b, "approver %q {\n  public_key = %q\n}\n", n, pubB64(n))
 	}
 	return b.String()
 }

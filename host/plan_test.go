@@ -1,0 +1,56 @@
+package main
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/plughost/plughost/host/config"
+	"github.com/plughost/plughost/sdk"
+)
+
+// TestConfigErrDiag: a plugin's refusal points at what its ConfigError's
+// path names in the operator's file, inside nested and labelled blocks,
+// and at the config block when the path leads nowhere.
+func TestConfigErrDiag(t *testing.T) {
+	const src = `plugin "gw" {
+  path = "gw"
+  config {
+    workers = 3
+    upstream "wallet" {
+      url = "http://127.0.0.1:7001"
+    }
+    retry {
+      backoff = "1ms"
+    }
+  }
+}
+`
+	c, diags := config.Parse([]byte(src), "gw.hcl")
+	if diags.HasErrors() {
+		t.Fatalf("Parse: %s", diags.Error())
+	}
+	p := c.Plugins[0]
+	tests := []struct {
+		attribute    string
+		line, column int
+	}{
+		{"workers", 4, 15},
+		{`upstream["wallet"].url`, 6, 13},
+		{`upstream[0]`, 5, 5},
+		{`upstream["nowhere"].url`, 3, 3},
+		{"retry.backoff", 9, 17},
+		{"retry.cap", 8, 5},
+		{"", 3, 3},
+		{"no such thing", 3, 3},
+	}
+	for _, tt := range tests {
+		err := fmt.Errorf("start plugin: %w", &sdk.ConfigError{Attribute: tt.attribute, Message: "no"})
+		got := configErrDiag(p, err)
+		if len(got) != 1 || got[0].Subject == nil {
+			t.Fatalf("configErrDiag(%q) = %v, want one diagnostic with a subject", tt.attribute, got)
+		}
+		if s := got[0].Subject; s.Filename != "gw.hcl" || s.Start.Line != tt.line || s.Start.Column != tt.column {
+			t.Errorf("configErrDiag(%q) subject = %s, want gw.hcl:%d,%d", tt.attribute, s, tt.line, tt.column)
+		}
+	}
+}
