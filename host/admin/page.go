@@ -256,7 +256,7 @@ func rows(o Overview) []row {
 		}
 		if p.Pid > 0 {
 			r.Pid = fmt.Sprint(p.Pid)
-			r.Uptime = (time.Duration(p.UptimeSeconds) * time.Second).String()
+			r.Uptime = seconds(p.UptimeSeconds).String()
 		}
 		if p.RequestRate != nil {
 			r.Requests = fmt.Sprintf("%.2f/s", *p.RequestRate)
@@ -274,7 +274,12 @@ func windowText(secs float64) string {
 	if secs == 0 {
 		return "no rates yet: the first samples are being taken"
 	}
-	return fmt.Sprintf("rates over the last %s", (time.Duration(secs) * time.Second).String())
+	return fmt.Sprintf("rates over the last %s", seconds(secs))
+}
+
+// seconds is secs as a duration, to the second.
+func seconds(secs float64) time.Duration {
+	return time.Duration(secs * float64(time.Second)).Round(time.Second)
 }
 
 // renderLogin answers 401 with the login form and nothing else.
