@@ -1,7 +1,6 @@
 package admin_test
 
 import (
-	"bytes"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -9,13 +8,14 @@ import (
 	"net/url"
 	"slices"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/plughost/plughost/host/admin"
+	"github.com/plughost/plughost/host/internal/testbin"
 	"github.com/plughost/plughost/host/metrics"
 	"github.com/plughost/plughost/host/supervisor"
 )
@@ -23,22 +23,10 @@ import (
 const pageToken = "page-t0ken-7f3a"
 
 // clock is a settable clock for admin.Options.Now.
-type clock struct {
-	mu sync.Mutex
-	t  time.Time
-}
+type clock struct{ ns atomic.Int64 }
 
-func (c *clock) now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *clock) add(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
+func (c *clock) now() time.Time      { return time.Unix(0, c.ns.Load()).UTC() }
+func (c *clock) add(d time.Duration) { c.ns.Add(int64(d)) }
 
 // page is an admin server for the status page's tests: the host's real
 // metrics, a clock that moves only when told, and a log in a buffer.
@@ -48,24 +36,7 @@ type page struct {
 	plugins *fakePlugins
 	metrics *metrics.Host
 	clock   *clock
-	log     *syncBuffer
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	log     *testbin.SyncBuffer
 }
 
 func newPage(t *testing.T, token string, sts []supervisor.Status) *page {
@@ -73,9 +44,10 @@ func newPage(t *testing.T, token string, sts []supervisor.Status) *page {
 	p := &page{
 		plugins: &fakePlugins{statuses: sts},
 		metrics: metrics.New(),
-		clock:   &clock{t: time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)},
-		log:     &syncBuffer{},
+		clock:   &clock{},
+		log:     &testbin.SyncBuffer{},
 	}
+	p.clock.ns.Store(time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC).UnixNano())
 	p.h = admin.New(p.metrics.Registry, p.plugins, admin.Options{
 		Token: token, Stats: p.metrics.Registry, Now: p.clock.now,
 		SampleEvery: time.Hour, // the test takes the samples
