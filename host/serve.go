@@ -171,8 +171,11 @@ func serve(ctx context.Context, logger hclog.Logger, path string, stderr io.Writ
 		ErrorLog:          logger.Named("http").StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),
 	}
 	gatherer := &metrics.Gatherer{Host: h.metrics, Sources: h.sources, Timeout: cfg.Health.Timeout, Logger: logger.Named("metrics")}
+	adminHandler := admin.New(gatherer, h, admin.Options{Token: token, Faults: cfg.Debug.Faults,
+		Stats: h.metrics.Registry, Logger: logger.Named("admin")})
+	defer adminHandler.Close()
 	adminSrv := &http.Server{
-		Handler:           admin.New(gatherer, h, admin.Options{Token: token, Faults: cfg.Debug.Faults}),
+		Handler:           adminHandler,
 		ReadHeaderTimeout: adminReadHeaderTimeout,
 		ReadTimeout:       10 * time.Second,
 		WriteTimeout:      30 * time.Second,

@@ -1,8 +1,10 @@
 // Package admin serves the host's admin listener: GET /metrics with the
-// host's and every plugin's metrics, GET /v1/plugins,
-// POST /v1/plugins/NAME/restart and /upgrade, and POST and DELETE
-// /v1/plugins/NAME/faults when the operator enabled fault injection. It
-// holds no state of its own.
+// host's and every plugin's metrics, GET /v1/plugins, GET /v1/status,
+// POST /v1/plugins/NAME/restart and /upgrade, POST and DELETE
+// /v1/plugins/NAME/faults when the operator enabled fault injection, and
+// the status page at GET / with its login and buttons. Its only state is
+// the status page's sessions and a minute of samples of the host's
+// metrics; it never starts or stops plugins itself, only asks Plugins.
 package admin
 
 import (
@@ -11,11 +13,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"html/template"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
@@ -75,11 +79,57 @@ type Options struct {
 	// Faults enables POST and DELETE /v1/plugins/NAME/faults (the host
 	// config's debug { faults = true }); otherwise they answer 403.
 	Faults bool
+	// Stats is the host's own registry (metrics.Host.Registry), which
+	// the status page samples for its rates. Nil means the gatherer
+	// given to New, which should then not reach into plugins, as
+	// sampling it would call every plugin each SampleEvery.
+	Stats prometheus.Gatherer
+	// SampleEvery is how often Stats is sampled; 0 means every 5s.
+	SampleEvery time.Duration
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+	// Logger gets the status page's logins and operator actions; nil
+	// logs nothing. The token is never logged.
+	Logger hclog.Logger
 }
 
-// New returns the admin handler.
-func New(g prometheus.Gatherer, plugins Plugins, opts Options) http.Handler {
+// Server is the admin listener's handler. Call Close when done with it.
+type Server struct {
+	mux      *http.ServeMux
+	plugins  Plugins
+	token    string
+	logger   hclog.Logger
+	now      func() time.Time
+	rates    *sampler
+	sessions *sessions
+	page     *template.Template
+}
+
+// New returns the admin handler. It starts a goroutine that samples
+// opts.Stats every opts.SampleEvery; call Close to stop it.
+func New(g prometheus.Gatherer, plugins Plugins, opts Options) *Server {
 	token := opts.Token
+	if opts.Stats == nil {
+		opts.Stats = g
+	}
+	if opts.SampleEvery <= 0 {
+		opts.SampleEvery = 5 * time.Second
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Logger == nil {
+		opts.Logger = hclog.NewNullLogger()
+	}
+	s := &Server{
+		plugins:  plugins,
+		token:    token,
+		logger:   opts.Logger,
+		now:      opts.Now,
+		rates:    newSampler(opts.Stats, opts.Now, opts.SampleEvery, rateWindow),
+		sessions: newSessions(opts.Now),
+		page:     pageTemplate,
+	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{
 		ErrorHandling: promhttp.ContinueOnError,
@@ -88,25 +138,21 @@ func New(g prometheus.Gatherer, plugins Plugins, opts Options) http.Handler {
 	api.HandleFunc("GET /v1/plugins", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, plugins.Statuses())
 	})
+	api.HandleFunc("GET /v1/status", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, s.overview())
+	})
 	api.HandleFunc("POST /v1/plugins/{name}/restart", func(w http.ResponseWriter, r *http.Request) {
 		name := r.PathValue("name")
-		if !plugins.Restart(name) {
-			sdk.WriteError(w, http.StatusNotFound, "not_found", "no plugin named "+strconv.Quote(name))
+		if e := restart(plugins, name); e != nil {
+			sdk.WriteError(w, e.status, e.code, e.message)
 			return
 		}
 		writeJSON(w, http.StatusAccepted, map[string]string{"status": "restarting", "plugin": name})
 	})
 	api.HandleFunc("POST /v1/plugins/{name}/upgrade", func(w http.ResponseWriter, r *http.Request) {
 		name := r.PathValue("name")
-		switch err := plugins.Upgrade(name); {
-		case errors.Is(err, ErrNoPlugin):
-			sdk.WriteError(w, http.StatusNotFound, "not_found", "no plugin named "+strconv.Quote(name))
-			return
-		case errors.Is(err, ErrChecksum):
-			sdk.WriteError(w, http.StatusConflict, "checksum_mismatch", err.Error())
-			return
-		case err != nil:
-			sdk.WriteError(w, http.StatusUnprocessableEntity, "unusable_binary", err.Error())
+		if e := upgrade(plugins, name); e != nil {
+			sdk.WriteError(w, e.status, e.code, e.message)
 			return
 		}
 		writeJSON(w, http.StatusAccepted, map[string]string{"status": "upgrading", "plugin": name})
@@ -182,10 +228,48 @@ func New(g prometheus.Gatherer, plugins Plugins, opts Options) http.Handler {
 		faults(w, r, nil)
 	})
 	mux.Handle("/v1/", auth(token, api))
+	s.pageRoutes(mux)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		sdk.WriteError(w, http.StatusNotFound, "not_found", "no admin endpoint at "+r.URL.Path)
 	})
-	return mux
+	s.mux = mux
+	return s
+}
+
+// ServeHTTP serves the admin listener's routes.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+
+// Close stops the goroutine that samples the host's metrics for the
+// status page's rates. The Server still answers afterwards, with the
+// rates of the samples it has.
+func (s *Server) Close() { s.rates.Close() }
+
+// apiError is an endpoint's refusal, as its JSON error body says it.
+type apiError struct {
+	status  int
+	code    string
+	message string
+}
+
+// restart asks for the named plugin's restart.
+func restart(plugins Plugins, name string) *apiError {
+	if !plugins.Restart(name) {
+		return &apiError{http.StatusNotFound, "not_found", "no plugin named " + strconv.Quote(name)}
+	}
+	return nil
+}
+
+// upgrade asks for the named plugin's upgrade to the binary at its path.
+func upgrade(plugins Plugins, name string) *apiError {
+	switch err := plugins.Upgrade(name); {
+	case errors.Is(err, ErrNoPlugin):
+		return &apiError{http.StatusNotFound, "not_found", "no plugin named " + strconv.Quote(name)}
+	case errors.Is(err, ErrChecksum):
+		return &apiError{http.StatusConflict, "checksum_mismatch", err.Error()}
+	case err != nil:
+		return &apiError{http.StatusUnprocessableEntity, "unusable_binary", err.Error()}
+	}
+	return nil
 }
 
 func auth(token string, next http.Handler) http.Handler {
@@ -209,7 +293,7 @@ func notFoundJSON(mux http.Handler) http.Handler {
 	m := mux.(*http.ServeMux)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if _, pat := m.Handler(r); pat == "" {
-			if strings.HasSuffix(r.URL.Path, "/restart") || strings.HasSuffix(r.URL.Path, "/upgrade") || strings.HasSuffix(r.URL.Path, "/faults") || r.URL.Path == "/v1/plugins" {
+			if strings.HasSuffix(r.URL.Path, "/restart") || strings.HasSuffix(r.URL.Path, "/upgrade") || strings.HasSuffix(r.URL.Path, "/faults") || r.URL.Path == "/v1/plugins" || r.URL.Path == "/v1/status" {
 				sdk.WriteError(w, http.StatusMethodNotAllowed, "method_not_allowed", r.Method+" is not allowed here")
 				return
 			}

@@ -90,7 +90,9 @@ func newServer(t *testing.T, token string) (*httptest.Server, *fakePlugins) {
 	c.Add(7)
 	reg.MustRegister(c)
 	plugins := &fakePlugins{statuses: statuses}
-	srv := httptest.NewServer(admin.New(reg, plugins, admin.Options{Token: token, Faults: token != ""}))
+	h := admin.New(reg, plugins, admin.Options{Token: token, Faults: token != ""})
+	t.Cleanup(h.Close)
+	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	return srv, plugins
 }
@@ -178,7 +180,10 @@ func TestRoutes(t *testing.T) {
 		{method: "GET", path: "/v1/nothing", wantCode: 404, wantErr: "not_found"},
 		{method: "GET", path: "/v1/plugins/hello", wantCode: 404, wantErr: "not_found"},
 		{method: "GET", path: "/nothing", wantCode: 404, wantErr: "not_found", wantBody: "no admin endpoint at /nothing"},
-		{method: "GET", path: "/", wantCode: 404, wantErr: "not_found"},
+		{method: "PUT", path: "/", wantCode: 404, wantErr: "not_found"},
+		{method: "GET", path: "/index.html", wantCode: 404, wantErr: "not_found"},
+		{method: "GET", path: "/v1/status/hello", wantCode: 404, wantErr: "not_found"},
+		{method: "POST", path: "/v1/status", wantCode: 405, wantErr: "method_not_allowed"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.method+" "+tt.path, func(t *testing.T) {
@@ -279,7 +284,9 @@ func TestFaults(t *testing.T) {
 	t.Run("disabled", func(t *testing.T) {
 		reg := prometheus.NewRegistry()
 		fp := &fakePlugins{statuses: statuses}
-		srv := httptest.NewServer(admin.New(reg, fp, admin.Options{}))
+		h := admin.New(reg, fp, admin.Options{})
+		t.Cleanup(h.Close)
+		srv := httptest.NewServer(h)
 		t.Cleanup(srv.Close)
 		r := do(t, srv, http.MethodDelete, "/v1/plugins/hello/faults", "")
 		if r.code != http.StatusForbidden || r.errorCode() != "faults_disabled" {

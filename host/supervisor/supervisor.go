@@ -209,11 +209,18 @@ type Status struct {
 	// not-ready health. It is for the admin API only: it can name files.
 	HealthReason string `json:"health_reason,omitempty"`
 	Pid          int    `json:"pid"`
-	Restarts     int    `json:"restarts"`
-	Version      string `json:"version"`
-	LastError    string `json:"last_error"`
-	Required     bool   `json:"required"`
-	Mount        string `json:"mount"`
+	// Started is when the running process was launched; zero when none
+	// runs.
+	Started  time.Time `json:"started,omitzero"`
+	Restarts int       `json:"restarts"`
+	// RestartsInWindow is how many restarts after a failure happened
+	// within Policy.Window, the budget Policy.MaxRestarts caps; operator
+	// restarts are not among them.
+	RestartsInWindow int    `json:"restarts_in_window"`
+	Version          string `json:"version"`
+	LastError        string `json:"last_error"`
+	Required         bool   `json:"required"`
+	Mount            string `json:"mount"`
 	// DataPlaneConns is how many of the running process's data-plane
 	// connections the host has not seen break.
 	DataPlaneConns int `json:"data_plane_conns"`
@@ -235,6 +242,7 @@ type Process struct {
 	health   string
 	reason   string // the plugin's reason for health
 	inst     *catalog.Instance
+	started  time.Time // when inst was launched
 	ep       *Endpoint
 	manifest *pluginv1.DescribeResponse
 	restarts int
@@ -375,6 +383,13 @@ func (p *Process) Status() Status {
 	}
 	if p.inst != nil {
 		s.Pid = p.inst.Pid()
+		s.Started = p.started
+	}
+	now := time.Now()
+	for _, t := range p.recent {
+		if now.Sub(t) < p.opts.Policy.Window {
+			s.RestartsInWindow++
+		}
 	}
 	if p.ep != nil {
 		s.DataPlaneConns = p.ep.data.Live()
@@ -705,6 +720,7 @@ func (p *Process) launch(ctx context.Context) (*catalog.Instance, error) {
 		dropped := m.PluginLogDropped.WithLabelValues(p.spec.Name)
 		limit.Dropped = func(n int) { dropped.Add(float64(n)) }
 	}
+	started := time.Now()
 	inst, err := catalog.Launch(ctx, p.spec.Path, p.spec.SHA256, catalog.Options{
 		Logger:       p.opts.Logger.Named(p.spec.Name).With("plugin", p.spec.Name),
 		StartTimeout: p.opts.Policy.StartTimeout,
@@ -719,7 +735,7 @@ func (p *Process) launch(ctx context.Context) (*catalog.Instance, error) {
 	m := inst.Manifest()
 	p.mu.Lock()
 	p.manifest = m
-	p.inst = inst
+	p.inst, p.started = inst, started
 	p.mu.Unlock()
 	cfg, err := p.spec.Decode(m.GetConfigSchema())
 	if err != nil {

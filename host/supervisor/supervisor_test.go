@@ -252,8 +252,11 @@ func TestStartReady(t *testing.T) {
 	f := start(t, s, testPolicy())
 	st := waitReady(t, f.p)
 
-	want := supervisor.Status{Name: "hello", State: supervisor.StateReady, Pid: st.Pid, Version: "0.1.0", Required: true, Mount: "/hello",
+	want := supervisor.Status{Name: "hello", State: supervisor.StateReady, Pid: st.Pid, Started: st.Started, Version: "0.1.0", Required: true, Mount: "/hello",
 		DataPlaneConns: min(runtime.GOMAXPROCS(0), 16)} // one per host CPU
+	if st.Started.IsZero() || st.Started.After(time.Now()) {
+		t.Errorf("Status().Started = %v, want when the process was launched", st.Started)
+	}
 	if st != want {
 		t.Errorf("Status() = %+v, want %+v", st, want)
 	}
@@ -317,8 +320,11 @@ func TestRestartAfterKill(t *testing.T) {
 		st = f.p.Status()
 		return st.State == supervisor.StateReady && st.Pid != old.Pid && f.p.Ready()
 	})
-	if st.Restarts != 1 {
-		t.Errorf("Status().Restarts = %d after one crash, want 1", st.Restarts)
+	if st.Restarts != 1 || st.RestartsInWindow != 1 {
+		t.Errorf("Status().Restarts, RestartsInWindow = %d, %d after one crash, want 1, 1", st.Restarts, st.RestartsInWindow)
+	}
+	if !st.Started.After(old.Started) {
+		t.Errorf("Status().Started = %v after a restart, want after the first process's %v", st.Started, old.Started)
 	}
 	if !strings.Contains(st.LastError, "exited") {
 		t.Errorf("Status().LastError = %q, want why it went down (exited)", st.LastError)
@@ -351,8 +357,8 @@ func TestOperatorRestart(t *testing.T) {
 		st = f.p.Status()
 		return st.State == supervisor.StateReady && st.Pid != old.Pid && f.p.Ready()
 	})
-	if st.Restarts != 1 || st.LastError != "" {
-		t.Errorf("Status() after Restart = %+v, want restarts 1 and no error", st)
+	if st.Restarts != 1 || st.RestartsInWindow != 0 || st.LastError != "" {
+		t.Errorf("Status() after Restart = %+v, want restarts 1, none in the window (an operator's restart spends no budget) and no error", st)
 	}
 	if oldConn.Aborted() {
 		t.Error("old Conn().Aborted() = true after a drain with nothing in flight")
