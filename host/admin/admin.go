@@ -227,8 +227,13 @@ func New(g prometheus.Gatherer, plugins Plugins, opts Options) *Server {
 	api.HandleFunc("DELETE /v1/plugins/{name}/faults", func(w http.ResponseWriter, r *http.Request) {
 		faults(w, r, nil)
 	})
-	mux.Handle("/v1/", auth(token, api))
-	s.pageRoutes(mux)
+	// The API takes a bearer token, which a browser never adds to
+	// another origin's request; without one configured, the check of
+	// the request's origin is what keeps a page the operator has open
+	// from restarting plugins.
+	cop := s.crossOrigin()
+	mux.Handle("/v1/", cop.Handler(auth(token, api)))
+	s.pageRoutes(mux, cop)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		sdk.WriteError(w, http.StatusNotFound, "not_found", "no admin endpoint at "+r.URL.Path)
 	})

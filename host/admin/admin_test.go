@@ -203,6 +203,36 @@ func TestRoutes(t *testing.T) {
 	}
 }
 
+// TestAPICrossOrigin: without a token, a request a browser makes for
+// another origin's page cannot restart, upgrade or inject faults; a
+// script's request, which names no origin, still can.
+func TestAPICrossOrigin(t *testing.T) {
+	srv, plugins := newServer(t, "")
+	for _, path := range []string{"/v1/plugins/hello/restart", "/v1/plugins/hello/upgrade", "/v1/plugins/hello/faults"} {
+		for _, hdr := range [][2]string{{"Sec-Fetch-Site", "cross-site"}, {"Origin", "http://evil.example"}} {
+			req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, srv.URL+path, strings.NewReader(`{}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set(hdr[0], hdr[1])
+			resp, err := srv.Client().Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusForbidden {
+				t.Errorf("POST %s with %s: %s = %d, want 403", path, hdr[0], hdr[1], resp.StatusCode)
+			}
+		}
+	}
+	if got := plugins.restarts(); len(got) != 0 {
+		t.Fatalf("restarts after cross-origin posts = %q, want none", got)
+	}
+	if r := do(t, srv, http.MethodPost, "/v1/plugins/hello/restart", ""); r.code != http.StatusAccepted {
+		t.Fatalf("POST /v1/plugins/hello/restart from a script = %d %s, want 202", r.code, r.body)
+	}
+}
+
 func TestToken(t *testing.T) {
 	const token = "s3cret-token"
 	tests := []struct {

@@ -127,13 +127,22 @@ func (ss *sessions) end(r *http.Request) {
 	}
 }
 
-// pageRoutes registers the status page's routes on mux.
-func (s *Server) pageRoutes(mux *http.ServeMux) {
+// crossOrigin returns the protection of every state-changing admin
+// route against requests a browser makes for another origin's page: a
+// form post to the listener's address from a site the operator has open
+// is refused 403, while scripts, which send neither Origin nor
+// Sec-Fetch-Site, pass.
+func (s *Server) crossOrigin() *http.CrossOriginProtection {
 	cop := http.NewCrossOriginProtection()
 	cop.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		s.logger.Warn("status page post from another origin refused", "path", r.URL.Path, "remote", r.RemoteAddr)
+		s.logger.Warn("admin post from another origin refused", "path", r.URL.Path, "remote", r.RemoteAddr)
 		sdk.WriteError(w, http.StatusForbidden, "cross_origin", "cross-origin request refused")
 	}))
+	return cop
+}
+
+// pageRoutes registers the status page's routes on mux.
+func (s *Server) pageRoutes(mux *http.ServeMux, cop *http.CrossOriginProtection) {
 	mux.HandleFunc("GET /{$}", s.servePage)
 	mux.Handle("POST /login", cop.Handler(http.HandlerFunc(s.login)))
 	mux.Handle("POST /logout", cop.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
