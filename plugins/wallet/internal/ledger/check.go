@@ -138,5 +138,5 @@ func notStore(path string, opts Options, err error) error {
 	}); berr != nil {
 		return fmt.Errorf("check ledger: %w: %v", err, berr)
 	}
-	return fmt.Errorf("check ledger: %w: the ledger file of the wallet's release before the store (format %d), which this check does not read: start the wallet once to convert it, then check it", err, old.format)
+	return fmt.Errorf("check ledger: a file of the wallet's release before the store (format %d), which check does not read; start the wallet once to convert it, then check it: %w", old.format, err)
 }
