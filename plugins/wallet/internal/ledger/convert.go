@@ -9,6 +9,7 @@ import (
 	"hash/crc32"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
@@ -66,7 +67,16 @@ func readOldFile(tx *bolt.Tx) (oldFile, error) {
 // converts again, or the store. It holds the old file's lock meanwhile.
 // It reports false, and converts nothing, if the file at path was
 // converted by another process while this one waited for the lock.
-func convert(path string, opts store.Options) (bool, error) {
+func convert(path string, opts store.Options) (converted bool, err error) {
+	// bbolt panics on some damaged pages, and faults on a page past the
+	// file's end.
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if v := recover(); v != nil {
+			converted, err = false, &store.CorruptError{File: filepath.Base(path), Problem: fmt.Sprintf("a page cannot be read: %v", v),
+				Remedy: "restore the data dir from a backup"}
+		}
+	}()
 	var held *os.File
 	db, err := bolt.Open(path, 0o600, &bolt.Options{
 		Timeout: cmp.Or(opts.LockTimeout, DefaultLockTimeout),
