@@ -248,7 +248,7 @@ func (w *wallet) configure(_ context.Context, rt *sdk.Runtime) (err error) {
 	if rec := l.Store().Recovery(); rec.Trimmed != nil {
 		rt.Logger.Warn("left out a torn record at the end of the write-ahead log, from a write that never completed",
 			"file", rec.Trimmed.File, "record", rec.Trimmed.Record, "offset", rec.Trimmed.Offset, "bytes", rec.Trimmed.Bytes)
-	} else if rec.Converted {
+	} else if rec.Converted || l.Converted() {
 		rt.Logger.Info("converted the ledger from the previous release's format", "path", path)
 	}
 	cleanup = append(cleanup, func() { _ = l.Close() })

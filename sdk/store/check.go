@@ -101,7 +101,8 @@ type Write struct {
 // process holds the store open (after Options.LockTimeout), and with
 // another error if the files cannot be read at all; damage is reported,
 // not returned. Options.Buckets may be empty: the log's records are then
-// checked against the most buckets a store can have.
+// checked against the most buckets a store can have. A file the store
+// did not write fails it with an error wrapping ErrNotStore.
 func Check(path string, opts Options) (Report, error) {
 	ex, err := examine(path, opts)
 	if err != nil {
@@ -194,6 +195,8 @@ type examination struct {
 	boltOK bool
 	groups [][]entry // the log's groups up to its last good record
 	cuts   []cutAt
+	// notStore is the error of a file the store did not write.
+	notStore error
 }
 
 // cutAt is where Repair zeroes a log file from.
@@ -242,6 +245,10 @@ func examine(path string, opts Options) (*examination, error) {
 	d.db = db
 	ex.db = d
 	lay, ok := ex.checkBolt(d)
+	if ex.notStore != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("check store %s: %w", path, ex.notStore)
+	}
 	ex.boltOK = ok
 	if ok {
 		ex.checkLog(d, lay)
@@ -264,11 +271,16 @@ func (ex *examination) checkBolt(d *DB) (lay layout, ok bool) {
 	// Pages past the end of a truncated file fault rather than panic.
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	err := d.db.View(func(tx *bolt.Tx) error {
-		if err := d.guard(func() (err error) {
+		err := d.guard(func() (err error) {
 			lay, err = d.readLayout(tx)
 			return err
-		}); err != nil {
-			var ce *CorruptError
+		})
+		var ce *CorruptError
+		switch {
+		case errors.Is(err, ErrNotStore):
+			ex.notStore = err
+			return nil
+		case err != nil:
 			if errors.As(err, &ce) {
 				ex.problem(Problem{File: d.name, Where: ce.Where, What: ce.Problem})
 			} else {
@@ -277,9 +289,6 @@ func (ex *examination) checkBolt(d *DB) (lay layout, ok bool) {
 		}
 		for err := range tx.Check() {
 			ex.problem(Problem{File: d.name, What: "bbolt check: " + err.Error()})
-		}
-		if lay.legacy != 0 {
-			return nil // values without checksums, until Open converts them
 		}
 		if err := d.guard(func() error {
 			return tx.ForEach(func(name []byte, b *bolt.Bucket) error {
@@ -337,11 +346,7 @@ func (ex *examination) checkLog(d *DB, lay layout) {
 	if nb == 0 {
 		nb = walMaxBuckets
 	}
-	need := []string{walPath(d.path, lay.gen), walPath(d.path, lay.gen+1)}
-	if lay.legacy == legacyWAL {
-		need = []string{d.path + walSuffixes[0]}
-	}
-	for _, p := range need {
+	for _, p := range []string{walPath(d.path, lay.gen), walPath(d.path, lay.gen+1)} {
 		if _, err := os.Stat(p); errors.Is(err, os.ErrNotExist) {
 			ex.problem(Problem{File: filepath.Base(p), What: "missing: the store file was not closed cleanly, and this write-ahead log may hold its last committed groups"})
 			return
@@ -356,7 +361,7 @@ func (ex *examination) checkLog(d *DB, lay layout) {
 		}
 		data[i] = b
 	}
-	runs, v := analyzeWAL(d.path, data, lay.gen, lay.strict, nb)
+	runs, v := analyzeWAL(d.path, data, lay.gen, nb)
 	if v.err == nil {
 		for _, r := range runs {
 			ex.groups = append(ex.groups, r.groups...)

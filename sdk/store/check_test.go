@@ -573,7 +573,7 @@ func FuzzReplayWAL(f *testing.F) {
 	for i := range 3 {
 		older = appendRecord(older, gen, uint32(i+1), g)
 	}
-	run, _ := decodeWAL(older, gen, true, 2)
+	run, _ := decodeWAL(older, gen, 2)
 	newer := appendStart(nil, gen+1, run.end)
 	startLen := len(newer)
 	for i := range 3 {
@@ -601,7 +601,7 @@ func FuzzReplayWAL(f *testing.F) {
 	f.Add([]byte{}, []byte{})
 	f.Fuzz(func(t *testing.T, a, b []byte) {
 		data := [2][]byte{a, b}
-		st, err := replayWAL("s.db", data, gen, true, 2)
+		st, err := replayWAL("s.db", data, gen, 2)
 		if err != nil {
 			if !errors.Is(err, ErrCorrupt) {
 				t.Fatalf("replayWAL error %v is not a corruption", err)
@@ -618,7 +618,7 @@ func FuzzReplayWAL(f *testing.F) {
 				absent[j] = true
 				continue
 			}
-			r, werr := decodeWAL(d, gj, true, 2)
+			r, werr := decodeWAL(d, gj, 2)
 			if werr != nil {
 				t.Fatalf("replayWAL accepted generation %d whose record does not decode: %v", gj, werr)
 			}

@@ -108,6 +108,19 @@
 // it probes whether the disk has recovered (no space left, say). Readers
 // go on answering from the state in memory throughout.
 //
+// # Formats and plugins' earlier files
+//
+// The store's own bucket, "store", names the file's format (Format);
+// Open converts the store's earlier format 2 and refuses any other. A
+// bbolt file with buckets but no "store" bucket is not a store's: Open
+// and Check refuse it with ErrNotStore and leave it as it is. The
+// package knows no plugin's own layouts. A plugin that kept its data in
+// files of its own before it used the store converts them with Import:
+// it reads its old files itself and hands their contents to a Loader,
+// and Import writes a whole store, closed cleanly, beside the old file
+// and renames it into place, so that a crash leaves either the old file
+// or the new store, never neither. The plugin then opens it with Open.
+//
 // # Tests
 //
 // Hooks are fault-injection points a plugin's tests and fault drills may

@@ -26,6 +26,11 @@ var (
 	// Configure hook that returns Open's error has the host show the
 	// plugin failed with the error's message instead of restarting it.
 	ErrCorrupt = sdk.ErrStorageCorrupt
+	// ErrNotStore is wrapped by the error of Open and Check for a bbolt
+	// file that the store did not write: it has buckets but not the
+	// store's own. It is no damage: a plugin's files from before it
+	// used the store, say, which the plugin converts with Import.
+	ErrNotStore = errors.New("not a store file")
 	// ErrKeyRequired is returned by Tx.Put and Tx.Delete for an empty
 	// key.
 	ErrKeyRequired = errors.New("store: key required")

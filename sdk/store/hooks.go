@@ -21,8 +21,9 @@ type Hooks struct {
 }
 
 // SetSync makes the write-ahead log call fn instead of fdatasync, from
-// its next record on; nil restores fdatasync. fn may block (a stalled
-// disk) or fail.
+// its next record on, and Import call it instead of its syncs of the
+// new file and of its directory; nil restores fdatasync. fn may block (a
+// stalled disk) or fail.
 func (h *Hooks) SetSync(fn func(*os.File) error) {
 	if fn == nil {
 		h.sync.Store(nil)
@@ -32,15 +33,18 @@ func (h *Hooks) SetSync(fn func(*os.File) error) {
 }
 
 // syncer returns the log's fdatasync under h.
-func (h *Hooks) syncer() func(*os.File) error {
+func (h *Hooks) syncer() func(*os.File) error { return h.syncerOr(fdatasync) }
+
+// syncerOr returns sync under h: the function SetSync set, if any.
+func (h *Hooks) syncerOr(sync func(*os.File) error) func(*os.File) error {
 	if h == nil {
-		return fdatasync
+		return sync
 	}
 	return func(f *os.File) error {
 		if fn := h.sync.Load(); fn != nil {
 			return (*fn)(f)
 		}
-		return fdatasync(f)
+		return sync(f)
 	}
 }
 

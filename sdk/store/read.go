@@ -34,24 +34,6 @@ func unframe(k, fv []byte) ([]byte, bool) {
 	return v, binary.BigEndian.Uint32(fv) == frameSum(k, v)
 }
 
-// frameAll adds checksums to every value of b (a file of the wallet's
-// earlier layout).
-func frameAll(b *bolt.Bucket) error {
-	var kvs [][2][]byte
-	if err := b.ForEach(func(k, v []byte) error {
-		kvs = append(kvs, [2][]byte{bytes.Clone(k), bytes.Clone(v)})
-		return nil
-	}); err != nil {
-		return err
-	}
-	for _, kv := range kvs {
-		if err := putFramed(b, kv[0], kv[1]); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // Reader reads a store's state: a *Snapshot (View, Scan) the state after
 // the last committed group, a *Tx (Update) that and the group's own
 // writes. Buckets are numbered as in Options.Buckets; a number out of

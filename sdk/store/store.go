@@ -61,21 +61,6 @@ var (
 	keySeq = []byte("seq")
 )
 
-// Files written by the wallet before the store existed (its ledger's
-// formats 1 to 4) kept the engine's keys in their "meta" bucket and the
-// values without checksums. Open converts such a file; it leaves format
-// legacyGuard under meta "format", so that a wallet of that time refuses
-// the file rather than misread it.
-var (
-	legacyMeta = []byte("meta")
-)
-
-const (
-	legacyWAL   = 3 // the log in one file
-	legacyLogs  = 4 // the log in two files
-	legacyGuard = 5
-)
-
 // Bucket declares one of a store's buckets.
 type Bucket struct {
 	// Name is the bucket's name in the file. "store" is the store's own.
@@ -115,8 +100,8 @@ type Recovery struct {
 	Groups int
 	// Trimmed is the torn record left out at the log's end, if any.
 	Trimmed *Trim
-	// Converted is set when Open converted a file of the wallet's
-	// earlier layout (see Open).
+	// Converted is set when Open converted a file of the store's
+	// earlier format (see Format).
 	Converted bool
 }
 
@@ -193,21 +178,17 @@ type DB struct {
 // groups the log holds. If another process holds the file it fails after
 // Options.LockTimeout instead of waiting for ever. Damaged files make it
 // fail with a *CorruptError; a torn record at the log's end is left out
-// and reported in Recovery.
-//
-// A file of the wallet's earlier layout (its formats 1 to 4) is
-// converted in place: its values get their checksums, in one bbolt
-// transaction, which needs free disk space of about the file's size.
+// and reported in Recovery. A bbolt file the store did not write (one
+// with buckets but not the store's own) fails it with an error wrapping
+// ErrNotStore, and is left unchanged: a plugin converts its own earlier
+// files with Import.
 func Open(path string, opts Options) (*DB, error) {
-	if len(opts.Buckets) == 0 || len(opts.Buckets) > walMaxBuckets {
-		return nil, fmt.Errorf("open store %s: %d buckets, want 1 to %d", path, len(opts.Buckets), walMaxBuckets)
+	if err := validBuckets(opts.Buckets); err != nil {
+		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
 	d := &DB{path: path, name: filepath.Base(path), opts: opts, every: opts.CheckpointInterval,
 		maxLog: opts.CheckpointBytes, opened: time.Now()}
 	for _, b := range opts.Buckets {
-		if b.Name == "" || b.Name == string(bucketStore) {
-			return nil, fmt.Errorf("open store %s: bucket name %q is reserved or empty", path, b.Name)
-		}
 		d.buckets = append(d.buckets, []byte(b.Name))
 		d.seqb = append(d.seqb, b.Sequential)
 	}
@@ -231,6 +212,19 @@ func Open(path string, opts Options) (*DB, error) {
 	}
 	d.db = db
 	return d, nil
+}
+
+// validBuckets refuses the buckets of Options that a store cannot have.
+func validBuckets(bs []Bucket) error {
+	if len(bs) == 0 || len(bs) > walMaxBuckets {
+		return fmt.Errorf("%d buckets, want 1 to %d", len(bs), walMaxBuckets)
+	}
+	for _, b := range bs {
+		if b.Name == "" || b.Name == string(bucketStore) {
+			return fmt.Errorf("bucket name %q is reserved or empty", b.Name)
+		}
+	}
+	return nil
 }
 
 // openBolt opens the bbolt file, turning a damaged one into a
@@ -271,12 +265,10 @@ func (d *DB) openBolt() (db *bolt.DB, err error) {
 
 // layout is what the file says of itself.
 type layout struct {
-	gen    uint64
-	seq    uint64 // the sequence counter, 0 if never moved
-	open   bool   // not closed cleanly: the log may hold groups
-	legacy uint64
-	strict bool
-	fresh  bool
+	gen   uint64
+	seq   uint64 // the sequence counter, 0 if never moved
+	open  bool   // not closed cleanly: the log may hold groups
+	fresh bool
 	// sums are the buckets' sums by name; nil in a file of an earlier
 	// format, which has none yet.
 	sums map[string]bucketSum
@@ -308,18 +300,12 @@ func (d *DB) readLayout(tx *bolt.Tx) (layout, error) {
 		if err != nil {
 			return layout{}, fileCorruptf(d.name, "bucket store", "%v", err)
 		}
-		return layout{gen: vals[string(keyWALGen)], seq: vals[string(keySeq)], open: vals[string(keyOpen)] == 1, strict: true, sums: sums}, nil
+		return layout{gen: vals[string(keyWALGen)], seq: vals[string(keySeq)], open: vals[string(keyOpen)] == 1, sums: sums}, nil
 	}
-	meta := tx.Bucket(legacyMeta)
-	if meta == nil || meta.Get(keyFormat) == nil {
-		return layout{fresh: true}, nil
+	if name, _ := tx.Cursor().First(); name != nil {
+		return layout{}, fmt.Errorf("%w: it holds bucket %q but not the store's own", ErrNotStore, name)
 	}
-	v := meta.Get(keyFormat)
-	if len(v) != 8 || binary.BigEndian.Uint64(v) < 1 || binary.BigEndian.Uint64(v) > legacyLogs {
-		return layout{}, fmt.Errorf("file format %x is not one of 1 to %d", v, legacyLogs)
-	}
-	f := binary.BigEndian.Uint64(v)
-	return layout{gen: getU64(meta, keyWALGen), open: f >= legacyWAL, legacy: f}, nil
+	return layout{fresh: true}, nil
 }
 
 // readUnframed reads the store's bucket of a file of formatUnframed,
@@ -339,7 +325,7 @@ func (d *DB) readUnframed(st *bolt.Bucket) (layout, error) {
 	if err != nil {
 		return layout{}, fileCorruptf(d.name, "bucket store", "%v", err)
 	}
-	return layout{gen: getU64(st, keyWALGen), open: getU64(st, keyOpen) == 1, strict: true}, nil
+	return layout{gen: getU64(st, keyWALGen), open: getU64(st, keyOpen) == 1}, nil
 }
 
 // recover replays the write-ahead log into the bbolt file and starts the
@@ -358,11 +344,7 @@ func (d *DB) recover(db *bolt.DB) error {
 	// A file not closed cleanly needs the log files that held its
 	// generations.
 	if lay.open {
-		need := []string{walPath(d.path, lay.gen), walPath(d.path, lay.gen+1)}
-		if lay.legacy == legacyWAL {
-			need = []string{d.path + walSuffixes[0]}
-		}
-		for _, p := range need {
+		for _, p := range []string{walPath(d.path, lay.gen), walPath(d.path, lay.gen+1)} {
 			if _, err := os.Stat(p); errors.Is(err, os.ErrNotExist) {
 				return &CorruptError{File: filepath.Base(p), Problem: "missing: the store file was not closed cleanly, and this write-ahead log may hold its last committed groups",
 					Remedy: "restore it from the backup the store file came from; to open the file without those groups, create an empty file there"}
@@ -375,7 +357,7 @@ func (d *DB) recover(db *bolt.DB) error {
 		// hold anything (a backup of the file alone, say).
 		gen = 0
 	}
-	log, st, err := openWAL(d.path, gen, lay.strict, len(d.buckets), d.opts.Hooks.syncer())
+	log, st, err := openWAL(d.path, gen, len(d.buckets), d.opts.Hooks.syncer())
 	if err != nil {
 		return err
 	}
@@ -383,9 +365,7 @@ func (d *DB) recover(db *bolt.DB) error {
 		gen = lay.gen
 	}
 	if gen == 0 {
-		// Generations start at a random number, so that records of
-		// another store's log never pass for this file's.
-		gen = rand.Uint64()>>2 + 1
+		gen = newGen()
 	}
 	// The replayed generations, gen and gen+1, are in the file once this
 	// commits: the log starts over with gen+2, in the file that held gen.
@@ -396,32 +376,15 @@ func (d *DB) recover(db *bolt.DB) error {
 	// begun; skipping past them, one crash after another, would leave
 	// files four and more behind, which no crash explains.
 	next := gen + 2
-	if lay.strict && lay.open {
+	if lay.open {
 		next = gen + uint64(st.started)
 	}
 	var seq uint64
 	err = d.guard(func() error {
 		return db.Update(func(tx *bolt.Tx) error {
-			for i, name := range d.buckets {
-				b, err := tx.CreateBucketIfNotExists(name)
-				if err != nil {
+			for _, name := range d.buckets {
+				if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 					return fmt.Errorf("create bucket %s: %w", name, d.mapErr(err))
-				}
-				if lay.legacy != 0 {
-					if err := frameAll(b); err != nil {
-						return fmt.Errorf("convert bucket %s: %w", d.buckets[i], err)
-					}
-				}
-			}
-			if lay.legacy != 0 {
-				meta := tx.Bucket(legacyMeta)
-				// The engine's keys move to the store's bucket; format
-				// stays, as a guard against the releases before it.
-				if err := meta.Delete(keyWALGen); err != nil {
-					return err
-				}
-				if err := putFramed(meta, keyFormat, u64(legacyGuard)); err != nil {
-					return err
 				}
 			}
 			sums := lay.sums
@@ -459,9 +422,14 @@ func (d *DB) recover(db *bolt.DB) error {
 	d.log = log
 	d.seq = seq
 	d.ov = newOverlay(next, len(d.buckets))
-	d.recovery = Recovery{Groups: len(st.groups), Trimmed: st.trim, Converted: lay.legacy != 0}
+	d.recovery = Recovery{Groups: len(st.groups), Trimmed: st.trim, Converted: !lay.fresh && lay.sums == nil}
 	return nil
 }
+
+// newGen returns the first generation of a new store's log. Generations
+// start at a random number, so that records of another store's log
+// never pass for this file's.
+func newGen() uint64 { return rand.Uint64()>>2 + 1 }
 
 // guard runs fn, turning a panic of bbolt's (it panics on some damaged
 // pages, and faults on a page number past the file's end) into a

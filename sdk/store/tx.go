@@ -57,7 +57,7 @@ func (t *Tx) Delete(b int, k []byte) error {
 // record: it suits ranges of the size a group writes. It returns a
 // *CorruptError if the range holds a damaged value.
 func (t *Tx) DeleteRange(b int, from, to []byte) error {
-	if err := t.checkBucket(b); err != nil {
+	if err := checkBucket(len(t.d.buckets), b); err != nil {
 		return err
 	}
 	var keys [][]byte
@@ -87,17 +87,21 @@ func (t *Tx) NextSeq() uint64 {
 	return t.seq
 }
 
-func (t *Tx) checkBucket(b int) error {
-	if b < 0 || b >= len(t.d.buckets) {
-		return fmt.Errorf("%w: %d of %d", ErrNoBucket, b, len(t.d.buckets))
+func checkBucket(numBuckets, b int) error {
+	if b < 0 || b >= numBuckets {
+		return fmt.Errorf("%w: %d of %d", ErrNoBucket, b, numBuckets)
 	}
 	return nil
 }
 
 // check refuses a write of key k to bucket b that a checkpoint could not
 // make.
-func (t *Tx) check(b int, k []byte) error {
-	if err := t.checkBucket(b); err != nil {
+func (t *Tx) check(b int, k []byte) error { return checkWrite(len(t.d.buckets), b, k) }
+
+// checkWrite refuses a write of key k to bucket b of a store of
+// numBuckets buckets that the bbolt file could not take.
+func checkWrite(numBuckets, b int, k []byte) error {
+	if err := checkBucket(numBuckets, b); err != nil {
 		return err
 	}
 	switch {

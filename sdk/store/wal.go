@@ -113,10 +113,6 @@ import (
 // looks like its end, a last record zeroed from a sector boundary on, or
 // one whose length field was damaged to reach past the end of the file,
 // looks torn.
-//
-// A file of the wallet's formats 3 and 4 (see Open) has no start records
-// or zero headers: its groups start at record 0, and it ends wherever its
-// run stops, unless a later record of the generation proves damage.
 const (
 	walHeader     = 8       // length and checksum
 	walRecordHead = 8 + 4   // gen and index
@@ -196,9 +192,8 @@ type walState struct {
 // openWAL opens or creates the log files of the store at path and returns
 // them with the records they hold of generations gen and gen+1, in
 // order. gen 0 is a store that never had a log, for which it replays
-// nothing and clears what the files hold. strict says the files were
-// written with zero headers after each record (see above).
-func openWAL(path string, gen uint64, strict bool, numBuckets int, sync func(*os.File) error) (*wal, walState, error) {
+// nothing and clears what the files hold.
+func openWAL(path string, gen uint64, numBuckets int, sync func(*os.File) error) (*wal, walState, error) {
 	w := &wal{path: path, sync: sync}
 	var data [2][]byte
 	for i := range w.files {
@@ -235,7 +230,7 @@ func openWAL(path string, gen uint64, strict bool, numBuckets int, sync func(*os
 		}
 		return w, walState{}, nil
 	}
-	st, err := replayWAL(path, data, gen, strict, numBuckets)
+	st, err := replayWAL(path, data, gen, numBuckets)
 	if err != nil {
 		_ = w.close()
 		return nil, walState{}, err
@@ -245,8 +240,8 @@ func openWAL(path string, gen uint64, strict bool, numBuckets int, sync func(*os
 
 // replayWAL reads generations gen and gen+1 from the files' contents
 // (data[i] is the file of parity i).
-func replayWAL(path string, data [2][]byte, gen uint64, strict bool, numBuckets int) (walState, error) {
-	runs, v := analyzeWAL(path, data, gen, strict, numBuckets)
+func replayWAL(path string, data [2][]byte, gen uint64, numBuckets int) (walState, error) {
+	runs, v := analyzeWAL(path, data, gen, numBuckets)
 	if v.err != nil {
 		return walState{}, v.err
 	}
@@ -293,7 +288,7 @@ type walVerdict struct {
 // analyzeWAL reads the runs of generations gen and gen+1 and decides, as
 // the comment at the top of this file says, whether they replay, what a
 // torn tail trims, or what damage refuses them.
-func analyzeWAL(path string, data [2][]byte, gen uint64, strict bool, numBuckets int) ([2]genRun, walVerdict) {
+func analyzeWAL(path string, data [2][]byte, gen uint64, numBuckets int) ([2]genRun, walVerdict) {
 	base := filepath.Base(path)
 	var runs [2]genRun
 	// Which generation a file starts with tells whether it belongs here.
@@ -302,24 +297,17 @@ func analyzeWAL(path string, data [2][]byte, gen uint64, strict bool, numBuckets
 		if !ok {
 			continue
 		}
-		name := base + walSuffixes[i]
-		if strict {
-			// A generation's file starts with its start record: only
-			// it, or (for the generation after gen, if it never
-			// started) the one two before it, can be there.
-			own := gen
-			if own%2 != uint64(i) {
-				own = gen + 1
-			}
-			if g != own && g+2 != own {
-				// Anything else cannot be this store's.
-				return runs, walVerdict{cut: -1, err: &CorruptError{File: name, Where: "record 0 at offset 0",
-					Problem: fmt.Sprintf("holds generation %d, but the store file needs generation %d there: a log from another data dir, or files restored from different times", g, own),
-					Remedy:  restoreTogether}}
-			}
-		} else if g > gen+1 {
-			return runs, walVerdict{cut: -1, err: &CorruptError{File: name, Where: "record 0 at offset 0",
-				Problem: fmt.Sprintf("starts with generation %d, but the store file only reached %d: the file is older than its log", g, gen),
+		// A generation's file starts with its start record: only it,
+		// or (for the generation after gen, if it never started) the
+		// one two before it, can be there.
+		own := gen
+		if own%2 != uint64(i) {
+			own = gen + 1
+		}
+		if g != own && g+2 != own {
+			// Anything else cannot be this store's.
+			return runs, walVerdict{cut: -1, err: &CorruptError{File: base + walSuffixes[i], Where: "record 0 at offset 0",
+				Problem: fmt.Sprintf("holds generation %d, but the store file needs generation %d there: a log from another data dir, or files restored from different times", g, own),
 				Remedy:  restoreTogether}}
 		}
 	}
@@ -333,7 +321,7 @@ func analyzeWAL(path string, data [2][]byte, gen uint64, strict bool, numBuckets
 			runs[j] = r
 			continue
 		}
-		r.walRun, r.bad = decodeWAL(d, g, strict, numBuckets)
+		r.walRun, r.bad = decodeWAL(d, g, numBuckets)
 		stop := int(r.end.off)
 		r.clean = zeroHeader(d[stop:])
 		r.ended = r.clean && len(d)-stop >= walHeader
@@ -342,7 +330,7 @@ func analyzeWAL(path string, data [2][]byte, gen uint64, strict bool, numBuckets
 		}
 		runs[j] = r
 	}
-	return runs, judge(&runs, strict)
+	return runs, judge(&runs)
 }
 
 // restoreTogether is the remedy for log files that do not belong with
@@ -350,7 +338,7 @@ func analyzeWAL(path string, data [2][]byte, gen uint64, strict bool, numBuckets
 const restoreTogether = "restore the data dir's files together from one backup"
 
 // judge decides what the runs of generations G (runs[0]) and G+1 mean.
-func judge(runs *[2]genRun, strict bool) walVerdict {
+func judge(runs *[2]genRun) walVerdict {
 	for j := range runs {
 		r := &runs[j]
 		if r.bad != nil {
@@ -362,9 +350,6 @@ func judge(runs *[2]genRun, strict bool) walVerdict {
 		}
 	}
 	v := walVerdict{cut: -1}
-	if !strict {
-		return v // the wallet's formats 3 and 4: a run ends where it stops
-	}
 	older, newer := &runs[0], &runs[1]
 	newest := older
 	if newer.end.records > 0 || !newer.clean {
@@ -479,9 +464,8 @@ type walRun struct {
 // decodeWAL returns the run of generation gen's records at the start of
 // data: it stops at a record that is torn, fails its checksum or belongs
 // elsewhere, and at a record whose payload does not decode, which it
-// returns as a walError. strict says the generation starts with its
-// start record (the wallet's formats 3 and 4 have none).
-func decodeWAL(data []byte, gen uint64, strict bool, numBuckets int) (walRun, *walError) {
+// returns as a walError.
+func decodeWAL(data []byte, gen uint64, numBuckets int) (walRun, *walError) {
 	var r walRun
 	for {
 		off, index := int(r.end.off), r.end.records
@@ -493,9 +477,9 @@ func decodeWAL(data []byte, gen uint64, strict bool, numBuckets int) (walRun, *w
 		isStart := len(payload) > 0 && payload[0] == walStart
 		var problem string
 		switch {
-		case isStart && (!strict || index != 0):
+		case isStart && index != 0:
 			problem = "a start record where a group belongs"
-		case !isStart && strict && index == 0:
+		case !isStart && index == 0:
 			problem = "a group where the generation's start record belongs"
 		case isStart:
 			if prev, ok := decodeStart(body); ok {
@@ -776,12 +760,15 @@ func (w *wal) close() error {
 	return errors.Join(errs...)
 }
 
-func syncDir(dir string) error {
+func syncDir(dir string) error { return syncDirWith(dir, (*os.File).Sync) }
+
+// syncDirWith syncs the directory dir with sync.
+func syncDirWith(dir string, sync func(*os.File) error) error {
 	d, err := os.Open(dir)
 	if err != nil {
 		return err
 	}
-	err = d.Sync()
+	err = sync(d)
 	if errors.Is(err, syscall.EINVAL) {
 		err = nil // a file system that cannot sync directories (some FUSE and network mounts)
 	}

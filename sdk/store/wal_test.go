@@ -23,8 +23,7 @@ const (
 	numBuckets
 )
 
-// FuzzDecodeWAL feeds decodeWAL arbitrary log files, with and without
-// start records: it must not panic, must stop at the first record that
+// FuzzDecodeWAL feeds decodeWAL arbitrary log files: it must not panic, must stop at the first record that
 // is not whole, valid and next, and what it returns must encode back to a
 // log that decodes the same.
 func FuzzDecodeWAL(f *testing.F) {
@@ -48,27 +47,25 @@ func FuzzDecodeWAL(f *testing.F) {
 	for i, g := range groups {
 		started = appendRecord(started, gen, uint32(i+1), g)
 	}
-	f.Add(log, false)
-	f.Add(log[:len(log)-1], false)                        // torn tail
-	f.Add(append(bytes.Clone(log), 0, 0, 0, 0, 0), false) // trailing garbage
-	f.Add(appendRecord(nil, gen+1, 0, groups[0]), false)  // another generation
-	f.Add(appendRecord(nil, gen, 1, groups[0]), false)    // out of order
-	f.Add([]byte{}, false)
-	f.Add(started, true)
-	f.Add(started[:walHeader+walStartBody], true)   // the start record alone
-	f.Add(started[:walHeader+walStartBody-1], true) // the start record torn
-	f.Add(log, true)                                // a group where the start record belongs
-	f.Add(started, false)                           // a start record in a log without them
-	f.Fuzz(func(t *testing.T, data []byte, strict bool) {
-		got, err := decodeWAL(data, gen, strict, numBuckets)
+	f.Add(started)
+	f.Add(started[:len(started)-1])                    // torn tail
+	f.Add(append(bytes.Clone(started), 0, 0, 0, 0, 0)) // trailing garbage
+	f.Add(appendStart(nil, gen+1, walEnd{}))           // another generation
+	f.Add(reindex(appendStart(nil, gen, walEnd{}), 1)) // out of order
+	f.Add([]byte{})
+	f.Add(started[:walHeader+walStartBody])   // the start record alone
+	f.Add(started[:walHeader+walStartBody-1]) // the start record torn
+	f.Add(log)                                // a group where the start record belongs
+	f.Fuzz(func(t *testing.T, data []byte) {
+		got, err := decodeWAL(data, gen, numBuckets)
 		if got.end.off > int64(len(data)) {
 			t.Fatalf("decodeWAL read %d of %d bytes", got.end.off, len(data))
 		}
 		if err != nil {
 			return
 		}
-		if strict != (got.prev != nil) && got.end.records > 0 {
-			t.Fatalf("decodeWAL(strict %v) = a run of %d records, start record %v", strict, got.end.records, got.prev)
+		if got.prev == nil && got.end.records > 0 {
+			t.Fatalf("decodeWAL = a run of %d records without a start record", got.end.records)
 		}
 		var again []byte
 		index := uint32(0)
@@ -80,7 +77,7 @@ func FuzzDecodeWAL(f *testing.F) {
 			again = appendRecord(again, gen, index, g)
 			index++
 		}
-		back, err := decodeWAL(again, gen, strict, numBuckets)
+		back, err := decodeWAL(again, gen, numBuckets)
 		if err != nil || back.end.off != int64(len(again)) || back.end.records != got.end.records {
 			t.Fatalf("re-encoded log: %d of %d bytes, %d of %d records, %v", back.end.off, len(again), back.end.records, got.end.records, err)
 		}
@@ -93,43 +90,38 @@ func FuzzDecodeWAL(f *testing.F) {
 	})
 }
 
-// TestDecodeWALStops checks where the log ends for each kind of damage,
-// in logs with start records (strict) and without.
+// TestDecodeWALStops checks where the log ends for each kind of damage.
 func TestDecodeWALStops(t *testing.T) {
 	g := []entry{{b: bMeta, k: []byte("seq"), v: []byte{1}}}
-	one := appendRecord(nil, 3, 0, g)
-	two := appendRecord(bytes.Clone(one), 3, 1, g)
+	start := appendStart(nil, 3, walEnd{records: 5, off: 200, last: 7})
+	one := appendRecord(bytes.Clone(start), 3, 1, g)
+	two := appendRecord(bytes.Clone(one), 3, 2, g)
 	flipped := bytes.Clone(two)
 	flipped[len(flipped)-1] ^= 1
-	badEntry := appendRecord(nil, 3, 0, []entry{{b: numBuckets, k: []byte("x"), v: []byte{}}})
-	start := appendStart(nil, 3, walEnd{records: 5, off: 200, last: 7})
-	started := appendRecord(appendRecord(bytes.Clone(start), 3, 1, g), 3, 2, g)
+	badEntry := appendRecord(bytes.Clone(start), 3, 1, []entry{{b: numBuckets, k: []byte("x"), v: []byte{}}})
 	shortStart := bytes.Clone(start[:len(start)-1])
 	seal(shortStart)
 	for _, tc := range []struct {
 		name    string
 		data    []byte
-		strict  bool
 		groups  int
 		records uint32
 		err     bool
 	}{
-		{"whole", two, false, 2, 2, false},
-		{"torn tail", two[:len(two)-3], false, 1, 1, false},
-		{"flipped bit", flipped, false, 1, 1, false},
-		{"older generation", appendRecord(nil, 2, 0, g), false, 0, 0, false},
-		{"skipped index", append(bytes.Clone(one), appendRecord(nil, 3, 2, g)...), false, 1, 1, false},
-		{"bad entry under a valid checksum", badEntry, false, 0, 0, true},
-		{"start record and groups", started, true, 2, 3, false},
-		{"start record alone", start, true, 0, 1, false},
-		{"torn start record", start[:len(start)-1], true, 0, 0, false},
-		{"group where the start record belongs", two, true, 0, 0, true},
-		{"second start record", append(bytes.Clone(start), reindex(appendStart(nil, 3, walEnd{}), 1)...), true, 0, 1, true},
-		{"start record in a log without them", start, false, 0, 0, true},
-		{"short start record under a valid checksum", shortStart, true, 0, 0, true},
+		{"whole", two, 2, 3, false},
+		{"torn tail", two[:len(two)-3], 1, 2, false},
+		{"flipped bit", flipped, 1, 2, false},
+		{"older generation", appendStart(nil, 2, walEnd{}), 0, 0, false},
+		{"skipped index", append(bytes.Clone(one), appendRecord(nil, 3, 3, g)...), 1, 2, false},
+		{"bad entry under a valid checksum", badEntry, 0, 1, true},
+		{"start record alone", start, 0, 1, false},
+		{"torn start record", start[:len(start)-1], 0, 0, false},
+		{"group where the start record belongs", appendRecord(nil, 3, 0, g), 0, 0, true},
+		{"second start record", append(bytes.Clone(start), reindex(appendStart(nil, 3, walEnd{}), 1)...), 0, 1, true},
+		{"short start record under a valid checksum", shortStart, 0, 0, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := decodeWAL(tc.data, 3, tc.strict, numBuckets)
+			got, err := decodeWAL(tc.data, 3, numBuckets)
 			if len(got.groups) != tc.groups || got.end.records != tc.records || (err != nil) != tc.err {
 				t.Errorf("decodeWAL = %d groups, %d records, %v; want %d groups, %d records, error %v", len(got.groups), got.end.records, err, tc.groups, tc.records, tc.err)
 			}
@@ -210,7 +202,7 @@ func TestRotationCrash(t *testing.T) {
 				t.Fatal(err)
 			}
 			gen, _ := firstGen(data)
-			run, _ := decodeWAL(data, gen, true, 1)
+			run, _ := decodeWAL(data, gen, 1)
 			start := append(appendStart(nil, gen+1, run.end), make([]byte, walHeader)...)
 			editFile(t, path+next, func(b []byte) []byte { copy(b, start[:tc.written]); return b })
 			if tc.cutOld {

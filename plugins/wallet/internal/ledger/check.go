@@ -1,11 +1,14 @@
 package ledger
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"path/filepath"
 	"slices"
+
+	bolt "go.etcd.io/bbolt"
 
 	"github.com/plughost/plughost/sdk/store"
 )
@@ -34,9 +37,14 @@ type Report struct {
 // checksum, the write-ahead log), then, if those can be read, the
 // ledger's invariants (supply = issued − burned = the sum of balances;
 // the last receipt is there). It fails with an error wrapping ErrLocked
-// while a process holds the ledger (after opts.LockTimeout).
+// while a process holds the ledger (after opts.LockTimeout), and with
+// one wrapping store.ErrNotStore for files of the wallet's release
+// before the store, which Open converts, or of no ledger.
 func Check(path string, opts Options) (Report, error) {
 	srep, err := store.Check(path, storeOptions(opts))
+	if errors.Is(err, store.ErrNotStore) {
+		return Report{}, notStore(path, opts, err)
+	}
 	if err != nil {
 		return Report{}, fmt.Errorf("check ledger: %w", err)
 	}
@@ -112,4 +120,23 @@ func explain(path string, opts Options, srep store.Report) (Report, error) {
 	slices.Sort(rep.LostKeys)
 	rep.LostKeys = slices.Compact(rep.LostKeys)
 	return rep, nil
+}
+
+// notStore says what the file at path, which store.Check found not to be
+// a store's (err), is instead: the ledger of the release before the
+// store, which Open converts, or no ledger.
+func notStore(path string, opts Options, err error) error {
+	db, berr := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: cmp.Or(opts.LockTimeout, DefaultLockTimeout)})
+	if berr != nil {
+		return fmt.Errorf("check ledger: %w", err)
+	}
+	defer func() { _ = db.Close() }()
+	var old oldFile
+	if berr = db.View(func(tx *bolt.Tx) (err error) {
+		old, err = readOldFile(tx)
+		return err
+	}); berr != nil {
+		return fmt.Errorf("check ledger: %w: %v", err, berr)
+	}
+	return fmt.Errorf("check ledger: a file of the wallet's release before the store (format %d), which check does not read; start the wallet once to convert it, then check it: %w", old.format, err)
 }

@@ -33,6 +33,11 @@
 // its receipt instead of copying it, and earlier releases' data dirs hold
 // records in this format.
 //
+// Files of the wallet's release before the store (the ledger's formats 1
+// to 4, with a log of their own) are the package's too: Open converts
+// them into a store with store.Import, a step a crash leaves undone or
+// done (convert.go).
+//
 // The package owns the ledger's invariants (supply = issued − burned =
 // the sum of all balances; an account's nonce counts its successful
 // debits; receipt seqs have no gaps). It must not start goroutines,

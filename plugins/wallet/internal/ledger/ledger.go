@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"hash/crc32"
 	"math"
@@ -95,6 +96,9 @@ type Ledger struct {
 	now    func() time.Time
 	seq    atomic.Uint64 // highest committed receipt seq
 	hooks  *store.Hooks
+	// converted says Open converted the files of the release before
+	// the store.
+	converted bool
 	// wmu makes a group's commit and its seq's publication one step.
 	wmu sync.Mutex
 }
@@ -103,7 +107,9 @@ type Ledger struct {
 // files at path + ".wal" and ".wal.1", replays into the file the groups
 // the log holds, and checks the ledger's invariants (supply = issued −
 // burned = the sum of balances; the last receipt is there) in
-// O(accounts). Damaged files, or broken invariants, fail it with an
+// O(accounts). Files of the wallet's release before the store (the
+// ledger's formats 1 to 4) are converted into a store first, in one
+// step that a crash leaves undone or done (Converted). Damaged files, or broken invariants, fail it with an
 // error wrapping ErrCorrupt (a *store.CorruptError).
 // If another process holds the file it fails after Options.LockTimeout
 // instead of waiting for ever.
@@ -121,13 +127,20 @@ func Open(path string, opts Options) (*Ledger, error) {
 	if l.now == nil {
 		l.now = time.Now
 	}
-	db, err := store.Open(path, store.Options{
+	sopts := store.Options{
 		Buckets:            buckets,
 		LockTimeout:        opts.LockTimeout,
 		CheckpointInterval: opts.CheckpointInterval,
 		CheckpointBytes:    opts.CheckpointBytes,
 		Hooks:              l.hooks,
-	})
+	}
+	db, err := store.Open(path, sopts)
+	if errors.Is(err, store.ErrNotStore) {
+		// The release before the store wrote it, or it is no ledger.
+		if l.converted, err = convert(path, sopts); err == nil {
+			db, err = store.Open(path, sopts)
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("open ledger: %w", err)
 	}
@@ -207,6 +220,10 @@ func (l *Ledger) Hooks() *store.Hooks { return l.hooks }
 // Store returns the ledger's store, for its operators' calls: Scrub,
 // Reopen, Recovery and Corruptions.
 func (l *Ledger) Store() *store.DB { return l.db }
+
+// Converted reports whether Open converted the ledger from the files of
+// the wallet's release before the store (its formats 1 to 4).
+func (l *Ledger) Converted() bool { return l.converted }
 
 // Seq returns the seq of the last committed receipt, 0 for none. Every
 // receipt up to it is on disk and visible to lookups.

@@ -2,12 +2,15 @@ package ledger_test
 
 import (
 	"archive/tar"
+	"bytes"
 	"compress/gzip"
 	"encoding/binary"
+	"errors"
 	"hash/crc32"
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,6 +18,7 @@ import (
 
 	"github.com/plughost/plughost/plugins/wallet/internal/ledger"
 	"github.com/plughost/plughost/plugins/wallet/internal/wallettest"
+	"github.com/plughost/plughost/sdk/store"
 )
 
 // TestOpensPreviousRelease opens data dirs written by the release before
@@ -79,6 +83,37 @@ func TestOpensPreviousRelease(t *testing.T) {
 				}
 				return nil
 			})
+		})
+	}
+}
+
+// TestCheckPreviousRelease checks that Check refuses the previous
+// release's data dirs, which it does not read, saying to start the
+// wallet once to convert them, and changes nothing; once Open has
+// converted them, Check finds them healthy.
+func TestCheckPreviousRelease(t *testing.T) {
+	for _, name := range []string{"closed", "crashed"} {
+		t.Run(name, func(t *testing.T) {
+			dir, written := untar(t, "testdata/release-1.tar.gz")
+			path := filepath.Join(dir, name, "wallet.db")
+			before, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = ledger.Check(path, ledger.Options{})
+			if !errors.Is(err, store.ErrNotStore) || !strings.Contains(err.Error(), "release before the store (format ") || !strings.Contains(err.Error(), "start the wallet once to convert it") {
+				t.Errorf("Check = %v, want ErrNotStore naming the format and saying to start the wallet once", err)
+			}
+			if after, err := os.ReadFile(path); err != nil || !bytes.Equal(after, before) {
+				t.Errorf("the ledger file after Check: %v, changed %v; want it as it was", err, !bytes.Equal(after, before))
+			}
+			l := open(t, path, ledger.Options{Now: wallettest.NewClock(written).Now})
+			if err := l.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if rep, err := ledger.Check(path, ledger.Options{}); err != nil || !rep.OK() || rep.Seq != 5 {
+				t.Errorf("Check after the conversion = %+v, %v; want healthy at seq 5", rep, err)
+			}
 		})
 	}
 }
