@@ -222,9 +222,9 @@ func serveInProcess(tb testing.TB) string {
 	return "http://" + ln.Addr().String()
 }
 
-// benchHostConfig is the issue's example config with the host's defaults,
-// both listeners on ephemeral 127.0.0.1 ports.
-func benchHostConfig(dir string) string {
+// benchBase is a benchmark host's config without plugins: both
+// listeners on ephemeral 127.0.0.1 ports, the data dir under dir.
+func benchBase(dir string) string {
 	return fmt.Sprintf(`
 listen     = "127.0.0.1:0"
 data_dir   = %q
@@ -232,7 +232,13 @@ plugin_dir = %q
 admin {
   listen = "127.0.0.1:0"
 }
-plugin "hello" {
+`, filepath.Join(dir, "data"), bins.plugins)
+}
+
+// benchHostConfig is the issue's example config with the host's defaults,
+// both listeners on ephemeral 127.0.0.1 ports.
+func benchHostConfig(dir string) string {
+	return benchBase(dir) + fmt.Sprintf(`plugin "hello" {
   path     = "hello"
   required = true
   env {
@@ -242,7 +248,7 @@ plugin "hello" {
     greeting = %q
   }
 }
-`, filepath.Join(dir, "data"), bins.plugins, benchGreeting)
+`, benchGreeting)
 }
 
 // benchHost is a plughost process started for a benchmark. startHost in

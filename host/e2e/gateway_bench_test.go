@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
@@ -32,14 +31,7 @@ func BenchmarkGateway(b *testing.B) {
 	upstream := serveInProcess(b)
 	sum := sha256.Sum256([]byte("bench-key"))
 	dir := b.TempDir()
-	h := startBenchHost(b, fmt.Sprintf(`
-listen     = "127.0.0.1:0"
-data_dir   = %q
-plugin_dir = %q
-admin {
-  listen = "127.0.0.1:0"
-}
-plugin "gateway" {
+	h := startBenchHost(b, benchBase(dir)+fmt.Sprintf(`plugin "gateway" {
   path         = "gateway"
   mount        = "/gw"
   max_inflight = 1024
@@ -60,7 +52,7 @@ plugin "gateway" {
     }
   }
 }
-`, filepath.Join(dir, "data"), bins.plugins, upstream, hex.EncodeToString(sum[:])))
+`, upstream, hex.EncodeToString(sum[:])))
 
 	direct, via := upstream+"/hello/", h.ingress+"/gw/hello/"
 	if a, g := getBody(b, direct), getBody(b, via); a != g {

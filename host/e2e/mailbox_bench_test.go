@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -38,18 +37,11 @@ func benchMailbox(b *testing.B, perSend int) {
 	const producers, consumers = 16, 16
 	total := envInt(b, "PLUGHOST_BENCH_MAILBOX_MESSAGES", 30000, 10_000_000)
 	dir := b.TempDir()
-	h := startBenchHost(b, fmt.Sprintf(`
-listen     = "127.0.0.1:0"
-data_dir   = %q
-plugin_dir = %q
-admin {
-  listen = "127.0.0.1:0"
-}
-plugin "mailbox" {
+	h := startBenchHost(b, benchBase(dir)+`plugin "mailbox" {
   path     = "mailbox"
   required = true
 }
-`, filepath.Join(dir, "data"), bins.plugins))
+`)
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: producers + consumers}, Timeout: 30 * time.Second}
 	post := func(path string, body []byte) (int, []byte, error) {
 		resp, err := client.Post(h.ingress+"/mailbox"+path, "application/json", bytes.NewReader(body))

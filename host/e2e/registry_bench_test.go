@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"path/filepath"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -36,14 +35,7 @@ func BenchmarkRegistry(b *testing.B) {
 	const clients, batch = 32, 16
 	total := envInt(b, "PLUGHOST_BENCH_REGISTRY_ENTRIES", 30000, 10_000_000)
 	dir := b.TempDir()
-	h := startBenchHost(b, fmt.Sprintf(`
-listen     = "127.0.0.1:0"
-data_dir   = %q
-plugin_dir = %q
-admin {
-  listen = "127.0.0.1:0"
-}
-`, filepath.Join(dir, "data"), bins.plugins)+regConfig())
+	h := startBenchHost(b, benchBase(dir)+regConfig())
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: clients}, Timeout: 30 * time.Second}
 	post := func(path string, body any) (int, []byte, error) {
 		bs, err := json.Marshal(body)
