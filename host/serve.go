@@ -184,6 +184,8 @@ func serve(ctx context.Context, logger hclog.Logger, path string, stderr io.Writ
 	go func() { errc <- adminSrv.Serve(adminLn) }()
 	logger.Info("plughost running", "version", version, "listen", ln.Addr().String(),
 		"admin", adminLn.Addr().String(), "plugins", len(cfg.Plugins), "pid", os.Getpid())
+	sd := startNotifier(logger, h.ingress.Ready)
+	defer sd.close()
 
 	// Reloads run one at a time beside the signal loop, so that SIGTERM
 	// is seen while one is in progress. At most one more waits: SIGHUPs
@@ -195,7 +197,9 @@ func serve(ctx context.Context, logger hclog.Logger, path string, stderr io.Writ
 			case <-h.changes.Done():
 				return
 			case <-reloads:
+				sd.reloading()
 				h.reload(path)
+				sd.reloaded()
 			}
 		}
 	})
@@ -205,6 +209,7 @@ func serve(ctx context.Context, logger hclog.Logger, path string, stderr io.Writ
 	for {
 		select {
 		case err := <-errc:
+			sd.stopping()
 			h.cancelChanges()
 			h.stopAll(time.Now())
 			h.background.Wait()
@@ -220,6 +225,7 @@ func serve(ctx context.Context, logger hclog.Logger, path string, stderr io.Writ
 				continue
 			}
 			logger.Info("shutting down", "signal", sig.String(), "drain_deadline", h.drainDeadlineNow())
+			sd.stopping()
 			h.shutdown(srv, adminSrv)
 			h.background.Wait()
 			logger.Info("shutdown complete")
@@ -228,6 +234,7 @@ func serve(ctx context.Context, logger hclog.Logger, path string, stderr io.Writ
 			// The caller of run gave up; the plugins, started with ctx,
 			// are already being stopped.
 			logger.Info("shutting down", "reason", "context done", "drain_deadline", h.drainDeadlineNow())
+			sd.stopping()
 			h.shutdown(srv, adminSrv)
 			h.background.Wait()
 			logger.Info("shutdown complete")
