@@ -154,6 +154,7 @@ func serve(ctx context.Context, logger hclog.Logger, path string, stderr io.Writ
 	ln, adminLn = limitListeners(logger, h.metrics, cfg, ln, adminLn)
 	h.socketDir = sockets.Path()
 	h.ingress = ingress.New(logger.Named("ingress"), h.metrics, ingressLimits(cfg))
+	h.metrics.ReportReadiness(h.ingress.Ready)
 	if diags := h.apply(cfg); diags.HasErrors() {
 		printDiags(stderr, cfg, diags)
 		h.stopAll(time.Now().Add(cfg.DrainDeadline))
@@ -477,6 +478,7 @@ func (h *host) reload(path string) {
 		var b strings.Builder
 		printDiags(&b, cfg, diags)
 		h.logger.Error("config reload rejected; keeping the running config", "diagnostics", b.String())
+		h.metrics.Reloads.WithLabelValues("rejected").Inc()
 		return
 	}
 	if len(diags) > 0 {
@@ -503,9 +505,11 @@ func (h *host) reload(path string) {
 		var b strings.Builder
 		printDiags(&b, cfg, diags)
 		h.logger.Error("plugins refused their new config", "diagnostics", b.String())
+		h.metrics.Reloads.WithLabelValues("plugins_refused").Inc()
 		return
 	}
 	h.logger.Info("config reloaded", "plugins", len(cfg.Plugins))
+	h.metrics.Reloads.WithLabelValues("applied").Inc()
 }
 
 // warnStatic logs the settings a reload cannot change: they are bound to

@@ -170,6 +170,9 @@ func TestSystemdNotify(t *testing.T) {
 	if code, body := h.get(h.ingress + "/readyz"); code != http.StatusServiceUnavailable {
 		t.Fatalf("GET /readyz while frail refuses = %d %s, want 503", code, body)
 	}
+	if v, ok := h.metric("plughost_ready"); !ok || v != 0 {
+		t.Errorf("plughost_ready while frail refuses = %v (exported %t), want 0", v, ok)
+	}
 	if err := os.Remove(refuse); err != nil {
 		t.Fatal(err)
 	}
@@ -178,6 +181,9 @@ func TestSystemdNotify(t *testing.T) {
 	// optional one is still failing.
 	if code, body := h.get(h.ingress + "/readyz"); code != http.StatusOK {
 		t.Errorf("GET /readyz when READY=1 arrived = %d %s, want 200", code, body)
+	}
+	if v, ok := h.metric("plughost_ready"); !ok || v != 1 {
+		t.Errorf("plughost_ready when READY=1 arrived = %v (exported %t), want 1", v, ok)
 	}
 	for _, name := range []string{"hello", "frail"} {
 		if code, state := h.readiness(name); code != http.StatusOK || state != "ready" {
