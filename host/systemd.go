@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"os"
 	"time"
 
@@ -48,13 +47,12 @@ type notifier struct {
 	logger   hclog.Logger
 	ready    func() bool
 	watchdog time.Duration
-	// events is read by run; senders give up when run has ended. Reloads
+	// events is read by run; senders give up once close is called. Reloads
 	// run one at a time, so a reload's two events and the one stopping
 	// event never fill it.
 	events chan notifyEvent
-	ctx    context.Context
-	cancel context.CancelFunc
-	done   chan struct{}
+	quit   chan struct{} // closed by close
+	done   chan struct{} // closed when run returns
 }
 
 // startNotifier starts the notifier when NOTIFY_SOCKET is set and returns
@@ -74,9 +72,9 @@ func startNotifier(logger hclog.Logger, ready func() bool) *notifier {
 		ready:    ready,
 		watchdog: watchdog,
 		events:   make(chan notifyEvent, 4),
+		quit:     make(chan struct{}),
 		done:     make(chan struct{}),
 	}
-	n.ctx, n.cancel = context.WithCancel(context.Background())
 	go n.run()
 	return n
 }
@@ -96,7 +94,7 @@ func (n *notifier) close() {
 	if n == nil {
 		return
 	}
-	n.cancel()
+	close(n.quit)
 	<-n.done
 }
 
@@ -106,7 +104,7 @@ func (n *notifier) post(ev notifyEvent) {
 	}
 	select {
 	case n.events <- ev:
-	case <-n.ctx.Done():
+	case <-n.quit:
 	}
 }
 
@@ -133,7 +131,7 @@ func (n *notifier) run() {
 			}
 		}
 		select {
-		case <-n.ctx.Done():
+		case <-n.quit:
 			return
 		case <-watchdog:
 			n.send(daemon.SdNotifyWatchdog)
