@@ -22,7 +22,8 @@ run: build
 	$(BIN)/plughost run -config $(CONFIG)
 
 # test also checks docs/examples/greeter, a module of its own that ./... does
-# not enter. Every step runs even when one before it failed, so that one
+# not enter, and the alert rules in docs/deploy with promtool where it is
+# installed (.ci/run installs it). Every step runs even when one before it failed, so that one
 # run shows every failure; test fails if any step did. Set
 # PLUGHOST_TEST_CLOCK_SHIFT (a Go duration, such as 8760h) to run the tests
 # that read host/plugintest.Now (the wallet's) on a clock that far ahead.
@@ -34,6 +35,14 @@ test:
 	step gofmt_clean; \
 	step $(GO) vet ./...; \
 	step $(GO) test -race -count=1 -timeout 20m ./...; \
+	if command -v promtool >/dev/null; then \
+		step promtool check rules docs/deploy/alerts.yml; \
+		step promtool test rules docs/deploy/alerts_test.yml; \
+	elif [ "$$CI" = true ]; then \
+		echo "FAILED: promtool not installed; .ci/run installs Debian's prometheus"; status=1; \
+	else \
+		echo "promtool not installed (Debian's prometheus): skipping the checks of docs/deploy/alerts.yml"; \
+	fi; \
 	if step cd docs/examples/greeter; then \
 		step $(GO) vet ./...; \
 		step $(GO) test -race -count=1 -timeout 10m ./...; \

@@ -154,6 +154,7 @@ func serve(ctx context.Context, logger hclog.Logger, path string, stderr io.Writ
 	ln, adminLn = limitListeners(logger, h.metrics, cfg, ln, adminLn)
 	h.socketDir = sockets.Path()
 	h.ingress = ingress.New(logger.Named("ingress"), h.metrics, ingressLimits(cfg))
+	h.metrics.ReportReadiness(h.ingress.Ready)
 	if diags := h.apply(cfg); diags.HasErrors() {
 		printDiags(stderr, cfg, diags)
 		h.stopAll(time.Now().Add(cfg.DrainDeadline))
@@ -187,6 +188,8 @@ func serve(ctx context.Context, logger hclog.Logger, path string, stderr io.Writ
 	go func() { errc <- adminSrv.Serve(adminLn) }()
 	logger.Info("plughost running", "version", version, "listen", ln.Addr().String(),
 		"admin", adminLn.Addr().String(), "plugins", len(cfg.Plugins), "pid", os.Getpid())
+	sd := startNotifier(logger, h.ingress.Ready)
+	defer sd.close()
 
 	// Reloads run one at a time beside the signal loop, so that SIGTERM
 	// is seen while one is in progress. At most one more waits: SIGHUPs
@@ -198,7 +201,9 @@ func serve(ctx context.Context, logger hclog.Logger, path string, stderr io.Writ
 			case <-h.changes.Done():
 				return
 			case <-reloads:
+				sd.reloading()
 				h.reload(path)
+				sd.reloaded()
 			}
 		}
 	})
@@ -208,6 +213,7 @@ func serve(ctx context.Context, logger hclog.Logger, path string, stderr io.Writ
 	for {
 		select {
 		case err := <-errc:
+			sd.stopping()
 			h.cancelChanges()
 			h.stopAll(time.Now())
 			h.background.Wait()
@@ -223,6 +229,7 @@ func serve(ctx context.Context, logger hclog.Logger, path string, stderr io.Writ
 				continue
 			}
 			logger.Info("shutting down", "signal", sig.String(), "drain_deadline", h.drainDeadlineNow())
+			sd.stopping()
 			h.shutdown(srv, adminSrv)
 			h.background.Wait()
 			logger.Info("shutdown complete")
@@ -231,6 +238,7 @@ func serve(ctx context.Context, logger hclog.Logger, path string, stderr io.Writ
 			// The caller of run gave up; the plugins, started with ctx,
 			// are already being stopped.
 			logger.Info("shutting down", "reason", "context done", "drain_deadline", h.drainDeadlineNow())
+			sd.stopping()
 			h.shutdown(srv, adminSrv)
 			h.background.Wait()
 			logger.Info("shutdown complete")
@@ -473,6 +481,7 @@ func (h *host) reload(path string) {
 		var b strings.Builder
 		printDiags(&b, cfg, diags)
 		h.logger.Error("config reload rejected; keeping the running config", "diagnostics", b.String())
+		h.metrics.Reloads.WithLabelValues("rejected").Inc()
 		return
 	}
 	if len(diags) > 0 {
@@ -499,9 +508,11 @@ func (h *host) reload(path string) {
 		var b strings.Builder
 		printDiags(&b, cfg, diags)
 		h.logger.Error("plugins refused their new config", "diagnostics", b.String())
+		h.metrics.Reloads.WithLabelValues("plugins_refused").Inc()
 		return
 	}
 	h.logger.Info("config reloaded", "plugins", len(cfg.Plugins))
+	h.metrics.Reloads.WithLabelValues("applied").Inc()
 }
 
 // warnStatic logs the settings a reload cannot change: they are bound to

@@ -124,6 +124,18 @@ func TestSIGHUPReload(t *testing.T) {
 	if code, body := h.greeting(); code != http.StatusOK || !strings.Contains(body, `"greeting":"two"`) {
 		t.Errorf("GET /hello/ at the end = %d %s, want 200 with greeting two", code, body)
 	}
+	// Three reloads applied (the new greeting, faulty added, faulty
+	// removed), three rejected, none refused by a plugin; the host ready.
+	for series, want := range map[string]float64{
+		`plughost_config_reloads_total{result="applied"}`:         3,
+		`plughost_config_reloads_total{result="rejected"}`:        float64(len(broken)),
+		`plughost_config_reloads_total{result="plugins_refused"}`: 0,
+		`plughost_ready`: 1,
+	} {
+		if got, ok := h.metric(series); !ok || got != want {
+			t.Errorf("%s = %v (exported %t), want %v", series, got, ok, want)
+		}
+	}
 }
 
 // envdumpEnv returns the environment the envdump plugin was started with.

@@ -685,6 +685,23 @@ type readyPlugin struct {
 }
 
 func (g *Ingress) readyz(w http.ResponseWriter) {
+	body := g.readiness()
+	code := http.StatusOK
+	if !body.Ready {
+		code = http.StatusServiceUnavailable
+	}
+	writeJSON(w, code, body)
+}
+
+// Ready reports whether GET /readyz answers 200: the host is not
+// draining, and every required plugin serves (is ready, or is being
+// replaced while its requests wait) and, if it is unready_when_degraded,
+// does not report itself degraded. The host tells systemd it is ready
+// when this turns true.
+func (g *Ingress) Ready() bool { return g.readiness().Ready }
+
+// readiness is the body of GET /readyz.
+func (g *Ingress) readiness() readyBody {
 	t := g.table.Load()
 	body := readyBody{Ready: true, Draining: g.draining.Load(), Plugins: []readyPlugin{}}
 	if body.Draining {
@@ -704,11 +721,7 @@ func (g *Ingress) readyz(w http.ResponseWriter) {
 		}
 	}
 	sort.Slice(body.Plugins, func(i, j int) bool { return body.Plugins[i].Name < body.Plugins[j].Name })
-	code := http.StatusOK
-	if !body.Ready {
-		code = http.StatusServiceUnavailable
-	}
-	writeJSON(w, code, body)
+	return body
 }
 
 // pluginReadiness is the body of GET /readyz/NAME: the plugin's name and

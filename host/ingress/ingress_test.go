@@ -361,6 +361,9 @@ func TestReadyz(t *testing.T) {
 			if body.Ready != tt.wantReady || body.Draining != tt.drain {
 				t.Errorf("GET /readyz ready, draining = %t, %t, want %t, %t", body.Ready, body.Draining, tt.wantReady, tt.drain)
 			}
+			if got := f.g.Ready(); got != tt.wantReady {
+				t.Errorf("Ready() = %t, want %t, as /readyz says", got, tt.wantReady)
+			}
 			got := map[string]supervisor.State{}
 			var names []string
 			for _, p := range body.Plugins {

@@ -51,7 +51,15 @@ type Host struct {
 	// over its log_rate: by the host, or by the SDK in the plugin, which
 	// reports them.
 	PluginLogDropped *prometheus.CounterVec
+	// Reloads counts config reloads by result, one of ReloadResults.
+	Reloads *prometheus.CounterVec
 }
+
+// ReloadResults are the values of plughost_config_reloads_total's result
+// label: the new config applied; rejected with errors in the file, a
+// binary or a plugin's schema check, the running config kept; or
+// applied, but a changed or new plugin refused its new config.
+var ReloadResults = []string{"applied", "rejected", "plugins_refused"}
 
 // New registers the host's metrics, with Go runtime and process collectors,
 // on a new registry.
@@ -116,12 +124,35 @@ func New() *Host {
 			Name: "plughost_plugin_log_dropped_lines_total",
 			Help: "Lines of a plugin's output (stdout, stderr and its logger's records) dropped from the host log over the plugin's log_rate, by the host or, as it reports them, by the SDK in the plugin.",
 		}, []string{"plugin"}),
+		Reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "plughost_config_reloads_total",
+			Help: "Config reloads (SIGHUP), by result: applied, rejected (the running config kept) or plugins_refused (applied, but a plugin refused its new config).",
+		}, []string{"result"}),
+	}
+	// Every result is exported from the start, so that increase() and
+	// alerts see the first reload of each.
+	for _, res := range ReloadResults {
+		h.Reloads.WithLabelValues(res)
 	}
 	r.MustRegister(h.PluginUp, h.PluginState, h.PluginRestarts, h.PluginHungKills, h.Requests, h.RequestDuration,
 		h.Inflight, h.BusyRejections, h.BodyBytes, h.DrainAborted, h.PluginScrapeErrs, h.HeldRequests, h.HoldRejections,
-		h.PluginLogDropped, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		h.PluginLogDropped, h.Reloads, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	h.Conns = newConns(r)
 	return h
+}
+
+// ReportReadiness exports plughost_ready: 1 while ready reports true (the
+// host's /readyz answers 200), else 0. Call it once.
+func (h *Host) ReportReadiness(ready func() bool) {
+	h.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "plughost_ready",
+		Help: "1 while the host's /readyz answers 200 (not draining, every required plugin serving), else 0.",
+	}, func() float64 {
+		if ready() {
+			return 1
+		}
+		return 0
+	}))
 }
 
 // Forget removes a plugin's labelled series, for plugins removed on reload.

@@ -338,6 +338,7 @@ func start(ctx context.Context, spec Spec, opts Options, standby bool) (*Process
 		opts.Metrics.PluginRestarts.WithLabelValues(spec.Name)
 		opts.Metrics.PluginHungKills.WithLabelValues(spec.Name)
 		opts.Metrics.PluginLogDropped.WithLabelValues(spec.Name)
+		opts.Metrics.PluginScrapeErrs.WithLabelValues(spec.Name)
 	}
 	p.publish()
 	go p.run(ctx)

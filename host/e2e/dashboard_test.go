@@ -1,0 +1,274 @@
+package e2e
+
+import (
+	"bufio"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"go.yaml.in/yaml/v2"
+)
+
+const (
+	dashboardPath = "../../docs/deploy/grafana-dashboard.json"
+	alertsPath    = "../../docs/deploy/alerts.yml"
+)
+
+// exportedNames returns the metric names an exposition body offers to
+// queries: every sample's name, and for each histogram or summary family
+// the series names its samples may take (_bucket, _sum, _count), so that
+// a family counts even before its first observation.
+func exportedNames(body string) map[string]bool {
+	out := map[string]bool{}
+	sc := bufio.NewScanner(strings.NewReader(body))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if rest, ok := strings.CutPrefix(line, "# TYPE "); ok {
+			f := strings.Fields(rest)
+			if len(f) != 2 {
+				continue
+			}
+			out[f[0]] = true
+			switch f[1] {
+			case "histogram":
+				out[f[0]+"_bucket"], out[f[0]+"_sum"], out[f[0]+"_count"] = true, true, true
+			case "summary":
+				out[f[0]+"_sum"], out[f[0]+"_count"] = true, true
+			}
+			continue
+		}
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		if i := strings.IndexAny(line, "{ "); i > 0 {
+			out[line[:i]] = true
+		}
+	}
+	return out
+}
+
+// dashboardExprs returns the PromQL of a Grafana dashboard: every
+// panel's (and nested panel's) target expressions and every query
+// variable's query, keyed by where each is.
+func dashboardExprs(t *testing.T, dash map[string]any) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	var panels func(list []any, where string)
+	panels = func(list []any, where string) {
+		for _, p := range list {
+			pm, _ := p.(map[string]any)
+			title, _ := pm["title"].(string)
+			w := where + "panel " + title
+			if ds, ok := pm["datasource"].(map[string]any); ok && ds["uid"] != "${datasource}" {
+				t.Errorf("%s: datasource %v, want the ${datasource} variable", w, ds)
+			}
+			targets, _ := pm["targets"].([]any)
+			for _, tg := range targets {
+				tm, _ := tg.(map[string]any)
+				expr, _ := tm["expr"].(string)
+				if expr == "" {
+					t.Errorf("%s: target %v has no expr", w, tm["refId"])
+					continue
+				}
+				out[w+" target "+tm["refId"].(string)] = expr
+			}
+			if nested, ok := pm["panels"].([]any); ok {
+				panels(nested, w+" > ")
+			}
+		}
+	}
+	list, _ := dash["panels"].([]any)
+	panels(list, "")
+	templ, _ := dash["templating"].(map[string]any)
+	vars, _ := templ["list"].([]any)
+	for _, v := range vars {
+		vm, _ := v.(map[string]any)
+		if vm["type"] != "query" {
+			continue
+		}
+		q, _ := vm["query"].(string)
+		if qm, ok := vm["query"].(map[string]any); ok {
+			q, _ = qm["query"].(string)
+		}
+		if expr := templatingExpr(q); expr != "" {
+			out["variable "+vm["name"].(string)] = expr
+		}
+	}
+	return out
+}
+
+// alertExprs returns the expressions of a Prometheus rule file, keyed by
+// alert or record name.
+func alertExprs(t *testing.T, path string) map[string]string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f struct {
+		Groups []struct {
+			Name  string `yaml:"name"`
+			Rules []struct {
+				Alert  string `yaml:"alert"`
+				Record string `yaml:"record"`
+				Expr   string `yaml:"expr"`
+			} `yaml:"rules"`
+		} `yaml:"groups"`
+	}
+	if err := yaml.Unmarshal(b, &f); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	out := map[string]string{}
+	for _, g := range f.Groups {
+		for _, r := range g.Rules {
+			out["alert "+r.Alert+r.Record] = r.Expr
+		}
+	}
+	return out
+}
+
+// shippedPluginsConfig returns a host config that runs every plugin in
+// plugins/, each configured as its e2e tests and docs show, the gateway
+// in front of web and the wallet.
+func shippedPluginsConfig(t *testing.T, webURL string) string {
+	t.Helper()
+	shipped, err := os.ReadDir("../../plugins")
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks := map[string]string{
+		"hello":    helloWith("hi"),
+		"wallet":   walletBlock(""),
+		"mailbox":  pluginBlock("mailbox", "mailbox", ""),
+		"registry": regConfig(),
+		"rewarder": pluginBlock("rewarder", "rewarder", ""),
+		"gateway":  gatewayBlock(webURL, ""),
+	}
+	cfg := baseConfig("2s")
+	for _, e := range shipped {
+		if !e.IsDir() {
+			continue
+		}
+		b, ok := blocks[e.Name()]
+		if !ok {
+			t.Fatalf("plugins/%s is shipped but this test does not configure it: add its block", e.Name())
+		}
+		cfg += b
+	}
+	return cfg
+}
+
+// TestDashboardAndAlertsNameExportedMetrics starts a host with every
+// shipped plugin, sends a request so that the per-status request counter
+// has a series, and scrapes its admin /metrics. Every metric name in the
+// Grafana dashboard's expressions and variables and in the alert rules
+// must be one that scrape offers, and every __name__ regex must match at
+// least one; a dashboard panel on a metric nobody exports draws nothing
+// and an alert on one never fires, silently.
+func TestDashboardAndAlertsNameExportedMetrics(t *testing.T) {
+	b, err := os.ReadFile(dashboardPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash map[string]any
+	if err := json.Unmarshal(b, &dash); err != nil {
+		t.Fatalf("%s: %v", dashboardPath, err)
+	}
+	if dash["uid"] != "plughost" || dash["title"] == "" {
+		t.Errorf("%s: uid %v title %v, want uid plughost and a title", dashboardPath, dash["uid"], dash["title"])
+	}
+	exprs := dashboardExprs(t, dash)
+	vars := map[string]bool{}
+	templ, _ := dash["templating"].(map[string]any)
+	list, _ := templ["list"].([]any)
+	for _, v := range list {
+		vm, _ := v.(map[string]any)
+		if vm["name"] == "datasource" && (vm["type"] != "datasource" || vm["query"] != "prometheus") {
+			t.Errorf("%s: variable datasource is %v %v, want a prometheus datasource variable", dashboardPath, vm["type"], vm["query"])
+		}
+		vars[vm["name"].(string)] = true
+	}
+	for _, name := range []string{"datasource", "instance", "plugin"} {
+		if !vars[name] {
+			t.Errorf("%s: no %s variable", dashboardPath, name)
+		}
+	}
+	alerts := alertExprs(t, alertsPath)
+	if len(exprs) < 20 || len(alerts) < 5 {
+		t.Fatalf("%d dashboard expressions and %d alert rules found: the test reads them wrong", len(exprs), len(alerts))
+	}
+
+	web := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {}))
+	t.Cleanup(web.Close)
+	h := startHost(t, shippedPluginsConfig(t, web.URL))
+	for name := range h.plugins() {
+		readyPlugin(t, h, name)
+	}
+	if code, body := h.greeting(); code != http.StatusOK {
+		t.Fatalf("GET /hello/ = %d %s", code, body)
+	}
+	// Some plugin gauges are set by their first health check, after the
+	// plugin is ready: scrape until every name used is there, or give up
+	// after a while and report what is missing.
+	var used []string
+	for _, exprs := range []map[string]string{exprs, alerts} {
+		for _, expr := range exprs {
+			names, _, _ := metricNames(expr)
+			used = append(used, names...)
+		}
+	}
+	var exported map[string]bool
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		code, body := h.get(h.admin + "/metrics")
+		if code != http.StatusOK {
+			t.Fatalf("GET /metrics = %d", code)
+		}
+		exported = exportedNames(body)
+		if time.Now().After(deadline) || !slices.ContainsFunc(used, func(n string) bool { return !exported[n] }) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	var all []string
+	for n := range exported {
+		all = append(all, n)
+	}
+	slices.Sort(all)
+
+	check := func(file string, exprs map[string]string) {
+		for where, expr := range exprs {
+			names, regexes, bad := metricNames(expr)
+			if len(names)+len(regexes) == 0 {
+				t.Errorf("%s: %s: %q names no metric", file, where, expr)
+			}
+			for _, b := range bad {
+				t.Errorf("%s: %s: %s selects by what a name is not; name the metrics", file, where, b)
+			}
+			for _, n := range names {
+				if !exported[n] {
+					t.Errorf("%s: %s: %s is not exported by the host or a shipped plugin", file, where, n)
+				}
+			}
+			for _, r := range regexes {
+				re, err := regexp.Compile("^(?:" + r + ")$")
+				if err != nil {
+					t.Errorf("%s: %s: __name__=~%q: %v", file, where, r, err)
+					continue
+				}
+				if !slices.ContainsFunc(all, re.MatchString) {
+					t.Errorf("%s: %s: __name__=~%q matches no exported metric", file, where, r)
+				}
+			}
+		}
+	}
+	check(dashboardPath, exprs)
+	check(alertsPath, alerts)
+}
