@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/plughost/plughost/sdk"
 	"github.com/plughost/plughost/sdk/group"
 	"github.com/plughost/plughost/sdk/store"
@@ -272,5 +274,27 @@ func TestTaskPanic(t *testing.T) {
 	clk.advance(panicWindow)
 	if hl, _ := h.Health(t.Context()); hl.Status != sdk.StatusReady {
 		t.Errorf("health once the panics are %v old = %+v, want ready", panicWindow, hl)
+	}
+}
+
+// TestLaggedLabel: bus_lagged_total labels a lagged consumer by its name
+// only when stream_consumers lists it; every other name, however many
+// clients choose, counts under one "other" series.
+func TestLaggedLabel(t *testing.T) {
+	lagged := newMetrics().lagged
+	b := bus{onLag: lagged}
+	s := settings{streamConsumers: map[string]bool{"indexer": true}}
+	for _, name := range []string{"indexer", "client-1", "client-2", "anonymous"} {
+		b.subscribe(1, s.consumerLabel(name))
+	}
+	b.publish(event{Version: 1})
+	b.publish(event{Version: 2}) // each buffer of 1 is full: all four lag
+	if n := testutil.CollectAndCount(lagged); n != 2 {
+		t.Errorf("bus_lagged_total has %d series, want 2 (indexer, other)", n)
+	}
+	for label, want := range map[string]float64{"indexer": 1, otherConsumer: 3} {
+		if got := testutil.ToFloat64(lagged.WithLabelValues(label)); got != want {
+			t.Errorf("bus_lagged_total{consumer=%q} = %v, want %v", label, got, want)
+		}
 	}
 }

@@ -128,7 +128,7 @@ func newMetrics() metrics {
 		timeouts: prometheus.NewCounter(prometheus.CounterOpts{Name: "io_timeouts_total",
 			Help: "I/O operations that outlasted their deadline, by operation.", ConstLabels: prometheus.Labels{"op": "commit"}}),
 		lagged: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "bus_lagged_total",
-			Help: "Stream consumers cut off because they fell a whole buffer behind, by consumer."}, []string{"consumer"}),
+			Help: "Stream consumers cut off because they fell a whole buffer behind, by consumer: a name in stream_consumers, or other."}, []string{"consumer"}),
 		spawned: map[string]prometheus.Counter{},
 		panicked: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tasks_panicked_total",
 			Help: "Background tasks that panicked and were restarted, by kind."}, []string{"kind"}),
@@ -202,6 +202,10 @@ func (rg *registry) configure(_ context.Context, rt *sdk.Runtime) error {
 		rules:     rules{quorum: s.quorum, ttl: s.proposalTTL, origin: s.origin, signer: signer, keep: s.keepAfter},
 		retention: make(chan uint64, retentionQueue), m: newMetrics()}
 	run.bus.onLag = run.m.lagged
+	run.m.lagged.WithLabelValues(otherConsumer)
+	for name := range s.streamConsumers {
+		run.m.lagged.WithLabelValues(name)
+	}
 	if err := run.load(); err != nil {
 		_ = db.Close()
 		return err
