@@ -376,35 +376,48 @@ func (run *running) do(ctx context.Context, o op) (result, error) {
 // has grown, and hands each to retention; a full retention queue skips
 // that cycle.
 func (run *running) checkpointer(ctx context.Context) {
-	t := time.NewTicker(run.s.checkpointInterval)
+	tick(ctx, run.s.checkpointInterval, func() {
+		if ck := run.ckpt.Load(); ck != nil && ck.n >= run.head.Load().Version {
+			return
+		}
+		r, ok := run.background(ctx, op{kind: opCheckpoint}, "checkpoint not signed; trying at the next interval")
+		if !ok || !run.s.retention || r.ckptN == 0 {
+			return
+		}
+		select {
+		case run.retention <- r.ckptN:
+		default:
+			run.m.dropped["retention"].Inc()
+			run.logger.Warn("retention queue full; skipping this cycle", "checkpoint", r.ckptN)
+		}
+	})
+}
+
+// tick calls fn every d until ctx ends.
+func tick(ctx context.Context, d time.Duration, fn func()) {
+	t := time.NewTicker(d)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-		}
-		if ck := run.ckpt.Load(); ck != nil && ck.n >= run.head.Load().Version {
-			continue
-		}
-		cctx, cancel := context.WithTimeout(ctx, run.s.commitDeadline)
-		r, err := run.do(cctx, op{kind: opCheckpoint})
-		cancel()
-		if err != nil {
-			if ctx.Err() == nil {
-				run.logger.Warn("checkpoint not signed; trying at the next interval", "error", err)
-			}
-			continue
-		}
-		if run.s.retention && r.ckptN > 0 {
-			select {
-			case run.retention <- r.ckptN:
-			default:
-				run.m.dropped["retention"].Inc()
-				run.logger.Warn("retention queue full; skipping this cycle", "checkpoint", r.ckptN)
-			}
+			fn()
 		}
 	}
+}
+
+// background commits a background task's op within commit_deadline. A
+// refusal is logged with msg, unless ctx has ended (the drain), and
+// reported as !ok.
+func (run *running) background(ctx context.Context, o op, msg string) (result, bool) {
+	cctx, cancel := context.WithTimeout(ctx, run.s.commitDeadline)
+	defer cancel()
+	r, err := run.do(cctx, o)
+	if err != nil && ctx.Err() == nil {
+		run.logger.Warn(msg, "error", err)
+	}
+	return r, err == nil
 }
 
 // retain is the retention goroutine: for each checkpoint size it prunes
@@ -423,13 +436,8 @@ func (run *running) retain(ctx context.Context) {
 		}
 		below := n - run.rules.keep
 		for run.pruned.Load() < below {
-			cctx, cancel := context.WithTimeout(ctx, run.s.commitDeadline)
-			r, err := run.do(cctx, op{kind: opPrune, below: below})
-			cancel()
-			if err != nil || !r.wrote {
-				if err != nil && ctx.Err() == nil {
-					run.logger.Warn("prune refused; trying at the next checkpoint", "error", err)
-				}
+			r, ok := run.background(ctx, op{kind: opPrune, below: below}, "prune refused; trying at the next checkpoint")
+			if !ok || !r.wrote {
 				break
 			}
 		}
@@ -493,27 +501,12 @@ func sweepEvery(ttl time.Duration) time.Duration { return min(ttl/10, 10*time.Mi
 // interval, sweepBatch per operation through the committer, until none
 // is left.
 func (run *running) sweep(ctx context.Context, every time.Duration) {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	tick(ctx, every, func() {
 		for more := true; more; {
-			cctx, cancel := context.WithTimeout(ctx, run.s.commitDeadline)
-			r, err := run.do(cctx, op{kind: opSweep})
-			cancel()
-			if err != nil {
-				if ctx.Err() == nil {
-					run.logger.Warn("sweep of expired proposals refused; trying at the next interval", "error", err)
-				}
-				break
-			}
-			more = r.more
+			r, ok := run.background(ctx, op{kind: opSweep}, "sweep of expired proposals refused; trying at the next interval")
+			more = ok && r.more
 		}
-	}
+	})
 }
 
 // health is degraded (write-unready) once the deep verifier found a
