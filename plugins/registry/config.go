@@ -65,7 +65,7 @@ func schema() sdk.Schema {
 		{Name: "origin", Type: sdk.TypeString, Default: "plughost-registry", Description: "the log's origin: first line of each checkpoint and the name of its signing key"},
 		{Name: "signing_key_file", Type: sdk.TypeString, Default: "", Description: "note signing key (PRIVATE+KEY+...); empty: generated into the data dir (0600) on first start. Keep it secret: whoever reads it can sign checkpoints"},
 		{Name: "checkpoint_interval", Type: sdk.TypeDuration, Default: "10s", Description: "how often a checkpoint of a grown log is signed"},
-		{Name: "proposal_ttl", Type: sdk.TypeDuration, Default: "24h", Description: "how long a proposal may gather approvals"},
+		{Name: "proposal_ttl", Type: sdk.TypeDuration, Default: "24h", Description: "how long a proposal may gather approvals; an expired one is swept within a tenth of it (at most 10 minutes)"},
 		{Name: "proposals_queue", Type: sdk.TypeNumber, Default: 512, Description: "proposals waiting to commit; beyond it proposals get 429"},
 		{Name: "approvals_queue", Type: sdk.TypeNumber, Default: 512, Description: "approvals waiting to commit; beyond it approvals get 429"},
 		{Name: "stream_buffer", Type: sdk.TypeNumber, Default: 1024, Description: "events buffered per stream consumer; a consumer further behind gets a lagged event"},
