@@ -1,14 +1,17 @@
 package e2e
 
 import (
+	"bufio"
 	"bytes"
 	"crypto/ed25519"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -30,10 +33,14 @@ func regKey(name string) ed25519.PrivateKey {
 	return ed25519.NewKeyFromSeed(seed[:])
 }
 
-// regConfig is the registry's plugin block with approvers a, b and c.
-func regConfig() string {
+// regConfig is the registry's plugin block with approvers a, b and c,
+// and the attribute lines extra.
+func regConfig(extra ...string) string {
 	var b strings.Builder
 	b.WriteString("  config {\n    quorum = 2\n    checkpoint_interval = \"200ms\"\n")
+	for _, l := range extra {
+		b.WriteString("    " + l + "\n")
+	}
 	for _, n := range []string{"a", "b", "c"} {
 		pub := regKey(n).Public().(ed25519.PublicKey)
 		fmt.Fprintf(&b, "    approver %q {\n      public_key = %q\n    }\n", n, base64.StdEncoding.EncodeToString(pub))
@@ -341,4 +348,184 @@ func TestRegistryTamperDetected(t *testing.T) {
 		t.Errorf("head after tampering = %d %s", code, b)
 	}
 	t.Logf("plugin state after tampering: %+v", h.plugins()["registry"])
+}
+
+// TestRegistryStreamLagged follows the stream through the real host with a
+// raw client that stops reading its socket (a receive buffer of 4 KiB,
+// the host's stream credit at its minimum, the registry's stream_buffer
+// at 128 events, twice a batch) while commits go on in batches of 64: the
+// consumer's buffer fills, it is cut off, bus_lagged_total{consumer="slow"}
+// counts it, and every commit meanwhile succeeds. A consumer that reads
+// all along is never cut off and gets every entry. Read again, the slow
+// socket holds entry events in order from version 1, then one lagged
+// event with the head, and the stream ends; resuming with Last-Event-ID
+// goes on from the next version.
+func TestRegistryStreamLagged(t *testing.T) {
+	data := filepath.Join(t.TempDir(), "data")
+	top := strings.NewReplacer(`"./data"`, strconv.Quote(data), "max_body_bytes  = 4096", "max_body_bytes  = 65536\n  stream_buffer   = 4096",
+		`request_timeout = "5s"`, `request_timeout = "60s"`).Replace(baseConfig("2s"))
+	h := startHost(t, top+regConfig("stream_buffer = 128", `stream_consumers = ["slow", "fast"]`))
+	readyPlugin(t, h, "registry")
+	c := &regClient{http: &http.Client{Timeout: 10 * time.Second}}
+	c.base.Store(&h.ingress)
+
+	addr := strings.TrimPrefix(h.ingress, "http://")
+	d := net.Dialer{Timeout: 5 * time.Second, Control: func(_, _ string, rc syscall.RawConn) error {
+		var serr error
+		err := rc.Control(func(fd uintptr) { serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096) })
+		return errors.Join(err, serr)
+	}}
+	conn, err := d.DialContext(t.Context(), "tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	fmt.Fprintf(conn, "GET /registry/v1/stream?consumer=slow HTTP/1.1\r\nHost: %s\r\nAccept: text/event-stream\r\n\r\n", addr)
+	br := bufio.NewReaderSize(conn, 512)
+	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("stream: %v %v", resp, err)
+	}
+	// From here the client reads nothing until the consumer is cut off;
+	// the fast consumer reads all along.
+	fast, err := http.NewRequestWithContext(ctxTimeout(t, 60*time.Second), "GET", h.ingress+"/registry/v1/stream?consumer=fast", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fastResp, err := http.DefaultClient.Do(fast)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fastResp.Body.Close()
+	var fastLast atomic.Uint64
+	go func() {
+		sc := bufio.NewScanner(fastResp.Body)
+		for sc.Scan() {
+			if v, ok := strings.CutPrefix(sc.Text(), "id: "); ok {
+				n, _ := strconv.ParseUint(v, 10, 64)
+				if n != fastLast.Load()+1 {
+					return // out of order: the wait below fails
+				}
+				fastLast.Store(n)
+			}
+		}
+	}()
+	lagged := func(consumer string) bool {
+		_, body := h.get(h.admin + "/metrics")
+		for l := range strings.Lines(body) {
+			if strings.HasPrefix(l, "bus_lagged_total{") && strings.Contains(l, `consumer="`+consumer+`"`) && !strings.HasSuffix(strings.TrimSpace(l), " 0") {
+				return true
+			}
+		}
+		return false
+	}
+	var head uint64
+	for batch := 0; !lagged("slow"); batch++ {
+		if batch == 60 {
+			t.Fatalf("no lag after %d commits", head)
+		}
+		head = regCommitBatch(t, c, batch, head)
+	}
+	t.Logf("the consumer lagged within %d commits", head)
+	// Commits go on after the cut.
+	head = regCommitBatch(t, c, -1, head)
+	waitFor(t, 30*time.Second, "the fast consumer to read every entry", func() bool { return fastLast.Load() == head })
+	if lagged("fast") {
+		t.Errorf("the consumer that reads all along was cut off")
+	}
+
+	_ = conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+	events, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("read the stream to its end: %v (%d bytes)", err, len(events))
+	}
+	var (
+		next     = uint64(1)
+		lagHead  regCommit
+		gotLag   bool
+		kind, id string
+	)
+	for l := range strings.Lines(string(events)) {
+		l = strings.TrimRight(l, "\n")
+		switch {
+		case strings.HasPrefix(l, "event: "):
+			kind = l[len("event: "):]
+		case strings.HasPrefix(l, "id: "):
+			id = l[len("id: "):]
+		case strings.HasPrefix(l, "data: ") && kind == "entry":
+			if gotLag || id != strconv.FormatUint(next, 10) {
+				t.Fatalf("entry event id %s after %d entries (lagged %v), want %d", id, next-1, gotLag, next)
+			}
+			next++
+		case strings.HasPrefix(l, "data: ") && kind == "lagged":
+			if gotLag || json.Unmarshal([]byte(l[len("data: "):]), &lagHead) != nil {
+				t.Fatalf("lagged event %q (one before: %v)", l, gotLag)
+			}
+			gotLag = true
+		}
+	}
+	if !gotLag || lagHead.Version < next-1 || next-1 >= head {
+		t.Fatalf("stream: %d entries then lagged %v at head %d; want fewer than the %d committed, then lagged at a head at least the last one", next-1, gotLag, lagHead.Version, head)
+	}
+	req, _ := http.NewRequestWithContext(ctxTimeout(t, 10*time.Second), "GET", h.ingress+"/registry/v1/stream?consumer=slow", nil)
+	req.Header.Set("Last-Event-ID", strconv.FormatUint(next-1, 10))
+	again, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Body.Close()
+	sc := bufio.NewScanner(again.Body)
+	for sc.Scan() && !strings.HasPrefix(sc.Text(), "id: ") {
+	}
+	if want := fmt.Sprintf("id: %d", next); sc.Text() != want {
+		t.Errorf("resumed stream's first event %q, want %q", sc.Text(), want)
+	}
+}
+
+// regCommitBatch commits 64 artifacts through the batch routes (proposals,
+// then approvals by a, then by b) and returns the head after them, which
+// must be head + 64: every commit succeeds.
+func regCommitBatch(t *testing.T, c *regClient, batch int, head uint64) uint64 {
+	t.Helper()
+	const n = 64
+	type result struct {
+		Status     int    `json:"status"`
+		ProposalID string `json:"proposal_id"`
+		Digest     string `json:"digest"`
+		Version    uint64 `json:"version"`
+	}
+	post := func(path string, body any) []result {
+		t.Helper()
+		code, b, err := c.do("POST", path, body)
+		var out struct{ Results []result }
+		if err != nil || code != http.StatusOK || json.Unmarshal(b, &out) != nil || len(out.Results) != n {
+			t.Fatalf("POST %s = %d %.300s %v", path, code, b, err)
+		}
+		return out.Results
+	}
+	props := make([]map[string]json.RawMessage, n)
+	for i := range props {
+		props[i] = map[string]json.RawMessage{"artifact": json.RawMessage(fmt.Sprintf(`{"batch":%d,"i":%d}`, batch, i))}
+	}
+	ps := post("/v1/proposals/batch", map[string]any{"proposals": props})
+	var rs []result
+	for _, name := range []string{"a", "b"} {
+		as := make([]map[string]string, n)
+		for i, p := range ps {
+			if p.Status != http.StatusAccepted {
+				t.Fatalf("proposal %d of batch %d: %+v", i, batch, p)
+			}
+			dg, _ := hex.DecodeString(p.Digest)
+			as[i] = map[string]string{"proposal_id": p.ProposalID, "approver": name,
+				"signature": base64.StdEncoding.EncodeToString(ed25519.Sign(regKey(name), dg))}
+		}
+		rs = post("/v1/approvals/batch", map[string]any{"approvals": as})
+	}
+	for i, r := range rs {
+		if r.Status != http.StatusOK || r.Version <= head || r.Version > head+n {
+			t.Fatalf("quorum approval %d of batch %d = %+v, want 200 at a version from %d to %d", i, batch, r, head+1, head+n)
+		}
+	}
+	return head + n
 }

@@ -752,7 +752,7 @@ func (rg *registry) stream(w http.ResponseWriter, r *http.Request, run *running,
 		run.fail(w, endpoint, err)
 		return
 	}
-	sub := run.bus.subscribe(run.s.streamBuffer, consumer)
+	sub := run.bus.subscribe(run.s.streamBuffer, run.s.consumerLabel(consumer))
 	defer run.bus.unsubscribe(sub)
 	f, _ := w.(http.Flusher)
 	w.Header().Set("Content-Type", "text/event-stream")
@@ -812,6 +812,7 @@ func (rg *registry) stream(w http.ResponseWriter, r *http.Request, run *running,
 		case <-run.stop:
 			return
 		case <-sub.lagged:
+			run.logger.Warn("stream consumer lagged: cut off", "consumer", consumer, "last_version", last, "stream_buffer", run.s.streamBuffer)
 			lagged()
 			return
 		case ev := <-sub.ch:

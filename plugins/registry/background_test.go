@@ -8,10 +8,14 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/plughost/plughost/sdk"
+	"github.com/plughost/plughost/sdk/group"
 	"github.com/plughost/plughost/sdk/store"
 )
 
@@ -187,5 +191,110 @@ func TestBusLagged(t *testing.T) {
 	b.publish(event{Version: 4})
 	if ev := <-fast.ch; ev.Version != 4 {
 		t.Errorf("fast consumer got %+v, want version 4", ev)
+	}
+}
+
+// TestSweepTask: the registry's sweep deletes a proposal once its ttl is
+// up on the registry's clock (an approval then finds no proposal) and
+// counts it, while a committed proposal still answers a late approval
+// with its version.
+func TestSweepTask(t *testing.T) {
+	clk := newClock()
+	h := serve(t, newDefinition(&registry{now: clk.now}), `proposal_ttl = "1s"`)
+	pending := propose(t, h, `{"pending":true}`)
+	done := propose(t, h, `{"pending":false}`)
+	approve(t, h, done, "a")
+	_, committed := approve(t, h, done, "b")
+	clk.advance(time.Second)
+	eventually(t, "the sweep to delete the expired proposal", func() bool {
+		return metric(t, h, "registry_proposals_swept_total") == 1
+	})
+	if code, _ := approve(t, h, pending, "a"); code != http.StatusNotFound {
+		t.Errorf("approval of a swept proposal = %d, want 404", code)
+	}
+	for _, name := range []string{"c", "a"} {
+		if code, a := approve(t, h, done, name); code != http.StatusOK || a != committed {
+			t.Errorf("approval by %s of a committed proposal past its ttl = %d %+v, want 200 %+v", name, code, a, committed)
+		}
+	}
+	if metric(t, h, `registry_store_commits_total{kind="sweep",result="committed"}`) < 1 {
+		t.Errorf("no sweep went through the committer")
+	}
+}
+
+// TestTaskPanic: a background task that panics is counted in
+// tasks_panicked_total{kind} and restarted, and the plugin lives on;
+// more than maxPanics panics within panicWindow make it degraded until
+// the window has passed.
+func TestTaskPanic(t *testing.T) {
+	clk := newClock()
+	var mu sync.Mutex
+	starts := map[string]int{}
+	rg := &registry{now: clk.now, verifyEvery: 10 * time.Millisecond, started: func(kind string) {
+		mu.Lock()
+		starts[kind]++
+		n := starts[kind]
+		mu.Unlock()
+		if n == 1 {
+			panic("injected panic in " + kind)
+		}
+	}}
+	h := serve(t, newDefinition(rg), `checkpoint_interval = "10ms"`)
+	for _, kind := range taskKinds {
+		eventually(t, kind+"'s panic to be counted", func() bool {
+			return metric(t, h, fmt.Sprintf("tasks_panicked_total{kind=%q}", kind)) == 1
+		})
+		mu.Lock()
+		n := starts[kind]
+		mu.Unlock()
+		if n != 2 {
+			t.Errorf("%s started %d times, want 2: once, and again after its panic", kind, n)
+		}
+	}
+	// The restarted checkpointer signs.
+	commit(t, h, `{"after":"panics"}`)
+	eventually(t, "a checkpoint from the restarted checkpointer", func() bool {
+		code, _ := call(t, h, "GET", "/v1/checkpoint", "")
+		return code == http.StatusOK
+	})
+	if hl, _ := h.Health(t.Context()); hl.Status != sdk.StatusReady {
+		t.Fatalf("health after %d panics = %+v, want ready", len(taskKinds), hl)
+	}
+	run := rg.running.Load()
+	for range maxPanics - len(taskKinds) {
+		run.restarting("verifier", fmt.Errorf("recovered: %w", group.ErrPanic))
+	}
+	if hl, _ := h.Health(t.Context()); hl.Status != sdk.StatusReady {
+		t.Errorf("health after %d panics within %v = %+v, want ready", maxPanics, panicWindow, hl)
+	}
+	run.restarting("verifier", fmt.Errorf("recovered: %w", group.ErrPanic))
+	if hl, _ := h.Health(t.Context()); hl.Status != sdk.StatusDegraded {
+		t.Errorf("health after %d panics within %v = %+v, want degraded", maxPanics+1, panicWindow, hl)
+	}
+	clk.advance(panicWindow)
+	if hl, _ := h.Health(t.Context()); hl.Status != sdk.StatusReady {
+		t.Errorf("health once the panics are %v old = %+v, want ready", panicWindow, hl)
+	}
+}
+
+// TestLaggedLabel: bus_lagged_total labels a lagged consumer by its name
+// only when stream_consumers lists it; every other name, however many
+// clients choose, counts under one "other" series.
+func TestLaggedLabel(t *testing.T) {
+	lagged := newMetrics().lagged
+	b := bus{onLag: lagged}
+	s := settings{streamConsumers: map[string]bool{"indexer": true}}
+	for _, name := range []string{"indexer", "client-1", "client-2", "anonymous"} {
+		b.subscribe(1, s.consumerLabel(name))
+	}
+	b.publish(event{Version: 1})
+	b.publish(event{Version: 2}) // each buffer of 1 is full: all four lag
+	if n := testutil.CollectAndCount(lagged); n != 2 {
+		t.Errorf("bus_lagged_total has %d series, want 2 (indexer, other)", n)
+	}
+	for label, want := range map[string]float64{"indexer": 1, otherConsumer: 3} {
+		if got := testutil.ToFloat64(lagged.WithLabelValues(label)); got != want {
+			t.Errorf("bus_lagged_total{consumer=%q} = %v, want %v", label, got, want)
+		}
 	}
 }

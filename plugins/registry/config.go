@@ -24,6 +24,7 @@ type config struct {
 	ProposalsQueue     float64          `json:"proposals_queue"`
 	ApprovalsQueue     float64          `json:"approvals_queue"`
 	StreamBuffer       float64          `json:"stream_buffer"`
+	StreamConsumers    []string         `json:"stream_consumers"`
 	MaxBatch           float64          `json:"max_batch"`
 	CommitTimeout      sdk.Duration     `json:"commit_timeout"`
 	CommitDeadline     sdk.Duration     `json:"commit_deadline"`
@@ -52,6 +53,7 @@ type settings struct {
 	proposalsQueue     int
 	approvalsQueue     int
 	streamBuffer       int
+	streamConsumers    map[string]bool // the consumer names bus_lagged_total labels by name
 	maxBatch           int
 	commitTimeout      time.Duration
 	commitDeadline     time.Duration
@@ -63,10 +65,11 @@ func schema() sdk.Schema {
 		{Name: "origin", Type: sdk.TypeString, Default: "plughost-registry", Description: "the log's origin: first line of each checkpoint and the name of its signing key"},
 		{Name: "signing_key_file", Type: sdk.TypeString, Default: "", Description: "note signing key (PRIVATE+KEY+...); empty: generated into the data dir (0600) on first start. Keep it secret: whoever reads it can sign checkpoints"},
 		{Name: "checkpoint_interval", Type: sdk.TypeDuration, Default: "10s", Description: "how often a checkpoint of a grown log is signed"},
-		{Name: "proposal_ttl", Type: sdk.TypeDuration, Default: "24h", Description: "how long a proposal may gather approvals"},
+		{Name: "proposal_ttl", Type: sdk.TypeDuration, Default: "24h", Description: "how long a proposal may gather approvals; an expired one is swept within a tenth of it (at most 10 minutes)"},
 		{Name: "proposals_queue", Type: sdk.TypeNumber, Default: 512, Description: "proposals waiting to commit; beyond it proposals get 429"},
 		{Name: "approvals_queue", Type: sdk.TypeNumber, Default: 512, Description: "approvals waiting to commit; beyond it approvals get 429"},
 		{Name: "stream_buffer", Type: sdk.TypeNumber, Default: 1024, Description: "events buffered per stream consumer; a consumer further behind gets a lagged event"},
+		{Name: "stream_consumers", Type: sdk.ListOf(sdk.TypeString), Default: []string{}, Description: "stream consumer names (?consumer=) that bus_lagged_total counts under their own consumer label; every other name counts as \"other\", so that clients cannot add series"},
 		{Name: "max_batch", Type: sdk.TypeNumber, Default: 256, Description: "most operations per group commit (one write-ahead log record and fdatasync)"},
 		{Name: "commit_timeout", Type: sdk.TypeDuration, Default: "1s", Description: "deadline of one group commit attempt"},
 		{Name: "commit_deadline", Type: sdk.TypeDuration, Default: "2s", Description: "how long a proposal or approval waits for its commit before 503"},
@@ -132,6 +135,16 @@ func (c config) check() (settings, error) {
 	s.proposalsQueue = whole("proposals_queue", c.ProposalsQueue, 1, 1<<20)
 	s.approvalsQueue = whole("approvals_queue", c.ApprovalsQueue, 1, 1<<20)
 	s.streamBuffer = whole("stream_buffer", c.StreamBuffer, 1, 1<<20)
+	s.streamConsumers = make(map[string]bool, len(c.StreamConsumers))
+	for i, name := range c.StreamConsumers {
+		if err == nil && (!consumerRE.MatchString(name) || name == otherConsumer) {
+			err = &sdk.ConfigError{Attribute: "stream_consumers", Message: fmt.Sprintf("names must match %s and not be %q, got %q at index %d", consumerRE, otherConsumer, name, i)}
+		}
+		s.streamConsumers[name] = true
+	}
+	if err == nil && len(s.streamConsumers) > maxConsumers {
+		err = &sdk.ConfigError{Attribute: "stream_consumers", Message: fmt.Sprintf("at most %d names, got %d", maxConsumers, len(s.streamConsumers))}
+	}
 	s.maxBatch = whole("max_batch", c.MaxBatch, 1, 4096)
 	s.commitTimeout = dur("commit_timeout", c.CommitTimeout, time.Millisecond, time.Minute)
 	s.commitDeadline = dur("commit_deadline", c.CommitDeadline, time.Millisecond, time.Minute)

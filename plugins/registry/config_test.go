@@ -40,6 +40,13 @@ func TestConfigCheck(t *testing.T) {
 		{"proposal_ttl under 1s", "proposal_ttl", func(c *config) { c.ProposalTTL = sdk.Duration(999e6) }},
 		{"proposals_queue 0", "proposals_queue", func(c *config) { c.ProposalsQueue = 0 }},
 		{"negative keep", "retention.keep_after_checkpoint", func(c *config) { c.Retention = &retentionConfig{true, -1} }},
+		{"consumer name with a capital", "stream_consumers", func(c *config) { c.StreamConsumers = []string{"indexer", "Mirror"} }},
+		{"consumer named other", "stream_consumers", func(c *config) { c.StreamConsumers = []string{otherConsumer} }},
+		{"too many consumer names", "stream_consumers", func(c *config) {
+			for i := range maxConsumers + 1 {
+				c.StreamConsumers = append(c.StreamConsumers, fmt.Sprint("c", i))
+			}
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

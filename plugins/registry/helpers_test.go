@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -214,3 +215,23 @@ func (g *gate) Inject(ctx context.Context, _ string) error {
 func timeIn(s int) time.Time { return time.Now().Add(time.Duration(s) * time.Second) }
 
 func b64Hash(h [32]byte) string { return base64.StdEncoding.EncodeToString(h[:]) }
+
+// metric is the value of the series named series (with its labels, as
+// the exposition writes them) in h's metrics; -1 when absent.
+func metric(t *testing.T, h *plugintest.Harness, series string) float64 {
+	t.Helper()
+	m, err := h.Metrics(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for l := range strings.Lines(m) {
+		if v, ok := strings.CutPrefix(l, series+" "); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err != nil {
+				t.Fatalf("metric %s: %v", l, err)
+			}
+			return f
+		}
+	}
+	return -1
+}

@@ -41,11 +41,17 @@ const (
 	// bucketCheckpoints maps a tree size (8 bytes) to the signed note
 	// of its checkpoint: one per size, never replaced.
 	bucketCheckpoints
+	// bucketExpiry indexes the proposals not yet committed by expiry:
+	// the key is the expiry (unix ms, 8 bytes, big-endian) followed by
+	// the proposal id, the value empty. The sweep reads it in key order,
+	// so it reads only what has expired.
+	bucketExpiry
 )
 
 var storeOpts = store.Options{Buckets: []store.Bucket{
 	{Name: "meta"}, {Name: "proposals"}, {Name: "entries", Sequential: true},
 	{Name: "hashes", Sequential: true}, {Name: "checkpoints", Sequential: true},
+	{Name: "expiry", Sequential: true},
 }}
 
 var (
@@ -95,14 +101,21 @@ type approval struct {
 	Signature string `json:"signature"` // standard base64
 }
 
-// proposal is a stored proposal.
+// proposal is a stored proposal. Once committed it keeps only its digest,
+// version and hash (the artifact and approvals are in the entry), so that
+// a late approval still answers with the version.
 type proposal struct {
 	Digest    string          `json:"digest"` // lowercase hex
-	Artifact  json.RawMessage `json:"artifact"`
+	Artifact  json.RawMessage `json:"artifact,omitempty"`
 	Expires   int64           `json:"expires"` // unix ms
-	Approvals []approval      `json:"approvals"`
+	Approvals []approval      `json:"approvals,omitempty"`
 	Version   uint64          `json:"version,omitempty"` // set once committed
 	Hash      string          `json:"hash,omitempty"`
+}
+
+// expiryKey is a proposal's key in bucketExpiry.
+func expiryKey(expires int64, id string) []byte {
+	return append(be64(uint64(expires)), id...)
 }
 
 // entry is a committed entry as stored and served. Its hash is BLAKE3 of
@@ -200,9 +213,10 @@ const (
 	opApprove
 	opCheckpoint
 	opPrune
+	opSweep
 )
 
-var opNames = [...]string{"propose", "approve", "checkpoint", "prune"}
+var opNames = [...]string{"propose", "approve", "checkpoint", "prune", "sweep"}
 
 func (k opKind) String() string { return opNames[k] }
 
@@ -232,6 +246,8 @@ type result struct {
 	ckpt    []byte // checkpoint: the signed note
 	ckptN   uint64 // checkpoint: its size
 	pruned  uint64 // prune: the first version kept afterwards
+	swept   int    // sweep: expired proposals deleted
+	more    bool   // sweep: a whole batch was swept; more may have expired
 	wrote   bool
 	refusal bool
 }
@@ -275,6 +291,8 @@ func (r rules) apply(tx *store.Tx, now time.Time, expected head, ops []op) ([]re
 			res, err = r.checkpoint(tx, h)
 		case opPrune:
 			res, err = r.prune(tx, o.below)
+		case opSweep:
+			res, err = r.sweep(tx, now)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", o.kind, err)
@@ -288,12 +306,15 @@ func (r rules) propose(tx *store.Tx, now time.Time, o op) (result, error) {
 	if tx.Get(bucketProposals, []byte(o.id)) != nil {
 		return refuse(http.StatusConflict, "exists", "a proposal with this id exists"), nil
 	}
-	p := proposal{Digest: hex.EncodeToString(o.digest[:]), Artifact: o.artifact, Expires: now.Add(r.ttl).UnixMilli(), Approvals: []approval{}}
+	p := proposal{Digest: hex.EncodeToString(o.digest[:]), Artifact: o.artifact, Expires: now.Add(r.ttl).UnixMilli()}
 	b, err := marshal(p)
 	if err != nil {
 		return result{}, err
 	}
 	if err := tx.Put(bucketProposals, []byte(o.id), b); err != nil {
+		return result{}, err
+	}
+	if err := tx.Put(bucketExpiry, expiryKey(p.Expires, o.id), nil); err != nil {
 		return result{}, err
 	}
 	return result{status: http.StatusAccepted, id: o.id, digest: p.Digest, wrote: true}, nil
@@ -336,7 +357,12 @@ func (r rules) approve(tx *store.Tx, now time.Time, h *head, o op) (result, erro
 		if err := tx.Put(bucketMeta, keyHead, h.encode()); err != nil {
 			return result{}, err
 		}
-		p.Version, p.Hash = e.Version, e.Hash
+		// Committed: the record keeps what a late approval is answered
+		// with, and leaves the expiry index, so that no sweep deletes it.
+		if err := tx.Delete(bucketExpiry, expiryKey(p.Expires, o.id)); err != nil {
+			return result{}, err
+		}
+		p.Version, p.Hash, p.Artifact, p.Approvals = e.Version, e.Hash, nil, nil
 		res.status, res.head, res.fresh, res.entry = http.StatusOK, *h, true, &e
 	}
 	nb, err := marshal(p)
@@ -423,4 +449,43 @@ func (r rules) prune(tx *store.Tx, below uint64) (result, error) {
 		return result{}, err
 	}
 	return result{status: http.StatusOK, pruned: to, wrote: true}, nil
+}
+
+// sweepBatch is the most expired proposals one sweep op deletes.
+const sweepBatch = 256
+
+// sweep deletes up to sweepBatch proposals that expired at or before now
+// without committing, reading the expiry index from its start: it reads
+// only expired proposals, however many are still pending. Committed
+// proposals are not in the index and stay.
+func (r rules) sweep(tx *store.Tx, now time.Time) (result, error) {
+	var keys [][]byte
+	tx.Ascend(bucketExpiry, nil, be64(uint64(now.UnixMilli())+1), func(k, _ []byte) bool {
+		keys = append(keys, bytes.Clone(k))
+		return len(keys) < sweepBatch
+	})
+	res := result{status: http.StatusOK, more: len(keys) == sweepBatch}
+	for _, k := range keys {
+		if len(k) <= 8 {
+			return result{}, fmt.Errorf("expiry key %x: %w", k, store.ErrCorrupt)
+		}
+		id := k[8:]
+		if b := tx.Get(bucketProposals, id); b != nil {
+			var p proposal
+			if err := json.Unmarshal(b, &p); err != nil {
+				return result{}, fmt.Errorf("proposal %q: %v: %w", id, err, store.ErrCorrupt)
+			}
+			if p.Version == 0 {
+				if err := tx.Delete(bucketProposals, id); err != nil {
+					return result{}, err
+				}
+				res.swept++
+			}
+		}
+		if err := tx.Delete(bucketExpiry, k); err != nil {
+			return result{}, err
+		}
+		res.wrote = true
+	}
+	return res, nil
 }

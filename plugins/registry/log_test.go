@@ -3,6 +3,7 @@ package main
 import (
 	"crypto/ed25519"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -46,11 +47,19 @@ func (l *testLog) head() head {
 	return h
 }
 
-// apply applies ops from the head expected.
+// t0 is the testLog's clock, unless a test applies ops at another time.
+var t0 = time.Unix(1e9, 0)
+
+// apply applies ops from the head expected, at t0.
 func (l *testLog) apply(expected head, ops ...op) ([]result, error) {
+	return l.applyAt(t0, expected, ops...)
+}
+
+// applyAt applies ops from the head expected, at now.
+func (l *testLog) applyAt(now time.Time, expected head, ops ...op) ([]result, error) {
 	var out []result
 	err := l.db.Update(func(tx *store.Tx) (err error) {
-		out, err = l.r.apply(tx, time.Unix(1e9, 0), expected, ops)
+		out, err = l.r.apply(tx, now, expected, ops)
 		return err
 	})
 	return out, err
@@ -161,5 +170,89 @@ func TestPruneBatches(t *testing.T) {
 	rs, err = l.apply(l.head(), op{kind: opPrune, below: pruneBatch + 3})
 	if err != nil || rs[0].pruned != pruneBatch+3 {
 		t.Fatalf("second prune = %+v, %v; want kept from %d", rs, err, pruneBatch+3)
+	}
+}
+
+// TestSweepExpired: a sweep deletes the proposals whose ttl is up (at
+// their expiry to the millisecond, not before), sweepBatch per op, and
+// no proposal that has not expired; a committed proposal leaves the
+// expiry index and keeps its version, but not its artifact.
+func TestSweepExpired(t *testing.T) {
+	l := newTestLog(t, "sweep")
+	propose := func(at time.Time, n int) []string {
+		var ids []string
+		for i := range n {
+			id := fmt.Sprintf("%016x%016x", at.UnixMilli(), i)
+			canon := fmt.Appendf(nil, `{"i":%d}`, i)
+			if _, err := l.applyAt(at, l.head(), op{kind: opPropose, id: id, digest: digestOf(canon), artifact: canon}); err != nil {
+				t.Fatal(err)
+			}
+			ids = append(ids, id)
+		}
+		return ids
+	}
+	early := propose(t0, sweepBatch+44)
+	late := propose(t0.Add(time.Minute), 5)
+	committed := early[7]
+	d := digestOf([]byte(`{"i":7}`))
+	for _, name := range []string{"a", "b"} {
+		sig := base64.StdEncoding.EncodeToString(ed25519.Sign(key(name), d[:]))
+		if _, err := l.apply(l.head(), op{kind: opApprove, id: committed, approval: approval{name, sig}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	count := func(b int) (n int) {
+		_ = l.db.View(func(s *store.Snapshot) error {
+			s.Ascend(b, nil, nil, func(_, _ []byte) bool { n++; return true })
+			return nil
+		})
+		return n
+	}
+	if n := count(bucketExpiry); n != len(early)-1+len(late) {
+		t.Fatalf("expiry index holds %d keys, want %d: the committed proposal's left it", n, len(early)-1+len(late))
+	}
+	// Were the committed proposal's key still in the index, the sweep
+	// would keep its record all the same.
+	if err := l.db.Update(func(tx *store.Tx) error {
+		return tx.Put(bucketExpiry, expiryKey(t0.Add(l.r.ttl).UnixMilli(), committed), nil)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	expiry := t0.Add(l.r.ttl)
+	sweep := func(at time.Time) result {
+		t.Helper()
+		rs, err := l.applyAt(at, l.head(), op{kind: opSweep})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rs[0]
+	}
+	if r := sweep(expiry.Add(-time.Millisecond)); r.swept != 0 || r.wrote {
+		t.Fatalf("sweep 1ms before the expiry = %+v, want nothing swept", r)
+	}
+	if r := sweep(expiry); r.swept != sweepBatch-1 || !r.more {
+		t.Fatalf("first sweep at the expiry = swept %d more %v, want %d and more", r.swept, r.more, sweepBatch-1)
+	}
+	if r := sweep(expiry); r.swept != len(early)-sweepBatch || r.more {
+		t.Fatalf("second sweep = swept %d more %v, want %d and no more", r.swept, r.more, len(early)-sweepBatch)
+	}
+	if n := count(bucketProposals); n != len(late)+1 {
+		t.Errorf("%d proposals left, want the %d not expired and the committed one", n, len(late))
+	}
+	if n := count(bucketExpiry); n != len(late) {
+		t.Errorf("expiry index holds %d keys, want the %d not expired", n, len(late))
+	}
+	err := l.db.View(func(s *store.Snapshot) error {
+		var p proposal
+		if err := json.Unmarshal(s.Get(bucketProposals, []byte(committed)), &p); err != nil {
+			return err
+		}
+		if p.Version != 1 || p.Hash == "" || p.Artifact != nil || p.Approvals != nil {
+			return fmt.Errorf("committed proposal after the sweep = %+v, want version 1 and its hash, no artifact or approvals", p)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Error(err)
 	}
 }

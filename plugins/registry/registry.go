@@ -21,6 +21,7 @@ import (
 	"github.com/plughost/plughost/sdk"
 	"github.com/plughost/plughost/sdk/backoff"
 	"github.com/plughost/plughost/sdk/durable"
+	"github.com/plughost/plughost/sdk/group"
 	"github.com/plughost/plughost/sdk/store"
 	"github.com/plughost/plughost/sdk/workq"
 )
@@ -46,6 +47,9 @@ type registry struct {
 	// faults, if set, stands in for the Runtime's fault points; tests set
 	// it to hold commits without the host's admin API.
 	faults durable.Injector
+	// started, if set, runs as each background task starts, and again at
+	// each restart, with the task's kind; tests make it panic.
+	started func(kind string)
 
 	running atomic.Pointer[running]
 	// life supplies the Drain, Close and Health hooks.
@@ -78,8 +82,12 @@ type running struct {
 	proposals, approvals atomic.Int64 // operations in the committer's queue, by intake
 	retention            chan uint64  // checkpoint sizes for the retention goroutine
 	bus                  bus
-	tasks                sync.WaitGroup // checkpointer, retention, verifier
+	tasks                *group.Group // checkpointer, retention, verifier, sweeper
+	started              func(kind string)
 	m                    metrics
+
+	mu     sync.Mutex  // guards panics
+	panics []time.Time // when background tasks panicked, the last maxPanics+1
 }
 
 type metrics struct {
@@ -88,11 +96,16 @@ type metrics struct {
 	casFail   prometheus.Counter
 	timeouts  prometheus.Counter
 	lagged    *prometheus.CounterVec
-	spawned   map[string]prometheus.Counter // by kind: checkpointer, retention, verifier
+	spawned   map[string]prometheus.Counter // by kind: checkpointer, retention, verifier, sweeper
+	panicked  *prometheus.CounterVec        // by kind, as spawned
 	headV     prometheus.Gauge
 	verifyErr prometheus.Counter
 	ckpts     prometheus.Counter
+	swept     prometheus.Counter
 }
+
+// taskKinds are the registry's background tasks.
+var taskKinds = []string{"checkpointer", "retention", "verifier", "sweeper"}
 
 func droppedCounter(queue string) prometheus.Counter {
 	return prometheus.NewCounter(prometheus.CounterOpts{Name: workq.DroppedName, Help: workq.DroppedHelp,
@@ -105,7 +118,7 @@ func spawnedCounter(kind string) prometheus.Counter {
 }
 
 func newMetrics() metrics {
-	return metrics{
+	m := metrics{
 		busy: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "busy_rejections_total",
 			Help: "Requests refused with 429 because a bounded queue was full, by endpoint."}, []string{"endpoint"}),
 		dropped: map[string]prometheus.Counter{"proposals": droppedCounter("proposals"), "approvals": droppedCounter("approvals"),
@@ -115,16 +128,24 @@ func newMetrics() metrics {
 		timeouts: prometheus.NewCounter(prometheus.CounterOpts{Name: "io_timeouts_total",
 			Help: "I/O operations that outlasted their deadline, by operation.", ConstLabels: prometheus.Labels{"op": "commit"}}),
 		lagged: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "bus_lagged_total",
-			Help: "Stream consumers cut off because they fell a whole buffer behind, by consumer."}, []string{"consumer"}),
-		spawned: map[string]prometheus.Counter{
-			"checkpointer": spawnedCounter("checkpointer"), "retention": spawnedCounter("retention"), "verifier": spawnedCounter("verifier")},
+			Help: "Stream consumers cut off because they fell a whole buffer behind, by consumer: a name in stream_consumers, or other."}, []string{"consumer"}),
+		spawned: map[string]prometheus.Counter{},
+		panicked: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tasks_panicked_total",
+			Help: "Background tasks that panicked and were restarted, by kind."}, []string{"kind"}),
 		headV: prometheus.NewGauge(prometheus.GaugeOpts{Name: "registry_head_version",
 			Help: "The version of the last committed entry."}),
 		verifyErr: prometheus.NewCounter(prometheus.CounterOpts{Name: "registry_verify_failures_total",
 			Help: "Mismatches the deep verifier found in the stored chain or tree."}),
 		ckpts: prometheus.NewCounter(prometheus.CounterOpts{Name: "registry_checkpoints_total",
 			Help: "Checkpoints signed and persisted."}),
+		swept: prometheus.NewCounter(prometheus.CounterOpts{Name: "registry_proposals_swept_total",
+			Help: "Proposals deleted by the sweep because they expired before their quorum."}),
 	}
+	for _, k := range taskKinds {
+		m.spawned[k] = spawnedCounter(k)
+		m.panicked.WithLabelValues(k)
+	}
+	return m
 }
 
 func definition() sdk.Plugin { return newDefinition(&registry{}) }
@@ -181,15 +202,22 @@ func (rg *registry) configure(_ context.Context, rt *sdk.Runtime) error {
 		rules:     rules{quorum: s.quorum, ttl: s.proposalTTL, origin: s.origin, signer: signer, keep: s.keepAfter},
 		retention: make(chan uint64, retentionQueue), m: newMetrics()}
 	run.bus.onLag = run.m.lagged
+	run.m.lagged.WithLabelValues(otherConsumer)
+	for name := range s.streamConsumers {
+		run.m.lagged.WithLabelValues(name)
+	}
 	if err := run.load(); err != nil {
 		_ = db.Close()
 		return err
 	}
 	cols := []prometheus.Collector{run.m.busy, run.m.dropped["proposals"], run.m.dropped["approvals"], run.m.dropped["retention"], run.m.casFail, run.m.timeouts, run.m.lagged,
-		run.m.spawned["checkpointer"], run.m.spawned["retention"], run.m.spawned["verifier"], run.m.headV, run.m.verifyErr, run.m.ckpts,
+		run.m.panicked, run.m.headV, run.m.verifyErr, run.m.ckpts, run.m.swept,
 		depthGauge("proposals", &run.proposals), depthGauge("approvals", &run.approvals),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: workq.DepthName, Help: workq.DepthHelp,
 			ConstLabels: prometheus.Labels{"queue": "retention"}}, func() float64 { return float64(len(run.retention)) }),
+	}
+	for _, k := range taskKinds {
+		cols = append(cols, run.m.spawned[k])
 	}
 	for _, col := range cols {
 		if err := rt.Registerer.Register(col); err != nil {
@@ -228,25 +256,17 @@ func (rg *registry) configure(_ context.Context, rt *sdk.Runtime) error {
 		_ = db.Close()
 		return err
 	}
-	ctx := rt.Context()
 	every := rg.verifyEvery
 	if every == 0 {
 		every = time.Second
 	}
-	for kind, fn := range map[string]func(){
-		"checkpointer": func() { run.checkpointer(ctx) },
-		"retention":    func() { run.retain(ctx) },
-		"verifier":     func() { run.verify(ctx, every) },
-	} {
-		run.m.spawned[kind].Inc()
-		run.tasks.Go(fn)
-	}
+	run.started = rg.started
+	run.start(rt.Context(), every)
 	rg.running.Store(run)
-	// The drain waits for the background goroutines first: they end with
-	// Runtime.Context, as streams do.
+	// The drain stops the background tasks first: they end with
+	// Runtime.Context, as streams do, and submit nothing after.
 	rg.life.Start(durable.Parts[op, result]{Store: db, Committer: run.c, Logger: rt.Logger,
-		Drain:  func(context.Context) error { run.tasks.Wait(); return nil },
-		Health: run.health})
+		Drain: run.tasks.Stop, Health: run.health})
 	if len(s.approvers) == 0 {
 		rt.Logger.Warn("no approver blocks: nothing can commit; serving the log read-only")
 	}
@@ -319,6 +339,8 @@ func (run *running) announce(rs []result) {
 			run.head.Store(&h)
 			run.m.headV.Set(float64(h.Version))
 			run.bus.publish(event{Version: h.Version, Hash: r.entry.Hash})
+		case r.swept > 0:
+			run.m.swept.Add(float64(r.swept))
 		case r.ckpt != nil && r.wrote:
 			run.ckpt.Store(&signedCheckpoint{n: r.ckptN, note: r.ckpt})
 			run.m.ckpts.Inc()
@@ -354,35 +376,48 @@ func (run *running) do(ctx context.Context, o op) (result, error) {
 // has grown, and hands each to retention; a full retention queue skips
 // that cycle.
 func (run *running) checkpointer(ctx context.Context) {
-	t := time.NewTicker(run.s.checkpointInterval)
+	tick(ctx, run.s.checkpointInterval, func() {
+		if ck := run.ckpt.Load(); ck != nil && ck.n >= run.head.Load().Version {
+			return
+		}
+		r, ok := run.background(ctx, op{kind: opCheckpoint}, "checkpoint not signed; trying at the next interval")
+		if !ok || !run.s.retention || r.ckptN == 0 {
+			return
+		}
+		select {
+		case run.retention <- r.ckptN:
+		default:
+			run.m.dropped["retention"].Inc()
+			run.logger.Warn("retention queue full; skipping this cycle", "checkpoint", r.ckptN)
+		}
+	})
+}
+
+// tick calls fn every d until ctx ends.
+func tick(ctx context.Context, d time.Duration, fn func()) {
+	t := time.NewTicker(d)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-		}
-		if ck := run.ckpt.Load(); ck != nil && ck.n >= run.head.Load().Version {
-			continue
-		}
-		cctx, cancel := context.WithTimeout(ctx, run.s.commitDeadline)
-		r, err := run.do(cctx, op{kind: opCheckpoint})
-		cancel()
-		if err != nil {
-			if ctx.Err() == nil {
-				run.logger.Warn("checkpoint not signed; trying at the next interval", "error", err)
-			}
-			continue
-		}
-		if run.s.retention && r.ckptN > 0 {
-			select {
-			case run.retention <- r.ckptN:
-			default:
-				run.m.dropped["retention"].Inc()
-				run.logger.Warn("retention queue full; skipping this cycle", "checkpoint", r.ckptN)
-			}
+			fn()
 		}
 	}
+}
+
+// background commits a background task's op within commit_deadline. A
+// refusal is logged with msg, unless ctx has ended (the drain), and
+// reported as !ok.
+func (run *running) background(ctx context.Context, o op, msg string) (result, bool) {
+	cctx, cancel := context.WithTimeout(ctx, run.s.commitDeadline)
+	defer cancel()
+	r, err := run.do(cctx, o)
+	if err != nil && ctx.Err() == nil {
+		run.logger.Warn(msg, "error", err)
+	}
+	return r, err == nil
 }
 
 // retain is the retention goroutine: for each checkpoint size it prunes
@@ -401,24 +436,93 @@ func (run *running) retain(ctx context.Context) {
 		}
 		below := n - run.rules.keep
 		for run.pruned.Load() < below {
-			cctx, cancel := context.WithTimeout(ctx, run.s.commitDeadline)
-			r, err := run.do(cctx, op{kind: opPrune, below: below})
-			cancel()
-			if err != nil || !r.wrote {
-				if err != nil && ctx.Err() == nil {
-					run.logger.Warn("prune refused; trying at the next checkpoint", "error", err)
-				}
+			r, ok := run.background(ctx, op{kind: opPrune, below: below}, "prune refused; trying at the next checkpoint")
+			if !ok || !r.wrote {
 				break
 			}
 		}
 	}
 }
 
+// Supervision of the background tasks: a task that panics is restarted
+// after a jittered backoff from restartBackoff; more than maxPanics
+// panics within panicWindow make the plugin degraded.
+var restartBackoff = backoff.Policy{Initial: 100 * time.Millisecond, Max: 5 * time.Second, Jitter: 0.5}
+
+const (
+	maxPanics   = 5
+	panicWindow = time.Minute
+)
+
+// start starts the background tasks, supervised: the checkpointer,
+// retention, the deep verifier (a slice every verifyEvery) and the
+// sweep of expired proposals. Each returns once ctx ends.
+func (run *running) start(ctx context.Context, verifyEvery time.Duration) {
+	run.tasks = group.New(ctx, group.Options{Logger: run.logger.Named("tasks"), Backoff: restartBackoff,
+		OnRestart: run.restarting})
+	for kind, fn := range map[string]func(context.Context){
+		"checkpointer": run.checkpointer,
+		"retention":    run.retain,
+		"verifier":     func(ctx context.Context) { run.verify(ctx, verifyEvery) },
+		"sweeper":      func(ctx context.Context) { run.sweep(ctx, sweepEvery(run.s.proposalTTL)) },
+	} {
+		run.m.spawned[kind].Inc()
+		run.tasks.Go(kind, func(ctx context.Context) error {
+			if run.started != nil {
+				run.started(kind)
+			}
+			fn(ctx)
+			return nil
+		})
+	}
+}
+
+// restarting is the group's OnRestart: a task that panicked is counted
+// in tasks_panicked_total{kind} and in the health's window.
+func (run *running) restarting(kind string, reason error) {
+	if !errors.Is(reason, group.ErrPanic) {
+		return
+	}
+	run.m.panicked.WithLabelValues(kind).Inc()
+	run.mu.Lock()
+	defer run.mu.Unlock()
+	run.panics = append(run.panics, run.now())
+	if len(run.panics) > maxPanics+1 {
+		run.panics = run.panics[1:]
+	}
+}
+
+// sweepEvery is the sweep's interval for a proposal_ttl: a tenth of it,
+// at most ten minutes, so that an expired proposal stays at most that
+// long past its expiry.
+func sweepEvery(ttl time.Duration) time.Duration { return min(ttl/10, 10*time.Minute) }
+
+// sweep deletes the proposals that expired before their quorum, every
+// interval, sweepBatch per operation through the committer, until none
+// is left.
+func (run *running) sweep(ctx context.Context, every time.Duration) {
+	tick(ctx, every, func() {
+		for more := true; more; {
+			r, ok := run.background(ctx, op{kind: opSweep}, "sweep of expired proposals refused; trying at the next interval")
+			more = ok && r.more
+		}
+	})
+}
+
 // health is degraded (write-unready) once the deep verifier found a
-// mismatch; otherwise the committer's health stands.
+// mismatch, and degraded while background tasks panic more than
+// maxPanics times within panicWindow; otherwise the committer's health
+// stands.
 func (run *running) health() (sdk.Health, bool) {
 	if msg := run.corrupt.Load(); msg != nil {
 		return sdk.Health{Status: sdk.StatusDegraded, Reason: "writes refused: the deep verifier found " + *msg + "; reads are served"}, true
+	}
+	run.mu.Lock()
+	n := len(run.panics)
+	recent := n > maxPanics && run.now().Sub(run.panics[0]) < panicWindow
+	run.mu.Unlock()
+	if recent {
+		return sdk.Health{Status: sdk.StatusDegraded, Reason: fmt.Sprintf("background tasks panicked %d times within %v; see the log", n, panicWindow)}, true
 	}
 	return sdk.Health{}, false
 }

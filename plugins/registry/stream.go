@@ -12,13 +12,30 @@ type event struct {
 	Hash    string `json:"hash"`
 }
 
+// otherConsumer is bus_lagged_total's consumer label for every name not
+// in stream_consumers: the label's values are the operator's, never the
+// clients', so a client cannot add series.
+const otherConsumer = "other"
+
+// maxConsumers is the most names stream_consumers takes.
+const maxConsumers = 64
+
+// consumerLabel is consumer's label in bus_lagged_total.
+func (s settings) consumerLabel(consumer string) string {
+	if s.streamConsumers[consumer] {
+		return consumer
+	}
+	return otherConsumer
+}
+
 // subscriber is one stream consumer: a bounded buffer of events, and
 // lagged, closed when an event found the buffer full. A lagged consumer
-// has missed events and must re-read the head.
+// has missed events and must re-read the head. label is its consumer
+// label in bus_lagged_total.
 type subscriber struct {
-	ch       chan event
-	lagged   chan struct{}
-	consumer string
+	ch     chan event
+	lagged chan struct{}
+	label  string
 }
 
 // bus fans committed entries out to the stream consumers without ever
@@ -31,8 +48,8 @@ type bus struct {
 	onLag *prometheus.CounterVec // bus_lagged_total{consumer}; nil in tests that leave it out
 }
 
-func (b *bus) subscribe(size int, consumer string) *subscriber {
-	s := &subscriber{ch: make(chan event, size), lagged: make(chan struct{}), consumer: consumer}
+func (b *bus) subscribe(size int, label string) *subscriber {
+	s := &subscriber{ch: make(chan event, size), lagged: make(chan struct{}), label: label}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.subs == nil {
@@ -60,7 +77,7 @@ func (b *bus) publish(ev event) {
 			delete(b.subs, s)
 			close(s.lagged)
 			if b.onLag != nil {
-				b.onLag.WithLabelValues(s.consumer).Inc()
+				b.onLag.WithLabelValues(s.label).Inc()
 			}
 		}
 	}

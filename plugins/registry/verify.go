@@ -33,22 +33,15 @@ type verifier struct {
 // signed checkpoint. A mismatch is counted and logged, and makes the
 // registry write-unready; reads go on.
 func (run *running) verify(ctx context.Context, every time.Duration) {
-	t := time.NewTicker(every)
-	defer t.Stop()
 	var v verifier
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	tick(ctx, every, func() {
 		if err := run.verifySlice(&v); err != nil {
 			run.m.verifyErr.Inc()
 			msg := err.Error()
 			run.corrupt.Store(&msg)
 			run.logger.Error("deep verifier found a mismatch; refusing writes", "error", err)
 		}
-	}
+	})
 }
 
 // verifySlice checks the next slice; at the end of a pass it checks the
