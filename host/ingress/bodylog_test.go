@@ -22,23 +22,24 @@ func TestLogBodyLimits(t *testing.T) {
 		{Method: "POST", Pattern: "/v1/epochs/{id}/compute", MaxBodyBytes: 16 << 20},
 		{Method: "GET", Pattern: "/v1/epochs/{id}"},
 	}}
-	target := &fakeTarget{spec: supervisor.Spec{Name: "rewarder", Mount: "/rewarder"}, manifest: manifest}
-	g.Update([]Target{target})
-	g.Update([]Target{target})
-	if got := strings.Count(log.String(), "route has its own body limit"); got != 1 {
-		t.Fatalf("log after two updates has %d lines on the route's own limit, want 1:\n%s", got, log.String())
+	steps := []struct {
+		name      string
+		pluginMax int64  // the plugin block's max_body_bytes
+		message   string // logged once however many updates follow
+		fields    string
+	}{
+		{"no plugin block limit", 0, "route has its own body limit", `route="POST /v1/epochs/{id}/compute" max_body_bytes=16777216`},
+		{"a reload sets one below the route's", 4 << 20, "route body limit capped by the plugin block's max_body_bytes", "declared=16777216 max_body_bytes=4194304"},
 	}
-	if !strings.Contains(log.String(), "route=\"POST /v1/epochs/{id}/compute\" max_body_bytes=16777216") {
-		t.Errorf("log = %s, want the route and its limit", log.String())
-	}
-	// A reload that sets the plugin block's max_body_bytes below it.
-	target = &fakeTarget{spec: supervisor.Spec{Name: "rewarder", Mount: "/rewarder", MaxBodyBytes: 4 << 20}, manifest: manifest}
-	g.Update([]Target{target})
-	g.Update([]Target{target})
-	if got := strings.Count(log.String(), "route body limit capped by the plugin block's max_body_bytes"); got != 1 {
-		t.Fatalf("log after two updates with a plugin block's limit has %d lines on the cap, want 1:\n%s", got, log.String())
-	}
-	if !strings.Contains(log.String(), "declared=16777216 max_body_bytes=4194304") {
-		t.Errorf("log = %s, want the declared limit and the capped one", log.String())
+	for _, st := range steps {
+		target := &fakeTarget{spec: supervisor.Spec{Name: "rewarder", Mount: "/rewarder", MaxBodyBytes: st.pluginMax}, manifest: manifest}
+		g.Update([]Target{target})
+		g.Update([]Target{target})
+		if got := strings.Count(log.String(), st.message); got != 1 {
+			t.Errorf("%s: log after two updates has %d lines %q, want 1:\n%s", st.name, got, st.message, log.String())
+		}
+		if !strings.Contains(log.String(), st.fields) {
+			t.Errorf("%s: log = %s, want %s", st.name, log.String(), st.fields)
+		}
 	}
 }
