@@ -55,7 +55,9 @@ func pluginCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 // The text output keeps the order in which the plugin declares its routes,
 // attributes and blocks; nested blocks are indented under their parent. A
 // route's TIMEOUT is "default" when the host's request_timeout applies and
-// "none" for a streaming route without one.
+// "none" for a streaming route without one; its BODY is "none" where the
+// host takes no body, the route's own limit in bytes where it declares
+// one (sdk.MaxBody), and "yes" otherwise.
 //
 // With -json it prints one JSON object instead, with these keys in this
 // order (every key always present; lists are [] when empty):
@@ -71,6 +73,7 @@ func pluginCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 //	    "pattern": "/sleep",            // relative to the mount
 //	    "streaming": false,
 //	    "no_body": false,               // declared with sdk.NoBody: the host answers a body 413
+//	    "max_body_bytes": 0,            // the route's own body limit (sdk.MaxBody); 0: its plugin's
 //	    "timeout_ms": 600000            // 0: the host's request_timeout, or none if streaming
 //	  }],
 //	  "config": {                       // the schema of the plugin's config block
@@ -175,6 +178,7 @@ type infoRoute struct {
 	Pattern   string `json:"pattern"`
 	Streaming bool   `json:"streaming"`
 	NoBody    bool   `json:"no_body"`
+	MaxBody   int64  `json:"max_body_bytes"`
 	TimeoutMS int64  `json:"timeout_ms"`
 }
 
@@ -224,6 +228,7 @@ func newInfo(m *pluginv1.DescribeResponse, protocol int, sha string) info {
 			Pattern:   r.GetPattern(),
 			Streaming: r.GetStreaming(),
 			NoBody:    r.GetNoBody(),
+			MaxBody:   r.GetMaxBodyBytes(),
 			TimeoutMS: r.GetTimeoutMs(),
 		})
 	}
@@ -289,8 +294,11 @@ func (in info) writeText(w io.Writer) error {
 				timeout = (time.Duration(r.TimeoutMS) * time.Millisecond).String()
 			}
 			body := "yes"
-			if !ingress.TakesBody(r.Method, r.NoBody) {
+			switch {
+			case !ingress.TakesBody(r.Method, r.NoBody):
 				body = "none"
+			case r.MaxBody > 0:
+				body = strconv.FormatInt(r.MaxBody, 10)
 			}
 			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", printable(r.Method), printable(r.Pattern), yesNo(r.Streaming), body, timeout)
 		}

@@ -247,3 +247,29 @@ func checkInfoGolden(t *testing.T, name, got string) {
 		t.Errorf("%s differs (-want +got):\n%s\nIf the change is intended, rerun with -update.", path, diff)
 	}
 }
+
+// TestInfoRouteBody: the BODY column and max_body_bytes show a route's
+// own body limit, and "none" wins for a route that takes no body.
+func TestInfoRouteBody(t *testing.T) {
+	in := newInfo(&pluginv1.DescribeResponse{Name: "rewarder", Version: "1", Routes: []*pluginv1.Route{
+		{Method: "POST", Pattern: "/v1/epochs/{id}/compute", MaxBodyBytes: 16 << 20},
+		{Method: "POST", Pattern: "/v1/epochs/{id}/retry"},
+		{Method: "GET", Pattern: "/v1/epochs/{id}"},
+	}}, 2, "sum")
+	if got := in.Routes[0].MaxBody; got != 16<<20 {
+		t.Errorf("newInfo: routes[0].MaxBody = %d, want %d", got, 16<<20)
+	}
+	var b strings.Builder
+	if err := in.writeText(&b); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"POST    /v1/epochs/{id}/compute  no         16777216  default",
+		"POST    /v1/epochs/{id}/retry    no         yes       default",
+		"GET     /v1/epochs/{id}          no         none      default",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("writeText: no line %q in\n%s", want, b.String())
+		}
+	}
+}

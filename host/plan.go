@@ -117,8 +117,11 @@ func specFor(cfg *config.Config, p config.PluginBlock) supervisor.Spec {
 		Mount:       p.Mount,
 		MaxInflight: p.MaxInflight,
 		MaxStreams:  p.MaxStreams,
-		Required:    p.Required,
-		DataDir:     p.DataDir,
+		// Part of the fingerprint: a reload that changes it replaces
+		// the plugin, which gets it in Configure.
+		MaxBodyBytes: p.MaxBodyBytes,
+		Required:     p.Required,
+		DataDir:      p.DataDir,
 		// Part of the fingerprint, so a reload that changes it puts the
 		// new spec in place, as for required.
 		UnreadyWhenDegraded: p.UnreadyWhenDegraded,
@@ -146,6 +149,7 @@ func fingerprint(cfg *config.Config, p config.PluginBlock) string {
 	h := sha256.New()
 	fmt.Fprintf(h, "%s\x00%s\x00%s\x00%d\x00%t\x00%s\x00", p.Path, p.SHA256, p.Mount, p.MaxInflight, p.Required, p.DataDir)
 	fmt.Fprintf(h, "max_streams\x00%d\x00", p.MaxStreams)
+	fmt.Fprintf(h, "max_body_bytes\x00%d\x00", p.MaxBodyBytes)
 	fmt.Fprintf(h, "log_rate\x00%d\x00log_burst\x00%d\x00", p.LogRate, p.LogBurst)
 	fmt.Fprintf(h, "unready_when_degraded\x00%t\x00", p.UnreadyWhenDegraded)
 	for _, k := range slices.Sorted(maps.Keys(p.Env)) {

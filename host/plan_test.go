@@ -54,3 +54,22 @@ func TestConfigErrDiag(t *testing.T) {
 		}
 	}
 }
+
+// TestFingerprintMaxBodyBytes: a reload that changes a plugin block's
+// max_body_bytes replaces the plugin, as for its other settings; one that
+// changes only the host-wide limit does not, since the ingress applies it
+// as it is.
+func TestFingerprintMaxBodyBytes(t *testing.T) {
+	cfg := &config.Config{Limits: config.Limits{MaxBodyBytes: 1 << 20}}
+	p := config.PluginBlock{Name: "rewarder", Path: "rewarder", Mount: "/rewarder", MaxInflight: 512}
+	unset := fingerprint(cfg, p)
+	p.MaxBodyBytes = 8 << 20
+	if got := fingerprint(cfg, p); got == unset {
+		t.Errorf("fingerprint with max_body_bytes = 8388608 = %q, the same as without it", got)
+	}
+	p.MaxBodyBytes = 0
+	cfg.Limits.MaxBodyBytes = 4 << 20
+	if got := fingerprint(cfg, p); got != unset {
+		t.Errorf("fingerprint after the host-wide max_body_bytes changed = %q, want %q as before", got, unset)
+	}
+}

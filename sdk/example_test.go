@@ -67,7 +67,7 @@ func ExampleServe() {
 // A Mux declares each route once, where its handler is registered: the
 // host learns the routes from it and forwards only requests that match one,
 // and the SDK serves each with the route's handler. Options mark a route
-// streaming or give it its own deadline.
+// streaming, give it its own deadline, or its own body limit.
 func ExampleMux() {
 	mux := sdk.NewMux()
 	mux.HandleFunc("GET /items/{id}", func(w http.ResponseWriter, r *http.Request) {
@@ -76,20 +76,25 @@ func ExampleMux() {
 	mux.HandleFunc("POST /items/", func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusCreated)
 	}, sdk.Timeout(30*time.Second))
+	mux.HandleFunc("PUT /items/{id}/image", func(w http.ResponseWriter, r *http.Request) {
+		// Images are larger than the host's 1 MiB default.
+		w.WriteHeader(http.StatusNoContent)
+	}, sdk.MaxBody(8<<20))
 	mux.HandleFunc("GET /events", func(w http.ResponseWriter, r *http.Request) {
 		// Write and flush events until r.Context() ends.
 	}, sdk.Streaming())
 
 	for _, r := range mux.Routes() {
-		fmt.Printf("%-16s streaming=%t timeout=%v\n", r, r.Streaming, r.Timeout)
+		fmt.Printf("%-24s streaming=%t timeout=%v max_body=%d\n", r, r.Streaming, r.Timeout, r.MaxBody)
 	}
 	rec := httptest.NewRecorder()
 	mux.ServeHTTP(rec, httptest.NewRequest("GET", "/items/42", nil))
 	fmt.Print(rec.Body)
 	// Output:
-	// GET /items/{id}  streaming=false timeout=0s
-	// POST /items/     streaming=false timeout=30s
-	// GET /events      streaming=true timeout=0s
+	// GET /items/{id}          streaming=false timeout=0s max_body=0
+	// POST /items/             streaming=false timeout=30s max_body=0
+	// PUT /items/{id}/image    streaming=false timeout=0s max_body=8388608
+	// GET /events              streaming=true timeout=0s max_body=0
 	// item 42
 }
 

@@ -47,6 +47,19 @@ func Timeout(d time.Duration) RouteOption { return func(r *route.Route) { r.Time
 // the body, such as POST /reset.
 func NoBody() RouteOption { return func(r *route.Route) { r.NoBody = true } }
 
+// MaxBody gives a route its own request body limit of n bytes, at most
+// 32 MiB (route.MaxBodyCeiling), instead of its plugin's (the
+// max_body_bytes of its plugin block, or else of the host's limits
+// block, 1 MiB by default). The host answers a request whose
+// Content-Length is over it 413 body_too_large before it reads the body,
+// and cuts a chunked body at it. Use it for a route that takes large
+// uploads while the plugin's other routes keep the host's limit; the
+// operator still has the last word: a max_body_bytes in the plugin's
+// block caps it. MaxBody(0) keeps the plugin's limit; Serve reports a
+// negative n, one over the ceiling, or MaxBody with NoBody as an invalid
+// route.
+func MaxBody(n int64) RouteOption { return func(r *route.Route) { r.MaxBody = n } }
+
 // Handle declares the route pattern, "[METHOD ]/path" as in ServeMux, and
 // serves it with h. Without a method the route matches every method.
 func (m *Mux) Handle(pattern string, h http.Handler, opts ...RouteOption) {

@@ -55,6 +55,8 @@ func TestPluginValidate(t *testing.T) {
 				m.Handle("POST /items/{id}", http.NotFoundHandler(), Timeout(time.Second))
 				m.Handle("/static/", http.NotFoundHandler())
 				m.Handle("GET /events", http.NotFoundHandler(), Streaming())
+				m.Handle("POST /uploads/", http.NotFoundHandler(), MaxBody(8<<20))
+				m.Handle("PUT /largest", http.NotFoundHandler(), MaxBody(32<<20), Timeout(time.Minute))
 			})
 		}, ""},
 		{"empty name", func(p *Plugin) { p.Name = "" }, `plugin name ""`},
@@ -71,6 +73,15 @@ func TestPluginValidate(t *testing.T) {
 		{"negative timeout", func(p *Plugin) {
 			p.Routes = muxWith(func(m *Mux) { m.Handle("/x", http.NotFoundHandler(), Timeout(-time.Second)) })
 		}, "negative timeout"},
+		{"body limit over the ceiling", func(p *Plugin) {
+			p.Routes = muxWith(func(m *Mux) { m.Handle("POST /x", http.NotFoundHandler(), MaxBody(32<<20+1)) })
+		}, `route "/x": body limit 33554433 is over the host's ceiling of 33554432 bytes`},
+		{"negative body limit", func(p *Plugin) {
+			p.Routes = muxWith(func(m *Mux) { m.Handle("POST /x", http.NotFoundHandler(), MaxBody(-1)) })
+		}, "negative body limit"},
+		{"body limit on a route without a body", func(p *Plugin) {
+			p.Routes = muxWith(func(m *Mux) { m.Handle("POST /x", http.NotFoundHandler(), NoBody(), MaxBody(1<<20)) })
+		}, "a body limit on a route that takes no body"},
 		{"bad wildcard", func(p *Plugin) { p.Routes = routesOf("/items/{id") }, `route "/items/{id"`},
 		{"duplicate route", func(p *Plugin) { p.Routes = routesOf("GET /x", "GET /x") }, `route "GET /x"`},
 		{"every bad route named", func(p *Plugin) { p.Routes = routesOf("GET /x", "items", "GET /x") }, `route "GET /x"`},

@@ -268,6 +268,8 @@ func TestDescribe(t *testing.T) {
 			m.Handle("GET /{$}", http.NotFoundHandler())
 			m.Handle("POST /items/{id}", http.NotFoundHandler(), Timeout(1500*time.Millisecond))
 			m.Handle("/events", http.NotFoundHandler(), Streaming())
+			m.Handle("PUT /blobs/{id}", http.NotFoundHandler(), MaxBody(8<<20))
+			m.Handle("POST /reset", http.NotFoundHandler(), NoBody())
 		}),
 		Config: Schema{
 			Attrs: []Attr{
@@ -304,6 +306,8 @@ func TestDescribe(t *testing.T) {
 			{Method: "GET", Pattern: "/{$}"},
 			{Method: "POST", Pattern: "/items/{id}", TimeoutMs: 1500},
 			{Pattern: "/events", Streaming: true},
+			{Method: "PUT", Pattern: "/blobs/{id}", MaxBodyBytes: 8 << 20},
+			{Method: "POST", Pattern: "/reset", NoBody: true},
 		},
 		ConfigSchema: &pluginv1.Schema{
 			Attributes: []*pluginv1.Attribute{

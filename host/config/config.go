@@ -62,7 +62,10 @@ type Admin struct {
 
 // Limits bounds ingress requests and plugin start-up.
 type Limits struct {
-	// MaxBodyBytes caps a request body. Default 1048576 (1 MiB).
+	// MaxBodyBytes caps a request body, at most 32 MiB
+	// (route.MaxBodyCeiling). Default 1048576 (1 MiB). It applies to the
+	// routes of plugins whose block sets no PluginBlock.MaxBodyBytes and
+	// that declare no limit of their own (sdk.MaxBody).
 	MaxBodyBytes int64
 	// ReadTimeout bounds reading a whole request. Default 5s.
 	ReadTimeout time.Duration
@@ -169,6 +172,13 @@ type PluginBlock struct {
 	// MaxStreams caps the plugin's concurrent requests to streaming routes.
 	// Default 1024.
 	MaxStreams int
+	// MaxBodyBytes is the plugin's request body limit, from 1 to 32 MiB
+	// (route.MaxBodyCeiling), or 0, the default, when the block sets
+	// none: then Limits.MaxBodyBytes applies, and follows it when a
+	// reload changes it. Set, it is the limit of the plugin's routes that
+	// declare none, and caps those that declare their own (sdk.MaxBody):
+	// the operator has the last word. Unset, such a route keeps its own.
+	MaxBodyBytes int64
 	// LogRate is the records a second of the plugin's output (stdout and
 	// stderr lines, its logger's records) the host relays into its log,
 	// refilling a bucket of LogBurst; records beyond it are dropped and

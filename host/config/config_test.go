@@ -73,6 +73,7 @@ func defaultConfig(filename, dir string) Config {
 type comparePlugin struct {
 	Name, Path, SHA256, Mount, DataDir         string
 	MaxInflight, MaxStreams                    int
+	MaxBodyBytes                               int64
 	LogRate, LogBurst                          int
 	Required, UnreadyWhenDegraded              bool
 	DeclLine, PathLine, SHA256Line, ConfigLine int
@@ -83,7 +84,7 @@ type comparePlugin struct {
 func plainPlugin(p PluginBlock) comparePlugin {
 	return comparePlugin{
 		Name: p.Name, Path: p.Path, SHA256: p.SHA256, Mount: p.Mount, DataDir: p.DataDir,
-		MaxInflight: p.MaxInflight, MaxStreams: p.MaxStreams, Required: p.Required,
+		MaxInflight: p.MaxInflight, MaxStreams: p.MaxStreams, MaxBodyBytes: p.MaxBodyBytes, Required: p.Required,
 		LogRate: p.LogRate, LogBurst: p.LogBurst,
 		UnreadyWhenDegraded: p.UnreadyWhenDegraded,
 		DeclLine:            p.DeclRange.Start.Line, PathLine: p.PathRange.Start.Line,
@@ -224,6 +225,28 @@ func TestLoad(t *testing.T) {
 	}
 }
 
+// TestPluginMaxBodyBytes: a plugin block's max_body_bytes may be above or
+// below the host-wide one, up to the ceiling; unset, it is 0, which the
+// host reads as the host-wide limit.
+func TestPluginMaxBodyBytes(t *testing.T) {
+	path := filepath.Join("testdata", "body.hcl")
+	c, diags := Load(path)
+	if diags.HasErrors() {
+		t.Fatalf("Load(%q) diagnostics: %s", path, diags.Error())
+	}
+	if got, want := c.Limits.MaxBodyBytes, int64(65536); got != want {
+		t.Errorf("Load(%q).Limits.MaxBodyBytes = %d, want %d", path, got, want)
+	}
+	want := map[string]int64{"rewarder": 8 << 20, "small": 1024, "largest": 32 << 20, "unset": 0}
+	got := map[string]int64{}
+	for _, p := range c.Plugins {
+		got[p.Name] = p.MaxBodyBytes
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("Load(%q) plugins' MaxBodyBytes = %v, want %v", path, got, want)
+	}
+}
+
 func TestLoadMissingFile(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "absent.hcl")
 	c, diags := Load(path)
@@ -281,6 +304,8 @@ var parseErrorCases = []struct {
 	{"health timeout above interval", "health {\n  interval = \"1s\"\n  timeout  = \"2s\"\n}\n", 3, "Invalid health timeout"},
 	{"zero body limit", "limits {\n  max_body_bytes = 0\n}\n", 2, "Value out of range"},
 	{"body limit over 32 MiB", "limits {\n  max_body_bytes = 33554433\n}\n", 2, "Value out of range"},
+	{"plugin body limit over 32 MiB", "plugin \"a\" {\n  path = \"a\"\n  max_body_bytes = 33554433\n}\n", 3, "Value out of range"},
+	{"plugin body limit of 0", "\nplugin \"a\" {\n  path = \"a\"\n\n  max_body_bytes = 0\n}\n", 5, "Value out of range"},
 	{"negative restarts", "restart {\n  max_restarts = -1\n}\n", 2, "Value out of range"},
 	{"zero failures", "health {\n  failures = 0\n}\n", 2, "Value out of range"},
 	{"zero max inflight", "plugin \"a\" {\n  path         = \"a\"\n  max_inflight = 0\n}\n", 3, "Value out of range"},
@@ -385,6 +410,7 @@ func TestWriteDiagnosticsGolden(t *testing.T) {
 		{"connection and stream limits", "testdata/conns-invalid.hcl", "testdata/conns-invalid.golden"},
 		{"nested too deeply", "testdata/deep.hcl", "testdata/deep.golden"},
 		{"log limits", "testdata/logs-invalid.hcl", "testdata/logs-invalid.golden"},
+		{"plugin body limits", "testdata/body-invalid.hcl", "testdata/body-invalid.golden"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -15,6 +15,8 @@ import (
 	"github.com/hashicorp/hcl/v2/gohcl"
 	"github.com/hashicorp/hcl/v2/hclparse"
 	"github.com/hashicorp/hcl/v2/hclsyntax"
+
+	"github.com/plughost/plughost/sdk/route"
 )
 
 // Defaults of the host configuration; the field comments on Config repeat
@@ -26,7 +28,7 @@ const (
 	defaultDrainDeadline  = 5 * time.Second
 	defaultAdminListen    = "127.0.0.1:9090"
 	defaultMaxBodyBytes   = 1 << 20
-	maxBodyBytesLimit     = 32 << 20
+	maxBodyBytesLimit     = route.MaxBodyCeiling
 	defaultReadTimeout    = 5 * time.Second
 	defaultWriteTimeout   = 5 * time.Second
 	defaultIdleTimeout    = 60 * time.Second
@@ -118,9 +120,11 @@ type pluginBody struct {
 	Mount       *hcl.Attribute `hcl:"mount,optional"`
 	MaxInflight *hcl.Attribute `hcl:"max_inflight,optional"`
 	MaxStreams  *hcl.Attribute `hcl:"max_streams,optional"`
-	LogRate     *hcl.Attribute `hcl:"log_rate,optional"`
-	LogBurst    *hcl.Attribute `hcl:"log_burst,optional"`
-	Required    *hcl.Attribute `hcl:"required,optional"`
+	// MaxBodyBytes is max_body_bytes.
+	MaxBodyBytes *hcl.Attribute `hcl:"max_body_bytes,optional"`
+	LogRate      *hcl.Attribute `hcl:"log_rate,optional"`
+	LogBurst     *hcl.Attribute `hcl:"log_burst,optional"`
+	Required     *hcl.Attribute `hcl:"required,optional"`
 	// UnreadyWhenDegraded is unready_when_degraded.
 	UnreadyWhenDegraded *hcl.Attribute `hcl:"unready_when_degraded,optional"`
 	Env                 *envBody       `hcl:"env,block"`
@@ -249,11 +253,7 @@ func (d *decoder) decode(c *Config, fb *fileBody, base string) {
 	}
 
 	l := fb.Limits
-	if decodeInt(d, l.MaxBodyBytes, &c.Limits.MaxBodyBytes, 1) && c.Limits.MaxBodyBytes > maxBodyBytesLimit {
-		d.errorf(l.MaxBodyBytes.Expr.Range(), "Value out of range",
-			"max_body_bytes must be at most %d (32 MiB): the host holds each body whole before it sends it, got %d.",
-			int64(maxBodyBytesLimit), c.Limits.MaxBodyBytes)
-	}
+	d.maxBody(l.MaxBodyBytes, &c.Limits.MaxBodyBytes)
 	d.duration(l.ReadTimeout, &c.Limits.ReadTimeout)
 	d.duration(l.WriteTimeout, &c.Limits.WriteTimeout)
 	d.duration(l.IdleTimeout, &c.Limits.IdleTimeout)
@@ -386,6 +386,7 @@ func (d *decoder) plugins(c *Config, blocks []*pluginBody) {
 
 		decodeInt(d, pb.MaxInflight, &p.MaxInflight, 1)
 		decodeInt(d, pb.MaxStreams, &p.MaxStreams, 1)
+		d.maxBody(pb.MaxBodyBytes, &p.MaxBodyBytes)
 		decodeInt(d, pb.LogRate, &p.LogRate, 0)
 		decodeInt(d, pb.LogBurst, &p.LogBurst, 1)
 		decodeAttr(d, pb.Required, &p.Required)
@@ -473,6 +474,23 @@ func decodeInt[T int | int64](d *decoder, a *hcl.Attribute, dst *T, minimum T) b
 	}
 	if v < minimum {
 		d.errorf(a.Expr.Range(), "Value out of range", "%s must be at least %d, got %d.", a.Name, minimum, v)
+		return false
+	}
+	*dst = v
+	return true
+}
+
+// maxBody decodes a max_body_bytes: at least 1 and at most the host's
+// ceiling, whose value a plugin block cannot raise either.
+func (d *decoder) maxBody(a *hcl.Attribute, dst *int64) bool {
+	var v int64
+	if !decodeInt(d, a, &v, 1) {
+		return false
+	}
+	if v > maxBodyBytesLimit {
+		d.errorf(a.Expr.Range(), "Value out of range",
+			"max_body_bytes must be at most %d (32 MiB), the host's ceiling: the host holds each body whole before it sends it, got %d.",
+			int64(maxBodyBytesLimit), v)
 		return false
 	}
 	*dst = v

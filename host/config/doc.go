@@ -55,6 +55,7 @@
 //	  mount        = "/hello"
 //	  max_inflight = 512
 //	  max_streams  = 1024               # streaming requests, outside max_inflight
+//	  max_body_bytes = 1048576          # default limits.max_body_bytes; caps routes' sdk.MaxBody
 //	  log_rate     = 200                # output records a second; 0: no limit
 //	  log_burst    = 1000
 //	  required     = true

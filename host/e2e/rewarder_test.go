@@ -23,6 +23,15 @@ type rewarderManifest struct {
 	} `json:"settlement"`
 }
 
+// rewarderWallet is the wallet's block in the rewarder's tests. The
+// host-wide max_body_bytes of baseConfig, 4 KiB, holds the rewarder's
+// compute bodies to nothing: its compute route declares its own limit.
+// The wallet's batches from the rewarder, up to 1,024 legs, need more, so
+// its block raises its own.
+func rewarderWallet() string {
+	return pluginBlock("wallet", "wallet", "  max_body_bytes = 1048576\n  config {\n  }")
+}
+
 // rewarderInputs is a compute body paying pool from "pool" to n
 // recipients PREFIX-00000…, recipient i with weight i%97+1.
 func rewarderInputs(prefix string, pool uint64, n int) string {
@@ -49,9 +58,13 @@ func rewarderInputs(prefix string, pool uint64, n int) string {
 // payouts.
 func TestRewarderSettlesOnceUnderKill9(t *testing.T) {
 	const funds, pool, n = 1 << 50, 1_000_000_007, 12000 // 12 parts per epoch
-	cfg := strings.Replace(baseConfig("5s"), "max_body_bytes  = 4096", "max_body_bytes  = 1048576", 1) +
-		walletBlock("") +
-		pluginBlock("rewarder", "rewarder", `  config {
+	// The host-wide limit of baseConfig, 4 KiB, sizes the rewarder's
+	// body budget (max_inflight × its limit, and one body at the compute
+	// route's) far below 100 concurrent bodies of 430 KB: its block sets
+	// its own limit, which the budget follows.
+	cfg := baseConfig("5s") + rewarderWallet() +
+		pluginBlock("rewarder", "rewarder", `  max_body_bytes = 1048576
+  config {
     rescan = "100ms"
     settle {
       backoff = "20ms"
@@ -232,8 +245,7 @@ func jsonDecode(body string, v any) bool { return json.Unmarshal([]byte(body), v
 // keys (the wallet recorded its 422 under the first), each part once.
 func TestRewarderInsufficientFunds(t *testing.T) {
 	const pool, n, short = 3_000_000, 3000, 1_500_000 // 3 parts; the pool holds half
-	cfg := strings.Replace(baseConfig("5s"), "max_body_bytes  = 4096", "max_body_bytes  = 1048576", 1) +
-		walletBlock("") + pluginBlock("rewarder", "rewarder", "  config {\n    rescan = \"100ms\"\n  }")
+	cfg := baseConfig("5s") + rewarderWallet() + pluginBlock("rewarder", "rewarder", "  config {\n    rescan = \"100ms\"\n  }")
 	h := startHost(t, cfg)
 	readyPlugin(t, h, "wallet")
 	readyPlugin(t, h, "rewarder")

@@ -2,14 +2,18 @@ package ingress
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/netip"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	pluginv1 "github.com/plughost/plughost/proto/pluginv1"
+	"github.com/plughost/plughost/sdk/route"
 	"github.com/plughost/plughost/sdk/wire"
 )
 
@@ -38,9 +42,80 @@ var (
 // plane as they are, so no buffer is copied or left behind as garbage.
 const firstPiece = 4 << 10
 
+// bodyLimit returns the request body limit of a route that declares
+// routeMax (sdk.MaxBody; 0 for none) in a plugin whose block sets
+// pluginMax (0 for none), under the host-wide hostMax. The most specific
+// setting applies, as nginx's client_max_body_size in a location does
+// over the server's, except that the plugin block, the operator's word,
+// caps what the plugin's author declared for a route.
+func bodyLimit(routeMax, pluginMax, hostMax int64) int64 {
+	switch {
+	case routeMax > 0 && pluginMax > 0:
+		return min(routeMax, pluginMax)
+	case routeMax > 0:
+		return routeMax
+	case pluginMax > 0:
+		return pluginMax
+	}
+	return hostMax
+}
+
+// bodyBound returns the most that a plugin's request bodies may hold in
+// the host (its bodyBudget) while one body of limit bytes arrives:
+// maxInflight bodies of pluginMax, its plugin's limit, the figure the
+// operator sizes memory by, and at least one body at limit, so that a
+// route whose own limit is larger (sdk.MaxBody) takes a body at it. A
+// route's larger limit so adds at most one body to the plugin's bound,
+// rather than multiplying it by maxInflight. 0 (no bound) when
+// maxInflight is.
+func bodyBound(maxInflight, pluginMax, limit int64) int64 {
+	if maxInflight <= 0 {
+		return 0
+	}
+	return max(maxInflight*pluginMax, limit)
+}
+
+// logBodyLimits logs at info, once for each plugin and set of limits,
+// the body limit of each of the plugin's routes that declares its own,
+// and whether its block's max_body_bytes (pluginMax) caps it: the
+// operator sees which routes take more, or less, than the rest without
+// reading the plugin's code.
+func (g *Ingress) logBodyLimits(name string, m *pluginv1.DescribeResponse, t *route.Table, pluginMax int64) {
+	var b strings.Builder
+	for _, r := range t.Routes() {
+		if r.MaxBody > 0 {
+			fmt.Fprintf(&b, "%s=%d;", r, bodyLimit(r.MaxBody, pluginMax, 0))
+		}
+	}
+	summary := b.String()
+	g.mu.Lock()
+	if g.bodyLogs == nil {
+		g.bodyLogs = map[string]string{}
+	}
+	same := g.bodyLogs[name] == summary
+	g.bodyLogs[name] = summary
+	g.mu.Unlock()
+	if same {
+		return
+	}
+	for _, r := range t.Routes() {
+		if r.MaxBody <= 0 {
+			continue
+		}
+		limit := bodyLimit(r.MaxBody, pluginMax, 0)
+		if limit < r.MaxBody {
+			g.logger.Info("route body limit capped by the plugin block's max_body_bytes", "plugin", name,
+				"version", m.GetVersion(), "route", r.String(), "declared", r.MaxBody, "max_body_bytes", limit)
+			continue
+		}
+		g.logger.Info("route has its own body limit", "plugin", name, "version", m.GetVersion(),
+			"route", r.String(), "max_body_bytes", limit)
+	}
+}
+
 // clientShareDivisor sets the most one client address may hold of a
 // plugin's body budget: 1/clientShareDivisor of it, and at least one
-// body of max_body_bytes (clientShare), as Envoy pairs a per-connection
+// body at the limit of its route (clientShare), as Envoy pairs a per-connection
 // buffer limit with an overall one. A client alone may take a quarter
 // of the memory; filling it takes at least four addresses.
 const clientShareDivisor = 4

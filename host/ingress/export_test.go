@@ -11,6 +11,8 @@ import (
 var (
 	ClientKey = clientKey
 	Jittered  = jittered
+	BodyLimit = bodyLimit
+	BodyBound = bodyBound
 )
 
 // SetLinger sets the lingering close's bounds of time (no gap over

@@ -80,6 +80,9 @@ type Ingress struct {
 	bodies   map[string]*bodyBudget   // per plugin name; survives rebuilds
 	warns    map[string]*logLimiter   // per plugin name; survives rebuilds
 	holds    map[string]*hold         // handovers in progress, by plugin name (Hold)
+	// bodyLogs holds, by plugin name, the route body limits last logged
+	// (logBodyLimits), so that each is logged once, not per Update.
+	bodyLogs map[string]string
 	nextID   atomic.Uint64
 	streams  streams
 }
@@ -112,6 +115,9 @@ type entry struct {
 	warn     *logLimiter // failed calls
 	bodies   *bodyBudget
 	streams  *streamEntry
+	// maxBody is the plugin block's body limit, 0 for the host's
+	// (bodyLimit).
+	maxBody int64
 }
 
 // pluginMetrics holds one plugin's metric series, looked up when the table
@@ -189,10 +195,12 @@ func (g *Ingress) Update(targets []Target) {
 		// Creating the series here also shows them at zero, so dashboards
 		// and alerts see the plugin before its first request.
 		e := &entry{target: tg, mount: spec.Mount, inflight: g.counter(spec.Name), max: int64(spec.MaxInflight),
-			metrics: newPluginMetrics(g.metrics, spec.Name), warn: g.limiter(spec.Name), bodies: g.budget(spec.Name)}
+			metrics: newPluginMetrics(g.metrics, spec.Name), warn: g.limiter(spec.Name), bodies: g.budget(spec.Name),
+			maxBody: spec.MaxBodyBytes}
 		g.initStreams(e, spec.Name, spec.MaxStreams)
 		if m := tg.Manifest(); m != nil {
 			e.routes = g.buildRoutes(spec.Name, m)
+			g.logBodyLimits(spec.Name, m, e.routes, e.maxBody)
 		}
 		t.entries = append(t.entries, e)
 		t.byName[spec.Name] = e
@@ -354,7 +362,7 @@ func (g *Ingress) forwardTo(w http.ResponseWriter, r *http.Request, e *entry, re
 		return writeError(w, http.StatusNotFound, "not_found", fmt.Sprintf("plugin %q has no route for %s %s", name, r.Method, rest))
 	}
 	limits := g.limits.Load()
-	maxBody := limits.MaxBodyBytes
+	maxBody := bodyLimit(rt.MaxBody, e.maxBody, limits.MaxBodyBytes)
 	if !TakesBody(r.Method, rt.NoBody) {
 		maxBody = 0
 	}
@@ -371,10 +379,10 @@ func (g *Ingress) forwardTo(w http.ResponseWriter, r *http.Request, e *entry, re
 	if r.Body != nil && r.Body != http.NoBody && limits.BodyTimeout > 0 {
 		_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(limits.BodyTimeout))
 	}
-	bound := e.max * limits.MaxBodyBytes
+	bound := bodyBound(e.max, bodyLimit(0, e.maxBody, limits.MaxBodyBytes), maxBody)
 	charge := e.bodies.newCharge(r.RemoteAddr, e.metrics.bodyBytes)
 	defer charge.release()
-	body, err := receiveBody(w, r, maxBody, charge, bound, clientShare(bound, limits.MaxBodyBytes))
+	body, err := receiveBody(w, r, maxBody, charge, bound, clientShare(bound, maxBody))
 	if r.Body != nil && r.Body != http.NoBody && limits.WriteTimeout > 0 {
 		// The server's write deadline runs from the request's head, and
 		// the body may have taken most of it to arrive: the answer,
@@ -403,7 +411,7 @@ func (g *Ingress) forwardTo(w http.ResponseWriter, r *http.Request, e *entry, re
 		case errors.Is(err, errClientShare):
 			e.metrics.busy.Inc()
 			return writeError(w, http.StatusTooManyRequests, "busy",
-				fmt.Sprintf("this client's request bodies to plugin %q hold their share of %d bytes", name, clientShare(bound, limits.MaxBodyBytes)))
+				fmt.Sprintf("this client's request bodies to plugin %q hold their share of %d bytes", name, clientShare(bound, maxBody)))
 		}
 		return writeError(w, http.StatusBadRequest, "bad_body", "could not read the request body: "+err.Error())
 	}

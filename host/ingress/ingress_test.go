@@ -64,6 +64,7 @@ type pluginSpec struct {
 	required    bool
 	maxInflight int
 	maxRestarts int
+	maxBody     int64 // the plugin block's max_body_bytes; 0 for none
 }
 
 // hello, faulty and caller are the plugin specs most tests use.
@@ -120,13 +121,14 @@ func newFixture(t *testing.T, limits ingress.Limits, specs ...pluginSpec) *fixtu
 		}
 		cfg := s.config
 		p, err := supervisor.Start(t.Context(), supervisor.Spec{
-			Name:        s.name,
-			Path:        filepath.Join(bin, s.name),
-			Mount:       "/" + s.name,
-			MaxInflight: s.maxInflight,
-			Required:    s.required,
-			DataDir:     filepath.Join(t.TempDir(), s.name),
-			Decode:      func(*pluginv1.Schema) ([]byte, error) { return []byte(cfg), nil },
+			Name:         s.name,
+			Path:         filepath.Join(bin, s.name),
+			Mount:        "/" + s.name,
+			MaxInflight:  s.maxInflight,
+			MaxBodyBytes: s.maxBody,
+			Required:     s.required,
+			DataDir:      filepath.Join(t.TempDir(), s.name),
+			Decode:       func(*pluginv1.Schema) ([]byte, error) { return []byte(cfg), nil },
 		}, opts)
 		if err != nil {
 			t.Fatalf("start %s: %v", s.name, err)

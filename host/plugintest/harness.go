@@ -335,10 +335,11 @@ func decodeConfig(src string, schema *pluginv1.Schema) ([]byte, error) {
 
 // ServeHTTP sends r to the plugin through the host's own ingress and data
 // plane, as if the plugin were mounted at "/": only declared routes are
-// forwarded (others get 404 or 405), the body is capped at
-// Limits.MaxBodyBytes (413), ordinary routes get the route's timeout or
-// Limits.RequestTimeout, streaming routes are relayed as the plugin
-// flushes, and errors have the host's JSON shape.
+// forwarded (others get 404 or 405), the body is capped at the route's
+// own limit (sdk.MaxBody) or else Limits.MaxBodyBytes (413), ordinary
+// routes get the route's timeout or Limits.RequestTimeout, streaming
+// routes are relayed as the plugin flushes, and errors have the host's
+// JSON shape.
 // A response the host cuts short (the plugin failed after its head was
 // sent, as a real client would see by a connection closed mid-body) leaves
 // in w what was written before the cut.

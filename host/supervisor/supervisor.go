@@ -47,6 +47,10 @@ type Spec struct {
 	// MaxStreams caps the plugin's concurrent requests to streaming
 	// routes, which do not count against MaxInflight.
 	MaxStreams int
+	// MaxBodyBytes is the plugin's request body limit
+	// (config.PluginBlock.MaxBodyBytes), sent in Configure's Limits in
+	// place of Policy.Limits' one; 0 keeps that one.
+	MaxBodyBytes int64
 	// UnreadyWhenDegraded makes the host's aggregate readiness count the
 	// plugin, if Required, as not ready while it reports itself degraded
 	// (config.PluginBlock.UnreadyWhenDegraded).
@@ -751,7 +755,7 @@ func (p *Process) launch(ctx context.Context) (*catalog.Instance, error) {
 	}
 	cctx, cancel := context.WithTimeout(ctx, p.opts.Policy.StartTimeout)
 	defer cancel()
-	if err := inst.Configure(cctx, p.spec.Name, cfg, p.spec.DataDir, p.opts.Policy.Limits); err != nil {
+	if err := inst.Configure(cctx, p.spec.Name, cfg, p.spec.DataDir, configureLimits(p.spec, p.opts.Policy.Limits)); err != nil {
 		inst.Kill()
 		p.clearInst()
 		var ce *sdk.ConfigError

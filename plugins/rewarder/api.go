@@ -14,9 +14,21 @@ import (
 	"github.com/plughost/plughost/sdk/store"
 )
 
+// computeMaxBody is the compute route's own body limit (sdk.MaxBody),
+// sized for max_contributions' default of 200,000: a contribution in
+// compact JSON, {"account":"…","weight":…} and its comma, takes 25 bytes
+// besides its account id and its weight's digits, about 40 in all with
+// the short ids the issue counts (100,000 ≈ 4 MB). 16 MiB holds 200,000
+// of up to 83 bytes each, twice that: ids of up to 48 bytes with
+// 10-digit weights. The longest ids and weights (128 bytes, 20 digits)
+// would take 34.6 MB, over the host's 32 MiB ceiling. The host answers a
+// larger body 413 before the rewarder reads it; the plugin block's
+// max_body_bytes lowers the limit.
+const computeMaxBody = 16 << 20
+
 // routes declares the API, each route where it is registered.
 func (rw *rewarder) routes(mux *sdk.Mux) {
-	mux.HandleFunc("POST /v1/epochs/{id}/compute", rw.handle(rw.compute))
+	mux.HandleFunc("POST /v1/epochs/{id}/compute", rw.handle(rw.compute), sdk.MaxBody(computeMaxBody))
 	mux.HandleFunc("GET /v1/epochs/{id}", rw.handle(rw.manifest))
 	mux.HandleFunc("GET /v1/epochs/{id}/run.json", rw.handle(rw.runJSON))
 	mux.HandleFunc("POST /v1/epochs/{id}/retry", rw.handle(rw.retry))

@@ -1,6 +1,6 @@
 // Package route is the one definition of a plugin's routes that the host
 // and the SDK share: a route's declaration (method, pattern, streaming,
-// timeout), the rules a declaration must follow, and the Table that matches
+// timeout, body limit), the rules a declaration must follow, and the Table that matches
 // a request's method and path to the route that serves it, or tells a
 // missing path (404) from a method the path does not allow (405).
 //
@@ -43,7 +43,17 @@ type Route struct {
 	// answers a request that carries one 413 before the plugin sees it,
 	// as it does for GET and HEAD.
 	NoBody bool
+	// MaxBody is the route's own request body limit in bytes, at most
+	// MaxBodyCeiling; zero keeps its plugin's. The host answers a body
+	// over it 413 before it reads it, and caps it at the max_body_bytes
+	// of the plugin's block when the operator sets one.
+	MaxBody int64
 }
+
+// MaxBodyCeiling is the largest request body limit the host allows, for
+// a route (Route.MaxBody) as for its config's max_body_bytes: 32 MiB.
+// The host holds each body whole before it forwards it.
+const MaxBodyCeiling = 32 << 20
 
 // String returns the route as a ServeMux pattern: "GET /items/{id}", or
 // the bare pattern when any method matches.
@@ -107,7 +117,8 @@ func (e *entry) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // Add declares r. It returns an error, and leaves the table as it was, when
 // r is unusable: a pattern that does not start with "/", a negative
-// timeout, a method that is not an HTTP token, a pattern net/http's
+// timeout, a body limit that is negative, over MaxBodyCeiling or set on
+// a NoBody route, a method that is not an HTTP token, a pattern net/http's
 // ServeMux rejects, or one that conflicts with a route already added.
 func (t *Table) Add(r Route) error { return t.add(r, nil) }
 
@@ -126,6 +137,14 @@ func (t *Table) add(r Route, h http.Handler) (err error) {
 		// Timeouts travel in whole milliseconds; rounding one away
 		// (500µs would become the host's default) would surprise.
 		return fmt.Errorf("route %q: timeout %v is not a whole number of milliseconds", r.Pattern, r.Timeout)
+	}
+	switch {
+	case r.MaxBody < 0:
+		return fmt.Errorf("route %q: negative body limit", r.Pattern)
+	case r.MaxBody > MaxBodyCeiling:
+		return fmt.Errorf("route %q: body limit %d is over the host's ceiling of %d bytes", r.Pattern, r.MaxBody, MaxBodyCeiling)
+	case r.MaxBody > 0 && r.NoBody:
+		return fmt.Errorf("route %q: a body limit on a route that takes no body", r.Pattern)
 	}
 	// ServeMux reads "GE T /x" as method GE and host "T ": a route that
 	// never matches rather than an error.

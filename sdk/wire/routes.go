@@ -12,11 +12,12 @@ func RoutesToProto(rs []route.Route) []*pluginv1.Route {
 	out := make([]*pluginv1.Route, 0, len(rs))
 	for _, r := range rs {
 		out = append(out, &pluginv1.Route{
-			Method:    r.Method,
-			Pattern:   r.Pattern,
-			Streaming: r.Streaming,
-			TimeoutMs: r.Timeout.Milliseconds(),
-			NoBody:    r.NoBody,
+			Method:       r.Method,
+			Pattern:      r.Pattern,
+			Streaming:    r.Streaming,
+			TimeoutMs:    r.Timeout.Milliseconds(),
+			NoBody:       r.NoBody,
+			MaxBodyBytes: r.MaxBody,
 		})
 	}
 	return out
@@ -33,6 +34,7 @@ func RoutesFromProto(rs []*pluginv1.Route) []route.Route {
 			Streaming: r.GetStreaming(),
 			Timeout:   time.Duration(r.GetTimeoutMs()) * time.Millisecond,
 			NoBody:    r.GetNoBody(),
+			MaxBody:   r.GetMaxBodyBytes(),
 		})
 	}
 	return out

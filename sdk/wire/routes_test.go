@@ -19,6 +19,7 @@ func TestRoutesRoundTrip(t *testing.T) {
 		{"method and pattern", []route.Route{{Method: "GET", Pattern: "/items/{id}"}}},
 		{"any method, streaming, timeout", []route.Route{{Pattern: "/events", Streaming: true, Timeout: 30 * time.Second}}},
 		{"no body", []route.Route{{Method: "POST", Pattern: "/reset", NoBody: true}}},
+		{"body limit", []route.Route{{Method: "POST", Pattern: "/upload", MaxBody: 8 << 20}}},
 		{"several", []route.Route{{Method: "GET", Pattern: "/{$}"}, {Method: "POST", Pattern: "/x", Timeout: 1500 * time.Millisecond}}},
 	}
 	for _, tt := range tests {

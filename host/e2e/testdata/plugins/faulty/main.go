@@ -15,6 +15,12 @@ import (
 	"github.com/plughost/plughost/sdk"
 )
 
+// The body limits of POST /echo/small and POST /echo/large.
+const (
+	smallBody = 1 << 10
+	largeBody = 256 << 10
+)
+
 func main() {
 	var sick atomic.Bool
 	// failing is how many of the next health checks hang; healthy counts
@@ -33,7 +39,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "stderr:", msg)
 		fmt.Fprintln(w, "printed")
 	})
-	mux.HandleFunc("POST /echo", func(w http.ResponseWriter, r *http.Request) {
+	echo := func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", r.Header.Get("Content-Type"))
 		buf := make([]byte, 32<<10)
 		for {
@@ -43,7 +49,12 @@ func main() {
 				return
 			}
 		}
-	})
+	}
+	mux.HandleFunc("POST /echo", echo)
+	// The same, with body limits of their own (sdk.MaxBody): below and
+	// above the host's in the tests.
+	mux.HandleFunc("POST /echo/small", echo, sdk.MaxBody(smallBody))
+	mux.HandleFunc("POST /echo/large", echo, sdk.MaxBody(largeBody))
 	mux.HandleFunc("GET /stream", func(w http.ResponseWriter, r *http.Request) {
 		n, _ := strconv.Atoi(r.URL.Query().Get("n"))
 		w.Header().Set("Content-Type", "text/event-stream")
