@@ -265,26 +265,23 @@ func (cl *call) send(req *Request) error {
 		return data, len(rest) > 0
 	}
 	first, more := next()
-	head := &pluginv1.RequestHead{
-		Request: &pluginv1.HTTPRequest{
-			Method:     req.Method,
-			Path:       req.Path,
-			RawQuery:   req.RawQuery,
-			Headers:    wire.HeadersToProto(req.Header),
-			Body:       first,
-			RemoteAddr: req.RemoteAddr,
-			Host:       req.Host,
-			Pattern:    req.Pattern,
-			RequestId:  req.RequestID,
-		},
-		More:      more,
-		Streaming: req.Streaming,
-		Window:    req.Window,
-	}
+	// The head's four messages in one allocation.
+	hf := &struct {
+		f pluginv1.Frame
+		k pluginv1.Frame_Request
+		r pluginv1.RequestHead
+		h pluginv1.HTTPRequest
+	}{}
+	hf.h.Method, hf.h.Path, hf.h.RawQuery = req.Method, req.Path, req.RawQuery
+	hf.h.Headers, hf.h.Body = wire.HeadersToProto(req.Header), first
+	hf.h.RemoteAddr, hf.h.Host, hf.h.Pattern, hf.h.RequestId = req.RemoteAddr, req.Host, req.Pattern, req.RequestID
+	hf.r.Request, hf.r.More, hf.r.Streaming, hf.r.Window = &hf.h, more, req.Streaming, req.Window
 	if dl, ok := cl.ctx.Deadline(); ok {
-		head.DeadlineUnixNano = dl.UnixNano()
+		hf.r.DeadlineUnixNano = dl.UnixNano()
 	}
-	if err := cl.sendFrame(&pluginv1.Frame{Id: cl.id, Kind: &pluginv1.Frame_Request{Request: head}}, false); err != nil {
+	hf.k.Request = &hf.r
+	hf.f.Id, hf.f.Kind = cl.id, &hf.k
+	if err := cl.sendFrame(&hf.f, false); err != nil {
 		return err
 	}
 	for more {

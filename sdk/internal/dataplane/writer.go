@@ -143,14 +143,21 @@ func (w *writer) flush(end bool) error {
 	if !w.sentHead {
 		piece := body[:min(len(body), w.c.piece)]
 		more := !end || len(piece) < len(body)
-		head := &pluginv1.ResponseHead{
-			Response: &pluginv1.HTTPResponse{Status: int32(w.status), Headers: wire.HeadersToProto(w.header), Body: piece},
-			More:     more,
-		}
+		// The head's four messages in one allocation.
+		hf := &struct {
+			f pluginv1.Frame
+			k pluginv1.Frame_Response
+			r pluginv1.ResponseHead
+			h pluginv1.HTTPResponse
+		}{}
+		hf.h.Status, hf.h.Headers, hf.h.Body = int32(w.status), wire.HeadersToProto(w.header), piece
+		hf.r.Response, hf.r.More = &hf.h, more
 		if end && more {
-			head.Size = int64(len(body))
+			hf.r.Size = int64(len(body))
 		}
-		if err := w.sendPiece(&pluginv1.Frame{Id: w.c.id, Kind: &pluginv1.Frame_Response{Response: head}}, len(piece)); err != nil {
+		hf.k.Response = &hf.r
+		hf.f.Id, hf.f.Kind = w.c.id, &hf.k
+		if err := w.sendPiece(&hf.f, len(piece)); err != nil {
 			return err
 		}
 		w.sentHead = true
