@@ -97,7 +97,11 @@ func (c *Conn) LimitRecv(n int) { c.maxRecv = uint32(min(n, MaxMessageBytes)) }
 // Encode encodes f with its length prefix. An error is f's alone (one over
 // MaxMessageBytes): the connection is fine.
 func (c *Conn) Encode(f *pluginv1.Frame) (Frame, error) {
-	n := proto.Size(f)
+	var sizes headSizes
+	n, head := headSize(f, &sizes)
+	if !head {
+		n = proto.Size(f)
+	}
 	if n > MaxMessageBytes {
 		return Frame{}, ErrFrameTooLarge
 	}
@@ -109,6 +113,10 @@ func (c *Conn) Encode(f *pluginv1.Frame) (Frame, error) {
 		fr.b = make([]byte, frameHeaderBytes, frameHeaderBytes+n)
 	}
 	binary.BigEndian.PutUint32(fr.b, uint32(n))
+	if head {
+		fr.b = appendHead(fr.b, f, &sizes)
+		return fr, nil
+	}
 	b, err := proto.MarshalOptions{UseCachedSize: true}.MarshalAppend(fr.b, f)
 	if err != nil {
 		fr.release()
