@@ -196,6 +196,10 @@ type call struct {
 	err      error    // the request failed
 	ready    chan struct{}
 	window   int64 // the response's credit at its start
+
+	// resp is the Response roundTrip returns, a part of the call so that
+	// it costs no allocation of its own.
+	resp Response
 }
 
 // register allocates a request id on c. It fails once c has broken.
@@ -377,7 +381,8 @@ func (cl *call) response(head *pluginv1.ResponseHead, h http.Header) *Response {
 		h = http.Header{}
 	}
 	hr := head.GetResponse()
-	r := &Response{Status: int(hr.GetStatus()), Header: h, Size: -1, c: cl, window: cl.window}
+	cl.resp = Response{Status: int(hr.GetStatus()), Header: h, Size: -1, c: cl, window: cl.window}
+	r := &cl.resp
 	wire.HeadersFromProto(r.Header, hr.GetHeaders())
 	switch {
 	case !head.GetMore():

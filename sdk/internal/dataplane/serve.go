@@ -158,6 +158,10 @@ type call struct {
 	// waits for more credit than the window holds.
 	piece int
 
+	// w is the handler's ResponseWriter, a part of the call so that it
+	// costs no allocation of its own.
+	w writer
+
 	mu     sync.Mutex
 	credit int64 // response bytes the plugin may still send
 	// more is signalled when credit grows; made by the first spend that
@@ -266,7 +270,9 @@ func (s *server) handle(c *call) {
 		s.mu.Unlock()
 		c.rctx.cancel()
 	}()
-	w := &writer{s: s, c: c, header: http.Header{}, status: http.StatusOK}
+	w := &c.w
+	*w = writer{s: s, c: c, header: http.Header{}, status: http.StatusOK}
+	w.buf = *bytes.NewBuffer(w.small[:0])
 	r, err := newRequest(c)
 	if err != nil {
 		s.opts.Error(w, http.StatusBadRequest, "bad_request", err.Error())

@@ -28,9 +28,12 @@ type writer struct {
 	status      int
 	wroteHeader bool
 	buf         bytes.Buffer // the body not yet sent
-	sentHead    bool
-	err         error // the first send failure; later writes fail with it
-	refused     bool  // Refuse was called: no handler ran
+	// small is buf's first storage: a small response takes no
+	// allocation for its body.
+	small    [128]byte
+	sentHead bool
+	err      error // the first send failure; later writes fail with it
+	refused  bool  // Refuse was called: no handler ran
 }
 
 // Refuser is implemented by the http.ResponseWriter Serve hands its
