@@ -200,6 +200,13 @@ type call struct {
 	// resp is the Response roundTrip returns, a part of the call so that
 	// it costs no allocation of its own.
 	resp Response
+	// headFrame is the request's head, sent once, also a part of the call.
+	headFrame struct {
+		f pluginv1.Frame
+		k pluginv1.Frame_Request
+		r pluginv1.RequestHead
+		h pluginv1.HTTPRequest
+	}
 }
 
 // register allocates a request id on c. It fails once c has broken.
@@ -269,13 +276,7 @@ func (cl *call) send(req *Request) error {
 		return data, len(rest) > 0
 	}
 	first, more := next()
-	// The head's four messages in one allocation.
-	hf := &struct {
-		f pluginv1.Frame
-		k pluginv1.Frame_Request
-		r pluginv1.RequestHead
-		h pluginv1.HTTPRequest
-	}{}
+	hf := &cl.headFrame
 	hf.h.Method, hf.h.Path, hf.h.RawQuery = req.Method, req.Path, req.RawQuery
 	hf.h.Headers, hf.h.Body = wire.HeadersToProto(req.Header), first
 	hf.h.RemoteAddr, hf.h.Host, hf.h.Pattern, hf.h.RequestId = req.RemoteAddr, req.Host, req.Pattern, req.RequestID

@@ -34,6 +34,14 @@ type writer struct {
 	sentHead bool
 	err      error // the first send failure; later writes fail with it
 	refused  bool  // Refuse was called: no handler ran
+	// headFrame is the response's head, sent once: its messages are a
+	// part of the writer rather than allocations of their own.
+	headFrame struct {
+		f pluginv1.Frame
+		k pluginv1.Frame_Response
+		r pluginv1.ResponseHead
+		h pluginv1.HTTPResponse
+	}
 }
 
 // Refuser is implemented by the http.ResponseWriter Serve hands its
@@ -146,13 +154,7 @@ func (w *writer) flush(end bool) error {
 	if !w.sentHead {
 		piece := body[:min(len(body), w.c.piece)]
 		more := !end || len(piece) < len(body)
-		// The head's four messages in one allocation.
-		hf := &struct {
-			f pluginv1.Frame
-			k pluginv1.Frame_Response
-			r pluginv1.ResponseHead
-			h pluginv1.HTTPResponse
-		}{}
+		hf := &w.headFrame
 		hf.h.Status, hf.h.Headers, hf.h.Body = int32(w.status), wire.HeadersToProto(w.header), piece
 		hf.r.Response, hf.r.More = &hf.h, more
 		if end && more {
