@@ -7,7 +7,7 @@ LDFLAGS   := -X main.version=$(VERSION)
 # CONFIG is the config file make run runs the host on: make run CONFIG=other.hcl.
 CONFIG    ?= config.hcl
 
-.PHONY: all build run test bench proto clean
+.PHONY: all build run test bench bench-peers proto clean
 
 all: build
 
@@ -60,6 +60,19 @@ bench: build
 	$(GO) test -run '^$$' -bench '^BenchmarkAscendFirst$$' -count 1 -timeout 5m ./sdk/store
 	$(GO) test -run '^$$' -bench '^BenchmarkCommitter$$' -benchtime 1x -count 1 -timeout 5m ./sdk/durable
 	$(GO) test -run '^$$' -bench '^BenchmarkInclusionProof$$' -benchtime 1x -count 1 -timeout 5m ./plugins/registry
+
+# bench-peers runs BenchmarkPeers: the same wrk load through the host to
+# its hello plugin, through nginx and HAProxy to a standalone Go server of
+# the same handler, and on that server directly, in alternating rounds,
+# with the host's ratios to nginx and HAProxy and the machine's steal.
+# Installs wrk, nginx and HAProxy from Debian's packages when missing.
+bench-peers:
+	@missing=""; for t in wrk nginx haproxy; do command -v $$t >/dev/null 2>&1 || missing="$$missing $$t"; done; \
+	if [ -n "$$missing" ]; then \
+		echo "apt-get install -y$$missing"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq$$missing; \
+	fi
+	$(GO) test -run '^$$' -bench '^BenchmarkPeers$$' -benchtime 1x -count 1 -timeout 10m ./host/e2e
 
 # proto regenerates the committed gRPC code. Needs protoc (Debian's
 # protobuf-compiler); installs the Go generators at pinned versions.

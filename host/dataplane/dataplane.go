@@ -196,6 +196,17 @@ type call struct {
 	err      error    // the request failed
 	ready    chan struct{}
 	window   int64 // the response's credit at its start
+
+	// resp is the Response roundTrip returns, a part of the call so that
+	// it costs no allocation of its own.
+	resp Response
+	// headFrame is the request's head, sent once, also a part of the call.
+	headFrame struct {
+		f pluginv1.Frame
+		k pluginv1.Frame_Request
+		r pluginv1.RequestHead
+		h pluginv1.HTTPRequest
+	}
 }
 
 // register allocates a request id on c. It fails once c has broken.
@@ -265,26 +276,17 @@ func (cl *call) send(req *Request) error {
 		return data, len(rest) > 0
 	}
 	first, more := next()
-	head := &pluginv1.RequestHead{
-		Request: &pluginv1.HTTPRequest{
-			Method:     req.Method,
-			Path:       req.Path,
-			RawQuery:   req.RawQuery,
-			Headers:    wire.HeadersToProto(req.Header),
-			Body:       first,
-			RemoteAddr: req.RemoteAddr,
-			Host:       req.Host,
-			Pattern:    req.Pattern,
-			RequestId:  req.RequestID,
-		},
-		More:      more,
-		Streaming: req.Streaming,
-		Window:    req.Window,
-	}
+	hf := &cl.headFrame
+	hf.h.Method, hf.h.Path, hf.h.RawQuery = req.Method, req.Path, req.RawQuery
+	hf.h.Headers, hf.h.Body = wire.HeadersToProto(req.Header), first
+	hf.h.RemoteAddr, hf.h.Host, hf.h.Pattern, hf.h.RequestId = req.RemoteAddr, req.Host, req.Pattern, req.RequestID
+	hf.r.Request, hf.r.More, hf.r.Streaming, hf.r.Window = &hf.h, more, req.Streaming, req.Window
 	if dl, ok := cl.ctx.Deadline(); ok {
-		head.DeadlineUnixNano = dl.UnixNano()
+		hf.r.DeadlineUnixNano = dl.UnixNano()
 	}
-	if err := cl.sendFrame(&pluginv1.Frame{Id: cl.id, Kind: &pluginv1.Frame_Request{Request: head}}, false); err != nil {
+	hf.k.Request = &hf.r
+	hf.f.Id, hf.f.Kind = cl.id, &hf.k
+	if err := cl.sendFrame(&hf.f, false); err != nil {
 		return err
 	}
 	for more {
@@ -380,7 +382,8 @@ func (cl *call) response(head *pluginv1.ResponseHead, h http.Header) *Response {
 		h = http.Header{}
 	}
 	hr := head.GetResponse()
-	r := &Response{Status: int(hr.GetStatus()), Header: h, Size: -1, c: cl, window: cl.window}
+	cl.resp = Response{Status: int(hr.GetStatus()), Header: h, Size: -1, c: cl, window: cl.window}
+	r := &cl.resp
 	wire.HeadersFromProto(r.Header, hr.GetHeaders())
 	switch {
 	case !head.GetMore():

@@ -48,8 +48,8 @@ func runTests(m *testing.M) int {
 	return m.Run()
 }
 
-// build compiles the host, every plugin in plugins/, the test plugins and
-// the catalog's envdump.
+// build compiles the host, every plugin in plugins/, the test plugins,
+// the catalog's envdump and BenchmarkPeers's server.
 func build(dir string) error {
 	root, err := filepath.Abs("../..")
 	if err != nil {
@@ -76,6 +76,7 @@ func build(dir string) error {
 		}
 	}
 	targets[filepath.Join(dir, "plugins", "envdump")] = "./host/catalog/testdata/envdump"
+	targets[filepath.Join(dir, "peerserver")] = "./host/e2e/testdata/peerserver"
 	for out, pkg := range targets {
 		cmd := exec.Command("go", "build", "-o", out, pkg)
 		cmd.Dir = root

@@ -380,9 +380,13 @@ func (g *Ingress) forwardTo(w http.ResponseWriter, r *http.Request, e *entry, re
 		_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(limits.BodyTimeout))
 	}
 	bound := bodyBound(e.max, bodyLimit(0, e.maxBody, limits.MaxBodyBytes), maxBody)
-	charge := e.bodies.newCharge(r.RemoteAddr, e.metrics.bodyBytes)
-	defer charge.release()
-	body, err := receiveBody(w, r, maxBody, charge, bound, clientShare(bound, maxBody))
+	var body [][]byte
+	if r.Body != nil && r.Body != http.NoBody {
+		// Most requests have none, and need no charge.
+		charge := e.bodies.newCharge(r.RemoteAddr, e.metrics.bodyBytes)
+		defer charge.release()
+		body, err = receiveBody(w, r, maxBody, charge, bound, clientShare(bound, maxBody))
+	}
 	if r.Body != nil && r.Body != http.NoBody && limits.WriteTimeout > 0 {
 		// The server's write deadline runs from the request's head, and
 		// the body may have taken most of it to arrive: the answer,

@@ -336,7 +336,8 @@ func inner(m field, set func(protowire.Number, uint64) bool) (field, bool) {
 }
 
 // headers decodes Header messages, in two passes: one to count their
-// values, one to fill one block of headers and one of values.
+// values, one to fill one block of headers and one of values, or a
+// single block for up to smallHeaders of each.
 func (d *frameDecoder) headers(ms []field) ([]*pluginv1.Header, bool) {
 	if len(ms) == 0 {
 		return nil, true
@@ -352,9 +353,21 @@ func (d *frameDecoder) headers(ms []field) ([]*pluginv1.Header, bool) {
 			return nil, false
 		}
 	}
-	hs := make([]pluginv1.Header, len(ms))
-	out := make([]*pluginv1.Header, len(ms))
-	vals := make([]string, 0, n)
+	var (
+		hs   []pluginv1.Header
+		out  []*pluginv1.Header
+		vals []string
+	)
+	if len(ms) <= smallHeaders && n <= smallHeaders {
+		b := &struct {
+			hs   [smallHeaders]pluginv1.Header
+			out  [smallHeaders]*pluginv1.Header
+			vals [smallHeaders]string
+		}{}
+		hs, out, vals = b.hs[:len(ms)], b.out[:len(ms)], b.vals[:0:n]
+	} else {
+		hs, out, vals = make([]pluginv1.Header, len(ms)), make([]*pluginv1.Header, len(ms)), make([]string, 0, n)
+	}
 	for i, m := range ms {
 		h := &hs[i]
 		start := len(vals)

@@ -38,10 +38,26 @@ const PieceBytes = 64 << 10
 // which therefore never wait for credit.
 const ResponseWindow = 256 << 10
 
-// Frame is a frame encoded by Conn.Encode, for Conn.Send.
+// Frame is a frame encoded by Conn.Encode, for one Conn.Send.
 type Frame struct {
 	b []byte
+	// pooled is b's buffer from framePool, returned to it once Send has
+	// copied the frame into the connection's write buffer.
+	pooled *[]byte
 }
+
+// pooledFrameBytes is the size of framePool's buffers: request and
+// response heads, cancels, windows and small bodies fit, which is most
+// frames.
+const pooledFrameBytes = 4 << 10
+
+// framePool holds the buffers small frames are encoded into: every
+// request costs a frame each way, and a buffer of its own for each showed
+// in the allocations per request (BenchmarkPath in host/ingress).
+var framePool = sync.Pool{New: func() any {
+	b := make([]byte, 0, pooledFrameBytes)
+	return &b
+}}
 
 // ErrFrameTooLarge is the error for a frame over MaxMessageBytes.
 var ErrFrameTooLarge = fmt.Errorf("frame is larger than the %d-byte message limit", MaxMessageBytes)
@@ -81,25 +97,52 @@ func (c *Conn) LimitRecv(n int) { c.maxRecv = uint32(min(n, MaxMessageBytes)) }
 // Encode encodes f with its length prefix. An error is f's alone (one over
 // MaxMessageBytes): the connection is fine.
 func (c *Conn) Encode(f *pluginv1.Frame) (Frame, error) {
-	n := proto.Size(f)
+	var sizes headSizes
+	n, head := headSize(f, &sizes)
+	if !head {
+		n = proto.Size(f)
+	}
 	if n > MaxMessageBytes {
 		return Frame{}, ErrFrameTooLarge
 	}
-	b := make([]byte, frameHeaderBytes, frameHeaderBytes+n)
-	binary.BigEndian.PutUint32(b, uint32(n))
-	b, err := proto.MarshalOptions{UseCachedSize: true}.MarshalAppend(b, f)
+	var fr Frame
+	if frameHeaderBytes+n <= pooledFrameBytes {
+		fr.pooled = framePool.Get().(*[]byte)
+		fr.b = (*fr.pooled)[:frameHeaderBytes]
+	} else {
+		fr.b = make([]byte, frameHeaderBytes, frameHeaderBytes+n)
+	}
+	binary.BigEndian.PutUint32(fr.b, uint32(n))
+	if head {
+		fr.b = appendHead(fr.b, f, &sizes)
+		return fr, nil
+	}
+	b, err := proto.MarshalOptions{UseCachedSize: true}.MarshalAppend(fr.b, f)
 	if err != nil {
+		fr.release()
 		return Frame{}, err
 	}
-	return Frame{b: b}, nil
+	fr.b = b
+	return fr, nil
+}
+
+// release returns fr's buffer to framePool, if it came from there.
+func (fr *Frame) release() {
+	if fr.pooled != nil {
+		*fr.pooled = (*fr.pooled)[:0]
+		framePool.Put(fr.pooled)
+		fr.pooled, fr.b = nil, nil
+	}
 }
 
 // Send writes fr into the write buffer, and the buffer to the socket when
 // flush is set or the buffer is full. It is safe for concurrent use, but
-// frames keep no order between concurrent callers.
+// frames keep no order between concurrent callers. fr is of no use after:
+// its buffer may be reused by the next Encode.
 func (c *Conn) Send(fr Frame, flush bool) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
+	defer fr.release()
 	if c.werr != nil {
 		return c.werr
 	}

@@ -83,16 +83,31 @@ func PluginSets(impl func(*plugin.GRPCBroker) pluginv1.PluginServer) map[int]plu
 	}
 }
 
+// smallHeaders is how many header names, and values, HeadersToProto and
+// the frame decoder allocate in one block.
+const smallHeaders = 2
+
 // HeadersToProto converts an http.Header. The messages share h's value
 // slices.
 func HeadersToProto(h http.Header) []*pluginv1.Header {
 	if len(h) == 0 {
 		return nil
 	}
-	// One allocation for the messages and one for the pointers, rather
-	// than one per header: this runs twice for every request.
-	msgs := make([]pluginv1.Header, len(h))
-	out := make([]*pluginv1.Header, 0, len(h))
+	// One allocation for the messages and the pointers of up to
+	// smallHeaders names, which is most requests' and responses', and two
+	// beyond, rather than one per header: this runs twice for every
+	// request.
+	var msgs []pluginv1.Header
+	var out []*pluginv1.Header
+	if len(h) <= smallHeaders {
+		b := &struct {
+			msgs [smallHeaders]pluginv1.Header
+			ptrs [smallHeaders]*pluginv1.Header
+		}{}
+		msgs, out = b.msgs[:len(h)], b.ptrs[:0:len(h)]
+	} else {
+		msgs, out = make([]pluginv1.Header, len(h)), make([]*pluginv1.Header, 0, len(h))
+	}
 	for k, v := range h {
 		m := &msgs[len(out)]
 		m.Name, m.Values = k, v

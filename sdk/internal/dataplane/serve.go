@@ -122,7 +122,7 @@ func (s *server) dispatch(ctx context.Context, f *pluginv1.Frame) error {
 		return s.start(ctx, id, k.Request)
 	case *pluginv1.Frame_Cancel:
 		if c := s.lookup(id); c != nil {
-			c.cancel()
+			c.rctx.cancel()
 		}
 	case *pluginv1.Frame_Body:
 		// A piece for a request that has finished is dropped: its
@@ -149,7 +149,7 @@ func (s *server) lookup(id uint64) *call {
 type call struct {
 	id        uint64
 	ctx       context.Context
-	cancel    context.CancelFunc
+	rctx      requestContext // ctx; cancel it once the request ends
 	req       *pluginv1.HTTPRequest
 	streaming bool
 	body      *pipe // the rest of the body, when it comes in pieces
@@ -157,6 +157,10 @@ type call struct {
 	// or the request's window when that is smaller, so that a piece never
 	// waits for more credit than the window holds.
 	piece int
+
+	// w is the handler's ResponseWriter, a part of the call so that it
+	// costs no allocation of its own.
+	w writer
 
 	mu     sync.Mutex
 	credit int64 // response bytes the plugin may still send
@@ -205,27 +209,26 @@ func (c *call) spend(n int64) error {
 // start registers a request and hands it to a worker: an idle one, or a
 // new one.
 func (s *server) start(ctx context.Context, id uint64, head *pluginv1.RequestHead) error {
-	var cancel context.CancelFunc
+	var deadline time.Time
 	if d := head.GetDeadlineUnixNano(); d > 0 {
-		ctx, cancel = context.WithDeadline(ctx, time.Unix(0, d))
-	} else {
-		ctx, cancel = context.WithCancel(ctx)
+		deadline = time.Unix(0, d)
 	}
 	window := int64(wire.ResponseWindow)
 	if w := head.GetWindow(); w > 0 {
 		window = int64(w)
 	}
 	c := &call{
-		id: id, ctx: ctx, cancel: cancel, req: head.GetRequest(), streaming: head.GetStreaming(),
+		id: id, rctx: requestContext{parent: ctx, deadline: deadline}, req: head.GetRequest(), streaming: head.GetStreaming(),
 		credit: window, piece: int(min(window, wire.PieceBytes)),
 	}
+	c.ctx = &c.rctx
 	if head.GetMore() {
-		c.body = newPipe(ctx, c.req.GetBody())
+		c.body = newPipe(c.ctx, c.req.GetBody())
 	}
 	s.mu.Lock()
 	if _, dup := s.calls[id]; dup {
 		s.mu.Unlock()
-		cancel()
+		c.rctx.cancel()
 		// The host never reuses an id on a connection; ending the
 		// connection makes such a bug loud rather than leaving a caller
 		// waiting.
@@ -265,9 +268,11 @@ func (s *server) handle(c *call) {
 		s.mu.Lock()
 		delete(s.calls, c.id)
 		s.mu.Unlock()
-		c.cancel()
+		c.rctx.cancel()
 	}()
-	w := &writer{s: s, c: c, header: http.Header{}, status: http.StatusOK}
+	w := &c.w
+	*w = writer{s: s, c: c, header: http.Header{}, status: http.StatusOK}
+	w.buf = *bytes.NewBuffer(w.small[:0])
 	r, err := newRequest(c)
 	if err != nil {
 		s.opts.Error(w, http.StatusBadRequest, "bad_request", err.Error())

@@ -28,9 +28,20 @@ type writer struct {
 	status      int
 	wroteHeader bool
 	buf         bytes.Buffer // the body not yet sent
-	sentHead    bool
-	err         error // the first send failure; later writes fail with it
-	refused     bool  // Refuse was called: no handler ran
+	// small is buf's first storage: a small response takes no
+	// allocation for its body.
+	small    [128]byte
+	sentHead bool
+	err      error // the first send failure; later writes fail with it
+	refused  bool  // Refuse was called: no handler ran
+	// headFrame is the response's head, sent once: its messages are a
+	// part of the writer rather than allocations of their own.
+	headFrame struct {
+		f pluginv1.Frame
+		k pluginv1.Frame_Response
+		r pluginv1.ResponseHead
+		h pluginv1.HTTPResponse
+	}
 }
 
 // Refuser is implemented by the http.ResponseWriter Serve hands its
@@ -143,14 +154,15 @@ func (w *writer) flush(end bool) error {
 	if !w.sentHead {
 		piece := body[:min(len(body), w.c.piece)]
 		more := !end || len(piece) < len(body)
-		head := &pluginv1.ResponseHead{
-			Response: &pluginv1.HTTPResponse{Status: int32(w.status), Headers: wire.HeadersToProto(w.header), Body: piece},
-			More:     more,
-		}
+		hf := &w.headFrame
+		hf.h.Status, hf.h.Headers, hf.h.Body = int32(w.status), wire.HeadersToProto(w.header), piece
+		hf.r.Response, hf.r.More = &hf.h, more
 		if end && more {
-			head.Size = int64(len(body))
+			hf.r.Size = int64(len(body))
 		}
-		if err := w.sendPiece(&pluginv1.Frame{Id: w.c.id, Kind: &pluginv1.Frame_Response{Response: head}}, len(piece)); err != nil {
+		hf.k.Response = &hf.r
+		hf.f.Id, hf.f.Kind = w.c.id, &hf.k
+		if err := w.sendPiece(&hf.f, len(piece)); err != nil {
 			return err
 		}
 		w.sentHead = true
