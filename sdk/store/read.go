@@ -62,14 +62,25 @@ var (
 // transaction under up to three overlays' layers, the newest first, and
 // keeps the first corruption it meets.
 type reader struct {
-	d   *DB
-	tx  *bolt.Tx
-	ov  [3][]layer // newest first; nil entries are skipped
+	d  *DB
+	tx *bolt.Tx
+	ov [3][]layer // newest first; nil entries are skipped
+	// own is the Tx whose reader this is, nil for a Snapshot: its
+	// writes are newer than ov's, which leaves ov[0] to them.
+	own *Tx
 	err error
 }
 
 // Get implements Reader.
 func (r *reader) Get(b int, k []byte) []byte {
+	if r.own != nil {
+		if e, ok := r.own.written(b, k); ok {
+			if e.del {
+				return nil
+			}
+			return e.v
+		}
+	}
 	for _, o := range r.ov {
 		if o == nil || o[b] == nil {
 			continue
@@ -189,6 +200,9 @@ func (r *reader) merge(b int, from, to []byte, desc bool, fn func(k, v []byte) b
 		if o != nil {
 			ls[i] = o[b]
 		}
+	}
+	if r.own != nil {
+		ls[0] = r.own.writtenLayer(b)
 	}
 	ov := newOvIter(ls, from, to, desc)
 	defer ov.release()

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"unsafe"
 )
 
 // Limits of keys and values, which the bbolt file sets.
@@ -19,11 +20,72 @@ const (
 // It is valid only until fn returns, and only in fn's goroutine.
 type Tx struct {
 	reader
-	local  []layer
+	// writes are the group's writes in the order made: its log record.
+	// The group's own reads find them through index and ordered, which
+	// are built only as reads need them, so that a write costs an
+	// append.
 	writes []entry
+	// index holds the position in writes of the last write of each key
+	// of writes[:indexed]; Get extends it.
+	index   map[writeKey]int
+	indexed int
+	// ordered holds, by bucket, the group's writes to the bucket in key
+	// order, made by the first range read of a bucket it wrote and kept
+	// up to date by later writes; nil until then.
+	ordered []layer
 	// seq is the sequence counter as the group leaves it; 0 while the
 	// group has not called NextSeq.
 	seq uint64
+}
+
+// writeKey names a key of a bucket in Tx.index. Its k shares the bytes
+// of the write's key, which Put copied and nothing changes.
+type writeKey struct {
+	b int
+	k string
+}
+
+// bytesKey returns k as a string without a copy, for keys of writeKey:
+// a lookup's key lives only as long as the lookup, an index's as long
+// as the Tx's writes, whose bytes nothing changes.
+func bytesKey(k []byte) string { return unsafe.String(unsafe.SliceData(k), len(k)) }
+
+// written returns the last write of k to bucket b made by the group.
+func (t *Tx) written(b int, k []byte) (entry, bool) {
+	if len(t.writes) == 0 {
+		return entry{}, false
+	}
+	if t.index == nil {
+		t.index = make(map[writeKey]int, len(t.writes))
+	}
+	for i := t.indexed; i < len(t.writes); i++ {
+		t.index[writeKey{t.writes[i].b, bytesKey(t.writes[i].k)}] = i
+	}
+	t.indexed = len(t.writes)
+	i, ok := t.index[writeKey{b, bytesKey(k)}]
+	if !ok {
+		return entry{}, false
+	}
+	return t.writes[i], true
+}
+
+// writtenLayer returns the group's writes to bucket b in key order.
+func (t *Tx) writtenLayer(b int) layer {
+	if t.ordered == nil {
+		t.ordered = make([]layer, len(t.d.buckets))
+	}
+	if t.ordered[b] == nil {
+		// Made even if empty, so that a bucket the group never wrote
+		// is looked through once.
+		l := newLayer()
+		for _, e := range t.writes {
+			if e.b == b {
+				l.Set(ovItem{k: e.k, v: e.v, del: e.del})
+			}
+		}
+		t.ordered[b] = l
+	}
+	return t.ordered[b]
 }
 
 // Put writes v under k in bucket b. It copies k and v: the caller may
@@ -115,7 +177,9 @@ func checkWrite(numBuckets, b int, k []byte) error {
 
 func (t *Tx) write(e entry) {
 	t.writes = append(t.writes, e)
-	setItem(t.local, e)
+	if t.ordered != nil && t.ordered[e.b] != nil {
+		setItem(t.ordered, e)
+	}
 }
 
 // begin starts a group. The caller holds wmu, so ov is stable; the frozen
@@ -129,8 +193,10 @@ func (d *DB) begin() (*Tx, error) {
 	if err != nil {
 		return nil, fmt.Errorf("begin read transaction: %w", d.mapErr(err))
 	}
-	t := &Tx{reader: reader{d: d, tx: tx}, local: make([]layer, len(d.buckets))}
-	t.ov = [3][]layer{t.local, d.ov.m, nil}
+	t := &Tx{reader: reader{d: d, tx: tx}}
+	t.own = t
+	// ov[0] is the group's own writes, which the reader takes from t.
+	t.ov = [3][]layer{nil, d.ov.m, nil}
 	if fz != nil {
 		t.ov[2] = fz.m
 	}
