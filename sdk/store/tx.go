@@ -25,8 +25,12 @@ type Tx struct {
 	// are built only as reads need them, so that a write costs an
 	// append.
 	writes []entry
+	// wrote has bit b set once the group has written to bucket b: most
+	// reads of a bucket it did not write need no look at writes.
+	wrote [(walMaxBuckets + 63) / 64]uint64
 	// index holds the position in writes of the last write of each key
-	// of writes[:indexed]; Get extends it.
+	// of writes[:indexed]; Get makes it once the writes are more than
+	// scanWrites, and extends it.
 	index   map[writeKey]int
 	indexed int
 	// ordered holds, by bucket, the group's writes to the bucket in key
@@ -50,9 +54,22 @@ type writeKey struct {
 // as the Tx's writes, whose bytes nothing changes.
 func bytesKey(k []byte) string { return unsafe.String(unsafe.SliceData(k), len(k)) }
 
+// scanWrites is how many writes a group's reads look through one by one
+// before they index them: a few compares of a short slice cost less than
+// a map insert per write, which a long slice repays.
+const scanWrites = 128
+
 // written returns the last write of k to bucket b made by the group.
 func (t *Tx) written(b int, k []byte) (entry, bool) {
-	if len(t.writes) == 0 {
+	if t.wrote[b/64]&(1<<(b%64)) == 0 {
+		return entry{}, false
+	}
+	if len(t.writes) <= scanWrites {
+		for i := len(t.writes) - 1; i >= 0; i-- {
+			if e := t.writes[i]; e.b == b && bytes.Equal(e.k, k) {
+				return e, true
+			}
+		}
 		return entry{}, false
 	}
 	if t.index == nil {
@@ -177,6 +194,7 @@ func checkWrite(numBuckets, b int, k []byte) error {
 
 func (t *Tx) write(e entry) {
 	t.writes = append(t.writes, e)
+	t.wrote[e.b/64] |= 1 << (e.b % 64)
 	if t.ordered != nil && t.ordered[e.b] != nil {
 		setItem(t.ordered, e)
 	}
