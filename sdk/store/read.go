@@ -68,7 +68,28 @@ type reader struct {
 	// own is the Tx whose reader this is, nil for a Snapshot: its
 	// writes are newer than ov's, which leaves ov[0] to them.
 	own *Tx
-	err error
+	// gets are, by bucket, a Tx's cursors of Get's lookups in the file,
+	// opened by the first: the bucket is opened and the cursor's stack,
+	// which a lookup fills, grown once, not per lookup.
+	gets []*bolt.Cursor
+	err  error
+}
+
+// getCursor returns a cursor for a Get's lookup in bucket b: a Tx's is
+// kept for its next lookups, since a Tx is for fn's goroutine alone; a
+// Snapshot's is new each time, since nothing says fn does not share the
+// Snapshot between goroutines.
+func (r *reader) getCursor(b int) *bolt.Cursor {
+	if r.own == nil {
+		return r.tx.Bucket(r.d.buckets[b]).Cursor()
+	}
+	if r.gets == nil {
+		r.gets = make([]*bolt.Cursor, len(r.d.buckets))
+	}
+	if r.gets[b] == nil {
+		r.gets[b] = r.tx.Bucket(r.d.buckets[b]).Cursor()
+	}
+	return r.gets[b]
 }
 
 // Get implements Reader.
@@ -114,7 +135,7 @@ func (r *reader) fileGet(b int, k []byte) (v []byte) {
 			v = nil
 		}
 	}()
-	c := r.tx.Bucket(r.d.buckets[b]).Cursor()
+	c := r.getCursor(b)
 	nk, nv := c.Seek(k)
 	if nk != nil && bytes.Equal(nk, k) {
 		if nv == nil {
