@@ -117,7 +117,12 @@ func (t *Tx) Put(b int, k, v []byte) error {
 	if int64(len(v)) > MaxValueSize {
 		return ErrValueTooLarge
 	}
-	t.write(entry{b: b, k: bytes.Clone(k), v: append(make([]byte, 0, len(v)), v...)})
+	// One allocation for both: the overlay keeps them, and drops them,
+	// together.
+	kv := make([]byte, len(k)+len(v))
+	copy(kv, k)
+	copy(kv[len(k):], v)
+	t.write(entry{b: b, k: kv[:len(k):len(k)], v: kv[len(k):]})
 	return nil
 }
 
