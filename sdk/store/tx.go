@@ -54,6 +54,11 @@ type writeKey struct {
 // as the Tx's writes, whose bytes nothing changes.
 func bytesKey(k []byte) string { return unsafe.String(unsafe.SliceData(k), len(k)) }
 
+// maxWritesHint bounds the room a group makes for its writes from the
+// group before it: one large group does not make every later one
+// allocate as much.
+const maxWritesHint = 1024
+
 // scanWrites is how many writes a group's reads look through one by one
 // before they index them: a few compares of a short slice cost less than
 // a map insert per write, which a long slice repays.
@@ -216,7 +221,7 @@ func (d *DB) begin() (*Tx, error) {
 	if err != nil {
 		return nil, fmt.Errorf("begin read transaction: %w", d.mapErr(err))
 	}
-	t := &Tx{reader: reader{d: d, tx: tx}}
+	t := &Tx{reader: reader{d: d, tx: tx}, writes: make([]entry, 0, d.lastWrites)}
 	t.own = t
 	// ov[0] is the group's own writes, which the reader takes from t.
 	t.ov = [3][]layer{nil, d.ov.m, nil}
@@ -278,6 +283,7 @@ func (d *DB) Update(fn func(*Tx) error) error {
 	if len(t.writes) == 0 {
 		return nil
 	}
+	d.lastWrites = min(len(t.writes), maxWritesHint)
 	n, err := d.log.append(t.writes)
 	if err != nil {
 		if terr := d.log.erase(); terr != nil {
