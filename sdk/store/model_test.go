@@ -174,8 +174,21 @@ func TestModel(t *testing.T) {
 		abort := rnd.IntN(10) == 0
 		var seqs []uint64
 		err := d.Update(func(tx *Tx) error {
-			for range 1 + rnd.IntN(12) {
+			writes := 1 + rnd.IntN(12)
+			if rnd.IntN(8) == 0 {
+				// Past scanWrites: the group's reads index its writes.
+				writes = scanWrites + rnd.IntN(2*scanWrites)
+			}
+			for range writes {
 				b := rnd.IntN(len(opts.Buckets))
+				if rnd.IntN(8) == 0 {
+					// A read between writes, which sees every one before it.
+					k := modelKey(rnd)
+					want, ok := next[b][string(k)]
+					if got := tx.Get(b, k); ok != (got != nil) || ok && string(got) != want {
+						t.Fatalf("group %d: Tx.Get(%d, %q) = %q, want %q (present %t)", i, b, k, got, want, ok)
+					}
+				}
 				switch k := modelKey(rnd); rnd.IntN(10) {
 				case 0, 1:
 					if err := tx.Delete(b, k); err != nil {

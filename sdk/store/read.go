@@ -62,14 +62,46 @@ var (
 // transaction under up to three overlays' layers, the newest first, and
 // keeps the first corruption it meets.
 type reader struct {
-	d   *DB
-	tx  *bolt.Tx
-	ov  [3][]layer // newest first; nil entries are skipped
-	err error
+	d  *DB
+	tx *bolt.Tx
+	ov [3][]layer // newest first; nil entries are skipped
+	// own is the Tx whose reader this is, nil for a Snapshot: its
+	// writes are newer than ov's, which leaves ov[0] to them.
+	own *Tx
+	// gets are, by bucket, a Tx's cursors of Get's lookups in the file,
+	// opened by the first: the bucket is opened and the cursor's stack,
+	// which a lookup fills, grown once, not per lookup.
+	gets []*bolt.Cursor
+	err  error
+}
+
+// getCursor returns a cursor for a Get's lookup in bucket b: a Tx's is
+// kept for its next lookups, since a Tx is for fn's goroutine alone; a
+// Snapshot's is new each time, since nothing says fn does not share the
+// Snapshot between goroutines.
+func (r *reader) getCursor(b int) *bolt.Cursor {
+	if r.own == nil {
+		return r.tx.Bucket(r.d.buckets[b]).Cursor()
+	}
+	if r.gets == nil {
+		r.gets = make([]*bolt.Cursor, len(r.d.buckets))
+	}
+	if r.gets[b] == nil {
+		r.gets[b] = r.tx.Bucket(r.d.buckets[b]).Cursor()
+	}
+	return r.gets[b]
 }
 
 // Get implements Reader.
 func (r *reader) Get(b int, k []byte) []byte {
+	if r.own != nil {
+		if e, ok := r.own.written(b, k); ok {
+			if e.del {
+				return nil
+			}
+			return e.v
+		}
+	}
 	for _, o := range r.ov {
 		if o == nil || o[b] == nil {
 			continue
@@ -103,7 +135,7 @@ func (r *reader) fileGet(b int, k []byte) (v []byte) {
 			v = nil
 		}
 	}()
-	c := r.tx.Bucket(r.d.buckets[b]).Cursor()
+	c := r.getCursor(b)
 	nk, nv := c.Seek(k)
 	if nk != nil && bytes.Equal(nk, k) {
 		if nv == nil {
@@ -189,6 +221,9 @@ func (r *reader) merge(b int, from, to []byte, desc bool, fn func(k, v []byte) b
 		if o != nil {
 			ls[i] = o[b]
 		}
+	}
+	if r.own != nil {
+		ls[0] = r.own.writtenLayer(b)
 	}
 	ov := newOvIter(ls, from, to, desc)
 	defer ov.release()

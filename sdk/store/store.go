@@ -171,6 +171,10 @@ type DB struct {
 	// seq is the sequence counter after the last committed group
 	// (Tx.NextSeq). wmu guards it.
 	seq uint64
+	// lastWrites is how many writes the last group made, up to
+	// maxWritesHint: the next group's room for its writes, made at
+	// once instead of grown by doubling. wmu guards it.
+	lastWrites int
 }
 
 // Open opens or creates the store file at path, with its write-ahead log

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"unsafe"
 )
 
 // Limits of keys and values, which the bbolt file sets.
@@ -19,11 +20,94 @@ const (
 // It is valid only until fn returns, and only in fn's goroutine.
 type Tx struct {
 	reader
-	local  []layer
+	// writes are the group's writes in the order made: its log record.
+	// The group's own reads find them through index and ordered, which
+	// are built only as reads need them, so that a write costs an
+	// append.
 	writes []entry
+	// wrote has bit b set once the group has written to bucket b: most
+	// reads of a bucket it did not write need no look at writes.
+	wrote [(walMaxBuckets + 63) / 64]uint64
+	// index holds the position in writes of the last write of each key
+	// of writes[:indexed]; Get makes it once the writes are more than
+	// scanWrites, and extends it.
+	index   map[writeKey]int
+	indexed int
+	// ordered holds, by bucket, the group's writes to the bucket in key
+	// order, made by the first range read of a bucket it wrote and kept
+	// up to date by later writes; nil until then.
+	ordered []layer
 	// seq is the sequence counter as the group leaves it; 0 while the
 	// group has not called NextSeq.
 	seq uint64
+}
+
+// writeKey names a key of a bucket in Tx.index. Its k shares the bytes
+// of the write's key, which Put copied and nothing changes.
+type writeKey struct {
+	b int
+	k string
+}
+
+// bytesKey returns k as a string without a copy, for keys of writeKey:
+// a lookup's key lives only as long as the lookup, an index's as long
+// as the Tx's writes, whose bytes nothing changes.
+func bytesKey(k []byte) string { return unsafe.String(unsafe.SliceData(k), len(k)) }
+
+// maxWritesHint bounds the room a group makes for its writes from the
+// group before it: one large group does not make every later one
+// allocate as much.
+const maxWritesHint = 1024
+
+// scanWrites is how many writes a group's reads look through one by one
+// before they index them: a few compares of a short slice cost less than
+// a map insert per write, which a long slice repays.
+const scanWrites = 128
+
+// written returns the last write of k to bucket b made by the group.
+func (t *Tx) written(b int, k []byte) (entry, bool) {
+	if t.wrote[b/64]&(1<<(b%64)) == 0 {
+		return entry{}, false
+	}
+	if len(t.writes) <= scanWrites {
+		for i := len(t.writes) - 1; i >= 0; i-- {
+			if e := t.writes[i]; e.b == b && bytes.Equal(e.k, k) {
+				return e, true
+			}
+		}
+		return entry{}, false
+	}
+	if t.index == nil {
+		t.index = make(map[writeKey]int, len(t.writes))
+	}
+	for i := t.indexed; i < len(t.writes); i++ {
+		t.index[writeKey{t.writes[i].b, bytesKey(t.writes[i].k)}] = i
+	}
+	t.indexed = len(t.writes)
+	i, ok := t.index[writeKey{b, bytesKey(k)}]
+	if !ok {
+		return entry{}, false
+	}
+	return t.writes[i], true
+}
+
+// writtenLayer returns the group's writes to bucket b in key order.
+func (t *Tx) writtenLayer(b int) layer {
+	if t.ordered == nil {
+		t.ordered = make([]layer, len(t.d.buckets))
+	}
+	if t.ordered[b] == nil {
+		// Made even if empty, so that a bucket the group never wrote
+		// is looked through once.
+		l := newLayer()
+		for _, e := range t.writes {
+			if e.b == b {
+				l.Set(ovItem{k: e.k, v: e.v, del: e.del})
+			}
+		}
+		t.ordered[b] = l
+	}
+	return t.ordered[b]
 }
 
 // Put writes v under k in bucket b. It copies k and v: the caller may
@@ -38,7 +122,12 @@ func (t *Tx) Put(b int, k, v []byte) error {
 	if int64(len(v)) > MaxValueSize {
 		return ErrValueTooLarge
 	}
-	t.write(entry{b: b, k: bytes.Clone(k), v: append(make([]byte, 0, len(v)), v...)})
+	// One allocation for both: the overlay keeps them, and drops them,
+	// together.
+	kv := make([]byte, len(k)+len(v))
+	copy(kv, k)
+	copy(kv[len(k):], v)
+	t.write(entry{b: b, k: kv[:len(k):len(k)], v: kv[len(k):]})
 	return nil
 }
 
@@ -115,7 +204,10 @@ func checkWrite(numBuckets, b int, k []byte) error {
 
 func (t *Tx) write(e entry) {
 	t.writes = append(t.writes, e)
-	setItem(t.local, e)
+	t.wrote[e.b/64] |= 1 << (e.b % 64)
+	if t.ordered != nil && t.ordered[e.b] != nil {
+		setItem(t.ordered, e)
+	}
 }
 
 // begin starts a group. The caller holds wmu, so ov is stable; the frozen
@@ -129,8 +221,10 @@ func (d *DB) begin() (*Tx, error) {
 	if err != nil {
 		return nil, fmt.Errorf("begin read transaction: %w", d.mapErr(err))
 	}
-	t := &Tx{reader: reader{d: d, tx: tx}, local: make([]layer, len(d.buckets))}
-	t.ov = [3][]layer{t.local, d.ov.m, nil}
+	t := &Tx{reader: reader{d: d, tx: tx}, writes: make([]entry, 0, d.lastWrites)}
+	t.own = t
+	// ov[0] is the group's own writes, which the reader takes from t.
+	t.ov = [3][]layer{nil, d.ov.m, nil}
 	if fz != nil {
 		t.ov[2] = fz.m
 	}
@@ -189,6 +283,7 @@ func (d *DB) Update(fn func(*Tx) error) error {
 	if len(t.writes) == 0 {
 		return nil
 	}
+	d.lastWrites = min(len(t.writes), maxWritesHint)
 	n, err := d.log.append(t.writes)
 	if err != nil {
 		if terr := d.log.erase(); terr != nil {
