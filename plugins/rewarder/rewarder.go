@@ -415,16 +415,18 @@ func (r *running) stopTasks(ctx context.Context) error {
 // metrics are the plugin's own series; the queues and the committer
 // register theirs.
 type metrics struct {
-	busy        *prometheus.CounterVec
-	spawned     map[string]prometheus.Counter // by task, each its own series: the committer registers kind="committer"
-	restarts    *prometheus.CounterVec
-	retries     prometheus.Counter
-	timeouts    prometheus.Counter
-	aborted     prometheus.Counter
-	degraded    *prometheus.GaugeVec
-	quarantine  *prometheus.CounterVec
-	epochs      *prometheus.CounterVec
-	computeTime prometheus.Histogram
+	busy     *prometheus.CounterVec
+	spawned  map[string]prometheus.Counter // by task, each its own series: the committer registers kind="committer"
+	restarts *prometheus.CounterVec
+	retries  prometheus.Counter
+	// walletTimeouts are the wallet calls past their deadline, by op: the
+	// committer owns io_timeouts_total{op}, the store's.
+	walletTimeouts *prometheus.CounterVec
+	aborted        prometheus.Counter
+	degraded       *prometheus.GaugeVec
+	quarantine     *prometheus.CounterVec
+	epochs         *prometheus.CounterVec
+	computeTime    prometheus.Histogram
 }
 
 func newMetrics(reg prometheus.Registerer, r *running) (metrics, error) {
@@ -434,8 +436,8 @@ func newMetrics(reg prometheus.Registerer, r *running) (metrics, error) {
 		restarts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "service_restarts_total", Help: "Supervised goroutines restarted after a panic, by task."}, []string{"task"}),
 		retries: prometheus.NewCounter(prometheus.CounterOpts{Name: "backoff_retries_total", Help: "Retries after a backoff delay, by service and operation.",
 			ConstLabels: prometheus.Labels{"svc": "rewarder", "op": "settle"}}),
-		timeouts: prometheus.NewCounter(prometheus.CounterOpts{Name: "io_timeouts_total", Help: "I/O operations that outlasted their deadline, by operation.",
-			ConstLabels: prometheus.Labels{"op": "wallet_call"}}),
+		walletTimeouts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rewarder_wallet_timeouts_total",
+			Help: "Calls to the wallet plugin that outlasted settle.timeout, by op (account: the pool's nonce; batch: a settlement part)."}, []string{"op"}),
 		aborted: prometheus.NewCounter(prometheus.CounterOpts{Name: "tasks_aborted_total", Help: "Accepted work abandoned at the drain deadline, by kind.",
 			ConstLabels: prometheus.Labels{"kind": "epoch"}}),
 		degraded:    prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "readyz_degraded", Help: "1 while the plugin reports not ready for a cause, by cause."}, []string{"cause"}),
@@ -444,7 +446,9 @@ func newMetrics(reg prometheus.Registerer, r *running) (metrics, error) {
 		computeTime: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "rewarder_compute_seconds", Help: "Duration of one epoch's reward computation and artifacts.", Buckets: prometheus.ExponentialBuckets(0.001, 4, 8)}),
 	}
 	m.busy.WithLabelValues("compute")
-	cols := []prometheus.Collector{m.busy, m.restarts, m.retries, m.timeouts, m.aborted, m.degraded, m.quarantine, m.epochs, m.computeTime}
+	m.walletTimeouts.WithLabelValues(walletOpAccount)
+	m.walletTimeouts.WithLabelValues(walletOpBatch)
+	cols := []prometheus.Collector{m.busy, m.restarts, m.retries, m.walletTimeouts, m.aborted, m.degraded, m.quarantine, m.epochs, m.computeTime}
 	for _, task := range []string{"worker", "emitter", "rescanner"} {
 		m.spawned[task] = prometheus.NewCounter(prometheus.CounterOpts{Name: durable.TasksSpawnedName, Help: durable.TasksSpawnedHelp, ConstLabels: prometheus.Labels{"kind": task}})
 		m.restarts.WithLabelValues(task)

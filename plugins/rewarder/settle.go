@@ -247,9 +247,16 @@ type walletError struct {
 	ExpectedNonce uint64 `json:"expected_nonce"`
 }
 
+// Operations of wallet calls, rewarder_wallet_timeouts_total's op label.
+const (
+	walletOpAccount = "account" // GET /v1/accounts/{pool}: the pool's nonce
+	walletOpBatch   = "batch"   // POST /v1/batch: one settlement part
+)
+
 // call sends one request to the wallet through the host, within
-// settle.timeout, and returns its status and body.
-func (r *running) call(ctx context.Context, method, path string, h http.Header, body []byte) (int, []byte, error) {
+// settle.timeout, and returns its status and body. A call past its
+// deadline counts in rewarder_wallet_timeouts_total{op}.
+func (r *running) call(ctx context.Context, op, method, path string, h http.Header, body []byte) (int, []byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, r.s.timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, method, path, bytes.NewReader(body))
@@ -266,7 +273,7 @@ func (r *running) call(ctx context.Context, method, path string, h http.Header, 
 	}
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
-			r.m.timeouts.Inc()
+			r.m.walletTimeouts.WithLabelValues(op).Inc()
 		}
 		return 0, nil, fmt.Errorf("call %s %s: %w", r.s.wallet, path, err)
 	}
@@ -275,7 +282,7 @@ func (r *running) call(ctx context.Context, method, path string, h http.Header, 
 
 // walletNonce returns the account's nonce.
 func (r *running) walletNonce(ctx context.Context, account string) (uint64, error) {
-	code, body, err := r.call(ctx, http.MethodGet, "/v1/accounts/"+url.PathEscape(account), nil, nil)
+	code, body, err := r.call(ctx, walletOpAccount, http.MethodGet, "/v1/accounts/"+url.PathEscape(account), nil, nil)
 	if err != nil {
 		return 0, err
 	}
@@ -314,7 +321,7 @@ func (r *running) postBatch(ctx context.Context, from string, p part) (int, wall
 		Transfers []Leg  `json:"transfers"`
 	}{from, p.Nonce, p.Legs})
 	h := http.Header{"Content-Type": {"application/json"}, "Idempotency-Key": {p.Key}}
-	code, resp, err := r.call(ctx, http.MethodPost, "/v1/batch", h, body)
+	code, resp, err := r.call(ctx, walletOpBatch, http.MethodPost, "/v1/batch", h, body)
 	var we walletError
 	if err == nil && code != http.StatusOK {
 		we, _ = decodeWalletError(resp)
