@@ -21,6 +21,9 @@ const (
 	reasonRejected     = "settlement_rejected"
 	reasonArtifact     = "artifact_write_failed"
 	maxWalletBodyBytes = 64 << 10
+	// deadlineSlack is how close to its deadline a failed wallet call
+	// counts as timed out.
+	deadlineSlack = 10 * time.Millisecond
 )
 
 // settleLoop is one settlement emitter: it takes epochs from the intents
@@ -272,7 +275,10 @@ func (r *running) call(ctx context.Context, op, method, path string, h http.Head
 		body, err = io.ReadAll(io.LimitReader(resp.Body, maxWalletBodyBytes))
 	}
 	if err != nil {
-		if errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
+		// The host carries the call's deadline to its side, which may
+		// answer DeadlineExceeded (a gRPC status, not ctx's error) a
+		// moment before ctx's own timer fires.
+		if d, _ := ctx.Deadline(); errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil || time.Until(d) < deadlineSlack {
 			r.m.walletTimeouts.WithLabelValues(op).Inc()
 		}
 		return 0, nil, fmt.Errorf("call %s %s: %w", r.s.wallet, path, err)
