@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/plughost/plughost/sdk"
 	"github.com/plughost/plughost/sdk/durable"
@@ -169,6 +170,10 @@ func (rw *rewarder) runJSON(w http.ResponseWriter, _ *http.Request, r *running, 
 		sdk.WriteError(w, http.StatusNotFound, "not_computed", fmt.Sprintf("epoch %q is %s", id, e.State))
 		return
 	}
+	if e.Pruned || r.due(e) {
+		sdk.WriteError(w, http.StatusGone, "pruned", fmt.Sprintf("epoch %q settled at %s; its artifacts were removed after the retention of %s", id, e.SettledAt.Format(time.RFC3339), r.s.retention))
+		return
+	}
 	b, err := os.ReadFile(filepath.Join(r.s.artifactDir, id, "run.json"))
 	if err == nil && !bytes.Contains(b, []byte(`"commitment":"`+e.Commitment+`"`)) {
 		err = errors.New("run.json does not carry the stored commitment")
@@ -238,6 +243,12 @@ func (rw *rewarder) retry(w http.ResponseWriter, req *http.Request, r *running, 
 		r.offer(id)
 	}
 	writeJSON(w, http.StatusAccepted, accepted{Epoch: id, State: e.State})
+}
+
+// due reports whether e is settled and past retention: the pruner may
+// have removed its artifacts already.
+func (r *running) due(e epoch) bool {
+	return r.s.retention > 0 && e.SettledAt != nil && e.SettledAt.Before(r.now().Add(-r.s.retention))
 }
 
 var (

@@ -414,6 +414,7 @@ func TestConfigRefused(t *testing.T) {
 		{`compute_workers = 1.5`, "compute_workers"},
 		{`epoch_duration = "48h"`, "epoch_duration"},
 		{`wallet_plugin = ""`, "wallet_plugin"},
+		{`retention = "30m"`, "retention"},
 		{"settle {\n retries = 0\n}", "settle.retries"},
 	} {
 		_, err := plugintest.Start(t, definition(), plugintest.Options{Config: tt.config})

@@ -21,6 +21,7 @@ type config struct {
 	IOInflight       float64       `json:"io_inflight"`
 	WalletPlugin     string        `json:"wallet_plugin"`
 	Rescan           sdk.Duration  `json:"rescan"`
+	Retention        sdk.Duration  `json:"retention"`
 	QueueCapacity    float64       `json:"queue_capacity"`
 	MaxBatch         float64       `json:"max_batch"`
 	CommitTimeout    sdk.Duration  `json:"commit_timeout"`
@@ -38,7 +39,7 @@ type settings struct {
 	computeWorkers, workQueue, maxContributions, ioInflight int
 	queueCapacity, maxBatch                                 int
 	artifactDir, wallet                                     string
-	epochDuration, rescan, commitTimeout                    time.Duration
+	epochDuration, rescan, commitTimeout, retention         time.Duration
 	retries                                                 int
 	backoff, timeout                                        time.Duration
 }
@@ -53,6 +54,7 @@ func schema() sdk.Schema {
 		{Name: "io_inflight", Type: sdk.TypeNumber, Default: 4, Description: "epochs settling through the wallet at once"},
 		{Name: "wallet_plugin", Type: sdk.TypeString, Default: "wallet", Description: "instance name of the wallet plugin that settlement calls through the host"},
 		{Name: "rescan", Type: sdk.TypeDuration, Default: "5s", Description: "how often stored epochs left waiting (a full queue, a restart) are picked up again"},
+		{Name: "retention", Type: sdk.TypeDuration, Default: "720h", Description: "how long a settled epoch keeps its sealed inputs, outbox and artifacts; then they are removed, and its manifest stays, marked pruned; 0 keeps them forever"},
 		{Name: "queue_capacity", Type: sdk.TypeNumber, Default: 512, Description: "store writes waiting to commit; beyond it requests get 429 busy"},
 		{Name: "max_batch", Type: sdk.TypeNumber, Default: 256, Description: "most writes per group commit (one write-ahead log record and fdatasync)"},
 		{Name: "commit_timeout", Type: sdk.TypeDuration, Default: "1s", Description: "deadline of one commit attempt"},
@@ -97,6 +99,9 @@ func (c config) check(dataDir string) (settings, error) {
 	s.epochDuration = dur("epoch_duration", c.EpochDuration, time.Second, 30*24*time.Hour)
 	s.ioInflight = whole("io_inflight", c.IOInflight, 1, 1024)
 	s.rescan = dur("rescan", c.Rescan, 10*time.Millisecond, time.Hour)
+	if c.Retention.Std() != 0 {
+		s.retention = dur("retention", c.Retention, time.Hour, 100*365*24*time.Hour)
+	}
 	s.queueCapacity = whole("queue_capacity", c.QueueCapacity, 1, 1<<20)
 	s.maxBatch = whole("max_batch", c.MaxBatch, 1, 4096)
 	s.commitTimeout = dur("commit_timeout", c.CommitTimeout, time.Millisecond, time.Minute)

@@ -135,6 +135,9 @@ func (rw *rewarder) configure(_ context.Context, rt *sdk.Runtime) (err error) {
 			_ = r.db.Close()
 		}
 	}()
+	if err := index(r.db, r.now().UTC()); err != nil {
+		return err
+	}
 	if r.m, err = newMetrics(rt.Registerer, r); err != nil {
 		return err
 	}
@@ -300,14 +303,16 @@ func (r *running) offer(id string) {
 	}
 }
 
-// rescanLoop offers stored epochs that wait for work but are not active:
-// at start (a restart resumes where the last process stopped), and every
-// rescan period (a full queue refused them).
+// rescanLoop offers stored epochs that wait for work but are not active,
+// as the pending index lists them: at start (a restart resumes where the
+// last process stopped), and every rescan period (a full queue refused
+// them). Each pass then prunes the settled epochs past retention.
 func (r *running) rescanLoop(ctx context.Context) {
 	t := time.NewTicker(r.s.rescan)
 	defer t.Stop()
 	for {
 		r.rescan(ctx)
+		r.prune(ctx)
 		select {
 		case <-ctx.Done():
 			return
@@ -322,7 +327,7 @@ func (r *running) rescan(ctx context.Context) {
 	var compute, settle []string
 	err := r.db.View(func(s *store.Snapshot) error {
 		var err error
-		s.Ascend(bucketEpochs, nil, nil, func(k, v []byte) bool {
+		s.Ascend(bucketPending, nil, nil, func(k, _ []byte) bool {
 			var e epoch
 			e, _, err = getEpoch(s, string(k))
 			switch e.State {
@@ -427,6 +432,7 @@ type metrics struct {
 	quarantine     *prometheus.CounterVec
 	epochs         *prometheus.CounterVec
 	computeTime    prometheus.Histogram
+	pruned         prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, r *running) (metrics, error) {
@@ -443,12 +449,13 @@ func newMetrics(reg prometheus.Registerer, r *running) (metrics, error) {
 		degraded:    prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "readyz_degraded", Help: "1 while the plugin reports not ready for a cause, by cause."}, []string{"cause"}),
 		quarantine:  prometheus.NewCounterVec(prometheus.CounterOpts{Name: "quarantine_total", Help: "Epochs quarantined, by reason."}, []string{"reason"}),
 		epochs:      prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rewarder_epochs_total", Help: "Epochs that reached a state, by state."}, []string{"state"}),
+		pruned:      prometheus.NewCounter(prometheus.CounterOpts{Name: "rewarder_epochs_pruned_total", Help: "Settled epochs whose inputs, outbox and artifacts were removed after retention."}),
 		computeTime: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "rewarder_compute_seconds", Help: "Duration of one epoch's reward computation and artifacts.", Buckets: prometheus.ExponentialBuckets(0.001, 4, 8)}),
 	}
 	m.busy.WithLabelValues("compute")
 	m.walletTimeouts.WithLabelValues(walletOpAccount)
 	m.walletTimeouts.WithLabelValues(walletOpBatch)
-	cols := []prometheus.Collector{m.busy, m.restarts, m.retries, m.walletTimeouts, m.aborted, m.degraded, m.quarantine, m.epochs, m.computeTime}
+	cols := []prometheus.Collector{m.busy, m.restarts, m.retries, m.walletTimeouts, m.aborted, m.degraded, m.quarantine, m.epochs, m.computeTime, m.pruned}
 	for _, task := range []string{"worker", "emitter", "rescanner"} {
 		m.spawned[task] = prometheus.NewCounter(prometheus.CounterOpts{Name: durable.TasksSpawnedName, Help: durable.TasksSpawnedHelp, ConstLabels: prometheus.Labels{"kind": task}})
 		m.restarts.WithLabelValues(task)

@@ -67,7 +67,8 @@ func (r *running) settleEpoch(parent context.Context, id string) {
 			return
 		}
 		if e.Settlement.SettledParts == e.Settlement.Parts {
-			_ = r.transition(ctx, id, e.State, func(e *epoch) { e.State = stateSettled })
+			now := r.now().UTC()
+			_ = r.transition(ctx, id, e.State, func(e *epoch) { e.State, e.SettledAt = stateSettled, &now })
 			return
 		}
 		if r.stopping() || parent.Err() != nil {
@@ -210,6 +211,7 @@ func (r *running) countAttempt(ctx context.Context, id string) error {
 // last part.
 func (r *running) markSettled(ctx context.Context, id string, i int, key string) error {
 	last := false
+	now := r.now().UTC()
 	err := r.commit(ctx, func(tx *store.Tx) error {
 		e, ok, err := getEpoch(tx, id)
 		if err != nil || !ok {
@@ -228,7 +230,7 @@ func (r *running) markSettled(ctx context.Context, id string, i int, key string)
 		}
 		e.Settlement.SettledParts++
 		if e.Settlement.SettledParts == e.Settlement.Parts {
-			e.State = stateSettled
+			e.State, e.SettledAt = stateSettled, &now
 			last = true
 		}
 		return putEpoch(tx, e)
