@@ -343,6 +343,9 @@ func TestDrainResumes(t *testing.T) {
 	if _, _, err := h.Drain(t.Context(), time.Now().Add(300*time.Millisecond)); err != nil {
 		t.Fatal(err)
 	}
+	if got := metric(t, h, `rewarder_tasks_canceled_total{kind="settle"}`); got != "1" {
+		t.Errorf(`rewarder_tasks_canceled_total{kind="settle"} = %q, want 1: the drain ended d1's round`, got)
+	}
 	w.before = nil
 	h2 := start(t, dir, "", w)
 	e := waitState(t, h2, "d1", stateSettled)

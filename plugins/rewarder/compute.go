@@ -26,6 +26,7 @@ func (r *running) computeLoop(ctx context.Context) {
 		}
 		if r.stopping() {
 			r.release(id) // stays queued in the store: the next process computes it
+			r.m.canceled[kindCompute].Inc()
 			continue
 		}
 		r.guard(id, func() { r.computeEpoch(ctx, id) })
@@ -85,51 +86,14 @@ func (r *running) computeEpoch(ctx context.Context, id string) {
 		return
 	}
 	runJSON, commitment := artifacts(id, e.InputsHash, Inputs{PoolAccount: in.PoolAccount, PoolAmount: in.PoolAmount}, payouts)
-	if err := r.writeArtifacts(id, runJSON, commitment); err != nil {
-		r.log.Error("write artifacts", "epoch", id, "error", err)
-		r.quarantine(ctx, id, reasonArtifact, err.Error())
-		r.release(id)
-		return
-	}
-	r.m.computeTime.Observe(r.now().Sub(start).Seconds())
-	var legs []Leg
-	var total uint64
+	res := result{id: id, runJSON: runJSON, commitment: commitment, start: start}
 	for _, p := range payouts {
-		total += p.Amount
+		res.total += p.Amount
 		if p.Amount > 0 { // the wallet refuses legs of 0
-			legs = append(legs, Leg{To: p.Account, Amount: p.Amount})
+			res.legs = append(res.legs, Leg{To: p.Account, Amount: p.Amount})
 		}
 	}
-	var parts [][]Leg
-	for lo := 0; lo < len(legs); lo += legsPerPart {
-		parts = append(parts, legs[lo:min(lo+legsPerPart, len(legs))])
-	}
-	err = r.commit(ctx, func(tx *store.Tx) error {
-		cur, ok, err := getEpoch(tx, id)
-		if err != nil || !ok || cur.State != stateComputing {
-			return errors.Join(err, errStale)
-		}
-		for i, legs := range parts {
-			if err := putPart(tx, id, i, part{Key: idemKey(id, cur.Generation, i), Legs: legs}); err != nil {
-				return err
-			}
-		}
-		cur.State = stateComputed
-		cur.Commitment = commitment
-		cur.Recipients = len(legs)
-		cur.PayoutsTotal = total
-		cur.Settlement = settlement{Parts: len(parts)}
-		return putEpoch(tx, cur)
-	})
-	if err != nil {
-		r.release(id)
-		if !errors.Is(err, errStale) {
-			r.log.Error("store a computed epoch", "epoch", id, "error", err)
-		}
-		return
-	}
-	r.m.epochs.WithLabelValues(stateComputed).Inc()
-	r.offer(id)
+	r.sendResult(ctx, res)
 }
 
 // transition applies fn to the epoch if it is in state from.

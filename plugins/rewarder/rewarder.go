@@ -89,6 +89,11 @@ type running struct {
 	// it again.
 	work    *workq.Queue[string]
 	intents *workq.Queue[string]
+	// results carries computed epochs from the compute workers to the
+	// artifact writer (the seed's results queue): a blocking send, so
+	// that a slow disk holds the workers back; the drain closes it once
+	// the workers are done, and the writer flushes it.
+	results chan result
 
 	// mu guards active, the epochs queued, computing or settling in this
 	// process: one run per epoch.
@@ -100,7 +105,8 @@ type running struct {
 	stop     chan struct{}      // closed when the drain begins
 	ctx      context.Context    // canceled at the drain deadline
 	cancel   context.CancelFunc //
-	wg       sync.WaitGroup     // every goroutine below
+	workers  sync.WaitGroup     // the compute workers, results' senders
+	wg       sync.WaitGroup     // every other goroutine
 }
 
 // configure opens the store, starts the committer, the compute workers,
@@ -119,7 +125,7 @@ func (rw *rewarder) configure(_ context.Context, rt *sdk.Runtime) (err error) {
 		return &sdk.ConfigError{Attribute: "artifact_dir", Message: err.Error()}
 	}
 	r := &running{s: s, log: rt.Logger, host: rt.Host, now: rw.now, jitter: rw.jitter,
-		active: map[string]bool{}, stop: make(chan struct{})}
+		active: map[string]bool{}, stop: make(chan struct{}), results: make(chan result, resultsCapacity)}
 	if r.now == nil {
 		r.now = time.Now
 	}
@@ -175,20 +181,21 @@ func (rw *rewarder) configure(_ context.Context, rt *sdk.Runtime) (err error) {
 		return err
 	}
 	r.ctx, r.cancel = context.WithCancel(context.Background())
-	r.supervise("worker", s.computeWorkers, r.computeLoop)
-	r.supervise("emitter", s.ioInflight, r.settleLoop)
-	r.supervise("rescanner", 1, r.rescanLoop)
+	r.supervise(&r.workers, "worker", s.computeWorkers, r.computeLoop)
+	r.supervise(&r.wg, "writer", 1, r.writeLoop)
+	r.supervise(&r.wg, "emitter", s.ioInflight, r.settleLoop)
+	r.supervise(&r.wg, "rescanner", 1, r.rescanLoop)
 	rw.run = r
 	rw.life.Start(durable.Parts[op, error]{Store: r.db, Committer: r.c, Logger: rt.Logger, Drain: r.stopTasks, Health: r.health})
 	return nil
 }
 
-// supervise starts n goroutines running fn, each restarted after a
+// supervise starts n goroutines running fn in wg, each restarted after a
 // jittered, growing backoff when fn panics, until fn returns.
-func (r *running) supervise(task string, n int, fn func(ctx context.Context)) {
+func (r *running) supervise(wg *sync.WaitGroup, task string, n int, fn func(ctx context.Context)) {
 	for range n {
 		r.m.spawned[task].Inc()
-		r.wg.Go(func() {
+		wg.Go(func() {
 			delay := restartMin
 			for {
 				if !r.protect(task, fn) {
@@ -404,16 +411,31 @@ func (r *running) stopTasks(ctx context.Context) error {
 		wait, cancel = context.WithDeadline(ctx, d.Add(-min(drainMargin, time.Until(d)/4)))
 		defer cancel()
 	}
-	done := make(chan struct{})
-	go func() { r.wg.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-wait.Done():
-		r.m.aborted.Inc()
-		r.cancel()
-		<-done
+	aborted := false
+	waitFor := func(wg *sync.WaitGroup) {
+		done := make(chan struct{})
+		go func() { wg.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-wait.Done():
+			if !aborted {
+				aborted = true
+				r.m.aborted.Inc()
+				r.cancel()
+			}
+			<-done
+		}
 	}
+	// The workers finish their computations first; then nothing sends on
+	// results, and the writer flushes it.
+	waitFor(&r.workers)
+	close(r.results)
+	waitFor(&r.wg)
 	r.cancel()
+	for res := range r.results { // what the deadline left unwritten
+		r.m.droppedResults.Inc()
+		r.release(res.id)
+	}
 	return nil
 }
 
@@ -433,12 +455,24 @@ type metrics struct {
 	epochs         *prometheus.CounterVec
 	computeTime    prometheus.Histogram
 	pruned         prometheus.Counter
+	droppedResults prometheus.Counter
+	canceled       map[string]prometheus.Counter // by kind, each its own series, as spawned
 }
+
+// rewarder_tasks_canceled_total's kinds: work the drain ended before it was done,
+// left stored for the next process.
+const (
+	kindCompute = "compute" // a queued epoch a worker took as the drain began
+	kindSettle  = "settle"  // a settlement round the drain ended
+)
 
 func newMetrics(reg prometheus.Registerer, r *running) (metrics, error) {
 	m := metrics{
 		busy:     prometheus.NewCounterVec(prometheus.CounterOpts{Name: "busy_rejections_total", Help: "Requests refused with 429 because a bounded queue was full, by endpoint."}, []string{"endpoint"}),
 		spawned:  map[string]prometheus.Counter{},
+		canceled: map[string]prometheus.Counter{},
+		droppedResults: prometheus.NewCounter(prometheus.CounterOpts{Name: "dropped_results_total",
+			Help: "Computed epochs whose results the drain deadline left unstored; the next process computes them again."}),
 		restarts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "service_restarts_total", Help: "Supervised goroutines restarted after a panic, by task."}, []string{"task"}),
 		retries: prometheus.NewCounter(prometheus.CounterOpts{Name: "backoff_retries_total", Help: "Retries after a backoff delay, by service and operation.",
 			ConstLabels: prometheus.Labels{"svc": "rewarder", "op": "settle"}}),
@@ -455,8 +489,20 @@ func newMetrics(reg prometheus.Registerer, r *running) (metrics, error) {
 	m.busy.WithLabelValues("compute")
 	m.walletTimeouts.WithLabelValues(walletOpAccount)
 	m.walletTimeouts.WithLabelValues(walletOpBatch)
-	cols := []prometheus.Collector{m.busy, m.restarts, m.retries, m.walletTimeouts, m.aborted, m.degraded, m.quarantine, m.epochs, m.computeTime, m.pruned}
-	for _, task := range []string{"worker", "emitter", "rescanner"} {
+	cols := []prometheus.Collector{m.busy, m.restarts, m.retries, m.walletTimeouts, m.aborted, m.degraded, m.quarantine, m.epochs, m.computeTime, m.pruned, m.droppedResults,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: workq.DepthName, Help: workq.DepthHelp, ConstLabels: prometheus.Labels{"queue": "results"}},
+			func() float64 { return float64(len(r.results)) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: workq.CapacityName, Help: workq.CapacityHelp, ConstLabels: prometheus.Labels{"queue": "results"}},
+			func() float64 { return float64(cap(r.results)) })}
+	for _, kind := range []string{kindCompute, kindSettle} {
+		// Not tasks_canceled_total: the committer registers that family
+		// with a help text of its own kind, and a registry takes one help
+		// per family.
+		m.canceled[kind] = prometheus.NewCounter(prometheus.CounterOpts{Name: "rewarder_tasks_canceled_total", Help: "Work the drain ended before it was done, left stored for the next process, by kind (compute, settle).",
+			ConstLabels: prometheus.Labels{"kind": kind}})
+		cols = append(cols, m.canceled[kind])
+	}
+	for _, task := range []string{"worker", "writer", "emitter", "rescanner"} {
 		m.spawned[task] = prometheus.NewCounter(prometheus.CounterOpts{Name: durable.TasksSpawnedName, Help: durable.TasksSpawnedHelp, ConstLabels: prometheus.Labels{"kind": task}})
 		m.restarts.WithLabelValues(task)
 		cols = append(cols, m.spawned[task])

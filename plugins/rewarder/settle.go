@@ -36,11 +36,22 @@ func (r *running) settleLoop(ctx context.Context) {
 		}
 		if r.stopping() {
 			r.release(id) // stays stored: the next process settles it
+			r.m.canceled[kindSettle].Inc()
 			continue
 		}
 		r.guard(id, func() { r.settleEpoch(ctx, id) })
+		if r.stopping() && r.unsettled(id) {
+			r.m.canceled[kindSettle].Inc()
+		}
 		r.release(id)
 	}
+}
+
+// unsettled reports whether epoch id still waits for settlement.
+func (r *running) unsettled(id string) bool {
+	var e epoch
+	err := r.db.View(func(s *store.Snapshot) (err error) { e, _, err = getEpoch(s, id); return err })
+	return err == nil && (e.State == stateComputed || e.State == stateSettling)
 }
 
 // settleEpoch sends an epoch's unsettled parts to the wallet, in order,
