@@ -33,16 +33,31 @@ func (rw *rewarder) routes(mux *sdk.Mux) {
 	mux.HandleFunc("GET /v1/epochs/{id}", rw.handle(rw.manifest))
 	mux.HandleFunc("GET /v1/epochs/{id}/run.json", rw.handle(rw.runJSON))
 	mux.HandleFunc("POST /v1/epochs/{id}/retry", rw.handle(rw.retry))
+	mux.HandleFunc("GET /v1/events", func(w http.ResponseWriter, req *http.Request) {
+		if r := rw.serving(w); r != nil {
+			rw.events(w, req, r)
+		}
+	}, sdk.Streaming())
+}
+
+// serving returns the running rewarder, or answers 503 and returns nil
+// while it is not configured or draining.
+func (rw *rewarder) serving(w http.ResponseWriter) *running {
+	r := rw.run
+	if r == nil || r.draining.Load() {
+		w.Header().Set("Retry-After", "1")
+		sdk.WriteError(w, http.StatusServiceUnavailable, "draining", "the rewarder is draining")
+		return nil
+	}
+	return r
 }
 
 // handle checks the epoch id and that the plugin takes requests, then
 // calls h.
 func (rw *rewarder) handle(h func(w http.ResponseWriter, req *http.Request, r *running, id string)) http.HandlerFunc {
 	return func(w http.ResponseWriter, req *http.Request) {
-		r := rw.run
-		if r == nil || r.draining.Load() {
-			w.Header().Set("Retry-After", "1")
-			sdk.WriteError(w, http.StatusServiceUnavailable, "draining", "the rewarder is draining")
+		r := rw.serving(w)
+		if r == nil {
 			return
 		}
 		id := req.PathValue("id")
@@ -101,6 +116,7 @@ func (rw *rewarder) compute(w http.ResponseWriter, req *http.Request, r *running
 	}
 	canonical, inputsHash := seal(id, in)
 	var e epoch
+	created := false
 	err = r.commit(req.Context(), func(tx *store.Tx) error {
 		cur, ok, err := getEpoch(tx, id)
 		switch {
@@ -109,9 +125,10 @@ func (rw *rewarder) compute(w http.ResponseWriter, req *http.Request, r *running
 		case ok && cur.InputsHash != inputsHash:
 			return errConflict
 		case ok:
-			e = cur
+			e, created = cur, false
 			return nil
 		}
+		created = true
 		e = epoch{Epoch: id, State: stateQueued, InputsHash: inputsHash, PoolAccount: in.PoolAccount,
 			PoolAmount: in.PoolAmount, CodeVersion: codeVersion}
 		if err := tx.Put(bucketInputs, []byte(id), canonical); err != nil {
@@ -126,6 +143,9 @@ func (rw *rewarder) compute(w http.ResponseWriter, req *http.Request, r *running
 	case err != nil:
 		writeStoreError(w, r, err)
 		return
+	}
+	if created {
+		r.emit(e)
 	}
 	switch e.State {
 	case stateQueued, stateComputing:
@@ -237,6 +257,7 @@ func (rw *rewarder) retry(w http.ResponseWriter, req *http.Request, r *running, 
 		writeStoreError(w, r, err)
 		return
 	}
+	r.emit(e)
 	if e.State == stateQueued {
 		_ = r.schedule(req.Context(), id) // if busy, the rescanner takes it
 	} else if r.claim(id) {

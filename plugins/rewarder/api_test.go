@@ -418,6 +418,8 @@ func TestConfigRefused(t *testing.T) {
 		{`epoch_duration = "48h"`, "epoch_duration"},
 		{`wallet_plugin = ""`, "wallet_plugin"},
 		{`retention = "30m"`, "retention"},
+		{`event_consumers = ["other"]`, "event_consumers"},
+		{`events_buffer = 0`, "events_buffer"},
 		{"settle {\n retries = 0\n}", "settle.retries"},
 	} {
 		_, err := plugintest.Start(t, definition(), plugintest.Options{Config: tt.config})

@@ -98,18 +98,19 @@ func (r *running) computeEpoch(ctx context.Context, id string) {
 
 // transition applies fn to the epoch if it is in state from.
 func (r *running) transition(ctx context.Context, id, from string, fn func(*epoch)) error {
+	var out epoch
 	err := r.commit(ctx, func(tx *store.Tx) error {
 		e, ok, err := getEpoch(tx, id)
 		if err != nil || !ok || e.State != from {
 			return errors.Join(err, errStale)
 		}
 		fn(&e)
+		out = e
 		return putEpoch(tx, e)
 	})
 	if err == nil {
-		var e epoch
-		fn(&e)
-		r.m.epochs.WithLabelValues(e.State).Inc()
+		r.m.epochs.WithLabelValues(out.State).Inc()
+		r.emit(out)
 	}
 	return err
 }
@@ -117,6 +118,7 @@ func (r *running) transition(ctx context.Context, id, from string, fn func(*epoc
 // quarantine stores the epoch as quarantined with reason: nothing more
 // is paid until the operator asks for a retry.
 func (r *running) quarantine(ctx context.Context, id, reason, detail string) {
+	var out epoch
 	err := r.commit(ctx, func(tx *store.Tx) error {
 		e, ok, err := getEpoch(tx, id)
 		if err != nil || !ok {
@@ -124,6 +126,7 @@ func (r *running) quarantine(ctx context.Context, id, reason, detail string) {
 		}
 		e.State = stateQuarantined
 		e.Reason = reason
+		out = e
 		return putEpoch(tx, e)
 	})
 	if err != nil {
@@ -133,6 +136,7 @@ func (r *running) quarantine(ctx context.Context, id, reason, detail string) {
 	r.log.Warn("epoch quarantined", "epoch", id, "reason", reason, "detail", detail)
 	r.m.quarantine.WithLabelValues(reason).Inc()
 	r.m.epochs.WithLabelValues(stateQuarantined).Inc()
+	r.emit(out)
 }
 
 // writeArtifacts writes run.json and commitment into the epoch's

@@ -83,6 +83,7 @@ func (r *running) storeResult(ctx context.Context, res result) {
 	for lo := 0; lo < len(res.legs); lo += legsPerPart {
 		parts = append(parts, res.legs[lo:min(lo+legsPerPart, len(res.legs))])
 	}
+	var out epoch
 	err := r.commit(ctx, func(tx *store.Tx) error {
 		cur, ok, err := getEpoch(tx, id)
 		if err != nil || !ok || cur.State != stateComputing {
@@ -98,6 +99,7 @@ func (r *running) storeResult(ctx context.Context, res result) {
 		cur.Recipients = len(res.legs)
 		cur.PayoutsTotal = res.total
 		cur.Settlement = settlement{Parts: len(parts)}
+		out = cur
 		return putEpoch(tx, cur)
 	})
 	if err != nil {
@@ -111,5 +113,6 @@ func (r *running) storeResult(ctx context.Context, res result) {
 		return
 	}
 	r.m.epochs.WithLabelValues(stateComputed).Inc()
+	r.emit(out)
 	r.offer(id)
 }

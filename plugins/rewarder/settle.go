@@ -182,6 +182,7 @@ func (r *running) settlePart(ctx, parent context.Context, e epoch, i int) bool {
 }
 
 func (r *running) setNonce(ctx context.Context, id string, i int, key string, nonce uint64) error {
+	var settling *epoch // the epoch, once this write moved it to settling
 	err := r.commit(ctx, func(tx *store.Tx) error {
 		e, ok, err := getEpoch(tx, id)
 		if err != nil || !ok || (e.State != stateComputed && e.State != stateSettling) {
@@ -197,10 +198,14 @@ func (r *running) setNonce(ctx context.Context, id string, i int, key string, no
 		}
 		if e.State == stateComputed {
 			e.State = stateSettling
+			settling = &e
 			return putEpoch(tx, e)
 		}
 		return nil
 	})
+	if err == nil && settling != nil {
+		r.emit(*settling)
+	}
 	if err != nil && !errors.Is(err, errStale) {
 		r.log.Error("store a part's nonce", "epoch", id, "part", i, "error", err)
 	}
@@ -222,6 +227,7 @@ func (r *running) countAttempt(ctx context.Context, id string) error {
 // last part.
 func (r *running) markSettled(ctx context.Context, id string, i int, key string) error {
 	last := false
+	var out epoch
 	now := r.now().UTC()
 	err := r.commit(ctx, func(tx *store.Tx) error {
 		e, ok, err := getEpoch(tx, id)
@@ -242,7 +248,7 @@ func (r *running) markSettled(ctx context.Context, id string, i int, key string)
 		e.Settlement.SettledParts++
 		if e.Settlement.SettledParts == e.Settlement.Parts {
 			e.State, e.SettledAt = stateSettled, &now
-			last = true
+			last, out = true, e
 		}
 		return putEpoch(tx, e)
 	})
@@ -252,6 +258,7 @@ func (r *running) markSettled(ctx context.Context, id string, i int, key string)
 	}
 	if last {
 		r.m.epochs.WithLabelValues(stateSettled).Inc()
+		r.emit(out)
 	}
 	return nil
 }
