@@ -104,3 +104,43 @@ func TestResultsDroppedAtDeadline(t *testing.T) {
 		t.Errorf("%d batches debiting %d, want 3 debiting %d", batches, (1<<40)-bal["pool"], 1000+1001+1002)
 	}
 }
+
+// TestComputesCanceledAtDrain: with one compute worker held in a
+// computation, two epochs wait in the work queue when the drain begins;
+// the worker finishes its computation, and the two are left to the next
+// process, counted in rewarder_tasks_canceled_total{kind="compute"}.
+func TestComputesCanceledAtDrain(t *testing.T) {
+	hold, held := make(chan struct{}), make(chan struct{})
+	first := true
+	tamper = func([]Payout) {
+		if first {
+			first = false
+			close(held)
+			<-hold
+		}
+	}
+	t.Cleanup(func() { tamper = nil })
+	rw := &rewarder{}
+	h := plugintest.New(t, newDefinition(rw), plugintest.Options{Config: testConfig + "compute_workers = 1", Plugins: map[string]http.Handler{"wallet": newWalletStub("pool", 1<<40)}})
+	call(t, h, "POST", "/v1/epochs/c0/compute", inputs(1000, 5))
+	<-held
+	for _, id := range []string{"c1", "c2"} {
+		call(t, h, "POST", "/v1/epochs/"+id+"/compute", inputs(1000, 5))
+	}
+	drained := make(chan error, 1)
+	go func() { _, _, err := h.Drain(context.Background(), time.Now().Add(5*time.Second)); drained <- err }()
+	deadline := time.Now().Add(5 * time.Second)
+	for !rw.run.draining.Load() {
+		if time.Now().After(deadline) {
+			t.Fatal("the drain did not begin")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	close(hold)
+	must(t, <-drained)
+	for series, want := range map[string]string{`rewarder_tasks_canceled_total{kind="compute"}`: "2", `rewarder_epochs_total{state="computed"}`: "1"} {
+		if got := metric(t, h, series); got != want {
+			t.Errorf("%s = %q, want %s", series, got, want)
+		}
+	}
+}
