@@ -490,7 +490,7 @@ func newMetrics(reg prometheus.Registerer, r *running) (metrics, error) {
 		quarantine:  prometheus.NewCounterVec(prometheus.CounterOpts{Name: "quarantine_total", Help: "Epochs quarantined, by reason."}, []string{"reason"}),
 		epochs:      prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rewarder_epochs_total", Help: "Epochs that reached a state, by state."}, []string{"state"}),
 		pruned:      prometheus.NewCounter(prometheus.CounterOpts{Name: "rewarder_epochs_pruned_total", Help: "Settled epochs whose inputs, outbox and artifacts were removed after retention."}),
-		computeTime: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "rewarder_compute_seconds", Help: "Duration of one epoch's reward computation and artifacts.", Buckets: prometheus.ExponentialBuckets(0.001, 4, 8)}),
+		computeTime: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "rewarder_compute_seconds", Help: "Time from the start of an epoch's reward computation to its artifacts written, the wait in the results queue included.", Buckets: prometheus.ExponentialBuckets(0.001, 4, 8)}),
 	}
 	m.busy.WithLabelValues("compute")
 	m.lagged.WithLabelValues(otherConsumer)
