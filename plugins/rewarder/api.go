@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/plughost/plughost/sdk"
 	"github.com/plughost/plughost/sdk/durable"
@@ -32,16 +33,31 @@ func (rw *rewarder) routes(mux *sdk.Mux) {
 	mux.HandleFunc("GET /v1/epochs/{id}", rw.handle(rw.manifest))
 	mux.HandleFunc("GET /v1/epochs/{id}/run.json", rw.handle(rw.runJSON))
 	mux.HandleFunc("POST /v1/epochs/{id}/retry", rw.handle(rw.retry))
+	mux.HandleFunc("GET /v1/events", func(w http.ResponseWriter, req *http.Request) {
+		if r := rw.serving(w); r != nil {
+			rw.events(w, req, r)
+		}
+	}, sdk.Streaming())
+}
+
+// serving returns the running rewarder, or answers 503 and returns nil
+// while it is not configured or draining.
+func (rw *rewarder) serving(w http.ResponseWriter) *running {
+	r := rw.run
+	if r == nil || r.draining.Load() {
+		w.Header().Set("Retry-After", "1")
+		sdk.WriteError(w, http.StatusServiceUnavailable, "draining", "the rewarder is draining")
+		return nil
+	}
+	return r
 }
 
 // handle checks the epoch id and that the plugin takes requests, then
 // calls h.
 func (rw *rewarder) handle(h func(w http.ResponseWriter, req *http.Request, r *running, id string)) http.HandlerFunc {
 	return func(w http.ResponseWriter, req *http.Request) {
-		r := rw.run
-		if r == nil || r.draining.Load() {
-			w.Header().Set("Retry-After", "1")
-			sdk.WriteError(w, http.StatusServiceUnavailable, "draining", "the rewarder is draining")
+		r := rw.serving(w)
+		if r == nil {
 			return
 		}
 		id := req.PathValue("id")
@@ -100,6 +116,7 @@ func (rw *rewarder) compute(w http.ResponseWriter, req *http.Request, r *running
 	}
 	canonical, inputsHash := seal(id, in)
 	var e epoch
+	created := false
 	err = r.commit(req.Context(), func(tx *store.Tx) error {
 		cur, ok, err := getEpoch(tx, id)
 		switch {
@@ -108,9 +125,10 @@ func (rw *rewarder) compute(w http.ResponseWriter, req *http.Request, r *running
 		case ok && cur.InputsHash != inputsHash:
 			return errConflict
 		case ok:
-			e = cur
+			e, created = cur, false
 			return nil
 		}
+		created = true
 		e = epoch{Epoch: id, State: stateQueued, InputsHash: inputsHash, PoolAccount: in.PoolAccount,
 			PoolAmount: in.PoolAmount, CodeVersion: codeVersion}
 		if err := tx.Put(bucketInputs, []byte(id), canonical); err != nil {
@@ -125,6 +143,9 @@ func (rw *rewarder) compute(w http.ResponseWriter, req *http.Request, r *running
 	case err != nil:
 		writeStoreError(w, r, err)
 		return
+	}
+	if created {
+		r.emit(e)
 	}
 	switch e.State {
 	case stateQueued, stateComputing:
@@ -167,6 +188,10 @@ func (rw *rewarder) runJSON(w http.ResponseWriter, _ *http.Request, r *running, 
 	}
 	if e.Commitment == "" {
 		sdk.WriteError(w, http.StatusNotFound, "not_computed", fmt.Sprintf("epoch %q is %s", id, e.State))
+		return
+	}
+	if e.Pruned || r.due(e) {
+		sdk.WriteError(w, http.StatusGone, "pruned", fmt.Sprintf("epoch %q settled at %s; its artifacts were removed after the retention of %s", id, e.SettledAt.Format(time.RFC3339), r.s.retention))
 		return
 	}
 	b, err := os.ReadFile(filepath.Join(r.s.artifactDir, id, "run.json"))
@@ -232,12 +257,19 @@ func (rw *rewarder) retry(w http.ResponseWriter, req *http.Request, r *running, 
 		writeStoreError(w, r, err)
 		return
 	}
+	r.emit(e)
 	if e.State == stateQueued {
 		_ = r.schedule(req.Context(), id) // if busy, the rescanner takes it
 	} else if r.claim(id) {
 		r.offer(id)
 	}
 	writeJSON(w, http.StatusAccepted, accepted{Epoch: id, State: e.State})
+}
+
+// due reports whether e is settled and past retention: the pruner may
+// have removed its artifacts already.
+func (r *running) due(e epoch) bool {
+	return r.s.retention > 0 && e.SettledAt != nil && e.SettledAt.Before(r.now().Add(-r.s.retention))
 }
 
 var (

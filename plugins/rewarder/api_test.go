@@ -343,6 +343,9 @@ func TestDrainResumes(t *testing.T) {
 	if _, _, err := h.Drain(t.Context(), time.Now().Add(300*time.Millisecond)); err != nil {
 		t.Fatal(err)
 	}
+	if got := metric(t, h, `rewarder_tasks_canceled_total{kind="settle"}`); got != "1" {
+		t.Errorf(`rewarder_tasks_canceled_total{kind="settle"} = %q, want 1: the drain ended d1's round`, got)
+	}
 	w.before = nil
 	h2 := start(t, dir, "", w)
 	e := waitState(t, h2, "d1", stateSettled)
@@ -414,6 +417,9 @@ func TestConfigRefused(t *testing.T) {
 		{`compute_workers = 1.5`, "compute_workers"},
 		{`epoch_duration = "48h"`, "epoch_duration"},
 		{`wallet_plugin = ""`, "wallet_plugin"},
+		{`retention = "30m"`, "retention"},
+		{`event_consumers = ["other"]`, "event_consumers"},
+		{`events_buffer = 0`, "events_buffer"},
 		{"settle {\n retries = 0\n}", "settle.retries"},
 	} {
 		_, err := plugintest.Start(t, definition(), plugintest.Options{Config: tt.config})

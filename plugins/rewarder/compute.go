@@ -26,6 +26,7 @@ func (r *running) computeLoop(ctx context.Context) {
 		}
 		if r.stopping() {
 			r.release(id) // stays queued in the store: the next process computes it
+			r.m.canceled[kindCompute].Inc()
 			continue
 		}
 		r.guard(id, func() { r.computeEpoch(ctx, id) })
@@ -85,67 +86,31 @@ func (r *running) computeEpoch(ctx context.Context, id string) {
 		return
 	}
 	runJSON, commitment := artifacts(id, e.InputsHash, Inputs{PoolAccount: in.PoolAccount, PoolAmount: in.PoolAmount}, payouts)
-	if err := r.writeArtifacts(id, runJSON, commitment); err != nil {
-		r.log.Error("write artifacts", "epoch", id, "error", err)
-		r.quarantine(ctx, id, reasonArtifact, err.Error())
-		r.release(id)
-		return
-	}
-	r.m.computeTime.Observe(r.now().Sub(start).Seconds())
-	var legs []Leg
-	var total uint64
+	res := result{id: id, runJSON: runJSON, commitment: commitment, start: start}
 	for _, p := range payouts {
-		total += p.Amount
+		res.total += p.Amount
 		if p.Amount > 0 { // the wallet refuses legs of 0
-			legs = append(legs, Leg{To: p.Account, Amount: p.Amount})
+			res.legs = append(res.legs, Leg{To: p.Account, Amount: p.Amount})
 		}
 	}
-	var parts [][]Leg
-	for lo := 0; lo < len(legs); lo += legsPerPart {
-		parts = append(parts, legs[lo:min(lo+legsPerPart, len(legs))])
-	}
-	err = r.commit(ctx, func(tx *store.Tx) error {
-		cur, ok, err := getEpoch(tx, id)
-		if err != nil || !ok || cur.State != stateComputing {
-			return errors.Join(err, errStale)
-		}
-		for i, legs := range parts {
-			if err := putPart(tx, id, i, part{Key: idemKey(id, cur.Generation, i), Legs: legs}); err != nil {
-				return err
-			}
-		}
-		cur.State = stateComputed
-		cur.Commitment = commitment
-		cur.Recipients = len(legs)
-		cur.PayoutsTotal = total
-		cur.Settlement = settlement{Parts: len(parts)}
-		return putEpoch(tx, cur)
-	})
-	if err != nil {
-		r.release(id)
-		if !errors.Is(err, errStale) {
-			r.log.Error("store a computed epoch", "epoch", id, "error", err)
-		}
-		return
-	}
-	r.m.epochs.WithLabelValues(stateComputed).Inc()
-	r.offer(id)
+	r.sendResult(ctx, res)
 }
 
 // transition applies fn to the epoch if it is in state from.
 func (r *running) transition(ctx context.Context, id, from string, fn func(*epoch)) error {
+	var out epoch
 	err := r.commit(ctx, func(tx *store.Tx) error {
 		e, ok, err := getEpoch(tx, id)
 		if err != nil || !ok || e.State != from {
 			return errors.Join(err, errStale)
 		}
 		fn(&e)
+		out = e
 		return putEpoch(tx, e)
 	})
 	if err == nil {
-		var e epoch
-		fn(&e)
-		r.m.epochs.WithLabelValues(e.State).Inc()
+		r.m.epochs.WithLabelValues(out.State).Inc()
+		r.emit(out)
 	}
 	return err
 }
@@ -153,6 +118,7 @@ func (r *running) transition(ctx context.Context, id, from string, fn func(*epoc
 // quarantine stores the epoch as quarantined with reason: nothing more
 // is paid until the operator asks for a retry.
 func (r *running) quarantine(ctx context.Context, id, reason, detail string) {
+	var out epoch
 	err := r.commit(ctx, func(tx *store.Tx) error {
 		e, ok, err := getEpoch(tx, id)
 		if err != nil || !ok {
@@ -160,6 +126,7 @@ func (r *running) quarantine(ctx context.Context, id, reason, detail string) {
 		}
 		e.State = stateQuarantined
 		e.Reason = reason
+		out = e
 		return putEpoch(tx, e)
 	})
 	if err != nil {
@@ -169,6 +136,7 @@ func (r *running) quarantine(ctx context.Context, id, reason, detail string) {
 	r.log.Warn("epoch quarantined", "epoch", id, "reason", reason, "detail", detail)
 	r.m.quarantine.WithLabelValues(reason).Inc()
 	r.m.epochs.WithLabelValues(stateQuarantined).Inc()
+	r.emit(out)
 }
 
 // writeArtifacts writes run.json and commitment into the epoch's

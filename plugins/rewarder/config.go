@@ -21,6 +21,9 @@ type config struct {
 	IOInflight       float64       `json:"io_inflight"`
 	WalletPlugin     string        `json:"wallet_plugin"`
 	Rescan           sdk.Duration  `json:"rescan"`
+	Retention        sdk.Duration  `json:"retention"`
+	EventsBuffer     float64       `json:"events_buffer"`
+	EventConsumers   []string      `json:"event_consumers"`
 	QueueCapacity    float64       `json:"queue_capacity"`
 	MaxBatch         float64       `json:"max_batch"`
 	CommitTimeout    sdk.Duration  `json:"commit_timeout"`
@@ -38,8 +41,10 @@ type settings struct {
 	computeWorkers, workQueue, maxContributions, ioInflight int
 	queueCapacity, maxBatch                                 int
 	artifactDir, wallet                                     string
-	epochDuration, rescan, commitTimeout                    time.Duration
+	epochDuration, rescan, commitTimeout, retention         time.Duration
 	retries                                                 int
+	eventsBuffer                                            int
+	eventConsumers                                          map[string]bool // the names bus_lagged_total labels by name
 	backoff, timeout                                        time.Duration
 }
 
@@ -53,6 +58,9 @@ func schema() sdk.Schema {
 		{Name: "io_inflight", Type: sdk.TypeNumber, Default: 4, Description: "epochs settling through the wallet at once"},
 		{Name: "wallet_plugin", Type: sdk.TypeString, Default: "wallet", Description: "instance name of the wallet plugin that settlement calls through the host"},
 		{Name: "rescan", Type: sdk.TypeDuration, Default: "5s", Description: "how often stored epochs left waiting (a full queue, a restart) are picked up again"},
+		{Name: "retention", Type: sdk.TypeDuration, Default: "720h", Description: "how long a settled epoch keeps its sealed inputs, outbox and artifacts; then they are removed, and its manifest stays, marked pruned; 0 keeps them forever"},
+		{Name: "events_buffer", Type: sdk.TypeNumber, Default: 1024, Description: "state changes buffered for each GET /v1/events consumer; a consumer further behind loses the oldest, counted in bus_lagged_total"},
+		{Name: "event_consumers", Type: sdk.ListOf(sdk.TypeString), Default: []string{}, Description: "events consumer names (?consumer=) that bus_lagged_total counts under their own consumer label; every other name counts as \"other\", so that clients cannot add series"},
 		{Name: "queue_capacity", Type: sdk.TypeNumber, Default: 512, Description: "store writes waiting to commit; beyond it requests get 429 busy"},
 		{Name: "max_batch", Type: sdk.TypeNumber, Default: 256, Description: "most writes per group commit (one write-ahead log record and fdatasync)"},
 		{Name: "commit_timeout", Type: sdk.TypeDuration, Default: "1s", Description: "deadline of one commit attempt"},
@@ -97,6 +105,20 @@ func (c config) check(dataDir string) (settings, error) {
 	s.epochDuration = dur("epoch_duration", c.EpochDuration, time.Second, 30*24*time.Hour)
 	s.ioInflight = whole("io_inflight", c.IOInflight, 1, 1024)
 	s.rescan = dur("rescan", c.Rescan, 10*time.Millisecond, time.Hour)
+	if c.Retention.Std() != 0 {
+		s.retention = dur("retention", c.Retention, time.Hour, 100*365*24*time.Hour)
+	}
+	s.eventsBuffer = whole("events_buffer", c.EventsBuffer, 1, 1<<20)
+	s.eventConsumers = make(map[string]bool, len(c.EventConsumers))
+	for i, name := range c.EventConsumers {
+		if err == nil && (!consumerRE.MatchString(name) || name == otherConsumer) {
+			err = &sdk.ConfigError{Attribute: "event_consumers", Message: fmt.Sprintf("names must match %s and not be %q, got %q at index %d", consumerRE, otherConsumer, name, i)}
+		}
+		s.eventConsumers[name] = true
+	}
+	if err == nil && len(s.eventConsumers) > maxConsumers {
+		err = &sdk.ConfigError{Attribute: "event_consumers", Message: fmt.Sprintf("at most %d names, got %d", maxConsumers, len(s.eventConsumers))}
+	}
 	s.queueCapacity = whole("queue_capacity", c.QueueCapacity, 1, 1<<20)
 	s.maxBatch = whole("max_batch", c.MaxBatch, 1, 4096)
 	s.commitTimeout = dur("commit_timeout", c.CommitTimeout, time.Millisecond, time.Minute)

@@ -89,6 +89,13 @@ type running struct {
 	// it again.
 	work    *workq.Queue[string]
 	intents *workq.Queue[string]
+	// results carries computed epochs from the compute workers to the
+	// artifact writer (the seed's results queue): a blocking send, so
+	// that a slow disk holds the workers back; the drain closes it once
+	// the workers are done, and the writer flushes it.
+	results chan result
+	// bus broadcasts the state changes to GET /v1/events.
+	bus bus
 
 	// mu guards active, the epochs queued, computing or settling in this
 	// process: one run per epoch.
@@ -100,7 +107,8 @@ type running struct {
 	stop     chan struct{}      // closed when the drain begins
 	ctx      context.Context    // canceled at the drain deadline
 	cancel   context.CancelFunc //
-	wg       sync.WaitGroup     // every goroutine below
+	workers  sync.WaitGroup     // the compute workers, results' senders
+	wg       sync.WaitGroup     // every other goroutine
 }
 
 // configure opens the store, starts the committer, the compute workers,
@@ -119,7 +127,7 @@ func (rw *rewarder) configure(_ context.Context, rt *sdk.Runtime) (err error) {
 		return &sdk.ConfigError{Attribute: "artifact_dir", Message: err.Error()}
 	}
 	r := &running{s: s, log: rt.Logger, host: rt.Host, now: rw.now, jitter: rw.jitter,
-		active: map[string]bool{}, stop: make(chan struct{})}
+		active: map[string]bool{}, stop: make(chan struct{}), results: make(chan result, resultsCapacity)}
 	if r.now == nil {
 		r.now = time.Now
 	}
@@ -135,9 +143,13 @@ func (rw *rewarder) configure(_ context.Context, rt *sdk.Runtime) (err error) {
 			_ = r.db.Close()
 		}
 	}()
+	if err := index(r.db, r.now().UTC()); err != nil {
+		return err
+	}
 	if r.m, err = newMetrics(rt.Registerer, r); err != nil {
 		return err
 	}
+	r.bus.onLag = r.m.lagged
 	if r.work, err = workq.New[string](workq.Options{Name: "work", Capacity: s.workQueue, Registerer: rt.Registerer}); err != nil {
 		return err
 	}
@@ -172,20 +184,21 @@ func (rw *rewarder) configure(_ context.Context, rt *sdk.Runtime) (err error) {
 		return err
 	}
 	r.ctx, r.cancel = context.WithCancel(context.Background())
-	r.supervise("worker", s.computeWorkers, r.computeLoop)
-	r.supervise("emitter", s.ioInflight, r.settleLoop)
-	r.supervise("rescanner", 1, r.rescanLoop)
+	r.supervise(&r.workers, "worker", s.computeWorkers, r.computeLoop)
+	r.supervise(&r.wg, "writer", 1, r.writeLoop)
+	r.supervise(&r.wg, "emitter", s.ioInflight, r.settleLoop)
+	r.supervise(&r.wg, "rescanner", 1, r.rescanLoop)
 	rw.run = r
 	rw.life.Start(durable.Parts[op, error]{Store: r.db, Committer: r.c, Logger: rt.Logger, Drain: r.stopTasks, Health: r.health})
 	return nil
 }
 
-// supervise starts n goroutines running fn, each restarted after a
+// supervise starts n goroutines running fn in wg, each restarted after a
 // jittered, growing backoff when fn panics, until fn returns.
-func (r *running) supervise(task string, n int, fn func(ctx context.Context)) {
+func (r *running) supervise(wg *sync.WaitGroup, task string, n int, fn func(ctx context.Context)) {
 	for range n {
 		r.m.spawned[task].Inc()
-		r.wg.Go(func() {
+		wg.Go(func() {
 			delay := restartMin
 			for {
 				if !r.protect(task, fn) {
@@ -300,14 +313,16 @@ func (r *running) offer(id string) {
 	}
 }
 
-// rescanLoop offers stored epochs that wait for work but are not active:
-// at start (a restart resumes where the last process stopped), and every
-// rescan period (a full queue refused them).
+// rescanLoop offers stored epochs that wait for work but are not active,
+// as the pending index lists them: at start (a restart resumes where the
+// last process stopped), and every rescan period (a full queue refused
+// them). Each pass then prunes the settled epochs past retention.
 func (r *running) rescanLoop(ctx context.Context) {
 	t := time.NewTicker(r.s.rescan)
 	defer t.Stop()
 	for {
 		r.rescan(ctx)
+		r.prune(ctx)
 		select {
 		case <-ctx.Done():
 			return
@@ -322,7 +337,7 @@ func (r *running) rescan(ctx context.Context) {
 	var compute, settle []string
 	err := r.db.View(func(s *store.Snapshot) error {
 		var err error
-		s.Ascend(bucketEpochs, nil, nil, func(k, v []byte) bool {
+		s.Ascend(bucketPending, nil, nil, func(k, _ []byte) bool {
 			var e epoch
 			e, _, err = getEpoch(s, string(k))
 			switch e.State {
@@ -399,53 +414,105 @@ func (r *running) stopTasks(ctx context.Context) error {
 		wait, cancel = context.WithDeadline(ctx, d.Add(-min(drainMargin, time.Until(d)/4)))
 		defer cancel()
 	}
-	done := make(chan struct{})
-	go func() { r.wg.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-wait.Done():
-		r.m.aborted.Inc()
-		r.cancel()
-		<-done
+	aborted := false
+	waitFor := func(wg *sync.WaitGroup) {
+		done := make(chan struct{})
+		go func() { wg.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-wait.Done():
+			if !aborted {
+				aborted = true
+				r.m.aborted.Inc()
+				r.cancel()
+			}
+			<-done
+		}
 	}
+	// The workers finish their computations first; then nothing sends on
+	// results, and the writer flushes it.
+	waitFor(&r.workers)
+	close(r.results)
+	waitFor(&r.wg)
 	r.cancel()
+	for res := range r.results { // what the deadline left unwritten
+		r.m.droppedResults.Inc()
+		r.release(res.id)
+	}
 	return nil
 }
 
 // metrics are the plugin's own series; the queues and the committer
 // register theirs.
 type metrics struct {
-	busy        *prometheus.CounterVec
-	spawned     map[string]prometheus.Counter // by task, each its own series: the committer registers kind="committer"
-	restarts    *prometheus.CounterVec
-	retries     prometheus.Counter
-	timeouts    prometheus.Counter
-	aborted     prometheus.Counter
-	degraded    *prometheus.GaugeVec
-	quarantine  *prometheus.CounterVec
-	epochs      *prometheus.CounterVec
-	computeTime prometheus.Histogram
+	busy     *prometheus.CounterVec
+	spawned  map[string]prometheus.Counter // by task, each its own series: the committer registers kind="committer"
+	restarts *prometheus.CounterVec
+	retries  prometheus.Counter
+	// walletTimeouts are the wallet calls past their deadline, by op: the
+	// committer owns io_timeouts_total{op}, the store's.
+	walletTimeouts *prometheus.CounterVec
+	aborted        prometheus.Counter
+	degraded       *prometheus.GaugeVec
+	quarantine     *prometheus.CounterVec
+	epochs         *prometheus.CounterVec
+	computeTime    prometheus.Histogram
+	pruned         prometheus.Counter
+	lagged         *prometheus.CounterVec
+	droppedResults prometheus.Counter
+	canceled       map[string]prometheus.Counter // by kind, each its own series, as spawned
 }
+
+// rewarder_tasks_canceled_total's kinds: work the drain ended before it was done,
+// left stored for the next process.
+const (
+	kindCompute = "compute" // a queued epoch a worker took as the drain began
+	kindSettle  = "settle"  // a settlement round the drain ended
+)
 
 func newMetrics(reg prometheus.Registerer, r *running) (metrics, error) {
 	m := metrics{
 		busy:     prometheus.NewCounterVec(prometheus.CounterOpts{Name: "busy_rejections_total", Help: "Requests refused with 429 because a bounded queue was full, by endpoint."}, []string{"endpoint"}),
 		spawned:  map[string]prometheus.Counter{},
+		canceled: map[string]prometheus.Counter{},
+		lagged: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "bus_lagged_total",
+			Help: "Events dropped, oldest first, from the buffer of a consumer of GET /v1/events that fell behind, by consumer: a name in event_consumers, or other."}, []string{"consumer"}),
+		droppedResults: prometheus.NewCounter(prometheus.CounterOpts{Name: "dropped_results_total",
+			Help: "Computed epochs whose results the drain deadline left unstored; the next process computes them again."}),
 		restarts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "service_restarts_total", Help: "Supervised goroutines restarted after a panic, by task."}, []string{"task"}),
 		retries: prometheus.NewCounter(prometheus.CounterOpts{Name: "backoff_retries_total", Help: "Retries after a backoff delay, by service and operation.",
 			ConstLabels: prometheus.Labels{"svc": "rewarder", "op": "settle"}}),
-		timeouts: prometheus.NewCounter(prometheus.CounterOpts{Name: "io_timeouts_total", Help: "I/O operations that outlasted their deadline, by operation.",
-			ConstLabels: prometheus.Labels{"op": "wallet_call"}}),
+		walletTimeouts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rewarder_wallet_timeouts_total",
+			Help: "Calls to the wallet plugin that outlasted settle.timeout, by op (account: the pool's nonce; batch: a settlement part)."}, []string{"op"}),
 		aborted: prometheus.NewCounter(prometheus.CounterOpts{Name: "tasks_aborted_total", Help: "Accepted work abandoned at the drain deadline, by kind.",
 			ConstLabels: prometheus.Labels{"kind": "epoch"}}),
 		degraded:    prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "readyz_degraded", Help: "1 while the plugin reports not ready for a cause, by cause."}, []string{"cause"}),
 		quarantine:  prometheus.NewCounterVec(prometheus.CounterOpts{Name: "quarantine_total", Help: "Epochs quarantined, by reason."}, []string{"reason"}),
 		epochs:      prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rewarder_epochs_total", Help: "Epochs that reached a state, by state."}, []string{"state"}),
-		computeTime: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "rewarder_compute_seconds", Help: "Duration of one epoch's reward computation and artifacts.", Buckets: prometheus.ExponentialBuckets(0.001, 4, 8)}),
+		pruned:      prometheus.NewCounter(prometheus.CounterOpts{Name: "rewarder_epochs_pruned_total", Help: "Settled epochs whose inputs, outbox and artifacts were removed after retention."}),
+		computeTime: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "rewarder_compute_seconds", Help: "Time from the start of an epoch's reward computation to its artifacts written, the wait in the results queue included.", Buckets: prometheus.ExponentialBuckets(0.001, 4, 8)}),
 	}
 	m.busy.WithLabelValues("compute")
-	cols := []prometheus.Collector{m.busy, m.restarts, m.retries, m.timeouts, m.aborted, m.degraded, m.quarantine, m.epochs, m.computeTime}
-	for _, task := range []string{"worker", "emitter", "rescanner"} {
+	m.lagged.WithLabelValues(otherConsumer)
+	for name := range r.s.eventConsumers {
+		m.lagged.WithLabelValues(name)
+	}
+	m.walletTimeouts.WithLabelValues(walletOpAccount)
+	m.walletTimeouts.WithLabelValues(walletOpBatch)
+	cols := []prometheus.Collector{m.busy, m.restarts, m.retries, m.walletTimeouts, m.aborted, m.degraded, m.quarantine, m.epochs, m.computeTime, m.pruned, m.droppedResults, m.lagged,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: workq.DepthName, Help: workq.DepthHelp, ConstLabels: prometheus.Labels{"queue": "results"}},
+			func() float64 { return float64(len(r.results)) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: workq.CapacityName, Help: workq.CapacityHelp, ConstLabels: prometheus.Labels{"queue": "results"}},
+			func() float64 { return float64(cap(r.results)) })}
+	for _, kind := range []string{kindCompute, kindSettle} {
+		// Not tasks_canceled_total: the committer registers that family
+		// with a help text of its own kind, and a registry takes one help
+		// per family.
+		m.canceled[kind] = prometheus.NewCounter(prometheus.CounterOpts{Name: "rewarder_tasks_canceled_total", Help: "Work the drain ended before it was done, left stored for the next process, by kind (compute, settle).",
+			ConstLabels: prometheus.Labels{"kind": kind}})
+		cols = append(cols, m.canceled[kind])
+	}
+	for _, task := range []string{"worker", "writer", "emitter", "rescanner"} {
 		m.spawned[task] = prometheus.NewCounter(prometheus.CounterOpts{Name: durable.TasksSpawnedName, Help: durable.TasksSpawnedHelp, ConstLabels: prometheus.Labels{"kind": task}})
 		m.restarts.WithLabelValues(task)
 		cols = append(cols, m.spawned[task])

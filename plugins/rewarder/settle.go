@@ -21,6 +21,9 @@ const (
 	reasonRejected     = "settlement_rejected"
 	reasonArtifact     = "artifact_write_failed"
 	maxWalletBodyBytes = 64 << 10
+	// deadlineSlack is how close to its deadline a failed wallet call
+	// counts as timed out.
+	deadlineSlack = 10 * time.Millisecond
 )
 
 // settleLoop is one settlement emitter: it takes epochs from the intents
@@ -33,11 +36,22 @@ func (r *running) settleLoop(ctx context.Context) {
 		}
 		if r.stopping() {
 			r.release(id) // stays stored: the next process settles it
+			r.m.canceled[kindSettle].Inc()
 			continue
 		}
 		r.guard(id, func() { r.settleEpoch(ctx, id) })
+		if r.stopping() && r.unsettled(id) {
+			r.m.canceled[kindSettle].Inc()
+		}
 		r.release(id)
 	}
+}
+
+// unsettled reports whether epoch id still waits for settlement.
+func (r *running) unsettled(id string) bool {
+	var e epoch
+	err := r.db.View(func(s *store.Snapshot) (err error) { e, _, err = getEpoch(s, id); return err })
+	return err == nil && (e.State == stateComputed || e.State == stateSettling)
 }
 
 // settleEpoch sends an epoch's unsettled parts to the wallet, in order,
@@ -64,7 +78,8 @@ func (r *running) settleEpoch(parent context.Context, id string) {
 			return
 		}
 		if e.Settlement.SettledParts == e.Settlement.Parts {
-			_ = r.transition(ctx, id, e.State, func(e *epoch) { e.State = stateSettled })
+			now := r.now().UTC()
+			_ = r.transition(ctx, id, e.State, func(e *epoch) { e.State, e.SettledAt = stateSettled, &now })
 			return
 		}
 		if r.stopping() || parent.Err() != nil {
@@ -167,6 +182,7 @@ func (r *running) settlePart(ctx, parent context.Context, e epoch, i int) bool {
 }
 
 func (r *running) setNonce(ctx context.Context, id string, i int, key string, nonce uint64) error {
+	var settling *epoch // the epoch, once this write moved it to settling
 	err := r.commit(ctx, func(tx *store.Tx) error {
 		e, ok, err := getEpoch(tx, id)
 		if err != nil || !ok || (e.State != stateComputed && e.State != stateSettling) {
@@ -182,10 +198,14 @@ func (r *running) setNonce(ctx context.Context, id string, i int, key string, no
 		}
 		if e.State == stateComputed {
 			e.State = stateSettling
+			settling = &e
 			return putEpoch(tx, e)
 		}
 		return nil
 	})
+	if err == nil && settling != nil {
+		r.emit(*settling)
+	}
 	if err != nil && !errors.Is(err, errStale) {
 		r.log.Error("store a part's nonce", "epoch", id, "part", i, "error", err)
 	}
@@ -207,6 +227,8 @@ func (r *running) countAttempt(ctx context.Context, id string) error {
 // last part.
 func (r *running) markSettled(ctx context.Context, id string, i int, key string) error {
 	last := false
+	var out epoch
+	now := r.now().UTC()
 	err := r.commit(ctx, func(tx *store.Tx) error {
 		e, ok, err := getEpoch(tx, id)
 		if err != nil || !ok {
@@ -225,8 +247,8 @@ func (r *running) markSettled(ctx context.Context, id string, i int, key string)
 		}
 		e.Settlement.SettledParts++
 		if e.Settlement.SettledParts == e.Settlement.Parts {
-			e.State = stateSettled
-			last = true
+			e.State, e.SettledAt = stateSettled, &now
+			last, out = true, e
 		}
 		return putEpoch(tx, e)
 	})
@@ -236,6 +258,7 @@ func (r *running) markSettled(ctx context.Context, id string, i int, key string)
 	}
 	if last {
 		r.m.epochs.WithLabelValues(stateSettled).Inc()
+		r.emit(out)
 	}
 	return nil
 }
@@ -247,9 +270,16 @@ type walletError struct {
 	ExpectedNonce uint64 `json:"expected_nonce"`
 }
 
+// Operations of wallet calls, rewarder_wallet_timeouts_total's op label.
+const (
+	walletOpAccount = "account" // GET /v1/accounts/{pool}: the pool's nonce
+	walletOpBatch   = "batch"   // POST /v1/batch: one settlement part
+)
+
 // call sends one request to the wallet through the host, within
-// settle.timeout, and returns its status and body.
-func (r *running) call(ctx context.Context, method, path string, h http.Header, body []byte) (int, []byte, error) {
+// settle.timeout, and returns its status and body. A call past its
+// deadline counts in rewarder_wallet_timeouts_total{op}.
+func (r *running) call(ctx context.Context, op, method, path string, h http.Header, body []byte) (int, []byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, r.s.timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, method, path, bytes.NewReader(body))
@@ -265,8 +295,11 @@ func (r *running) call(ctx context.Context, method, path string, h http.Header, 
 		body, err = io.ReadAll(io.LimitReader(resp.Body, maxWalletBodyBytes))
 	}
 	if err != nil {
-		if errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
-			r.m.timeouts.Inc()
+		// The host carries the call's deadline to its side, which may
+		// answer DeadlineExceeded (a gRPC status, not ctx's error) a
+		// moment before ctx's own timer fires.
+		if d, _ := ctx.Deadline(); errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil || time.Until(d) < deadlineSlack {
+			r.m.walletTimeouts.WithLabelValues(op).Inc()
 		}
 		return 0, nil, fmt.Errorf("call %s %s: %w", r.s.wallet, path, err)
 	}
@@ -275,7 +308,7 @@ func (r *running) call(ctx context.Context, method, path string, h http.Header, 
 
 // walletNonce returns the account's nonce.
 func (r *running) walletNonce(ctx context.Context, account string) (uint64, error) {
-	code, body, err := r.call(ctx, http.MethodGet, "/v1/accounts/"+url.PathEscape(account), nil, nil)
+	code, body, err := r.call(ctx, walletOpAccount, http.MethodGet, "/v1/accounts/"+url.PathEscape(account), nil, nil)
 	if err != nil {
 		return 0, err
 	}
@@ -314,7 +347,7 @@ func (r *running) postBatch(ctx context.Context, from string, p part) (int, wall
 		Transfers []Leg  `json:"transfers"`
 	}{from, p.Nonce, p.Legs})
 	h := http.Header{"Content-Type": {"application/json"}, "Idempotency-Key": {p.Key}}
-	code, resp, err := r.call(ctx, http.MethodPost, "/v1/batch", h, body)
+	code, resp, err := r.call(ctx, walletOpBatch, http.MethodPost, "/v1/batch", h, body)
 	var we walletError
 	if err == nil && code != http.StatusOK {
 		we, _ = decodeWalletError(resp)

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/plughost/plughost/sdk/store"
 )
@@ -15,14 +16,28 @@ const storeFile = "rewarder.db"
 // epoch's record (JSON, under its id), inputs its sealed inputs (the
 // canonical bytes, under its id), and outbox its settlement parts (under
 // id, 0, part as 4 bytes big-endian), written in the same group as the
-// state change that creates them.
+// state change that creates them. Two indexes, which putEpoch keeps in
+// the group of every state change: pending holds the ids of the epochs
+// that wait for work (queued, computing, computed, settling), which the
+// rescanner reads instead of every epoch; settled holds the settled
+// epochs not yet pruned, under their settled_at (8 bytes big-endian, Unix
+// nanoseconds) and id, oldest first. meta holds keyIndexed once the
+// indexes cover every epoch.
 const (
 	bucketEpochs = iota
 	bucketInputs
 	bucketOutbox
+	bucketPending
+	bucketSettled
+	bucketMeta
 )
 
-var storeOpts = store.Options{Buckets: []store.Bucket{{Name: "epochs"}, {Name: "inputs"}, {Name: "outbox", Sequential: true}}}
+var storeOpts = store.Options{Buckets: []store.Bucket{{Name: "epochs"}, {Name: "inputs"}, {Name: "outbox", Sequential: true},
+	{Name: "pending"}, {Name: "settled", Sequential: true}, {Name: "meta"}}}
+
+// keyIndexed, in meta, says that pending and settled cover every stored
+// epoch; a store written before them has not, and index builds them once.
+var keyIndexed = []byte("indexed")
 
 // Epoch states.
 const (
@@ -53,6 +68,22 @@ type epoch struct {
 	// when the wallet definitively refused a part and the operator asked
 	// for a retry.
 	Generation int `json:"generation"`
+	// SettledAt is when the last part settled; retention counts from it.
+	SettledAt *time.Time `json:"settled_at,omitempty"`
+	// Pruned is set once retention has passed: the sealed inputs, the
+	// outbox and the artifacts are gone; the record stays, so that the
+	// epoch is never computed or paid again.
+	Pruned bool `json:"pruned,omitempty"`
+}
+
+// waiting reports whether an epoch in state waits for a worker or an
+// emitter: the states the pending index holds.
+func waiting(state string) bool {
+	switch state {
+	case stateQueued, stateComputing, stateComputed, stateSettling:
+		return true
+	}
+	return false
 }
 
 type settlement struct {
@@ -95,9 +126,62 @@ func getEpoch(r reader, id string) (epoch, bool, error) {
 	return e, true, nil
 }
 
+// putEpoch stores e and keeps the pending and settled indexes in the
+// same group.
 func putEpoch(tx *store.Tx, e epoch) error {
 	b, _ := json.Marshal(e)
-	return tx.Put(bucketEpochs, []byte(e.Epoch), b)
+	id := []byte(e.Epoch)
+	err := tx.Put(bucketEpochs, id, b)
+	if err == nil && waiting(e.State) {
+		err = tx.Put(bucketPending, id, []byte(e.State))
+	} else if err == nil {
+		err = tx.Delete(bucketPending, id)
+	}
+	if err == nil && e.State == stateSettled && e.SettledAt != nil {
+		if e.Pruned {
+			err = tx.Delete(bucketSettled, settledKey(*e.SettledAt, e.Epoch))
+		} else {
+			err = tx.Put(bucketSettled, settledKey(*e.SettledAt, e.Epoch), id)
+		}
+	}
+	return err
+}
+
+// settledKey is the settled index's key of epoch id settled at t.
+func settledKey(t time.Time, id string) []byte {
+	return append(binary.BigEndian.AppendUint64(nil, uint64(t.UnixNano())), id...)
+}
+
+// index builds the pending and settled indexes of a store written before
+// them, once: at start, before the committer takes the store's writes.
+// Epochs settled before it count as settled now.
+func index(db *store.DB, now time.Time) error {
+	return db.Update(func(tx *store.Tx) error {
+		if tx.Get(bucketMeta, keyIndexed) != nil {
+			return nil
+		}
+		var es []epoch
+		var err error
+		tx.Ascend(bucketEpochs, nil, nil, func(k, _ []byte) bool {
+			var e epoch
+			e, _, err = getEpoch(tx, string(k))
+			es = append(es, e)
+			return err == nil
+		})
+		for _, e := range es {
+			if err != nil {
+				break
+			}
+			if e.State == stateSettled && e.SettledAt == nil {
+				e.SettledAt = &now
+			}
+			err = putEpoch(tx, e)
+		}
+		if err != nil {
+			return fmt.Errorf("index the stored epochs: %w", err)
+		}
+		return tx.Put(bucketMeta, keyIndexed, []byte{1})
+	})
 }
 
 func partKey(id string, i int) []byte {

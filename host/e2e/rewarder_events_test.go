@@ -1,0 +1,173 @@
+package e2e
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestRewarderEventsLagged follows the rewarder's /v1/events through the
+// real host with a raw client that stops reading its socket (a receive
+// buffer of 4 KiB, the host's stream credit at its minimum, the
+// rewarder's events_buffer at 8) while epochs settle through the real
+// wallet: its oldest events are dropped and counted in
+// bus_lagged_total{consumer="slow"}, and every epoch still settles. A
+// consumer that reads all along gets every event in order, none lagged.
+// Read again, the slow socket's stream goes on past its lagged events,
+// and the events they report missing are exactly the gaps in its ids.
+func TestRewarderEventsLagged(t *testing.T) {
+	top := strings.NewReplacer("max_body_bytes  = 4096", "max_body_bytes  = 65536\n  stream_buffer   = 4096",
+		`request_timeout = "5s"`, `request_timeout = "60s"`).Replace(baseConfig("2s"))
+	h := startHost(t, top+rewarderWallet()+pluginBlock("rewarder", "rewarder", `  config {
+    rescan          = "100ms"
+    events_buffer   = 8
+    event_consumers = ["slow", "fast"]
+  }`))
+	readyPlugin(t, h, "wallet")
+	readyPlugin(t, h, "rewarder")
+	ctJSON := http.Header{"Content-Type": {"application/json"}}
+	if code, body := do(t, "POST", h.ingress+"/wallet/v1/issue", strings.NewReader(`{"to":"pool","amount":1000000000}`),
+		http.Header{"Content-Type": {"application/json"}, "Idempotency-Key": {"fund-pool"}}); code != http.StatusOK {
+		t.Fatalf("issue to the pool = %d %s", code, body)
+	}
+
+	addr := strings.TrimPrefix(h.ingress, "http://")
+	d := net.Dialer{Timeout: 5 * time.Second, Control: func(_, _ string, rc syscall.RawConn) error {
+		var serr error
+		err := rc.Control(func(fd uintptr) { serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096) })
+		return errors.Join(err, serr)
+	}}
+	conn, err := d.DialContext(t.Context(), "tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	fmt.Fprintf(conn, "GET /rewarder/v1/events?consumer=slow HTTP/1.1\r\nHost: %s\r\nAccept: text/event-stream\r\n\r\n", addr)
+	br := bufio.NewReaderSize(conn, 512)
+	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("slow events stream: %v %v", resp, err)
+	}
+	// From here the slow client reads nothing until it lagged; the fast
+	// one reads all along and checks that its ids have no gap.
+	fast, err := http.NewRequestWithContext(ctxTimeout(t, 120*time.Second), "GET", h.ingress+"/rewarder/v1/events?consumer=fast", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fastResp, err := http.DefaultClient.Do(fast)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fastResp.Body.Close()
+	var fastLast atomic.Uint64
+	var fastBad atomic.Value
+	var wg sync.WaitGroup
+	t.Cleanup(wg.Wait)
+	wg.Go(func() {
+		sc := bufio.NewScanner(fastResp.Body)
+		for sc.Scan() {
+			l := sc.Text()
+			if l == "event: lagged" {
+				fastBad.Store("a lagged event")
+				return
+			}
+			if v, ok := strings.CutPrefix(l, "id: "); ok {
+				n, _ := strconv.ParseUint(v, 10, 64)
+				if n != fastLast.Load()+1 {
+					fastBad.Store(fmt.Sprintf("id %d after %d", n, fastLast.Load()))
+					return
+				}
+				fastLast.Store(n)
+			}
+		}
+	})
+	metricAbove := func(prefix, label string) bool {
+		_, body := h.get(h.admin + "/metrics")
+		for l := range strings.Lines(body) {
+			if strings.HasPrefix(l, prefix) && strings.Contains(l, label) && !strings.HasSuffix(strings.TrimSpace(l), " 0") {
+				return true
+			}
+		}
+		return false
+	}
+	settled := func(id string) bool {
+		code, body := h.get(h.ingress + "/rewarder/v1/epochs/" + id)
+		var m rewarderManifest
+		return code == http.StatusOK && jsonDecode(body, &m) && m.State == "settled"
+	}
+	// Rounds of 20 epochs, 5 state changes each, until the slow consumer
+	// lags; every epoch settles meanwhile.
+	epochs := 0
+	for round := 0; !metricAbove("bus_lagged_total{", `consumer="slow"`); round++ {
+		if round == 40 {
+			t.Fatalf("no lag after %d epochs", epochs)
+		}
+		for range 20 {
+			id := fmt.Sprintf("ev%04d", epochs)
+			epochs++
+			if code, body := do(t, "POST", h.ingress+"/rewarder/v1/epochs/"+id+"/compute", strings.NewReader(rewarderInputs(id, 30, 3)), ctJSON); code != http.StatusAccepted {
+				t.Fatalf("POST %s = %d %s", id, code, body)
+			}
+		}
+		last := fmt.Sprintf("ev%04d", epochs-1)
+		waitFor(t, 30*time.Second, last+" settled", func() bool { return settled(last) })
+	}
+	t.Logf("the slow consumer lagged within %d epochs", epochs)
+	for i := range epochs {
+		if id := fmt.Sprintf("ev%04d", i); !settled(id) {
+			waitFor(t, 30*time.Second, id+" settled", func() bool { return settled(id) })
+		}
+	}
+	events := uint64(epochs * 5)
+	waitFor(t, 30*time.Second, "the fast consumer to read every event", func() bool { return fastLast.Load() == events || fastBad.Load() != nil })
+	if bad := fastBad.Load(); bad != nil {
+		t.Fatalf("the consumer that reads all along got %v", bad)
+	}
+	if metricAbove("bus_lagged_total{", `consumer="fast"`) {
+		t.Errorf("the consumer that reads all along lagged")
+	}
+
+	// The slow stream, read now: events in increasing order, lagged events
+	// in between that account for every gap, up to the last event.
+	_ = conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+	sc := bufio.NewScanner(resp.Body)
+	var kind string
+	var prev, missed, gaps, lags uint64
+	for prev < events && sc.Scan() {
+		l := sc.Text()
+		switch {
+		case strings.HasPrefix(l, "event: "):
+			kind = l[len("event: "):]
+		case strings.HasPrefix(l, "data: ") && kind == "lagged":
+			var lag struct {
+				Missed uint64 `json:"missed"`
+			}
+			if json.Unmarshal([]byte(l[len("data: "):]), &lag) != nil || lag.Missed == 0 {
+				t.Fatalf("lagged event %q", l)
+			}
+			missed += lag.Missed
+			lags++
+		case strings.HasPrefix(l, "id: "):
+			n, _ := strconv.ParseUint(l[len("id: "):], 10, 64)
+			if n <= prev {
+				t.Fatalf("event id %d after %d", n, prev)
+			}
+			gaps += n - prev - 1
+			prev = n
+		}
+	}
+	if prev != events || lags == 0 || missed != gaps {
+		t.Fatalf("slow stream: up to id %d of %d, %d lagged events reporting %d missed, %d ids missing; want every id accounted for", prev, events, lags, missed, gaps)
+	}
+}
