@@ -638,6 +638,7 @@ func (rg *registry) signCheckpoint(w http.ResponseWriter, r *http.Request, run *
 	case res.ckpt == nil:
 		run.fail(w, endpoint, fmt.Errorf("the log is empty: %w", errNotFound))
 	default:
+		run.retainBelow(res.ckptN)
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.Write(res.ckpt)
 	}

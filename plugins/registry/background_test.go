@@ -121,6 +121,52 @@ retention {
 	}
 }
 
+// TestRetentionFollowsEveryCheckpoint: retention prunes below a
+// checkpoint signed on demand, and below the one a start finds stored,
+// not only below the checkpointer's.
+func TestRetentionFollowsEveryCheckpoint(t *testing.T) {
+	const retention = `
+checkpoint_interval = "1h"
+retention {
+  enabled = true
+  keep_after_checkpoint = 2
+}`
+	t.Run("signed on demand", func(t *testing.T) {
+		h := serve(t, definition(), retention)
+		for i := range 6 {
+			commit(t, h, fmt.Sprintf(`{"i":%d}`, i))
+		}
+		if code, body := call(t, h, "POST", "/v1/checkpoint", ""); code != http.StatusOK {
+			t.Fatalf("POST /v1/checkpoint = %d %s", code, body)
+		}
+		eventually(t, "retention to prune versions 1 to 3", func() bool {
+			code, _ := call(t, h, "GET", "/v1/entries/3", "")
+			return code == http.StatusGone
+		})
+	})
+	t.Run("found at start", func(t *testing.T) {
+		dir := t.TempDir()
+		h := serveDir(t, definition(), dir, `checkpoint_interval = "1h"`)
+		for i := range 6 {
+			commit(t, h, fmt.Sprintf(`{"i":%d}`, i))
+		}
+		if code, body := call(t, h, "POST", "/v1/checkpoint", ""); code != http.StatusOK {
+			t.Fatalf("POST /v1/checkpoint = %d %s", code, body)
+		}
+		if _, _, err := h.Drain(context.Background(), time.Now().Add(5*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		h = serveDir(t, definition(), dir, retention)
+		eventually(t, "retention to prune versions 1 to 3 after the start", func() bool {
+			code, _ := call(t, h, "GET", "/v1/entries/3", "")
+			return code == http.StatusGone
+		})
+		if code, _ := call(t, h, "GET", "/v1/entries/4", ""); code != http.StatusOK {
+			t.Errorf("GET entry 4 (kept) = %d, want 200", code)
+		}
+	})
+}
+
 // TestStream reads the stream over a real HTTP server: catch-up from the
 // store after Last-Event-ID, then live commits, in order.
 func TestStream(t *testing.T) {

@@ -373,24 +373,33 @@ func (run *running) do(ctx context.Context, o op) (result, error) {
 }
 
 // checkpointer signs a checkpoint every checkpoint_interval when the log
-// has grown, and hands each to retention; a full retention queue skips
-// that cycle.
+// has grown, and hands each to retention.
 func (run *running) checkpointer(ctx context.Context) {
 	tick(ctx, run.s.checkpointInterval, func() {
 		if ck := run.ckpt.Load(); ck != nil && ck.n >= run.head.Load().Version {
 			return
 		}
 		r, ok := run.background(ctx, op{kind: opCheckpoint}, "checkpoint not signed; trying at the next interval")
-		if !ok || !run.s.retention || r.ckptN == 0 {
-			return
-		}
-		select {
-		case run.retention <- r.ckptN:
-		default:
-			run.m.dropped["retention"].Inc()
-			run.logger.Warn("retention queue full; skipping this cycle", "checkpoint", r.ckptN)
+		if ok {
+			run.retainBelow(r.ckptN)
 		}
 	})
+}
+
+// retainBelow hands retention a checkpoint of size n, whoever signed it:
+// the checkpointer, POST /v1/checkpoint, or a start that found one
+// stored. A full retention queue skips it; the next checkpoint covers
+// what it would have pruned.
+func (run *running) retainBelow(n uint64) {
+	if !run.s.retention || n == 0 {
+		return
+	}
+	select {
+	case run.retention <- n:
+	default:
+		run.m.dropped["retention"].Inc()
+		run.logger.Warn("retention queue full; skipping this cycle", "checkpoint", n)
+	}
 }
 
 // tick calls fn every d until ctx ends.
@@ -474,6 +483,10 @@ func (run *running) start(ctx context.Context, verifyEvery time.Duration) {
 			fn(ctx)
 			return nil
 		})
+	}
+	// What the last process signed but did not get to prune.
+	if ck := run.ckpt.Load(); ck != nil {
+		run.retainBelow(ck.n)
 	}
 }
 
