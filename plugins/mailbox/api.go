@@ -104,12 +104,15 @@ func decodeSend(body []byte, maxBytes int) (op, error) {
 			return op{}, fmt.Errorf("payload_hash %s, payload hashes to %s: %w", r.PayloadHash, hexHash(h), errHashMismatch)
 		}
 	}
-	o := op{kind: opSend, topic: r.Topic, delay: time.Duration(r.DelayMs) * time.Millisecond,
-		env: envelope{Hash: h, Attrs: r.Attrs, Payload: *r.Payload}}
-	// Two sends are the same send when their topic, payload, attrs and
-	// delay are.
-	o.fp = idem.FingerprintOf([]byte(r.Topic), h[:], encodeEnvelope(envelope{Attrs: r.Attrs}), strconv.AppendInt(nil, r.DelayMs, 10))
-	return o, nil
+	return op{kind: opSend, topic: r.Topic, delay: time.Duration(r.DelayMs) * time.Millisecond,
+		env: envelope{Hash: h, Attrs: r.Attrs, Payload: *r.Payload}}, nil
+}
+
+// fingerprint is send o's idempotency fingerprint: two sends are the same
+// send when their topic, payload, attrs and delay are. Only a send with a
+// key needs it.
+func (o op) fingerprint() idem.Fingerprint {
+	return idem.FingerprintOf([]byte(o.topic), o.env.Hash[:], encodeEnvelope(envelope{Attrs: o.env.Attrs}), strconv.AppendInt(nil, o.delay.Milliseconds(), 10))
 }
 
 // recvReq is POST /v1/recv's body.
@@ -393,6 +396,7 @@ func (run *running) sendOne(ctx context.Context, o op) (result, error) {
 	defer sh.Add(-1)
 	var release func(result, error)
 	if o.key != "" {
+		o.fp = o.fingerprint()
 		ck := idemKey(o.topic, o.key)
 		if err := run.claims.Claim(ck, o.fp); err != nil {
 			return result{}, err
@@ -441,6 +445,11 @@ func batchEntries(body []byte) ([]json.RawMessage, error) {
 // decodeSendEntry decodes one entry of a send batch: a send's body with
 // its Idempotency-Key as "idempotency_key".
 func decodeSendEntry(raw []byte, maxBytes int) (op, error) {
+	if !bytes.Contains(raw, []byte("idempotency_key")) && bytes.IndexByte(raw, '\\') < 0 {
+		// No key, spelled out or escaped: the entry is a send's body
+		// as it is.
+		return decodeSend(raw, maxBytes)
+	}
 	var k struct {
 		Key *string `json:"idempotency_key"`
 	}
