@@ -252,7 +252,7 @@ func (mb *mailbox) handle(name string, h func(http.ResponseWriter, *http.Request
 		}
 		start := time.Now()
 		defer func() { run.m.latency.WithLabelValues(name).Observe(time.Since(start).Seconds()) }()
-		body, err := io.ReadAll(io.LimitReader(r.Body, maxBodyBytes+1))
+		body, err := readBody(r.Body, r.ContentLength)
 		switch {
 		case err != nil:
 			sdk.WriteError(w, http.StatusBadRequest, "bad_request", "read body: "+err.Error())
@@ -263,6 +263,26 @@ func (mb *mailbox) handle(name string, h func(http.ResponseWriter, *http.Request
 		}
 		h(w, r, run, body)
 	}
+}
+
+// readBody reads a request's body, up to one byte past maxBodyBytes; size
+// is its declared length (-1 unknown), read into one buffer of that size
+// rather than one grown by doubling.
+func readBody(body io.Reader, size int64) ([]byte, error) {
+	if size <= 0 || size > maxBodyBytes {
+		return io.ReadAll(io.LimitReader(body, maxBodyBytes+1))
+	}
+	b := make([]byte, size)
+	if _, err := io.ReadFull(body, b); err != nil {
+		return nil, err
+	}
+	var more [1]byte
+	if n, _ := io.ReadFull(body, more[:]); n == 0 {
+		return b, nil
+	}
+	// A body longer than it declared: read on, as for an unknown size.
+	rest, err := io.ReadAll(io.LimitReader(body, maxBodyBytes-size))
+	return append(append(b, more[0]), rest...), err
 }
 
 // statusOf maps an error of a request to its HTTP status and error code:
