@@ -73,9 +73,13 @@ type sendReq struct {
 
 // decodeSend decodes and checks a send; maxBytes bounds the payload.
 func decodeSend(body []byte, maxBytes int) (op, error) {
-	var r sendReq
-	if err := decodeJSON(body, &r); err != nil {
-		return op{}, err
+	l := &lexer{b: body}
+	r, ok := parseSend(l)
+	if !ok || !l.end() {
+		r = sendReq{}
+		if err := decodeJSON(body, &r); err != nil {
+			return op{}, err
+		}
 	}
 	switch {
 	case !validTopic(r.Topic):
@@ -453,8 +457,11 @@ func batchEntries(body []byte) ([]json.RawMessage, error) {
 	var b struct {
 		Entries []json.RawMessage `json:"entries"`
 	}
-	if err := decodeJSON(body, &b); err != nil {
-		return nil, err
+	var ok bool
+	if b.Entries, ok = splitEntries(body); !ok {
+		if err := decodeJSON(body, &b); err != nil {
+			return nil, err
+		}
 	}
 	if len(b.Entries) < 1 || len(b.Entries) > maxBatchEntries {
 		return nil, badRequest("%d entries: want 1 to %d", len(b.Entries), maxBatchEntries)

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/url"
+	"reflect"
 	"testing"
 	"time"
 )
@@ -152,6 +154,53 @@ func FuzzParseCapability(f *testing.F) {
 		// No panic on any input; a token that verifies has its op list.
 		if err == nil && c.ops == nil {
 			t.Errorf("parseCapability(%q) = %+v", tok, c)
+		}
+	})
+}
+
+// FuzzSendJSON checks the send path's own JSON reader against
+// encoding/json: whatever parseSend or splitEntries accepts, decodeJSON
+// decodes to the same value.
+func FuzzSendJSON(f *testing.F) {
+	for _, s := range []string{
+		`{"topic":"t","payload":"YQ=="}`,
+		` { "topic" : "t" , "payload" : "YWJj" , "attrs" : { "k" : "v" , "k" : "w" } , "delay_ms" : 0 , "payload_hash" : "00" } `,
+		`{"topic":"t","payload":"YQ==","delay_ms":900000,"attrs":{}}`,
+		`{"topic":"t","payload":"YQ"}`,
+		`{"topic":"t","topic":"u","payload":""}`,
+		`{"Topic":"t","payload":"YQ=="}`,
+		`{"topic":"t\u0041","payload":"YQ=="}`,
+		`{"topic":"t","payload":"YQ==","delay_ms":01}`,
+		`{"topic":"t","payload":"YQ==","attrs":{"k":"\u00e9"}}`,
+		"{\"topic\":\"t\",\"payload\":\"YQ==\",\"attrs\":{\"k\":\"\xe9\"}}",
+		`{"topic":"t","payload":"YQ==","delay_ms":1.5}`,
+		`{"topic":"t","payload":"YQ==","delay_ms":1234567890123456789}`,
+		`{"topic":"t","payload":null,"attrs":null}`,
+		`{"topic":"t","payload":"YQ=="} {}`,
+		`{}`,
+		`{"entries":[{"topic":"t","payload":"YQ=="},{"msg_id":"0000000000000001","receipt":"r","attrs":{"a":"b"}}]}`,
+		`{"entries":[]}`,
+		`{"entries":[1,"a"]}`,
+		`{"entries":[{"a":{"b":{"c":1}}}]}`,
+		`{"entries":[{"topic":"t"}],"entries":[]}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		l := &lexer{b: body}
+		if got, ok := parseSend(l); ok && l.end() {
+			var want sendReq
+			if err := decodeJSON(body, &want); err != nil || !reflect.DeepEqual(got, want) {
+				t.Errorf("parseSend(%q) = %+v; decodeJSON = %+v, %v", body, got, want, err)
+			}
+		}
+		if got, ok := splitEntries(body); ok {
+			var want struct {
+				Entries []json.RawMessage `json:"entries"`
+			}
+			if err := decodeJSON(body, &want); err != nil || !reflect.DeepEqual(got, want.Entries) {
+				t.Errorf("splitEntries(%q) = %q; decodeJSON = %q, %v", body, got, want.Entries, err)
+			}
 		}
 	})
 }
