@@ -47,6 +47,7 @@ func BenchmarkThroughput(b *testing.B) {
 
 func benchThroughput(b *testing.B, via string, perSend int) {
 	const producers, consumers = 16, 16
+	b.Cleanup(tuneGC(os.Getenv)) // as the plugin's binary runs
 	var syncN, syncNs atomic.Int64
 	hooks := &store.Hooks{}
 	hooks.SetSync(func(f *os.File) error {
