@@ -9,6 +9,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
@@ -190,4 +193,101 @@ func cpuTime() time.Duration {
 	var ru syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkReadyRSS fills a store with ready 1 KiB messages
+// (PLUGHOST_BENCH_MAILBOX_READY, default 1,000,000) through the mailbox's
+// own rules, then configures the plugin on it in-process (plugintest),
+// receives from it, and reports the process's resident set and the Go
+// heap in use. The issue bounds the plugin's RSS at 200 MB with a million
+// ready messages; this process also holds the harness and the host's
+// ingress, so its RSS is an upper bound of the plugin's. It runs once
+// whatever b.N is.
+//
+//	go test -run '^$' -bench ReadyRSS -benchtime 1x ./plugins/mailbox/
+func BenchmarkReadyRSS(b *testing.B) {
+	n := 1_000_000
+	if v := os.Getenv("PLUGHOST_BENCH_MAILBOX_READY"); v != "" {
+		var err error
+		if n, err = strconv.Atoi(v); err != nil || n < 1 {
+			b.Fatalf("PLUGHOST_BENCH_MAILBOX_READY=%q: want a positive count", v)
+		}
+	}
+	dir := b.TempDir()
+	db, err := store.Open(filepath.Join(dir, storeFile), storeOpts)
+	if err != nil {
+		b.Fatal(err)
+	}
+	r := rules{maxAttempts: 5, dedup: time.Minute, floors: &floors{}}
+	p := bytes.Repeat([]byte("x"), 1024)
+	now := time.Now().Add(-time.Minute)
+	const group = 1000
+	for sent := 0; sent < n; sent += group {
+		ops := make([]op, min(group, n-sent))
+		for i := range ops {
+			ops[i] = op{kind: opSend, topic: "ready", env: envelope{Hash: HashOf(p), Payload: p}}
+		}
+		if _, err := r.commit(db, now, ops); err != nil {
+			b.Fatal(err)
+		}
+		if db.CheckpointDue() {
+			if err := db.Checkpoint(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	if err := db.Close(); err != nil {
+		b.Fatal(err)
+	}
+	runtime.GC()
+	debug.FreeOSMemory()
+
+	b.ResetTimer()
+	h := plugintest.New(b, definition(), plugintest.Options{DataDir: dir})
+	b.Cleanup(func() { _, _, _ = h.Drain(context.Background(), time.Now().Add(5*time.Second)) })
+	for range 100 {
+		req := httptest.NewRequest("POST", "/v1/recv", strings.NewReader(`{"topic":"ready","max_messages":10,"visibility_ms":60000}`))
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != 200 || !strings.Contains(rec.Body.String(), `"msg_id"`) {
+			b.Fatalf("recv = %d %s", rec.Code, rec.Body.String())
+		}
+	}
+	runtime.GC()
+	debug.FreeOSMemory()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	b.StopTimer()
+	anon, file := rss(b)
+	b.ReportMetric(float64(anon+file)/1e6, "rss-MB")
+	b.ReportMetric(float64(anon)/1e6, "anon-MB")
+	b.ReportMetric(float64(file)/1e6, "file-MB")
+	b.ReportMetric(float64(ms.HeapInuse)/1e6, "heap-MB")
+	b.ReportMetric(float64(n), "ready")
+}
+
+// rss is this process's resident set from /proc/self/status: anonymous
+// memory (the heap, stacks) and file-backed pages (the binary, and the
+// store's memory map), in bytes.
+func rss(b *testing.B) (anon, file int64) {
+	b.Helper()
+	status, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		b.Skipf("no /proc/self/status: %v", err)
+	}
+	kb := func(v string) int64 {
+		n, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+		if err != nil {
+			b.Fatalf("/proc/self/status: %q: %v", v, err)
+		}
+		return n << 10
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		if v, ok := strings.CutPrefix(line, "RssAnon:"); ok {
+			anon = kb(v)
+		} else if v, ok := strings.CutPrefix(line, "RssFile:"); ok {
+			file = kb(v)
+		}
+	}
+	return anon, file
 }
