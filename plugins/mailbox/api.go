@@ -164,9 +164,13 @@ type settleReq struct {
 }
 
 func decodeSettle(body []byte, kind opKind, s settings) (op, error) {
-	var r settleReq
-	if err := decodeJSON(body, &r); err != nil {
-		return op{}, err
+	l := &lexer{b: body}
+	r, ok := parseSettle(l)
+	if !ok || !l.end() {
+		r = settleReq{}
+		if err := decodeJSON(body, &r); err != nil {
+			return op{}, err
+		}
 	}
 	id, err := ParseMsgID(r.MsgID)
 	if err != nil {

@@ -158,10 +158,10 @@ func FuzzParseCapability(f *testing.F) {
 	})
 }
 
-// FuzzSendJSON checks the send path's own JSON reader against
-// encoding/json: whatever parseSend or splitEntries accepts, decodeJSON
-// decodes to the same value.
-func FuzzSendJSON(f *testing.F) {
+// FuzzPlainJSON checks the mailbox's own JSON reader against
+// encoding/json: whatever parseSend, parseSettle or splitEntries accepts,
+// decodeJSON decodes to the same value.
+func FuzzPlainJSON(f *testing.F) {
 	for _, s := range []string{
 		`{"topic":"t","payload":"YQ=="}`,
 		` { "topic" : "t" , "payload" : "YWJj" , "attrs" : { "k" : "v" , "k" : "w" } , "delay_ms" : 0 , "payload_hash" : "00" } `,
@@ -183,6 +183,12 @@ func FuzzSendJSON(f *testing.F) {
 		`{"entries":[1,"a"]}`,
 		`{"entries":[{"a":{"b":{"c":1}}}]}`,
 		`{"entries":[{"topic":"t"}],"entries":[]}`,
+		`{"msg_id":"0000000000000001","receipt":"0000000000000001.0000000000000002"}`,
+		`{"msg_id":"0000000000000001","receipt":"0000000000000001.0000000000000002","delay_ms":0,"visibility_ms":60000}`,
+		`{"msg_id":"a","msg_id":"b"}`,
+		`{"MSG_ID":"a","receipt":"b"}`,
+		`{"msg_id":"a","delay_ms":null}`,
+		`{"msg_id":"a","visibility_ms":-1}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -192,6 +198,13 @@ func FuzzSendJSON(f *testing.F) {
 			var want sendReq
 			if err := decodeJSON(body, &want); err != nil || !reflect.DeepEqual(got, want) {
 				t.Errorf("parseSend(%q) = %+v; decodeJSON = %+v, %v", body, got, want, err)
+			}
+		}
+		l = &lexer{b: body}
+		if got, ok := parseSettle(l); ok && l.end() {
+			var want settleReq
+			if err := decodeJSON(body, &want); err != nil || !reflect.DeepEqual(got, want) {
+				t.Errorf("parseSettle(%q) = %+v; decodeJSON = %+v, %v", body, got, want, err)
 			}
 		}
 		if got, ok := splitEntries(body); ok {

@@ -5,17 +5,17 @@ import (
 	"encoding/json"
 )
 
-// The send path's JSON, read without reflection. A batch of ten 1 KiB
-// sends went through encoding/json's scanner four times per payload byte
-// (the batch, then each entry, each scanned once to validate and once to
-// decode); splitEntries and parseSend read the plain form clients write
-// in one pass each. They accept only a subset of JSON whose decoding
-// nobody can dispute: objects whose keys are spelled exactly (parseSend:
-// each once), strings of printable ASCII without escapes, non-negative
+// The plain JSON of sends, acks and batches, read without reflection. A
+// batch of ten 1 KiB sends went through encoding/json's scanner four
+// times per payload byte (the batch, then each entry, each scanned once to
+// validate and once to decode); splitEntries, parseSend and parseSettle
+// read the plain form clients write in one pass each. They accept only a subset of JSON whose decoding
+// nobody can dispute: objects whose keys are spelled exactly (parseSend
+// and parseSettle: each once), strings of printable ASCII without escapes, non-negative
 // integers of at most 18 digits. Anything else (escapes, other spellings
 // of a key, duplicates, null, floats, arrays, non-ASCII) goes to
 // decodeJSON, which decides what it means or why it is refused.
-// FuzzSendJSON checks that whatever they accept, decodeJSON decodes to
+// FuzzPlainJSON checks that whatever they accept, decodeJSON decodes to
 // the same value.
 
 // lexer reads JSON tokens from b at i.
@@ -176,6 +176,59 @@ func parseAttrs(l *lexer) (map[string]string, bool) {
 		}
 		if !l.next(',') {
 			return nil, false
+		}
+	}
+}
+
+// parseSettle reads the body of an ack, nack, extend or terminate
+// (settleReq) at l.i, as parseSend does a send's.
+func parseSettle(l *lexer) (r settleReq, ok bool) {
+	if !l.next('{') {
+		return r, false
+	}
+	if l.next('}') {
+		return r, true
+	}
+	var seen uint8
+	for {
+		key, ok := l.str()
+		if !ok || !l.next(':') {
+			return r, false
+		}
+		var bit uint8
+		switch string(key) {
+		case "msg_id":
+			bit = 1
+			var s []byte
+			s, ok = l.str()
+			r.MsgID = string(s)
+		case "receipt":
+			bit = 2
+			var s []byte
+			s, ok = l.str()
+			r.Receipt = string(s)
+		case "delay_ms":
+			bit = 4
+			var n int64
+			n, ok = l.uint()
+			r.DelayMs = &n
+		case "visibility_ms":
+			bit = 8
+			var n int64
+			n, ok = l.uint()
+			r.VisibilityMs = &n
+		default:
+			return r, false
+		}
+		if !ok || seen&bit != 0 {
+			return r, false
+		}
+		seen |= bit
+		if l.next('}') {
+			return r, true
+		}
+		if !l.next(',') {
+			return r, false
 		}
 	}
 }
