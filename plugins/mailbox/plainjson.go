@@ -2,21 +2,27 @@ package main
 
 import (
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
+	"slices"
+	"strconv"
+	"time"
 )
 
-// The plain JSON of sends, acks and batches, read without reflection. A
-// batch of ten 1 KiB sends went through encoding/json's scanner four
-// times per payload byte (the batch, then each entry, each scanned once to
-// validate and once to decode); splitEntries, parseSend and parseSettle
-// read the plain form clients write in one pass each. They accept only a subset of JSON whose decoding
-// nobody can dispute: objects whose keys are spelled exactly (parseSend
-// and parseSettle: each once), strings of printable ASCII without escapes, non-negative
+// The plain JSON of the busy routes, read and written without
+// reflection. A batch of ten 1 KiB sends went through encoding/json's
+// scanner four times per payload byte (the batch, then each entry, each
+// scanned once to validate and once to decode); splitEntries, parseSend,
+// parseSettle and parseRecv read the plain form clients write in one pass
+// each. They accept only a subset of JSON whose decoding nobody can
+// dispute: objects whose keys are spelled exactly (the parse functions:
+// each once), strings of printable ASCII without escapes, non-negative
 // integers of at most 18 digits. Anything else (escapes, other spellings
 // of a key, duplicates, null, floats, arrays, non-ASCII) goes to
 // decodeJSON, which decides what it means or why it is refused.
 // FuzzPlainJSON checks that whatever they accept, decodeJSON decodes to
-// the same value.
+// the same value. appendRecvAnswer writes a receive's answer, which
+// FuzzRecvAnswer checks against encoding/json byte for byte.
 
 // lexer reads JSON tokens from b at i.
 type lexer struct {
@@ -233,6 +239,58 @@ func parseSettle(l *lexer) (r settleReq, ok bool) {
 	}
 }
 
+// parseRecv reads a receive's body (recvReq) at l.i, as parseSend does a
+// send's.
+func parseRecv(l *lexer) (r recvReq, ok bool) {
+	if !l.next('{') {
+		return r, false
+	}
+	if l.next('}') {
+		return r, true
+	}
+	var seen uint8
+	for {
+		key, ok := l.str()
+		if !ok || !l.next(':') {
+			return r, false
+		}
+		var bit uint8
+		switch string(key) {
+		case "topic":
+			bit = 1
+			var s []byte
+			s, ok = l.str()
+			r.Topic = string(s)
+		case "max_messages":
+			bit = 2
+			var n int64
+			n, ok = l.uint()
+			m := int(n)
+			r.MaxMessages = &m
+		case "visibility_ms":
+			bit = 4
+			var n int64
+			n, ok = l.uint()
+			r.VisibilityMs = &n
+		case "wait_ms":
+			bit = 8
+			r.WaitMs, ok = l.uint()
+		default:
+			return r, false
+		}
+		if !ok || seen&bit != 0 {
+			return r, false
+		}
+		seen |= bit
+		if l.next('}') {
+			return r, true
+		}
+		if !l.next(',') {
+			return r, false
+		}
+	}
+}
+
 // skip steps over a value of the subset: a string, an integer, or (above
 // depth 0) an object of such values.
 func (l *lexer) skip(depth int) bool {
@@ -301,4 +359,48 @@ func splitEntries(body []byte) ([]json.RawMessage, bool) {
 		return nil, false
 	}
 	return out, true
+}
+
+// appendRecvAnswer appends a receive's answer, {"messages":[...]} and a
+// newline, byte for byte as writeJSON writes it, without reflection: a
+// message's fields are hex, base64 and a time, and only its attrs need
+// encoding/json's escaping. ok is false, and b unusable, if a message has
+// a time or payload only encoding/json knows how to write (a year past
+// 9999, a nil payload).
+func appendRecvAnswer(b []byte, ds []delivery) (_ []byte, ok bool) {
+	n := 16
+	for _, d := range ds {
+		n += 200 + base64.StdEncoding.EncodedLen(len(d.Env.Payload)) + 64*len(d.Env.Attrs)
+	}
+	b = slices.Grow(b, n)
+	b = append(b, `{"messages":[`...)
+	for i, d := range ds {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		at := time.UnixMilli(d.Env.EnqueuedAt).UTC()
+		if y := at.Year(); y < 0 || y > 9999 || d.Env.Payload == nil {
+			return b, false
+		}
+		b = append(b, `{"msg_id":"`...)
+		b = appendHex16(b, d.ID)
+		b = append(b, `","receipt":"`...)
+		b = append(appendHex16(b, d.ID), '.')
+		b = appendHex16(b, d.Receipt)
+		b = append(b, `","payload":"`...)
+		b = base64.StdEncoding.AppendEncode(b, d.Env.Payload)
+		b = append(b, '"')
+		if len(d.Env.Attrs) > 0 {
+			ab, _ := json.Marshal(d.Env.Attrs)
+			b = append(append(b, `,"attrs":`...), ab...)
+		}
+		b = append(b, `,"attempts":`...)
+		b = strconv.AppendUint(b, uint64(d.Attempts), 10)
+		b = append(b, `,"payload_hash":"`...)
+		b = hex.AppendEncode(b, d.Env.Hash[:])
+		b = append(b, `","enqueued_at":"`...)
+		b = at.AppendFormat(b, time.RFC3339Nano)
+		b = append(b, `"}`...)
+	}
+	return append(b, "]}\n"...), true
 }

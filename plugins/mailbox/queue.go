@@ -216,7 +216,14 @@ func topicRange(topic string, until int64) (from, to []byte) {
 }
 
 // MsgID renders a message id: 16 lowercase hex digits.
-func MsgID(id uint64) string { return fmt.Sprintf("%016x", id) }
+func MsgID(id uint64) string { return string(appendHex16(nil, id)) }
+
+// appendHex16 appends v as 16 lowercase hex digits.
+func appendHex16(b []byte, v uint64) []byte {
+	var d [8]byte
+	binary.BigEndian.PutUint64(d[:], v)
+	return hex.AppendEncode(b, d[:])
+}
 
 // ParseMsgID reads back what MsgID rendered, and nothing else.
 func ParseMsgID(s string) (uint64, error) {
@@ -233,7 +240,9 @@ func ParseMsgID(s string) (uint64, error) {
 
 // Receipt renders a delivery's receipt handle: the message id and the
 // delivery's nonce.
-func Receipt(id, nonce uint64) string { return fmt.Sprintf("%016x.%016x", id, nonce) }
+func Receipt(id, nonce uint64) string {
+	return string(appendHex16(append(appendHex16(make([]byte, 0, 33), id), '.'), nonce))
+}
 
 // ParseReceipt reads back what Receipt rendered, and nothing else.
 func ParseReceipt(s string) (id, nonce uint64, err error) {
