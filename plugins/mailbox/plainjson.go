@@ -100,195 +100,133 @@ func (l *lexer) end() bool {
 	return l.i == len(l.b)
 }
 
-// parseSend reads a send's body (sendReq) at l.i. ok is false if it is
-// not in the subset parseSend reads; l is then spent.
-func parseSend(l *lexer) (r sendReq, ok bool) {
+// object reads an object at l.i, calling field with each key and l at
+// its value; field reads the value and reports whether it could. With
+// once, a key that comes twice (or more than eight keys) is refused.
+func (l *lexer) object(once bool, field func(key []byte) bool) bool {
 	if !l.next('{') {
-		return r, false
+		return false
 	}
 	if l.next('}') {
-		return r, true
+		return true
 	}
-	var seen uint8
+	var seen [8][]byte
+	n := 0
 	for {
 		key, ok := l.str()
 		if !ok || !l.next(':') {
-			return r, false
+			return false
 		}
-		var bit uint8
-		switch string(key) {
-		case "topic":
-			bit = 1
-			var s []byte
-			s, ok = l.str()
-			r.Topic = string(s)
-		case "payload":
-			bit = 2
-			var s []byte
-			if s, ok = l.str(); ok {
-				p := make([]byte, base64.StdEncoding.DecodedLen(len(s)))
-				n, err := base64.StdEncoding.Decode(p, s)
-				p, ok = p[:n], err == nil
-				r.Payload = &p
+		if once {
+			if n == len(seen) || slices.ContainsFunc(seen[:n], func(k []byte) bool { return string(k) == string(key) }) {
+				return false
 			}
-		case "attrs":
-			bit = 4
-			r.Attrs, ok = parseAttrs(l)
-		case "delay_ms":
-			bit = 8
-			r.DelayMs, ok = l.uint()
-		case "payload_hash":
-			bit = 16
-			var s []byte
-			s, ok = l.str()
-			r.PayloadHash = string(s)
-		default:
-			return r, false
+			seen[n] = key
+			n++
 		}
-		if !ok || seen&bit != 0 {
-			return r, false
+		if !field(key) {
+			return false
 		}
-		seen |= bit
 		if l.next('}') {
-			return r, true
+			return true
 		}
 		if !l.next(',') {
-			return r, false
+			return false
 		}
 	}
 }
 
-// parseAttrs reads an object of strings.
-func parseAttrs(l *lexer) (map[string]string, bool) {
-	if !l.next('{') {
-		return nil, false
-	}
-	m := make(map[string]string)
-	if l.next('}') {
-		return m, true
-	}
-	for {
-		k, ok := l.str()
-		if !ok || !l.next(':') {
-			return nil, false
+// text reads a string into s.
+func (l *lexer) text(s *string) bool {
+	b, ok := l.str()
+	*s = string(b)
+	return ok
+}
+
+// number reads an integer into a new *int64 at p.
+func (l *lexer) number(p **int64) bool {
+	n, ok := l.uint()
+	*p = &n
+	return ok
+}
+
+// parseSend reads a send's body (sendReq) at l.i. ok is false if it is
+// not in the subset; l is then spent.
+func parseSend(l *lexer) (r sendReq, ok bool) {
+	ok = l.object(true, func(key []byte) bool {
+		switch string(key) {
+		case "topic":
+			return l.text(&r.Topic)
+		case "payload":
+			s, ok := l.str()
+			if !ok {
+				return false
+			}
+			p := make([]byte, base64.StdEncoding.DecodedLen(len(s)))
+			n, err := base64.StdEncoding.Decode(p, s)
+			p = p[:n]
+			r.Payload = &p
+			return err == nil
+		case "attrs":
+			r.Attrs = make(map[string]string)
+			return l.object(false, func(k []byte) bool {
+				v, ok := l.str()
+				r.Attrs[string(k)] = string(v) // the last of a key wins, as in encoding/json
+				return ok
+			})
+		case "delay_ms":
+			var ok bool
+			r.DelayMs, ok = l.uint()
+			return ok
+		case "payload_hash":
+			return l.text(&r.PayloadHash)
 		}
-		v, ok := l.str()
-		if !ok {
-			return nil, false
-		}
-		m[string(k)] = string(v) // the last of a key wins, as in encoding/json
-		if l.next('}') {
-			return m, true
-		}
-		if !l.next(',') {
-			return nil, false
-		}
-	}
+		return false
+	})
+	return r, ok
 }
 
 // parseSettle reads the body of an ack, nack, extend or terminate
 // (settleReq) at l.i, as parseSend does a send's.
 func parseSettle(l *lexer) (r settleReq, ok bool) {
-	if !l.next('{') {
-		return r, false
-	}
-	if l.next('}') {
-		return r, true
-	}
-	var seen uint8
-	for {
-		key, ok := l.str()
-		if !ok || !l.next(':') {
-			return r, false
-		}
-		var bit uint8
+	ok = l.object(true, func(key []byte) bool {
 		switch string(key) {
 		case "msg_id":
-			bit = 1
-			var s []byte
-			s, ok = l.str()
-			r.MsgID = string(s)
+			return l.text(&r.MsgID)
 		case "receipt":
-			bit = 2
-			var s []byte
-			s, ok = l.str()
-			r.Receipt = string(s)
+			return l.text(&r.Receipt)
 		case "delay_ms":
-			bit = 4
-			var n int64
-			n, ok = l.uint()
-			r.DelayMs = &n
+			return l.number(&r.DelayMs)
 		case "visibility_ms":
-			bit = 8
-			var n int64
-			n, ok = l.uint()
-			r.VisibilityMs = &n
-		default:
-			return r, false
+			return l.number(&r.VisibilityMs)
 		}
-		if !ok || seen&bit != 0 {
-			return r, false
-		}
-		seen |= bit
-		if l.next('}') {
-			return r, true
-		}
-		if !l.next(',') {
-			return r, false
-		}
-	}
+		return false
+	})
+	return r, ok
 }
 
 // parseRecv reads a receive's body (recvReq) at l.i, as parseSend does a
 // send's.
 func parseRecv(l *lexer) (r recvReq, ok bool) {
-	if !l.next('{') {
-		return r, false
-	}
-	if l.next('}') {
-		return r, true
-	}
-	var seen uint8
-	for {
-		key, ok := l.str()
-		if !ok || !l.next(':') {
-			return r, false
-		}
-		var bit uint8
+	ok = l.object(true, func(key []byte) bool {
 		switch string(key) {
 		case "topic":
-			bit = 1
-			var s []byte
-			s, ok = l.str()
-			r.Topic = string(s)
+			return l.text(&r.Topic)
 		case "max_messages":
-			bit = 2
-			var n int64
-			n, ok = l.uint()
+			n, ok := l.uint()
 			m := int(n)
 			r.MaxMessages = &m
+			return ok
 		case "visibility_ms":
-			bit = 4
-			var n int64
-			n, ok = l.uint()
-			r.VisibilityMs = &n
+			return l.number(&r.VisibilityMs)
 		case "wait_ms":
-			bit = 8
+			var ok bool
 			r.WaitMs, ok = l.uint()
-		default:
-			return r, false
+			return ok
 		}
-		if !ok || seen&bit != 0 {
-			return r, false
-		}
-		seen |= bit
-		if l.next('}') {
-			return r, true
-		}
-		if !l.next(',') {
-			return r, false
-		}
-	}
+		return false
+	})
+	return r, ok
 }
 
 // skip steps over a value of the subset: a string, an integer, or (above
@@ -303,24 +241,7 @@ func (l *lexer) skip(depth int) bool {
 		_, ok := l.str()
 		return ok
 	case '{':
-		if depth == 0 {
-			return false
-		}
-		l.i++
-		if l.next('}') {
-			return true
-		}
-		for {
-			if _, ok := l.str(); !ok || !l.next(':') || !l.skip(depth-1) {
-				return false
-			}
-			if l.next('}') {
-				return true
-			}
-			if !l.next(',') {
-				return false
-			}
-		}
+		return depth > 0 && l.object(false, func([]byte) bool { return l.skip(depth - 1) })
 	default:
 		_, ok := l.uint()
 		return ok
