@@ -562,24 +562,54 @@ func (mb *mailbox) ackBatch(w http.ResponseWriter, r *http.Request, run *running
 		Error *entryError `json:"error,omitempty"`
 	}
 	out := make([]answer, len(entries))
-	var wg sync.WaitGroup
+	// Every entry is submitted before any is waited for, and their
+	// outcomes come back on one channel, buffered so that the committer
+	// never waits on it: no goroutine per entry.
+	type outcome struct {
+		i   int
+		err error
+	}
+	done := make(chan outcome, len(entries))
+	pending := make([]bool, len(entries))
+	waiting := 0
 	for i, raw := range entries {
 		o, err := decodeSettle(raw, opAck, run.s)
 		if err == nil {
 			out[i].MsgID = MsgID(o.id)
 			err = run.allowMessage(r, o.id, "ack")
 		}
+		if err == nil {
+			err = run.c.Submit(o, func(res result, err error) {
+				if err == nil {
+					err = res.err // a refusal by the rules
+				}
+				done <- outcome{i, err}
+			})
+		}
 		if err != nil {
 			out[i].Error = newEntryError(err)
 			continue
 		}
-		wg.Go(func() {
-			if _, err := run.do(r.Context(), o, nil); err != nil {
-				out[i].Error = newEntryError(err)
-			}
-		})
+		pending[i] = true
+		waiting++
 	}
-	wg.Wait()
+wait:
+	for ; waiting > 0; waiting-- {
+		select {
+		case oc := <-done:
+			pending[oc.i] = false
+			if oc.err != nil {
+				out[oc.i].Error = newEntryError(oc.err)
+			}
+		case <-r.Context().Done(): // the host gave up; the groups may still commit
+			for i, p := range pending {
+				if p {
+					out[i].Error = newEntryError(r.Context().Err())
+				}
+			}
+			break wait
+		}
+	}
 	writeJSON(w, struct {
 		Results []answer `json:"results"`
 	}{out})

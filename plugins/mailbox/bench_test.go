@@ -33,7 +33,7 @@ import (
 // process); via=mux calls the plugin's routes directly, which leaves
 // only the plugin's own costs (and the load generator's). It reports
 // msgs/s; the CPU time of the process per message (cpu-µs/msg, the load
-// generator's included); from the committer's metrics, the group commits
+// generator's included) and its threads' context switches (ctxsw/msg); from the committer's metrics, the group commits
 // (fdatasyncs) per message and the operations per group; and the mean
 // fdatasync of the write-ahead log (fsync-µs), the disk's share of a
 // group's time. On a shared machine msgs/s is noise; the per-message
@@ -89,7 +89,7 @@ func benchThroughput(b *testing.B, via string, perSend int) {
 	var wg sync.WaitGroup
 	b.ReportAllocs()
 	b.ResetTimer()
-	start, cpu0 := time.Now(), cpuTime()
+	start, cpu0, sw0 := time.Now(), cpuTime(), switches()
 	for range producers {
 		wg.Go(func() {
 			for {
@@ -148,7 +148,7 @@ func benchThroughput(b *testing.B, via string, perSend int) {
 		})
 	}
 	wg.Wait()
-	elapsed, cpu := time.Since(start), cpuTime()-cpu0
+	elapsed, cpu, sw := time.Since(start), cpuTime()-cpu0, switches()-sw0
 	b.StopTimer()
 	if acked.Load() < total {
 		b.Fatalf("%d of %d messages acked in %v", acked.Load(), total, elapsed)
@@ -157,6 +157,7 @@ func benchThroughput(b *testing.B, via string, perSend int) {
 	b.ReportMetric(float64(total)/elapsed.Seconds(), "msgs/s")
 	b.ReportMetric((groups1-groups0)/float64(total), "fsyncs/msg")
 	b.ReportMetric(float64(cpu.Microseconds())/float64(total), "cpu-µs/msg")
+	b.ReportMetric(float64(sw)/float64(total), "ctxsw/msg")
 	b.ReportMetric(float64(syncNs.Load())/float64(max(1, syncN.Load()))/1e3, "fsync-µs")
 	if g := groups1 - groups0; g > 0 {
 		b.ReportMetric((ops1-ops0)/g, "ops/group")
@@ -186,6 +187,14 @@ func commitCounts(b *testing.B, h *plugintest.Harness) (groups, ops float64) {
 		}
 	}
 	return groups, ops
+}
+
+// switches counts the context switches of this process's threads so far,
+// voluntary (a thread that blocked) and involuntary.
+func switches() int64 {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return ru.Nvcsw + ru.Nivcsw
 }
 
 // cpuTime is the CPU time this process has used, user and system.
