@@ -416,34 +416,65 @@ type sendAnswer struct {
 	Duplicate bool   `json:"duplicate"`
 }
 
-// sendOne sends o through its shard's intake, holding its key's claim
-// while it is in progress.
+// sendOne sends o and waits for its outcome or ctx.
 func (run *running) sendOne(ctx context.Context, o op) (result, error) {
+	type outcome struct {
+		r   result
+		err error
+	}
+	ch := make(chan outcome, 1)
+	if err := run.startSend(o, func(r result, err error) { ch <- outcome{r, err} }); err != nil {
+		return result{}, err
+	}
+	select {
+	case out := <-ch:
+		return out.r, out.err
+	case <-ctx.Done(): // the host gave up; the group may still commit
+		return result{}, ctx.Err()
+	}
+}
+
+// startSend submits o through its shard's intake, holding its key's
+// claim, until its commit ends: then done gets its result, a refusal by
+// the rules as its error. An error returned means o was not submitted,
+// and done is not called.
+func (run *running) startSend(o op, done func(result, error)) error {
 	sh := &run.intake[run.shard(o.topic)]
 	if sh.Add(1) > int64(run.s.shardCapacity) {
 		sh.Add(-1)
 		run.m.busy.WithLabelValues("send").Inc()
-		return result{}, fmt.Errorf("%d sends in progress: %w", run.s.shardCapacity, errShardFull)
+		return fmt.Errorf("%d sends in progress: %w", run.s.shardCapacity, errShardFull)
 	}
-	defer sh.Add(-1)
-	var release func(result, error)
+	release := func(error) {}
 	if o.key != "" {
 		o.fp = o.fingerprint()
 		ck := idemKey(o.topic, o.key)
 		if err := run.claims.Claim(ck, o.fp); err != nil {
-			return result{}, err
+			sh.Add(-1)
+			return err
 		}
-		release = func(_ result, err error) {
+		release = func(err error) {
 			if !errors.Is(err, durable.ErrStalled) { // else Settled releases it
 				run.claims.Release(ck)
 			}
 		}
 	}
-	res, err := run.do(ctx, o, release)
-	if errors.Is(err, durable.ErrBusy) {
-		run.m.busy.WithLabelValues("send").Inc()
+	err := run.c.Submit(o, func(r result, err error) {
+		sh.Add(-1)
+		release(err)
+		if err == nil {
+			err = r.err
+		}
+		done(r, err)
+	})
+	if err != nil {
+		sh.Add(-1)
+		release(err)
+		if errors.Is(err, durable.ErrBusy) {
+			run.m.busy.WithLabelValues("send").Inc()
+		}
 	}
-	return res, err
+	return err
 }
 
 // entryError is a batch entry's error, in the platform's error shape
@@ -525,26 +556,49 @@ func (mb *mailbox) sendBatch(w http.ResponseWriter, r *http.Request, run *runnin
 		Error *entryError `json:"error,omitempty"`
 	}
 	out := make([]answer, len(entries))
-	var wg sync.WaitGroup
+	// As ackBatch: every entry submitted, the outcomes on one channel.
+	type outcome struct {
+		i   int
+		r   result
+		err error
+	}
+	done := make(chan outcome, len(entries))
+	pending := make([]bool, len(entries))
+	waiting := 0
 	for i, raw := range entries {
 		o, err := decodeSendEntry(raw, run.s.maxMessageBytes)
 		if err == nil {
 			err = run.allow(r, o.topic, "send")
 		}
+		if err == nil {
+			err = run.startSend(o, func(r result, err error) { done <- outcome{i, r, err} })
+		}
 		if err != nil {
 			out[i].Error = newEntryError(err)
 			continue
 		}
-		wg.Go(func() {
-			res, err := run.sendOne(r.Context(), o)
-			if err != nil {
-				out[i].Error = newEntryError(err)
-				return
-			}
-			out[i].sendAnswer = &sendAnswer{MsgID: MsgID(res.id), Duplicate: res.duplicate}
-		})
+		pending[i] = true
+		waiting++
 	}
-	wg.Wait()
+wait:
+	for ; waiting > 0; waiting-- {
+		select {
+		case oc := <-done:
+			pending[oc.i] = false
+			if oc.err != nil {
+				out[oc.i].Error = newEntryError(oc.err)
+				continue
+			}
+			out[oc.i].sendAnswer = &sendAnswer{MsgID: MsgID(oc.r.id), Duplicate: oc.r.duplicate}
+		case <-r.Context().Done(): // the host gave up; the groups may still commit
+			for i, p := range pending {
+				if p {
+					out[i].Error = newEntryError(r.Context().Err())
+				}
+			}
+			break wait
+		}
+	}
 	writeJSON(w, struct {
 		Results []answer `json:"results"`
 	}{out})
