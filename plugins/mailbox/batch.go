@@ -1,0 +1,201 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+
+	"github.com/plughost/plughost/sdk/idem"
+)
+
+// entryError is a batch entry's error, in the platform's error shape
+// with the status the entry would have had alone.
+type entryError struct {
+	Status  int    `json:"status"`
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+func newEntryError(err error) *entryError {
+	status, code := statusOf(err)
+	return &entryError{Status: status, Code: code, Message: err.Error()}
+}
+
+// batchEntries decodes a batch body, {"entries":[...]} with 1 to
+// maxBatchEntries entries, each left raw for its own decoder.
+func batchEntries(body []byte) ([]json.RawMessage, error) {
+	var b struct {
+		Entries []json.RawMessage `json:"entries"`
+	}
+	var ok bool
+	if b.Entries, ok = splitEntries(body); !ok {
+		if err := decodeJSON(body, &b); err != nil {
+			return nil, err
+		}
+	}
+	if len(b.Entries) < 1 || len(b.Entries) > maxBatchEntries {
+		return nil, badRequest("%d entries: want 1 to %d", len(b.Entries), maxBatchEntries)
+	}
+	return b.Entries, nil
+}
+
+// decodeSendEntry decodes one entry of a send batch: a send's body with
+// its Idempotency-Key as "idempotency_key".
+func decodeSendEntry(raw []byte, maxBytes int) (op, error) {
+	if !bytes.Contains(raw, []byte("idempotency_key")) && bytes.IndexByte(raw, '\\') < 0 {
+		// No key, spelled out or escaped: the entry is a send's body
+		// as it is.
+		return decodeSend(raw, maxBytes)
+	}
+	var k struct {
+		Key *string `json:"idempotency_key"`
+	}
+	// The key is taken out first, so that decodeSend's strict decoding
+	// sees only a send's fields.
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &fields); err != nil {
+		return op{}, badRequest("decode entry: %v", err)
+	}
+	if kr, ok := fields["idempotency_key"]; ok {
+		if err := json.Unmarshal(kr, &k.Key); err != nil || k.Key == nil {
+			return op{}, badRequest("idempotency_key: want a string")
+		}
+		delete(fields, "idempotency_key")
+		raw, _ = json.Marshal(fields)
+	}
+	o, err := decodeSend(raw, maxBytes)
+	if err != nil || k.Key == nil {
+		return o, err
+	}
+	h := http.Header{}
+	h.Set(idem.Header, *k.Key)
+	o.key, err = idem.Key(h)
+	return o, err
+}
+
+// sendBatch sends up to maxBatchEntries messages, each answered on its
+// own, as SQS's SendMessageBatch: the entries are submitted together, so
+// that they share group commits.
+func (mb *mailbox) sendBatch(w http.ResponseWriter, r *http.Request, run *running, body []byte) {
+	entries, err := batchEntries(body)
+	if err != nil {
+		run.fail(w, err)
+		return
+	}
+	type answer struct {
+		*sendAnswer
+		Error *entryError `json:"error,omitempty"`
+	}
+	out := make([]answer, len(entries))
+	// As ackBatch: every entry submitted, the outcomes on one channel.
+	type outcome struct {
+		i   int
+		r   result
+		err error
+	}
+	done := make(chan outcome, len(entries))
+	pending := make([]bool, len(entries))
+	waiting := 0
+	for i, raw := range entries {
+		o, err := decodeSendEntry(raw, run.s.maxMessageBytes)
+		if err == nil {
+			err = run.allow(r, o.topic, "send")
+		}
+		if err == nil {
+			err = run.startSend(o, func(r result, err error) { done <- outcome{i, r, err} })
+		}
+		if err != nil {
+			out[i].Error = newEntryError(err)
+			continue
+		}
+		pending[i] = true
+		waiting++
+	}
+wait:
+	for ; waiting > 0; waiting-- {
+		select {
+		case oc := <-done:
+			pending[oc.i] = false
+			if oc.err != nil {
+				out[oc.i].Error = newEntryError(oc.err)
+				continue
+			}
+			out[oc.i].sendAnswer = &sendAnswer{MsgID: MsgID(oc.r.id), Duplicate: oc.r.duplicate}
+		case <-r.Context().Done(): // the host gave up; the groups may still commit
+			for i, p := range pending {
+				if p {
+					out[i].Error = newEntryError(r.Context().Err())
+				}
+			}
+			break wait
+		}
+	}
+	writeJSON(w, struct {
+		Results []answer `json:"results"`
+	}{out})
+}
+
+// ackBatch acks up to maxBatchEntries deliveries, each answered on its own.
+func (mb *mailbox) ackBatch(w http.ResponseWriter, r *http.Request, run *running, body []byte) {
+	entries, err := batchEntries(body)
+	if err != nil {
+		run.fail(w, err)
+		return
+	}
+	type answer struct {
+		MsgID string      `json:"msg_id,omitempty"`
+		Error *entryError `json:"error,omitempty"`
+	}
+	out := make([]answer, len(entries))
+	// Every entry is submitted before any is waited for, and their
+	// outcomes come back on one channel, buffered so that the committer
+	// never waits on it: no goroutine per entry.
+	type outcome struct {
+		i   int
+		err error
+	}
+	done := make(chan outcome, len(entries))
+	pending := make([]bool, len(entries))
+	waiting := 0
+	for i, raw := range entries {
+		o, err := decodeSettle(raw, opAck, run.s)
+		if err == nil {
+			out[i].MsgID = MsgID(o.id)
+			err = run.allowMessage(r, o.id, "ack")
+		}
+		if err == nil {
+			err = run.c.Submit(o, func(res result, err error) {
+				if err == nil {
+					err = res.err // a refusal by the rules
+				}
+				done <- outcome{i, err}
+			})
+		}
+		if err != nil {
+			out[i].Error = newEntryError(err)
+			continue
+		}
+		pending[i] = true
+		waiting++
+	}
+wait:
+	for ; waiting > 0; waiting-- {
+		select {
+		case oc := <-done:
+			pending[oc.i] = false
+			if oc.err != nil {
+				out[oc.i].Error = newEntryError(oc.err)
+			}
+		case <-r.Context().Done(): // the host gave up; the groups may still commit
+			for i, p := range pending {
+				if p {
+					out[i].Error = newEntryError(r.Context().Err())
+				}
+			}
+			break wait
+		}
+	}
+	writeJSON(w, struct {
+		Results []answer `json:"results"`
+	}{out})
+}
