@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"net/http"
 
@@ -87,49 +88,28 @@ func (mb *mailbox) sendBatch(w http.ResponseWriter, r *http.Request, run *runnin
 		Error *entryError `json:"error,omitempty"`
 	}
 	out := make([]answer, len(entries))
-	// As ackBatch: every entry submitted, the outcomes on one channel.
-	type outcome struct {
-		i   int
-		r   result
-		err error
-	}
-	done := make(chan outcome, len(entries))
-	pending := make([]bool, len(entries))
-	waiting := 0
+	wait := newOutcomes(len(entries))
 	for i, raw := range entries {
 		o, err := decodeSendEntry(raw, run.s.maxMessageBytes)
 		if err == nil {
 			err = run.allow(r, o.topic, "send")
 		}
 		if err == nil {
-			err = run.startSend(o, func(r result, err error) { done <- outcome{i, r, err} })
+			err = run.startSend(o, wait.to(i))
 		}
 		if err != nil {
 			out[i].Error = newEntryError(err)
 			continue
 		}
-		pending[i] = true
-		waiting++
+		wait.submitted(i)
 	}
-wait:
-	for ; waiting > 0; waiting-- {
-		select {
-		case oc := <-done:
-			pending[oc.i] = false
-			if oc.err != nil {
-				out[oc.i].Error = newEntryError(oc.err)
-				continue
-			}
-			out[oc.i].sendAnswer = &sendAnswer{MsgID: MsgID(oc.r.id), Duplicate: oc.r.duplicate}
-		case <-r.Context().Done(): // the host gave up; the groups may still commit
-			for i, p := range pending {
-				if p {
-					out[i].Error = newEntryError(r.Context().Err())
-				}
-			}
-			break wait
+	wait.each(r.Context(), func(i int, res result, err error) {
+		if err != nil {
+			out[i].Error = newEntryError(err)
+			return
 		}
-	}
+		out[i].sendAnswer = &sendAnswer{MsgID: MsgID(res.id), Duplicate: res.duplicate}
+	})
 	writeJSON(w, struct {
 		Results []answer `json:"results"`
 	}{out})
@@ -147,16 +127,7 @@ func (mb *mailbox) ackBatch(w http.ResponseWriter, r *http.Request, run *running
 		Error *entryError `json:"error,omitempty"`
 	}
 	out := make([]answer, len(entries))
-	// Every entry is submitted before any is waited for, and their
-	// outcomes come back on one channel, buffered so that the committer
-	// never waits on it: no goroutine per entry.
-	type outcome struct {
-		i   int
-		err error
-	}
-	done := make(chan outcome, len(entries))
-	pending := make([]bool, len(entries))
-	waiting := 0
+	wait := newOutcomes(len(entries))
 	for i, raw := range entries {
 		o, err := decodeSettle(raw, opAck, run.s)
 		if err == nil {
@@ -164,38 +135,78 @@ func (mb *mailbox) ackBatch(w http.ResponseWriter, r *http.Request, run *running
 			err = run.allowMessage(r, o.id, "ack")
 		}
 		if err == nil {
-			err = run.c.Submit(o, func(res result, err error) {
-				if err == nil {
-					err = res.err // a refusal by the rules
-				}
-				done <- outcome{i, err}
-			})
+			err = run.c.Submit(o, wait.to(i))
 		}
 		if err != nil {
 			out[i].Error = newEntryError(err)
 			continue
 		}
-		pending[i] = true
-		waiting++
+		wait.submitted(i)
 	}
-wait:
-	for ; waiting > 0; waiting-- {
-		select {
-		case oc := <-done:
-			pending[oc.i] = false
-			if oc.err != nil {
-				out[oc.i].Error = newEntryError(oc.err)
-			}
-		case <-r.Context().Done(): // the host gave up; the groups may still commit
-			for i, p := range pending {
-				if p {
-					out[i].Error = newEntryError(r.Context().Err())
-				}
-			}
-			break wait
+	wait.each(r.Context(), func(i int, _ result, err error) {
+		if err != nil {
+			out[i].Error = newEntryError(err)
 		}
-	}
+	})
 	writeJSON(w, struct {
 		Results []answer `json:"results"`
 	}{out})
+}
+
+// outcomes collects the outcomes of a batch's entries, each submitted to
+// the committer before any is waited for: their callbacks send on one
+// channel, buffered to the batch's size so that the committer never
+// waits on it, and no entry needs a goroutine of its own.
+type outcomes struct {
+	ch      chan outcome
+	pending []bool
+	n       int
+}
+
+// outcome is entry i's result, a refusal by the rules as its error.
+type outcome struct {
+	i   int
+	r   result
+	err error
+}
+
+func newOutcomes(n int) *outcomes {
+	return &outcomes{ch: make(chan outcome, n), pending: make([]bool, n)}
+}
+
+// to returns the callback of entry i's submission. Once the submission
+// is taken (a refused one calls no callback), call submitted(i).
+func (o *outcomes) to(i int) func(result, error) {
+	return func(r result, err error) {
+		if err == nil {
+			err = r.err
+		}
+		o.ch <- outcome{i, r, err}
+	}
+}
+
+// submitted counts entry i as taken by the committer.
+func (o *outcomes) submitted(i int) {
+	o.pending[i] = true
+	o.n++
+}
+
+// each calls f with every submitted entry's outcome as it comes, until
+// all have come or ctx ends (the host gave up; their groups may still
+// commit): then with ctx's error for each entry still pending.
+func (o *outcomes) each(ctx context.Context, f func(i int, r result, err error)) {
+	for ; o.n > 0; o.n-- {
+		select {
+		case oc := <-o.ch:
+			o.pending[oc.i] = false
+			f(oc.i, oc.r, oc.err)
+		case <-ctx.Done():
+			for i, p := range o.pending {
+				if p {
+					f(i, result{}, ctx.Err())
+				}
+			}
+			return
+		}
+	}
 }
