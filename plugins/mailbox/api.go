@@ -68,9 +68,13 @@ type sendReq struct {
 
 // decodeSend decodes and checks a send; maxBytes bounds the payload.
 func decodeSend(body []byte, maxBytes int) (op, error) {
-	var r sendReq
-	if err := decodeJSON(body, &r); err != nil {
-		return op{}, err
+	l := &lexer{b: body}
+	r, ok := parseSend(l)
+	if !ok || !l.end() {
+		r = sendReq{}
+		if err := decodeJSON(body, &r); err != nil {
+			return op{}, err
+		}
 	}
 	switch {
 	case !validTopic(r.Topic):
@@ -99,12 +103,15 @@ func decodeSend(body []byte, maxBytes int) (op, error) {
 			return op{}, fmt.Errorf("payload_hash %s, payload hashes to %s: %w", r.PayloadHash, hexHash(h), errHashMismatch)
 		}
 	}
-	o := op{kind: opSend, topic: r.Topic, delay: time.Duration(r.DelayMs) * time.Millisecond,
-		env: envelope{Hash: h, Attrs: r.Attrs, Payload: *r.Payload}}
-	// Two sends are the same send when their topic, payload, attrs and
-	// delay are.
-	o.fp = idem.FingerprintOf([]byte(r.Topic), h[:], encodeEnvelope(envelope{Attrs: r.Attrs}), strconv.AppendInt(nil, r.DelayMs, 10))
-	return o, nil
+	return op{kind: opSend, topic: r.Topic, delay: time.Duration(r.DelayMs) * time.Millisecond,
+		env: envelope{Hash: h, Attrs: r.Attrs, Payload: *r.Payload}}, nil
+}
+
+// fingerprint is send o's idempotency fingerprint: two sends are the same
+// send when their topic, payload, attrs and delay are. Only a send with a
+// key needs it.
+func (o op) fingerprint() idem.Fingerprint {
+	return idem.FingerprintOf([]byte(o.topic), o.env.Hash[:], encodeEnvelope(envelope{Attrs: o.env.Attrs}), strconv.AppendInt(nil, o.delay.Milliseconds(), 10))
 }
 
 // recvReq is POST /v1/recv's body.
@@ -117,9 +124,13 @@ type recvReq struct {
 
 // decodeRecv decodes and checks a receive and returns it with its wait.
 func decodeRecv(body []byte, s settings) (op, time.Duration, error) {
-	var r recvReq
-	if err := decodeJSON(body, &r); err != nil {
-		return op{}, 0, err
+	l := &lexer{b: body}
+	r, ok := parseRecv(l)
+	if !ok || !l.end() {
+		r = recvReq{}
+		if err := decodeJSON(body, &r); err != nil {
+			return op{}, 0, err
+		}
 	}
 	o := op{kind: opRecv, topic: r.Topic, max: 1, visibility: s.defaultVisibility}
 	if r.MaxMessages != nil {
@@ -152,9 +163,13 @@ type settleReq struct {
 }
 
 func decodeSettle(body []byte, kind opKind, s settings) (op, error) {
-	var r settleReq
-	if err := decodeJSON(body, &r); err != nil {
-		return op{}, err
+	l := &lexer{b: body}
+	r, ok := parseSettle(l)
+	if !ok || !l.end() {
+		r = settleReq{}
+		if err := decodeJSON(body, &r); err != nil {
+			return op{}, err
+		}
 	}
 	id, err := ParseMsgID(r.MsgID)
 	if err != nil {
@@ -244,7 +259,7 @@ func (mb *mailbox) handle(name string, h func(http.ResponseWriter, *http.Request
 		}
 		start := time.Now()
 		defer func() { run.m.latency.WithLabelValues(name).Observe(time.Since(start).Seconds()) }()
-		body, err := io.ReadAll(io.LimitReader(r.Body, maxBodyBytes+1))
+		body, err := readBody(r.Body, r.ContentLength)
 		switch {
 		case err != nil:
 			sdk.WriteError(w, http.StatusBadRequest, "bad_request", "read body: "+err.Error())
@@ -255,6 +270,26 @@ func (mb *mailbox) handle(name string, h func(http.ResponseWriter, *http.Request
 		}
 		h(w, r, run, body)
 	}
+}
+
+// readBody reads a request's body, up to one byte past maxBodyBytes; size
+// is its declared length (-1 unknown), read into one buffer of that size
+// rather than one grown by doubling.
+func readBody(body io.Reader, size int64) ([]byte, error) {
+	if size <= 0 || size > maxBodyBytes {
+		return io.ReadAll(io.LimitReader(body, maxBodyBytes+1))
+	}
+	b := make([]byte, size)
+	if _, err := io.ReadFull(body, b); err != nil {
+		return nil, err
+	}
+	var more [1]byte
+	if n, _ := io.ReadFull(body, more[:]); n == 0 {
+		return b, nil
+	}
+	// A body longer than it declared: read on, as for an unknown size.
+	rest, err := io.ReadAll(io.LimitReader(body, maxBodyBytes-size))
+	return append(append(b, more[0]), rest...), err
 }
 
 // statusOf maps an error of a request to its HTTP status and error code:
@@ -376,164 +411,65 @@ type sendAnswer struct {
 	Duplicate bool   `json:"duplicate"`
 }
 
-// sendOne sends o through its shard's intake, holding its key's claim
-// while it is in progress.
+// sendOne sends o and waits for its outcome or ctx.
 func (run *running) sendOne(ctx context.Context, o op) (result, error) {
+	type outcome struct {
+		r   result
+		err error
+	}
+	ch := make(chan outcome, 1)
+	if err := run.startSend(o, func(r result, err error) { ch <- outcome{r, err} }); err != nil {
+		return result{}, err
+	}
+	select {
+	case out := <-ch:
+		return out.r, out.err
+	case <-ctx.Done(): // the host gave up; the group may still commit
+		return result{}, ctx.Err()
+	}
+}
+
+// startSend submits o through its shard's intake, holding its key's
+// claim, until its commit ends: then done gets its result, a refusal by
+// the rules as its error. An error returned means o was not submitted,
+// and done is not called.
+func (run *running) startSend(o op, done func(result, error)) error {
 	sh := &run.intake[run.shard(o.topic)]
 	if sh.Add(1) > int64(run.s.shardCapacity) {
 		sh.Add(-1)
 		run.m.busy.WithLabelValues("send").Inc()
-		return result{}, fmt.Errorf("%d sends in progress: %w", run.s.shardCapacity, errShardFull)
+		return fmt.Errorf("%d sends in progress: %w", run.s.shardCapacity, errShardFull)
 	}
-	defer sh.Add(-1)
-	var release func(result, error)
+	release := func(error) {}
 	if o.key != "" {
+		o.fp = o.fingerprint()
 		ck := idemKey(o.topic, o.key)
 		if err := run.claims.Claim(ck, o.fp); err != nil {
-			return result{}, err
+			sh.Add(-1)
+			return err
 		}
-		release = func(_ result, err error) {
+		release = func(err error) {
 			if !errors.Is(err, durable.ErrStalled) { // else Settled releases it
 				run.claims.Release(ck)
 			}
 		}
 	}
-	res, err := run.do(ctx, o, release)
-	if errors.Is(err, durable.ErrBusy) {
-		run.m.busy.WithLabelValues("send").Inc()
-	}
-	return res, err
-}
-
-// entryError is a batch entry's error, in the platform's error shape
-// with the status the entry would have had alone.
-type entryError struct {
-	Status  int    `json:"status"`
-	Code    string `json:"code"`
-	Message string `json:"message"`
-}
-
-func newEntryError(err error) *entryError {
-	status, code := statusOf(err)
-	return &entryError{Status: status, Code: code, Message: err.Error()}
-}
-
-// batchEntries decodes a batch body, {"entries":[...]} with 1 to
-// maxBatchEntries entries, each left raw for its own decoder.
-func batchEntries(body []byte) ([]json.RawMessage, error) {
-	var b struct {
-		Entries []json.RawMessage `json:"entries"`
-	}
-	if err := decodeJSON(body, &b); err != nil {
-		return nil, err
-	}
-	if len(b.Entries) < 1 || len(b.Entries) > maxBatchEntries {
-		return nil, badRequest("%d entries: want 1 to %d", len(b.Entries), maxBatchEntries)
-	}
-	return b.Entries, nil
-}
-
-// decodeSendEntry decodes one entry of a send batch: a send's body with
-// its Idempotency-Key as "idempotency_key".
-func decodeSendEntry(raw []byte, maxBytes int) (op, error) {
-	var k struct {
-		Key *string `json:"idempotency_key"`
-	}
-	// The key is taken out first, so that decodeSend's strict decoding
-	// sees only a send's fields.
-	var fields map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &fields); err != nil {
-		return op{}, badRequest("decode entry: %v", err)
-	}
-	if kr, ok := fields["idempotency_key"]; ok {
-		if err := json.Unmarshal(kr, &k.Key); err != nil || k.Key == nil {
-			return op{}, badRequest("idempotency_key: want a string")
-		}
-		delete(fields, "idempotency_key")
-		raw, _ = json.Marshal(fields)
-	}
-	o, err := decodeSend(raw, maxBytes)
-	if err != nil || k.Key == nil {
-		return o, err
-	}
-	h := http.Header{}
-	h.Set(idem.Header, *k.Key)
-	o.key, err = idem.Key(h)
-	return o, err
-}
-
-// sendBatch sends up to maxBatchEntries messages, each answered on its
-// own, as SQS's SendMessageBatch: the entries are submitted together, so
-// that they share group commits.
-func (mb *mailbox) sendBatch(w http.ResponseWriter, r *http.Request, run *running, body []byte) {
-	entries, err := batchEntries(body)
-	if err != nil {
-		run.fail(w, err)
-		return
-	}
-	type answer struct {
-		*sendAnswer
-		Error *entryError `json:"error,omitempty"`
-	}
-	out := make([]answer, len(entries))
-	var wg sync.WaitGroup
-	for i, raw := range entries {
-		o, err := decodeSendEntry(raw, run.s.maxMessageBytes)
+	err := run.c.Submit(o, func(r result, err error) {
+		sh.Add(-1)
+		release(err)
 		if err == nil {
-			err = run.allow(r, o.topic, "send")
+			err = r.err
 		}
-		if err != nil {
-			out[i].Error = newEntryError(err)
-			continue
-		}
-		wg.Go(func() {
-			res, err := run.sendOne(r.Context(), o)
-			if err != nil {
-				out[i].Error = newEntryError(err)
-				return
-			}
-			out[i].sendAnswer = &sendAnswer{MsgID: MsgID(res.id), Duplicate: res.duplicate}
-		})
-	}
-	wg.Wait()
-	writeJSON(w, struct {
-		Results []answer `json:"results"`
-	}{out})
-}
-
-// ackBatch acks up to maxBatchEntries deliveries, each answered on its own.
-func (mb *mailbox) ackBatch(w http.ResponseWriter, r *http.Request, run *running, body []byte) {
-	entries, err := batchEntries(body)
+		done(r, err)
+	})
 	if err != nil {
-		run.fail(w, err)
-		return
-	}
-	type answer struct {
-		MsgID string      `json:"msg_id,omitempty"`
-		Error *entryError `json:"error,omitempty"`
-	}
-	out := make([]answer, len(entries))
-	var wg sync.WaitGroup
-	for i, raw := range entries {
-		o, err := decodeSettle(raw, opAck, run.s)
-		if err == nil {
-			out[i].MsgID = MsgID(o.id)
-			err = run.allowMessage(r, o.id, "ack")
+		sh.Add(-1)
+		release(err)
+		if errors.Is(err, durable.ErrBusy) {
+			run.m.busy.WithLabelValues("send").Inc()
 		}
-		if err != nil {
-			out[i].Error = newEntryError(err)
-			continue
-		}
-		wg.Go(func() {
-			if _, err := run.do(r.Context(), o, nil); err != nil {
-				out[i].Error = newEntryError(err)
-			}
-		})
 	}
-	wg.Wait()
-	writeJSON(w, struct {
-		Results []answer `json:"results"`
-	}{out})
+	return err
 }
 
 // message is one delivery as recv answers it.
@@ -603,14 +539,27 @@ func (mb *mailbox) recv(w http.ResponseWriter, r *http.Request, run *running, bo
 			break // answer what there is: nothing
 		}
 	}
-	out := struct {
-		Messages []message `json:"messages"`
-	}{Messages: []message{}}
-	for _, d := range res.msgs {
-		out.Messages = append(out.Messages, toMessage(d))
+	bp := answers.Get().(*[]byte)
+	defer answers.Put(bp)
+	b, ok := appendRecvAnswer((*bp)[:0], res.msgs)
+	*bp = b[:0] // a Writer does not keep what it is given
+	if !ok {
+		out := struct {
+			Messages []message `json:"messages"`
+		}{Messages: []message{}}
+		for _, d := range res.msgs {
+			out.Messages = append(out.Messages, toMessage(d))
+		}
+		writeJSON(w, out)
+		return
 	}
-	writeJSON(w, out)
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(b)
 }
+
+// answers are receives' answer buffers, reused: an answer of ten 1 KiB
+// messages is about 14 KB.
+var answers = sync.Pool{New: func() any { return new([]byte) }}
 
 // streamFull is how often a stream with max_inflight deliveries
 // outstanding looks whether one was settled: acks wake no one.

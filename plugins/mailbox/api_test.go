@@ -571,3 +571,31 @@ func TestStream(t *testing.T) {
 		t.Errorf("third event = %q, want c", m.Payload)
 	}
 }
+
+func TestReadBody(t *testing.T) {
+	big := strings.Repeat("x", maxBodyBytes)
+	tests := []struct {
+		name    string
+		body    string
+		size    int64
+		wantLen int
+		wantErr bool
+	}{
+		{"declared", "abc", 3, 3, false},
+		{"unknown size", "abc", -1, 3, false},
+		{"longer than declared", "abcdef", 3, 6, false},
+		{"shorter than declared", "ab", 3, 0, true},
+		{"at the cap", big, maxBodyBytes, maxBodyBytes, false},
+		{"past the cap, declared", big + "y", maxBodyBytes + 1, maxBodyBytes + 1, false},
+		{"past the cap, declared short", big + "yz", 10, maxBodyBytes + 1, false},
+		{"past the cap, unknown size", big + "yz", -1, maxBodyBytes + 1, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := readBody(strings.NewReader(tt.body), tt.size)
+			if (err != nil) != tt.wantErr || !tt.wantErr && (len(got) != tt.wantLen || !strings.HasPrefix(tt.body, string(got))) {
+				t.Errorf("readBody(%d bytes, size %d) = %d bytes, %v; want %d bytes of it, error %v", len(tt.body), tt.size, len(got), err, tt.wantLen, tt.wantErr)
+			}
+		})
+	}
+}

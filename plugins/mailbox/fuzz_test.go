@@ -1,8 +1,11 @@
 package main
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"net/url"
+	"reflect"
 	"testing"
 	"time"
 )
@@ -152,6 +155,115 @@ func FuzzParseCapability(f *testing.F) {
 		// No panic on any input; a token that verifies has its op list.
 		if err == nil && c.ops == nil {
 			t.Errorf("parseCapability(%q) = %+v", tok, c)
+		}
+	})
+}
+
+// FuzzPlainJSON checks the mailbox's own JSON reader against
+// encoding/json: whatever parseSend, parseSettle, parseRecv or splitEntries accepts,
+// decodeJSON decodes to the same value.
+func FuzzPlainJSON(f *testing.F) {
+	for _, s := range []string{
+		`{"topic":"t","payload":"YQ=="}`,
+		` { "topic" : "t" , "payload" : "YWJj" , "attrs" : { "k" : "v" , "k" : "w" } , "delay_ms" : 0 , "payload_hash" : "00" } `,
+		`{"topic":"t","payload":"YQ==","delay_ms":900000,"attrs":{}}`,
+		`{"topic":"t","payload":"YQ"}`,
+		`{"topic":"t","topic":"u","payload":""}`,
+		`{"Topic":"t","payload":"YQ=="}`,
+		`{"topic":"t\u0041","payload":"YQ=="}`,
+		`{"topic":"t","payload":"YQ==","delay_ms":01}`,
+		`{"topic":"t","payload":"YQ==","attrs":{"k":"\u00e9"}}`,
+		"{\"topic\":\"t\",\"payload\":\"YQ==\",\"attrs\":{\"k\":\"\xe9\"}}",
+		`{"topic":"t","payload":"YQ==","delay_ms":1.5}`,
+		`{"topic":"t","payload":"YQ==","delay_ms":1234567890123456789}`,
+		`{"topic":"t","payload":null,"attrs":null}`,
+		`{"topic":"t","payload":"YQ=="} {}`,
+		`{}`,
+		`{"entries":[{"topic":"t","payload":"YQ=="},{"msg_id":"0000000000000001","receipt":"r","attrs":{"a":"b"}}]}`,
+		`{"entries":[]}`,
+		`{"entries":[1,"a"]}`,
+		`{"entries":[{"a":{"b":{"c":1}}}]}`,
+		`{"entries":[{"topic":"t"}],"entries":[]}`,
+		`{"msg_id":"0000000000000001","receipt":"0000000000000001.0000000000000002"}`,
+		`{"msg_id":"0000000000000001","receipt":"0000000000000001.0000000000000002","delay_ms":0,"visibility_ms":60000}`,
+		`{"msg_id":"a","msg_id":"b"}`,
+		`{"MSG_ID":"a","receipt":"b"}`,
+		`{"msg_id":"a","delay_ms":null}`,
+		`{"msg_id":"a","visibility_ms":-1}`,
+		`{"topic":"t","max_messages":10,"visibility_ms":30000,"wait_ms":100}`,
+		`{"topic":"t","max_messages":999999999999999999}`,
+		`{"topic":"t","wait_ms":20000,"max_messages":0}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		l := &lexer{b: body}
+		if got, ok := parseSend(l); ok && l.end() {
+			var want sendReq
+			if err := decodeJSON(body, &want); err != nil || !reflect.DeepEqual(got, want) {
+				t.Errorf("parseSend(%q) = %+v; decodeJSON = %+v, %v", body, got, want, err)
+			}
+		}
+		l = &lexer{b: body}
+		if got, ok := parseSettle(l); ok && l.end() {
+			var want settleReq
+			if err := decodeJSON(body, &want); err != nil || !reflect.DeepEqual(got, want) {
+				t.Errorf("parseSettle(%q) = %+v; decodeJSON = %+v, %v", body, got, want, err)
+			}
+		}
+		l = &lexer{b: body}
+		if got, ok := parseRecv(l); ok && l.end() {
+			var want recvReq
+			if err := decodeJSON(body, &want); err != nil || !reflect.DeepEqual(got, want) {
+				t.Errorf("parseRecv(%q) = %+v; decodeJSON = %+v, %v", body, got, want, err)
+			}
+		}
+		if got, ok := splitEntries(body); ok {
+			var want struct {
+				Entries []json.RawMessage `json:"entries"`
+			}
+			if err := decodeJSON(body, &want); err != nil || !reflect.DeepEqual(got, want.Entries) {
+				t.Errorf("splitEntries(%q) = %q; decodeJSON = %q, %v", body, got, want.Entries, err)
+			}
+		}
+	})
+}
+
+// FuzzRecvAnswer checks appendRecvAnswer against encoding/json: a
+// receive's answer is the same bytes either way, and MsgID and Receipt
+// render as fmt's %016x.
+func FuzzRecvAnswer(f *testing.F) {
+	f.Add(uint64(1), uint64(2), []byte("hello"), "", "", uint32(1), int64(1764193200123), 2)
+	f.Add(uint64(1<<63), uint64(1<<64-1), []byte{}, "k<&>", "v\xff\"\u2028", uint32(5), int64(-62135596800001), 1)
+	f.Add(uint64(17), uint64(18), []byte(nil), "a", "b", uint32(0), int64(253402300800000), 3)
+	f.Fuzz(func(t *testing.T, id, nonce uint64, payload []byte, k, v string, attempts uint32, at int64, n int) {
+		if got, want := Receipt(id, nonce), fmt.Sprintf("%016x.%016x", id, nonce); got != want || MsgID(id) != want[:16] {
+			t.Fatalf("Receipt(%d, %d) = %q, MsgID %q; want %q", id, nonce, got, MsgID(id), want)
+		}
+		d := delivery{ID: id, Receipt: nonce, Attempts: attempts, Env: envelope{Hash: HashOf(payload), EnqueuedAt: at, Payload: payload}}
+		if k != "" {
+			d.Env.Attrs = map[string]string{k: v, "z": k}
+		}
+		ds := make([]delivery, max(0, n%4))
+		for i := range ds {
+			ds[i] = d
+		}
+		out := struct {
+			Messages []message `json:"messages"`
+		}{Messages: []message{}}
+		for _, d := range ds {
+			out.Messages = append(out.Messages, toMessage(d))
+		}
+		var want bytes.Buffer
+		if err := json.NewEncoder(&want).Encode(out); err != nil {
+			return // writeJSON writes nothing then either; not a client's input
+		}
+		got, ok := appendRecvAnswer(nil, ds)
+		if !ok && len(ds) > 0 && payload != nil {
+			t.Fatalf("appendRecvAnswer refused a message encoding/json writes: %s", want.Bytes())
+		}
+		if ok && !bytes.Equal(got, want.Bytes()) {
+			t.Errorf("appendRecvAnswer = %s\nencoding/json  = %s", got, want.Bytes())
 		}
 	})
 }

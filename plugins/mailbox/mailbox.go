@@ -112,6 +112,7 @@ func (mb *mailbox) configure(_ context.Context, rt *sdk.Runtime) error {
 		return err
 	}
 	s.rules.jitter = mb.jitter
+	s.rules.floors = &floors{}
 	now := mb.now
 	if now == nil {
 		now = time.Now
@@ -169,13 +170,7 @@ func (mb *mailbox) configure(_ context.Context, rt *sdk.Runtime) error {
 			if err := ctx.Err(); err != nil {
 				return nil, err
 			}
-			var out []result
-			t := now()
-			err := db.Update(func(tx *store.Tx) (err error) {
-				out, err = s.rules.apply(tx, t, ops)
-				return err
-			})
-			return out, err
+			return s.rules.commit(db, now(), ops)
 		},
 		Probe:    func() error { return db.Update(func(*store.Tx) error { return nil }) },
 		Announce: run.announce,

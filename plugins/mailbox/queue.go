@@ -216,7 +216,14 @@ func topicRange(topic string, until int64) (from, to []byte) {
 }
 
 // MsgID renders a message id: 16 lowercase hex digits.
-func MsgID(id uint64) string { return fmt.Sprintf("%016x", id) }
+func MsgID(id uint64) string { return string(appendHex16(nil, id)) }
+
+// appendHex16 appends v as 16 lowercase hex digits.
+func appendHex16(b []byte, v uint64) []byte {
+	var d [8]byte
+	binary.BigEndian.PutUint64(d[:], v)
+	return hex.AppendEncode(b, d[:])
+}
 
 // ParseMsgID reads back what MsgID rendered, and nothing else.
 func ParseMsgID(s string) (uint64, error) {
@@ -233,7 +240,9 @@ func ParseMsgID(s string) (uint64, error) {
 
 // Receipt renders a delivery's receipt handle: the message id and the
 // delivery's nonce.
-func Receipt(id, nonce uint64) string { return fmt.Sprintf("%016x.%016x", id, nonce) }
+func Receipt(id, nonce uint64) string {
+	return string(appendHex16(append(appendHex16(make([]byte, 0, 33), id), '.'), nonce))
+}
 
 // ParseReceipt reads back what Receipt rendered, and nothing else.
 func ParseReceipt(s string) (id, nonce uint64, err error) {
@@ -309,7 +318,8 @@ type result struct {
 	duplicate bool
 	msgs      []delivery
 	// next is when the topic's first message not yet visible becomes
-	// visible (unix ms), 0 if none: a long poll's nearest deadline.
+	// visible (unix ms), 0 if none: a long poll's nearest deadline. Only a
+	// receive that delivered nothing sets it.
 	next     int64
 	dlq      int // messages moved into a DLQ (recv, terminate)
 	redriven int // messages moved out of one
@@ -338,6 +348,9 @@ type rules struct {
 	dedup                   time.Duration
 	retention               time.Duration       // 0 keeps messages forever
 	jitter                  func(n int64) int64 // [0, n); tests fix it
+	// floors, if set, is where receives seek in the visibility index;
+	// whoever runs apply forgets them when a group fails.
+	floors *floors
 }
 
 func (r rules) table() idem.Table {
@@ -362,6 +375,24 @@ func (r rules) backoff(attempts uint32) time.Duration {
 }
 
 func idemKey(topic, key string) string { return topic + "\x00" + key }
+
+// commit applies ops at now as one group of db, one result each. A group
+// that fails (or panics) leaves nothing in the store, and makes the
+// floors forget what it taught them.
+func (r rules) commit(db *store.DB, now time.Time, ops []op) (out []result, err error) {
+	committed := false
+	defer func() {
+		if !committed {
+			r.floors.forget()
+		}
+	}()
+	err = db.Update(func(tx *store.Tx) (err error) {
+		out, err = r.apply(tx, now, ops)
+		return err
+	})
+	committed = err == nil
+	return out, err
+}
 
 // apply applies ops in tx at now, one result each. A returned error fails
 // the whole group; refusals are results.
@@ -416,7 +447,7 @@ func (r rules) send(tx *store.Tx, now time.Time, o op) (result, error) {
 	if err := tx.Put(bucketMeta, idKey(id), encodeMeta(meta{Topic: o.topic, VisibleAt: at})); err != nil {
 		return result{}, err
 	}
-	if err := tx.Put(bucketVisible, visKey(o.topic, at, id), nil); err != nil {
+	if err := r.index(tx, o.topic, at, id); err != nil {
 		return result{}, err
 	}
 	if o.key != "" {
@@ -428,25 +459,31 @@ func (r rules) send(tx *store.Tx, now time.Time, o op) (result, error) {
 	return result{id: id, wake: []string{o.topic}}, nil
 }
 
+// index writes message id's key in the visibility index.
+func (r rules) index(tx *store.Tx, topic string, at int64, id uint64) error {
+	r.floors.lower(topic, max(at, 0))
+	return tx.Put(bucketVisible, visKey(topic, at, id), nil)
+}
+
 // move rewrites message id's meta to m (from old), moving its index entry.
-func move(tx *store.Tx, id uint64, old, m meta) error {
+func (r rules) move(tx *store.Tx, id uint64, old, m meta) error {
 	if err := tx.Delete(bucketVisible, visKey(old.Topic, old.VisibleAt, id)); err != nil {
 		return err
 	}
 	if err := tx.Put(bucketMeta, idKey(id), encodeMeta(m)); err != nil {
 		return err
 	}
-	return tx.Put(bucketVisible, visKey(m.Topic, m.VisibleAt, id), nil)
+	return r.index(tx, m.Topic, m.VisibleAt, id)
 }
 
 // toDLQ moves a message to its topic's DLQ, ready at once, with reason. A
 // message of a DLQ stays in it: a DLQ has no DLQ.
-func toDLQ(tx *store.Tx, now time.Time, id uint64, m meta, reason string) error {
+func (r rules) toDLQ(tx *store.Tx, now time.Time, id uint64, m meta, reason string) error {
 	n := meta{Topic: m.Topic, VisibleAt: now.UnixMilli(), Reason: reason}
 	if !strings.HasSuffix(m.Topic, dlqSuffix) {
 		n.Topic = m.Topic + dlqSuffix
 	}
-	return move(tx, id, m, n)
+	return r.move(tx, id, m, n)
 }
 
 // recv delivers up to o.max messages of o.topic visible at now. A message
@@ -457,13 +494,23 @@ func (r rules) recv(tx *store.Tx, now time.Time, o op) (result, error) {
 	var res result
 	nowMs := now.UnixMilli()
 	from, to := topicRange(o.topic, nowMs+1)
+	if at, ok := r.floors.get(o.topic); ok {
+		from = visKey(o.topic, at, 0)
+	}
+	// floor is where the topic's keys begin once this receive is done:
+	// past now if it took every key up to now, else at the last key it
+	// took. A key it writes in the topic up to now (a DLQ's message
+	// failing its hash again) is in the range it looks in again.
+	floor, last := nowMs+1, int64(-1)
 	for len(res.msgs) < o.max {
 		var ids []uint64
 		tx.Ascend(bucketVisible, from, to, func(k, _ []byte) bool {
 			ids = append(ids, binary.BigEndian.Uint64(k[len(k)-8:]))
+			last = int64(binary.BigEndian.Uint64(k[len(k)-16 : len(k)-8]))
 			return len(ids) < o.max-len(res.msgs)
 		})
 		if len(ids) == 0 {
+			last = -1
 			break
 		}
 		for _, id := range ids {
@@ -476,7 +523,7 @@ func (r rules) recv(tx *store.Tx, now time.Time, o op) (result, error) {
 				return res, fmt.Errorf("message %s: %w", MsgID(id), err)
 			}
 			if m.Attempts >= r.maxAttempts && !strings.HasSuffix(m.Topic, dlqSuffix) {
-				if err := toDLQ(tx, now, id, m, "max_attempts"); err != nil {
+				if err := r.toDLQ(tx, now, id, m, "max_attempts"); err != nil {
 					return res, err
 				}
 				res.dlq++
@@ -500,19 +547,19 @@ func (r rules) recv(tx *store.Tx, now time.Time, o op) (result, error) {
 				// receive spends one attempt on it, not all of them.
 				n.VisibleAt = nowMs + max(1, r.backoff(n.Attempts).Milliseconds())
 				if n.Attempts >= r.maxAttempts {
-					if err := toDLQ(tx, now, id, m, "integrity"); err != nil {
+					if err := r.toDLQ(tx, now, id, m, "integrity"); err != nil {
 						return res, err
 					}
 					res.dlq++
 					res.wake = append(res.wake, o.topic+dlqSuffix)
 					continue
 				}
-				if err := move(tx, id, m, n); err != nil {
+				if err := r.move(tx, id, m, n); err != nil {
 					return res, err
 				}
 				continue
 			}
-			if err := move(tx, id, m, n); err != nil {
+			if err := r.move(tx, id, m, n); err != nil {
 				return res, err
 			}
 			if m.Attempts > 0 {
@@ -521,6 +568,13 @@ func (r rules) recv(tx *store.Tx, now time.Time, o op) (result, error) {
 			res.msgs = append(res.msgs, delivery{ID: id, Receipt: n.Receipt, Env: env, Attempts: n.Attempts})
 			res.held = append(res.held, hold{id, n.VisibleAt})
 		}
+	}
+	if last >= 0 {
+		floor = min(floor, last) // o.max reached: keys at last may be left
+	}
+	r.floors.raise(o.topic, floor)
+	if len(res.msgs) > 0 {
+		return res, nil // nobody waits for the next deadline
 	}
 	// The nearest deadline of what is left: the first key past now.
 	f, t := topicRange(o.topic, -1)
@@ -566,20 +620,20 @@ func (r rules) settle(tx *store.Tx, now time.Time, o op) (result, error) {
 			d = r.backoff(m.Attempts)
 		}
 		n.VisibleAt = nowMs + d.Milliseconds()
-		return result{id: o.id, wake: []string{m.Topic}, held: []hold{{o.id, 0}}}, move(tx, o.id, m, n)
+		return result{id: o.id, wake: []string{m.Topic}, held: []hold{{o.id, 0}}}, r.move(tx, o.id, m, n)
 	case opExtend:
 		if m.VisibleAt <= nowMs {
 			return result{err: ErrExpired}, nil
 		}
 		n := m
 		n.VisibleAt = nowMs + o.dur.Milliseconds()
-		return result{id: o.id, held: []hold{{o.id, n.VisibleAt}}}, move(tx, o.id, m, n)
+		return result{id: o.id, held: []hold{{o.id, n.VisibleAt}}}, r.move(tx, o.id, m, n)
 	default: // opTerminate
 		res := result{id: o.id, dlq: 1, wake: []string{m.Topic + dlqSuffix}, held: []hold{{o.id, 0}}}
 		if strings.HasSuffix(m.Topic, dlqSuffix) {
 			res.dlq, res.wake = 0, []string{m.Topic}
 		}
-		return res, toDLQ(tx, now, o.id, m, "terminated")
+		return res, r.toDLQ(tx, now, o.id, m, "terminated")
 	}
 }
 
@@ -597,7 +651,7 @@ func (r rules) redrive(tx *store.Tx, now time.Time, o op) (result, error) {
 		if err != nil {
 			return result{}, fmt.Errorf("message %s: %w", MsgID(id), err)
 		}
-		if err := move(tx, id, m, meta{Topic: o.topic, VisibleAt: now.UnixMilli()}); err != nil {
+		if err := r.move(tx, id, m, meta{Topic: o.topic, VisibleAt: now.UnixMilli()}); err != nil {
 			return result{}, err
 		}
 	}

@@ -38,16 +38,15 @@ func newQueue(t *testing.T, r rules) *queue {
 	if r.jitter == nil {
 		r.jitter = func(n int64) int64 { return n - 1 } // the top of the window
 	}
+	if r.floors == nil {
+		r.floors = &floors{}
+	}
 	return &queue{t: t, db: db, r: r, now: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
 }
 
 func (q *queue) apply(o op) result {
 	q.t.Helper()
-	var out []result
-	err := q.db.Update(func(tx *store.Tx) (err error) {
-		out, err = q.r.apply(tx, q.now, []op{o})
-		return err
-	})
+	out, err := q.r.commit(q.db, q.now, []op{o})
 	if err != nil {
 		q.t.Fatalf("apply %s: %v", o.kind, err)
 	}

@@ -1,0 +1,212 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+
+	"github.com/plughost/plughost/sdk/idem"
+)
+
+// entryError is a batch entry's error, in the platform's error shape
+// with the status the entry would have had alone.
+type entryError struct {
+	Status  int    `json:"status"`
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+func newEntryError(err error) *entryError {
+	status, code := statusOf(err)
+	return &entryError{Status: status, Code: code, Message: err.Error()}
+}
+
+// batchEntries decodes a batch body, {"entries":[...]} with 1 to
+// maxBatchEntries entries, each left raw for its own decoder.
+func batchEntries(body []byte) ([]json.RawMessage, error) {
+	var b struct {
+		Entries []json.RawMessage `json:"entries"`
+	}
+	var ok bool
+	if b.Entries, ok = splitEntries(body); !ok {
+		if err := decodeJSON(body, &b); err != nil {
+			return nil, err
+		}
+	}
+	if len(b.Entries) < 1 || len(b.Entries) > maxBatchEntries {
+		return nil, badRequest("%d entries: want 1 to %d", len(b.Entries), maxBatchEntries)
+	}
+	return b.Entries, nil
+}
+
+// decodeSendEntry decodes one entry of a send batch: a send's body with
+// its Idempotency-Key as "idempotency_key".
+func decodeSendEntry(raw []byte, maxBytes int) (op, error) {
+	if !bytes.Contains(raw, []byte("idempotency_key")) && bytes.IndexByte(raw, '\\') < 0 {
+		// No key, spelled out or escaped: the entry is a send's body
+		// as it is.
+		return decodeSend(raw, maxBytes)
+	}
+	var k struct {
+		Key *string `json:"idempotency_key"`
+	}
+	// The key is taken out first, so that decodeSend's strict decoding
+	// sees only a send's fields.
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &fields); err != nil {
+		return op{}, badRequest("decode entry: %v", err)
+	}
+	if kr, ok := fields["idempotency_key"]; ok {
+		if err := json.Unmarshal(kr, &k.Key); err != nil || k.Key == nil {
+			return op{}, badRequest("idempotency_key: want a string")
+		}
+		delete(fields, "idempotency_key")
+		raw, _ = json.Marshal(fields)
+	}
+	o, err := decodeSend(raw, maxBytes)
+	if err != nil || k.Key == nil {
+		return o, err
+	}
+	h := http.Header{}
+	h.Set(idem.Header, *k.Key)
+	o.key, err = idem.Key(h)
+	return o, err
+}
+
+// sendBatch sends up to maxBatchEntries messages, each answered on its
+// own, as SQS's SendMessageBatch: the entries are submitted together, so
+// that they share group commits.
+func (mb *mailbox) sendBatch(w http.ResponseWriter, r *http.Request, run *running, body []byte) {
+	entries, err := batchEntries(body)
+	if err != nil {
+		run.fail(w, err)
+		return
+	}
+	type answer struct {
+		*sendAnswer
+		Error *entryError `json:"error,omitempty"`
+	}
+	out := make([]answer, len(entries))
+	wait := newOutcomes(len(entries))
+	for i, raw := range entries {
+		o, err := decodeSendEntry(raw, run.s.maxMessageBytes)
+		if err == nil {
+			err = run.allow(r, o.topic, "send")
+		}
+		if err == nil {
+			err = run.startSend(o, wait.to(i))
+		}
+		if err != nil {
+			out[i].Error = newEntryError(err)
+			continue
+		}
+		wait.submitted(i)
+	}
+	wait.each(r.Context(), func(i int, res result, err error) {
+		if err != nil {
+			out[i].Error = newEntryError(err)
+			return
+		}
+		out[i].sendAnswer = &sendAnswer{MsgID: MsgID(res.id), Duplicate: res.duplicate}
+	})
+	writeJSON(w, struct {
+		Results []answer `json:"results"`
+	}{out})
+}
+
+// ackBatch acks up to maxBatchEntries deliveries, each answered on its own.
+func (mb *mailbox) ackBatch(w http.ResponseWriter, r *http.Request, run *running, body []byte) {
+	entries, err := batchEntries(body)
+	if err != nil {
+		run.fail(w, err)
+		return
+	}
+	type answer struct {
+		MsgID string      `json:"msg_id,omitempty"`
+		Error *entryError `json:"error,omitempty"`
+	}
+	out := make([]answer, len(entries))
+	wait := newOutcomes(len(entries))
+	for i, raw := range entries {
+		o, err := decodeSettle(raw, opAck, run.s)
+		if err == nil {
+			out[i].MsgID = MsgID(o.id)
+			err = run.allowMessage(r, o.id, "ack")
+		}
+		if err == nil {
+			err = run.c.Submit(o, wait.to(i))
+		}
+		if err != nil {
+			out[i].Error = newEntryError(err)
+			continue
+		}
+		wait.submitted(i)
+	}
+	wait.each(r.Context(), func(i int, _ result, err error) {
+		if err != nil {
+			out[i].Error = newEntryError(err)
+		}
+	})
+	writeJSON(w, struct {
+		Results []answer `json:"results"`
+	}{out})
+}
+
+// outcomes collects the outcomes of a batch's entries, each submitted to
+// the committer before any is waited for: their callbacks send on one
+// channel, buffered to the batch's size so that the committer never
+// waits on it, and no entry needs a goroutine of its own.
+type outcomes struct {
+	ch      chan outcome
+	pending []bool
+	n       int
+}
+
+// outcome is entry i's result, a refusal by the rules as its error.
+type outcome struct {
+	i   int
+	r   result
+	err error
+}
+
+func newOutcomes(n int) *outcomes {
+	return &outcomes{ch: make(chan outcome, n), pending: make([]bool, n)}
+}
+
+// to returns the callback of entry i's submission. Once the submission
+// is taken (a refused one calls no callback), call submitted(i).
+func (o *outcomes) to(i int) func(result, error) {
+	return func(r result, err error) {
+		if err == nil {
+			err = r.err
+		}
+		o.ch <- outcome{i, r, err}
+	}
+}
+
+// submitted counts entry i as taken by the committer.
+func (o *outcomes) submitted(i int) {
+	o.pending[i] = true
+	o.n++
+}
+
+// each calls f with every submitted entry's outcome as it comes, until
+// all have come or ctx ends (the host gave up; their groups may still
+// commit): then with ctx's error for each entry still pending.
+func (o *outcomes) each(ctx context.Context, f func(i int, r result, err error)) {
+	for ; o.n > 0; o.n-- {
+		select {
+		case oc := <-o.ch:
+			o.pending[oc.i] = false
+			f(oc.i, oc.r, oc.err)
+		case <-ctx.Done():
+			for i, p := range o.pending {
+				if p {
+					f(i, result{}, ctx.Err())
+				}
+			}
+			return
+		}
+	}
+}
