@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -52,6 +53,13 @@ var storeOpts = store.Options{Buckets: []store.Bucket{
 
 // dlqSuffix names a topic's dead-letter queue: TOPIC.dlq.
 const dlqSuffix = ".dlq"
+
+// parkedAt is the visible-at time of a message parked in a DLQ: one whose
+// payload failed its hash max_attempts times. Every payload read again
+// from disk fails the same way, so it is kept for the operator to look at
+// (topic counts, retention) but past every now, where no receive reaches
+// it, and past every range a redrive or a long poll's deadline reads.
+const parkedAt = math.MaxInt64
 
 // maxTopicLen bounds a topic name.
 const maxTopicLen = 200
@@ -325,6 +333,7 @@ type result struct {
 	redriven int // messages moved out of one
 	redeliv  int // deliveries of messages delivered before
 	integ    int // messages whose payload failed its hash
+	backoffs int // of those, put back after a backoff (not parked)
 	swept    int
 	expired  int // messages past retention deleted by a sweep
 	// wake are the topics in which the operation made a message visible
@@ -486,10 +495,29 @@ func (r rules) toDLQ(tx *store.Tx, now time.Time, id uint64, m meta, reason stri
 	return r.move(tx, id, m, n)
 }
 
+// park moves a message whose payload failed its hash max_attempts times
+// to its topic's DLQ (or leaves it in the DLQ it is in) at parkedAt, with
+// reason "integrity": no receive, redrive or settle reaches it again, and
+// retention deletes it. It reports whether the message entered a DLQ.
+func (r rules) park(tx *store.Tx, id uint64, m meta) (bool, error) {
+	n := meta{Topic: m.Topic, VisibleAt: parkedAt, Reason: "integrity"}
+	moved := !strings.HasSuffix(m.Topic, dlqSuffix)
+	if moved {
+		n.Topic = m.Topic + dlqSuffix
+	}
+	return moved, r.move(tx, id, m, n)
+}
+
 // recv delivers up to o.max messages of o.topic visible at now. A message
 // already delivered max_attempts times moves to the DLQ instead; one
 // whose payload fails its hash is never delivered, and counts as a
-// delivery, so that it reaches the DLQ after max_attempts.
+// delivery, so that it is parked in the DLQ after max_attempts.
+//
+// recv ends because it writes no key of o.topic visible at or before now:
+// each message it meets is delivered (visible after now + visibility,
+// at least 1 ms), put back after a backoff of at least 1 ms, moved to
+// another topic (the DLQ) or parked at parkedAt. So each pass over the
+// topic's range leaves fewer keys in it.
 func (r rules) recv(tx *store.Tx, now time.Time, o op) (result, error) {
 	var res result
 	nowMs := now.UnixMilli()
@@ -499,8 +527,7 @@ func (r rules) recv(tx *store.Tx, now time.Time, o op) (result, error) {
 	}
 	// floor is where the topic's keys begin once this receive is done:
 	// past now if it took every key up to now, else at the last key it
-	// took. A key it writes in the topic up to now (a DLQ's message
-	// failing its hash again) is in the range it looks in again.
+	// took.
 	floor, last := nowMs+1, int64(-1)
 	for len(res.msgs) < o.max {
 		var ids []uint64
@@ -533,27 +560,32 @@ func (r rules) recv(tx *store.Tx, now time.Time, o op) (result, error) {
 			n := m
 			n.Attempts++
 			n.Receipt = tx.NextSeq()
-			n.VisibleAt = nowMs + o.visibility.Milliseconds()
+			n.VisibleAt = nowMs + max(1, o.visibility.Milliseconds())
 			env, err := decodeEnvelope(tx.Get(bucketEnvelopes, idKey(id)))
 			if err == nil && HashOf(env.Payload) != env.Hash {
 				err = errors.New("payload hash mismatch")
 			}
 			if err != nil {
 				// Never delivered as good data; retried after a backoff
-				// until max_attempts sends it to the DLQ.
+				// until max_attempts parks it in the DLQ. Not toDLQ: a
+				// DLQ's message would be written back ready at now, in
+				// this receive's range, met again and again.
 				res.integ++
+				if n.Attempts >= r.maxAttempts {
+					moved, err := r.park(tx, id, m)
+					if err != nil {
+						return res, err
+					}
+					if moved {
+						res.dlq++
+					}
+					continue
+				}
 				n.Receipt = 0
 				// At least 1ms on: past this receive's range, so that one
 				// receive spends one attempt on it, not all of them.
 				n.VisibleAt = nowMs + max(1, r.backoff(n.Attempts).Milliseconds())
-				if n.Attempts >= r.maxAttempts {
-					if err := r.toDLQ(tx, now, id, m, "integrity"); err != nil {
-						return res, err
-					}
-					res.dlq++
-					res.wake = append(res.wake, o.topic+dlqSuffix)
-					continue
-				}
+				res.backoffs++
 				if err := r.move(tx, id, m, n); err != nil {
 					return res, err
 				}
@@ -576,8 +608,9 @@ func (r rules) recv(tx *store.Tx, now time.Time, o op) (result, error) {
 	if len(res.msgs) > 0 {
 		return res, nil // nobody waits for the next deadline
 	}
-	// The nearest deadline of what is left: the first key past now.
-	f, t := topicRange(o.topic, -1)
+	// The nearest deadline of what is left: the first key past now,
+	// parked messages aside.
+	f, t := topicRange(o.topic, parkedAt)
 	f = to
 	tx.Ascend(bucketVisible, f, t, func(k, _ []byte) bool {
 		res.next = int64(binary.BigEndian.Uint64(k[len(k)-16 : len(k)-8]))
@@ -638,10 +671,11 @@ func (r rules) settle(tx *store.Tx, now time.Time, o op) (result, error) {
 }
 
 // redrive moves up to o.max messages of o.topic's DLQ back to o.topic,
-// ready at once, attempts reset.
+// ready at once, attempts reset. Parked messages stay: their payloads
+// would fail again.
 func (r rules) redrive(tx *store.Tx, now time.Time, o op) (result, error) {
 	var ids []uint64
-	from, to := topicRange(o.topic+dlqSuffix, -1)
+	from, to := topicRange(o.topic+dlqSuffix, parkedAt)
 	tx.Ascend(bucketVisible, from, to, func(k, _ []byte) bool {
 		ids = append(ids, binary.BigEndian.Uint64(k[len(k)-8:]))
 		return len(ids) < o.max
@@ -668,11 +702,13 @@ type stats struct {
 	Inflight    int   `json:"inflight"`
 	Delayed     int   `json:"delayed"`
 	DLQ         int   `json:"dlq"`
+	Damaged     int   `json:"damaged"`
 	OldestAgeMs int64 `json:"oldest_age_ms"`
 }
 
 // topicStats counts topic's messages in g at now: ready (visible now),
-// in flight (held by a delivery) and delayed (neither), and its DLQ's.
+// in flight (held by a delivery), damaged (parked), delayed (none of
+// these), and its DLQ's, parked ones included.
 func topicStats(g store.Reader, topic string, now time.Time) (stats, error) {
 	var s stats
 	var err error
@@ -682,9 +718,12 @@ func topicStats(g store.Reader, topic string, now time.Time) (stats, error) {
 	g.Ascend(bucketVisible, from, to, func(k, _ []byte) bool {
 		id := binary.BigEndian.Uint64(k[len(k)-8:])
 		at := int64(binary.BigEndian.Uint64(k[len(k)-16 : len(k)-8]))
-		if at <= nowMs {
+		switch {
+		case at <= nowMs:
 			s.Ready++
-		} else {
+		case at == parkedAt:
+			s.Damaged++
+		default:
 			var m meta
 			if m, err = decodeMeta(g.Get(bucketMeta, idKey(id))); err != nil {
 				return false

@@ -20,6 +20,8 @@ type queue struct {
 	db  *store.DB
 	r   rules
 	now time.Time
+	// hung is set when a group did not finish: Close would wait for it.
+	hung bool
 }
 
 func newQueue(t *testing.T, r rules) *queue {
@@ -28,7 +30,12 @@ func newQueue(t *testing.T, r rules) *queue {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { db.Close() })
+	q := &queue{t: t, db: db, now: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
+	t.Cleanup(func() {
+		if !q.hung {
+			db.Close()
+		}
+	})
 	if r.maxAttempts == 0 {
 		r.maxAttempts = 5
 	}
@@ -41,7 +48,8 @@ func newQueue(t *testing.T, r rules) *queue {
 	if r.floors == nil {
 		r.floors = &floors{}
 	}
-	return &queue{t: t, db: db, r: r, now: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
+	q.r = r
+	return q
 }
 
 func (q *queue) apply(o op) result {
