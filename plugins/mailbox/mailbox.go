@@ -243,8 +243,8 @@ func (run *running) announce(rs []result) {
 	for _, r := range rs {
 		if r.integ > 0 {
 			run.m.integrity.WithLabelValues("hash").Add(float64(r.integ))
-			run.m.requeueBack.Add(float64(r.backoffs))
 		}
+		run.m.requeueBack.Add(float64(r.backoffs))
 		run.m.redeliv.Add(float64(r.redeliv))
 		run.m.dlq.Add(float64(r.dlq))
 		for _, t := range r.wake {

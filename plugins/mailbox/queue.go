@@ -333,7 +333,7 @@ type result struct {
 	redriven int // messages moved out of one
 	redeliv  int // deliveries of messages delivered before
 	integ    int // messages whose payload failed its hash
-	backoffs int // of those, put back after a backoff (not parked)
+	backoffs int // put back after a full-jitter backoff: a failed delivery not parked, or a nack without delay_ms
 	swept    int
 	expired  int // messages past retention deleted by a sweep
 	// wake are the topics in which the operation made a message visible
@@ -648,12 +648,14 @@ func (r rules) settle(tx *store.Tx, now time.Time, o op) (result, error) {
 	case opNack:
 		n := m
 		n.Receipt = 0
+		res := result{id: o.id, wake: []string{m.Topic}, held: []hold{{o.id, 0}}}
 		d := o.dur
 		if d < 0 {
 			d = r.backoff(m.Attempts)
+			res.backoffs = 1
 		}
 		n.VisibleAt = nowMs + d.Milliseconds()
-		return result{id: o.id, wake: []string{m.Topic}, held: []hold{{o.id, 0}}}, r.move(tx, o.id, m, n)
+		return res, r.move(tx, o.id, m, n)
 	case opExtend:
 		if m.VisibleAt <= nowMs {
 			return result{err: ErrExpired}, nil

@@ -214,8 +214,8 @@ func TestNack(t *testing.T) {
 	q := newQueue(t, rules{backoffBase: 200 * time.Millisecond, backoffMax: time.Second})
 	q.send("t", "a")
 	d := q.recv("t", 1, time.Minute)[0]
-	if err := q.settle(opNack, d, 500*time.Millisecond); err != nil {
-		t.Fatal(err)
+	if res := q.apply(op{kind: opNack, id: d.ID, nonce: d.Receipt, dur: 500 * time.Millisecond}); res.err != nil || res.backoffs != 0 {
+		t.Fatalf("nack with delay_ms = %v with %d backoffs, want nil with none", res.err, res.backoffs)
 	}
 	if err := q.settle(opAck, d, 0); !errors.Is(err, ErrStaleReceipt) {
 		t.Errorf("ack after nack = %v, want ErrStaleReceipt", err)
@@ -227,9 +227,11 @@ func TestNack(t *testing.T) {
 	q.now = q.now.Add(time.Millisecond)
 	d = q.recv("t", 1, time.Minute)[0]
 	// Without delay_ms: full jitter up to base·2^(attempts−1), here the
-	// top of [0, 400ms) as the test's jitter draws.
-	if err := q.settle(opNack, d, -1); err != nil {
-		t.Fatal(err)
+	// top of [0, 400ms) as the test's jitter draws. It is a backoff, for
+	// requeue_backoff_total; a nack with delay_ms was not.
+	res := q.apply(op{kind: opNack, id: d.ID, nonce: d.Receipt, dur: -1})
+	if res.err != nil || res.backoffs != 1 {
+		t.Fatalf("nack without delay_ms = %v with %d backoffs, want nil with 1", res.err, res.backoffs)
 	}
 	q.now = q.now.Add(398 * time.Millisecond)
 	if got := q.recv("t", 1, time.Minute); len(got) != 0 {
