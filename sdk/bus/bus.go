@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"regexp"
 	"sync"
 
@@ -64,6 +65,17 @@ const ConsumerPattern = `^[a-z0-9_-]{1,32}$`
 // a-z, 0-9, _ and -.
 func ValidConsumer(name string) bool {
 	return consumerRE.MatchString(name)
+}
+
+// Consumer returns the name a stream's request gives its consumer in the
+// query parameter consumer, "anonymous" if none, and whether it is
+// ValidConsumer: a plugin answers 400 if not.
+func Consumer(r *http.Request) (name string, ok bool) {
+	name = r.URL.Query().Get("consumer")
+	if name == "" {
+		name = "anonymous"
+	}
+	return name, ValidConsumer(name)
 }
 
 // CheckConsumers checks the operator's list of consumer names, the

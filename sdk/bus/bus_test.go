@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -195,6 +196,24 @@ func TestCheckConsumers(t *testing.T) {
 				t.Errorf("New with Consumers %q = %v, want what CheckConsumers says (%v)", tt.names, nerr, err)
 			}
 		})
+	}
+}
+
+func TestConsumer(t *testing.T) {
+	for _, tt := range []struct {
+		query, want string
+		ok          bool
+	}{
+		{"", "anonymous", true},
+		{"?consumer=", "anonymous", true},
+		{"?consumer=ops-1_a", "ops-1_a", true},
+		{"?consumer=Bad!", "Bad!", false},
+		{"?consumer=" + strings.Repeat("a", 33), strings.Repeat("a", 33), false},
+	} {
+		r := httptest.NewRequest("GET", "/events"+tt.query, nil)
+		if name, ok := bus.Consumer(r); name != tt.want || ok != tt.ok {
+			t.Errorf("Consumer(%q) = %q, %v, want %q, %v", tt.query, name, ok, tt.want, tt.ok)
+		}
 	}
 }
 
