@@ -10,15 +10,16 @@
 //     the client to resume from there; the registry's GET /v1/stream does.
 //   - [DropOldest]: the consumer's oldest event makes room for the new
 //     one; [Sub.Missed] says how many it lost just before the event
-//     [Sub.Next] last returned, and it stays subscribed. The rewarder's GET /v1/events does this.
+//     [Sub.Next] last returned, and it stays subscribed. The rewarder's
+//     GET /v1/events does this.
 //
-// Either way the lag is counted in bus_lagged_total{consumer} (the
-// metric's name by the plugin guide's rule for the metrics the design
-// names, [LaggedName]): under CutOff one per consumer cut off, under
-// DropOldest one per event dropped. The consumer label takes only the
-// names the operator lists in [Options.Consumers], each at most
-// [MaxConsumers], and [OtherConsumer] for every other name, so that a
-// client choosing names cannot add series.
+// Either way the lag is counted in bus_lagged_total{consumer}
+// ([LaggedName], named by the plugin guide's rule for the metrics the
+// design names): under CutOff one per consumer cut off, under DropOldest
+// one per event dropped. The consumer label takes only the names the
+// operator lists in [Options.Consumers], at most [MaxConsumers] of them,
+// and [OtherConsumer] for every other name, so that a client choosing
+// names cannot add series.
 //
 // The lifecycle is New → Subscribe (per request) → Next until an error →
 // Sub.Close, with Publish from any goroutine meanwhile. [Writer] sends
@@ -27,7 +28,6 @@
 // lines, flushed when the caller says.
 //
 // The package must not start goroutines, block a publisher, hold its lock
-// across anything but non-blocking channel operations, or decide what an
-// event means: ids, resuming and what a lagged event carries are the
-// plugin's.
+// across a wait or a write to a client, or decide what an event means:
+// ids, resuming and what a lagged event carries are the plugin's.
 package bus
