@@ -8,10 +8,8 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -369,59 +367,12 @@ func TestRegistryStreamLagged(t *testing.T) {
 	c := &regClient{http: &http.Client{Timeout: 10 * time.Second}}
 	c.base.Store(&h.ingress)
 
-	addr := strings.TrimPrefix(h.ingress, "http://")
-	d := net.Dialer{Timeout: 5 * time.Second, Control: func(_, _ string, rc syscall.RawConn) error {
-		var serr error
-		err := rc.Control(func(fd uintptr) { serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096) })
-		return errors.Join(err, serr)
-	}}
-	conn, err := d.DialContext(t.Context(), "tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	fmt.Fprintf(conn, "GET /registry/v1/stream?consumer=slow HTTP/1.1\r\nHost: %s\r\nAccept: text/event-stream\r\n\r\n", addr)
-	br := bufio.NewReaderSize(conn, 512)
-	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
-	resp, err := http.ReadResponse(br, nil)
-	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("stream: %v %v", resp, err)
-	}
+	conn, resp := slowStream(t, h, "/registry/v1/stream?consumer=slow")
 	// From here the client reads nothing until the consumer is cut off;
 	// the fast consumer reads all along.
-	fast, err := http.NewRequestWithContext(ctxTimeout(t, 60*time.Second), "GET", h.ingress+"/registry/v1/stream?consumer=fast", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fastResp, err := http.DefaultClient.Do(fast)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fastResp.Body.Close()
-	var fastLast atomic.Uint64
-	go func() {
-		sc := bufio.NewScanner(fastResp.Body)
-		for sc.Scan() {
-			if v, ok := strings.CutPrefix(sc.Text(), "id: "); ok {
-				n, _ := strconv.ParseUint(v, 10, 64)
-				if n != fastLast.Load()+1 {
-					return // out of order: the wait below fails
-				}
-				fastLast.Store(n)
-			}
-		}
-	}()
-	lagged := func(consumer string) bool {
-		_, body := h.get(h.admin + "/metrics")
-		for l := range strings.Lines(body) {
-			if strings.HasPrefix(l, "bus_lagged_total{") && strings.Contains(l, `consumer="`+consumer+`"`) && !strings.HasSuffix(strings.TrimSpace(l), " 0") {
-				return true
-			}
-		}
-		return false
-	}
+	fast := follow(t, h.ingress+"/registry/v1/stream?consumer=fast", 60*time.Second)
 	var head uint64
-	for batch := 0; !lagged("slow"); batch++ {
+	for batch := 0; !h.busLagged("slow"); batch++ {
 		if batch == 60 {
 			t.Fatalf("no lag after %d commits", head)
 		}
@@ -430,8 +381,11 @@ func TestRegistryStreamLagged(t *testing.T) {
 	t.Logf("the consumer lagged within %d commits", head)
 	// Commits go on after the cut.
 	head = regCommitBatch(t, c, -1, head)
-	waitFor(t, 30*time.Second, "the fast consumer to read every entry", func() bool { return fastLast.Load() == head })
-	if lagged("fast") {
+	waitFor(t, 30*time.Second, "the fast consumer to read every entry", func() bool { return fast.last.Load() == head || fast.bad.Load() != nil })
+	if bad := fast.bad.Load(); bad != nil {
+		t.Fatalf("the consumer that reads all along got %v", bad)
+	}
+	if h.busLagged("fast") {
 		t.Errorf("the consumer that reads all along was cut off")
 	}
 

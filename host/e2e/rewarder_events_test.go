@@ -3,15 +3,10 @@ package e2e
 import (
 	"bufio"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -41,66 +36,10 @@ func TestRewarderEventsLagged(t *testing.T) {
 		t.Fatalf("issue to the pool = %d %s", code, body)
 	}
 
-	addr := strings.TrimPrefix(h.ingress, "http://")
-	d := net.Dialer{Timeout: 5 * time.Second, Control: func(_, _ string, rc syscall.RawConn) error {
-		var serr error
-		err := rc.Control(func(fd uintptr) { serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096) })
-		return errors.Join(err, serr)
-	}}
-	conn, err := d.DialContext(t.Context(), "tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	fmt.Fprintf(conn, "GET /rewarder/v1/events?consumer=slow HTTP/1.1\r\nHost: %s\r\nAccept: text/event-stream\r\n\r\n", addr)
-	br := bufio.NewReaderSize(conn, 512)
-	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
-	resp, err := http.ReadResponse(br, nil)
-	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("slow events stream: %v %v", resp, err)
-	}
+	conn, resp := slowStream(t, h, "/rewarder/v1/events?consumer=slow")
 	// From here the slow client reads nothing until it lagged; the fast
 	// one reads all along and checks that its ids have no gap.
-	fast, err := http.NewRequestWithContext(ctxTimeout(t, 120*time.Second), "GET", h.ingress+"/rewarder/v1/events?consumer=fast", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fastResp, err := http.DefaultClient.Do(fast)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fastResp.Body.Close()
-	var fastLast atomic.Uint64
-	var fastBad atomic.Value
-	var wg sync.WaitGroup
-	t.Cleanup(wg.Wait)
-	wg.Go(func() {
-		sc := bufio.NewScanner(fastResp.Body)
-		for sc.Scan() {
-			l := sc.Text()
-			if l == "event: lagged" {
-				fastBad.Store("a lagged event")
-				return
-			}
-			if v, ok := strings.CutPrefix(l, "id: "); ok {
-				n, _ := strconv.ParseUint(v, 10, 64)
-				if n != fastLast.Load()+1 {
-					fastBad.Store(fmt.Sprintf("id %d after %d", n, fastLast.Load()))
-					return
-				}
-				fastLast.Store(n)
-			}
-		}
-	})
-	metricAbove := func(prefix, label string) bool {
-		_, body := h.get(h.admin + "/metrics")
-		for l := range strings.Lines(body) {
-			if strings.HasPrefix(l, prefix) && strings.Contains(l, label) && !strings.HasSuffix(strings.TrimSpace(l), " 0") {
-				return true
-			}
-		}
-		return false
-	}
+	fast := follow(t, h.ingress+"/rewarder/v1/events?consumer=fast", 120*time.Second)
 	settled := func(id string) bool {
 		code, body := h.get(h.ingress + "/rewarder/v1/epochs/" + id)
 		var m rewarderManifest
@@ -109,7 +48,7 @@ func TestRewarderEventsLagged(t *testing.T) {
 	// Rounds of 20 epochs, 5 state changes each, until the slow consumer
 	// lags; every epoch settles meanwhile.
 	epochs := 0
-	for round := 0; !metricAbove("bus_lagged_total{", `consumer="slow"`); round++ {
+	for round := 0; !h.busLagged("slow"); round++ {
 		if round == 40 {
 			t.Fatalf("no lag after %d epochs", epochs)
 		}
@@ -130,11 +69,11 @@ func TestRewarderEventsLagged(t *testing.T) {
 		}
 	}
 	events := uint64(epochs * 5)
-	waitFor(t, 30*time.Second, "the fast consumer to read every event", func() bool { return fastLast.Load() == events || fastBad.Load() != nil })
-	if bad := fastBad.Load(); bad != nil {
+	waitFor(t, 30*time.Second, "the fast consumer to read every event", func() bool { return fast.last.Load() == events || fast.bad.Load() != nil })
+	if bad := fast.bad.Load(); bad != nil {
 		t.Fatalf("the consumer that reads all along got %v", bad)
 	}
-	if metricAbove("bus_lagged_total{", `consumer="fast"`) {
+	if h.busLagged("fast") {
 		t.Errorf("the consumer that reads all along lagged")
 	}
 

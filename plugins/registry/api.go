@@ -19,6 +19,7 @@ import (
 	"golang.org/x/mod/sumdb/tlog"
 
 	"github.com/plughost/plughost/sdk"
+	"github.com/plughost/plughost/sdk/bus"
 	"github.com/plughost/plughost/sdk/durable"
 	"github.com/plughost/plughost/sdk/store"
 )
@@ -733,8 +734,6 @@ func (rg *registry) consistency(w http.ResponseWriter, r *http.Request, run *run
 	writeJSON(w, http.StatusOK, out)
 }
 
-var consumerRE = regexp.MustCompile(`^[a-z0-9_-]{1,32}$`)
-
 // stream sends each committed entry as a server-sent event (event
 // "entry", id its version, data {version, hash}) from the version after
 // Last-Event-ID, first from the store, then live. A consumer a whole
@@ -742,40 +741,27 @@ var consumerRE = regexp.MustCompile(`^[a-z0-9_-]{1,32}$`)
 // /v1/head. It ends too when the drain begins.
 func (rg *registry) stream(w http.ResponseWriter, r *http.Request, run *running, endpoint string, _ []byte) {
 	last, err := parseEventID(r.Header.Get("Last-Event-ID"))
-	consumer := r.URL.Query().Get("consumer")
-	if consumer == "" {
-		consumer = "anonymous"
-	}
-	if err == nil && !consumerRE.MatchString(consumer) {
-		err = badRequest("consumer must match %s", consumerRE)
+	consumer, ok := bus.Consumer(r)
+	if err == nil && !ok {
+		err = badRequest("consumer must match %s", bus.ConsumerPattern)
 	}
 	if err != nil {
 		run.fail(w, endpoint, err)
 		return
 	}
-	sub := run.bus.subscribe(run.s.streamBuffer, run.s.consumerLabel(consumer))
-	defer run.bus.unsubscribe(sub)
-	f, _ := w.(http.Flusher)
-	w.Header().Set("Content-Type", "text/event-stream")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(http.StatusOK)
-	flush := func() {
-		if f != nil {
-			f.Flush()
-		}
-	}
-	flush()
+	sub := run.bus.Subscribe(consumer, run.s.streamBuffer)
+	defer sub.Close()
+	sw := bus.NewWriter(w)
 	send := func(ev event) bool {
 		b, _ := marshal(ev)
-		_, err := fmt.Fprintf(w, "event: entry\nid: %d\ndata: %s\n\n", ev.Version, b)
 		last = ev.Version
-		return err == nil
+		return sw.Event("entry", strconv.FormatUint(ev.Version, 10), b) == nil
 	}
 	lagged := func() {
 		h := run.head.Load()
 		b, _ := marshal(headJSON{h.Version, hex.EncodeToString(h.Hash[:])})
-		fmt.Fprintf(w, "event: lagged\ndata: %s\n\n", b)
-		flush()
+		_ = sw.Event("lagged", "", b)
+		sw.Flush()
 	}
 	// Catch up from the store: the events of the entries committed
 	// before the subscription are not on the bus.
@@ -804,26 +790,24 @@ func (rg *registry) stream(w http.ResponseWriter, r *http.Request, run *running,
 				return
 			}
 		}
-		flush()
+		sw.Flush()
 	}
 	for {
-		select {
-		case <-r.Context().Done():
-			return
-		case <-run.stop:
-			return
-		case <-sub.lagged:
+		ev, err := sub.Next(r.Context())
+		if errors.Is(err, bus.ErrLagged) {
 			run.logger.Warn("stream consumer lagged: cut off", "consumer", consumer, "last_version", last, "stream_buffer", run.s.streamBuffer)
 			lagged()
 			return
-		case ev := <-sub.ch:
-			if ev.Version <= last {
-				continue
-			}
-			if !send(ev) {
-				return
-			}
-			flush()
 		}
+		if err != nil {
+			return
+		}
+		if ev.Version <= last {
+			continue
+		}
+		if !send(ev) {
+			return
+		}
+		sw.Flush()
 	}
 }

@@ -12,9 +12,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/plughost/plughost/sdk"
+	"github.com/plughost/plughost/sdk/bus"
 	"github.com/plughost/plughost/sdk/group"
 	"github.com/plughost/plughost/sdk/store"
 )
@@ -220,23 +222,26 @@ func TestStream(t *testing.T) {
 // TestBusLagged fills a consumer's buffer: the next event cuts it off as
 // lagged, while publishing never blocks and other consumers go on.
 func TestBusLagged(t *testing.T) {
-	var b bus
-	slow, fast := b.subscribe(2, "slow"), b.subscribe(8, "fast")
-	for v := uint64(1); v <= 3; v++ {
-		b.publish(event{Version: v})
-		<-fast.ch
+	b, err := newBus(settings{}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
 	}
-	select {
-	case <-slow.lagged:
-	default:
+	slow, fast := b.Subscribe("slow", 2), b.Subscribe("fast", 8)
+	for v := uint64(1); v <= 3; v++ {
+		b.Publish(event{Version: v})
+		if _, err := fast.Next(t.Context()); err != nil {
+			t.Fatalf("fast consumer: %v", err)
+		}
+	}
+	if !slow.Lagged() {
 		t.Fatal("a consumer two events behind with a buffer of 2 is not lagged after the third")
 	}
-	if len(slow.ch) != 2 {
-		t.Errorf("slow consumer holds %d events, want the 2 it had room for", len(slow.ch))
+	if slow.Len() != 2 {
+		t.Errorf("slow consumer holds %d events, want the 2 it had room for", slow.Len())
 	}
-	b.publish(event{Version: 4})
-	if ev := <-fast.ch; ev.Version != 4 {
-		t.Errorf("fast consumer got %+v, want version 4", ev)
+	b.Publish(event{Version: 4})
+	if ev, err := fast.Next(t.Context()); err != nil || ev.Version != 4 {
+		t.Errorf("fast consumer got %+v, %v, want version 4", ev, err)
 	}
 }
 
@@ -327,20 +332,22 @@ func TestTaskPanic(t *testing.T) {
 // only when stream_consumers lists it; every other name, however many
 // clients choose, counts under one "other" series.
 func TestLaggedLabel(t *testing.T) {
-	lagged := newMetrics().lagged
-	b := bus{onLag: lagged}
-	s := settings{streamConsumers: map[string]bool{"indexer": true}}
+	reg := prometheus.NewRegistry()
+	b, err := newBus(settings{streamConsumers: []string{"indexer"}}, reg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, name := range []string{"indexer", "client-1", "client-2", "anonymous"} {
-		b.subscribe(1, s.consumerLabel(name))
+		b.Subscribe(name, 1)
 	}
-	b.publish(event{Version: 1})
-	b.publish(event{Version: 2}) // each buffer of 1 is full: all four lag
-	if n := testutil.CollectAndCount(lagged); n != 2 {
-		t.Errorf("bus_lagged_total has %d series, want 2 (indexer, other)", n)
-	}
-	for label, want := range map[string]float64{"indexer": 1, otherConsumer: 3} {
-		if got := testutil.ToFloat64(lagged.WithLabelValues(label)); got != want {
-			t.Errorf("bus_lagged_total{consumer=%q} = %v, want %v", label, got, want)
-		}
+	b.Publish(event{Version: 1})
+	b.Publish(event{Version: 2}) // each buffer of 1 is full: all four lag
+	want := fmt.Sprintf(`# HELP bus_lagged_total %s
+# TYPE bus_lagged_total counter
+bus_lagged_total{consumer="indexer"} 1
+bus_lagged_total{consumer="other"} 3
+`, laggedHelp)
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), bus.LaggedName); err != nil {
+		t.Errorf("bus_lagged_total, want only indexer 1 and other 3: %v", err)
 	}
 }

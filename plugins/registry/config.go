@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/plughost/plughost/sdk"
+	"github.com/plughost/plughost/sdk/bus"
 )
 
 // config is the plugin's config block; its json tags are the attributes
@@ -53,7 +54,7 @@ type settings struct {
 	proposalsQueue     int
 	approvalsQueue     int
 	streamBuffer       int
-	streamConsumers    map[string]bool // the consumer names bus_lagged_total labels by name
+	streamConsumers    []string // the consumer names bus_lagged_total labels by name
 	maxBatch           int
 	commitTimeout      time.Duration
 	commitDeadline     time.Duration
@@ -135,15 +136,9 @@ func (c config) check() (settings, error) {
 	s.proposalsQueue = whole("proposals_queue", c.ProposalsQueue, 1, 1<<20)
 	s.approvalsQueue = whole("approvals_queue", c.ApprovalsQueue, 1, 1<<20)
 	s.streamBuffer = whole("stream_buffer", c.StreamBuffer, 1, 1<<20)
-	s.streamConsumers = make(map[string]bool, len(c.StreamConsumers))
-	for i, name := range c.StreamConsumers {
-		if err == nil && (!consumerRE.MatchString(name) || name == otherConsumer) {
-			err = &sdk.ConfigError{Attribute: "stream_consumers", Message: fmt.Sprintf("names must match %s and not be %q, got %q at index %d", consumerRE, otherConsumer, name, i)}
-		}
-		s.streamConsumers[name] = true
-	}
-	if err == nil && len(s.streamConsumers) > maxConsumers {
-		err = &sdk.ConfigError{Attribute: "stream_consumers", Message: fmt.Sprintf("at most %d names, got %d", maxConsumers, len(s.streamConsumers))}
+	s.streamConsumers = c.StreamConsumers
+	if cerr := bus.CheckConsumers(c.StreamConsumers); err == nil && cerr != nil {
+		err = &sdk.ConfigError{Attribute: "stream_consumers", Message: cerr.Error()}
 	}
 	s.maxBatch = whole("max_batch", c.MaxBatch, 1, 4096)
 	s.commitTimeout = dur("commit_timeout", c.CommitTimeout, time.Millisecond, time.Minute)

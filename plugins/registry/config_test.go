@@ -9,6 +9,7 @@ import (
 
 	"github.com/plughost/plughost/host/plugintest"
 	"github.com/plughost/plughost/sdk"
+	"github.com/plughost/plughost/sdk/bus"
 )
 
 func TestConfigCheck(t *testing.T) {
@@ -41,9 +42,9 @@ func TestConfigCheck(t *testing.T) {
 		{"proposals_queue 0", "proposals_queue", func(c *config) { c.ProposalsQueue = 0 }},
 		{"negative keep", "retention.keep_after_checkpoint", func(c *config) { c.Retention = &retentionConfig{true, -1} }},
 		{"consumer name with a capital", "stream_consumers", func(c *config) { c.StreamConsumers = []string{"indexer", "Mirror"} }},
-		{"consumer named other", "stream_consumers", func(c *config) { c.StreamConsumers = []string{otherConsumer} }},
+		{"consumer named other", "stream_consumers", func(c *config) { c.StreamConsumers = []string{bus.OtherConsumer} }},
 		{"too many consumer names", "stream_consumers", func(c *config) {
-			for i := range maxConsumers + 1 {
+			for i := range bus.MaxConsumers + 1 {
 				c.StreamConsumers = append(c.StreamConsumers, fmt.Sprint("c", i))
 			}
 		}},

@@ -20,6 +20,7 @@ import (
 
 	"github.com/plughost/plughost/sdk"
 	"github.com/plughost/plughost/sdk/backoff"
+	"github.com/plughost/plughost/sdk/bus"
 	"github.com/plughost/plughost/sdk/durable"
 	"github.com/plughost/plughost/sdk/group"
 	"github.com/plughost/plughost/sdk/store"
@@ -71,18 +72,17 @@ type running struct {
 	c      *committer
 	rules  rules
 	now    func() time.Time
-	vkey   string          // the checkpoint verifier key, note format
-	stop   <-chan struct{} // closed when the drain begins
+	vkey   string // the checkpoint verifier key, note format
 
 	head    atomic.Pointer[head]             // the head last committed
 	ckpt    atomic.Pointer[signedCheckpoint] // the latest checkpoint, once persisted
 	pruned  atomic.Uint64                    // the first version whose data is kept
 	corrupt atomic.Pointer[string]           // set by the deep verifier: writes refused
 
-	proposals, approvals atomic.Int64 // operations in the committer's queue, by intake
-	retention            chan uint64  // checkpoint sizes for the retention goroutine
-	bus                  bus
-	tasks                *group.Group // checkpointer, retention, verifier, sweeper
+	proposals, approvals atomic.Int64    // operations in the committer's queue, by intake
+	retention            chan uint64     // checkpoint sizes for the retention goroutine
+	bus                  *bus.Bus[event] // committed entries to the streams
+	tasks                *group.Group    // checkpointer, retention, verifier, sweeper
 	started              func(kind string)
 	m                    metrics
 
@@ -95,7 +95,6 @@ type metrics struct {
 	dropped   map[string]prometheus.Counter // by queue: proposals, approvals, retention
 	casFail   prometheus.Counter
 	timeouts  prometheus.Counter
-	lagged    *prometheus.CounterVec
 	spawned   map[string]prometheus.Counter // by kind: checkpointer, retention, verifier, sweeper
 	panicked  *prometheus.CounterVec        // by kind, as spawned
 	headV     prometheus.Gauge
@@ -127,8 +126,6 @@ func newMetrics() metrics {
 			Help: "Commits refused because the stored HEAD was not the head last committed."}),
 		timeouts: prometheus.NewCounter(prometheus.CounterOpts{Name: "io_timeouts_total",
 			Help: "I/O operations that outlasted their deadline, by operation.", ConstLabels: prometheus.Labels{"op": "commit"}}),
-		lagged: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "bus_lagged_total",
-			Help: "Stream consumers cut off because they fell a whole buffer behind, by consumer: a name in stream_consumers, or other."}, []string{"consumer"}),
 		spawned: map[string]prometheus.Counter{},
 		panicked: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tasks_panicked_total",
 			Help: "Background tasks that panicked and were restarted, by kind."}, []string{"kind"}),
@@ -147,6 +144,15 @@ func newMetrics() metrics {
 	}
 	return m
 }
+
+// newBus returns the stream's bus: a consumer a whole stream_buffer
+// behind is cut off, since it can resume from the store.
+func newBus(s settings, reg prometheus.Registerer, drain <-chan struct{}) (*bus.Bus[event], error) {
+	return bus.New[event](bus.Options{Policy: bus.CutOff, Consumers: s.streamConsumers, Drain: drain, Registerer: reg, Help: laggedHelp})
+}
+
+// laggedHelp is bus_lagged_total's help text.
+const laggedHelp = "Stream consumers cut off because they fell a whole buffer behind, by consumer: a name in stream_consumers, or other."
 
 func definition() sdk.Plugin { return newDefinition(&registry{}) }
 
@@ -198,19 +204,14 @@ func (rg *registry) configure(_ context.Context, rt *sdk.Runtime) error {
 		}
 		return err
 	}
-	run := &running{s: s, logger: rt.Logger, db: db, now: now, vkey: vkey, stop: rt.Context().Done(),
+	run := &running{s: s, logger: rt.Logger, db: db, now: now, vkey: vkey,
 		rules:     rules{quorum: s.quorum, ttl: s.proposalTTL, origin: s.origin, signer: signer, keep: s.keepAfter},
 		retention: make(chan uint64, retentionQueue), m: newMetrics()}
-	run.bus.onLag = run.m.lagged
-	run.m.lagged.WithLabelValues(otherConsumer)
-	for name := range s.streamConsumers {
-		run.m.lagged.WithLabelValues(name)
-	}
 	if err := run.load(); err != nil {
 		_ = db.Close()
 		return err
 	}
-	cols := []prometheus.Collector{run.m.busy, run.m.dropped["proposals"], run.m.dropped["approvals"], run.m.dropped["retention"], run.m.casFail, run.m.timeouts, run.m.lagged,
+	cols := []prometheus.Collector{run.m.busy, run.m.dropped["proposals"], run.m.dropped["approvals"], run.m.dropped["retention"], run.m.casFail, run.m.timeouts,
 		run.m.panicked, run.m.headV, run.m.verifyErr, run.m.ckpts, run.m.swept,
 		depthGauge("proposals", &run.proposals), depthGauge("approvals", &run.approvals),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: workq.DepthName, Help: workq.DepthHelp,
@@ -224,6 +225,10 @@ func (rg *registry) configure(_ context.Context, rt *sdk.Runtime) error {
 			_ = db.Close()
 			return fmt.Errorf("register metrics: %w", err)
 		}
+	}
+	if run.bus, err = newBus(s, rt.Registerer, rt.Context().Done()); err != nil {
+		_ = db.Close()
+		return err
 	}
 	var faults durable.Injector = rt.Faults()
 	if rg.faults != nil {
@@ -338,7 +343,7 @@ func (run *running) announce(rs []result) {
 			h := r.head
 			run.head.Store(&h)
 			run.m.headV.Set(float64(h.Version))
-			run.bus.publish(event{Version: h.Version, Hash: r.entry.Hash})
+			run.bus.Publish(event{Version: h.Version, Hash: r.entry.Hash})
 		case r.swept > 0:
 			run.m.swept.Add(float64(r.swept))
 		case r.ckpt != nil && r.wrote:

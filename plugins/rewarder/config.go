@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/plughost/plughost/sdk"
+	"github.com/plughost/plughost/sdk/bus"
 )
 
 // config is the plugin's config block; its json tags are the attributes
@@ -44,7 +45,7 @@ type settings struct {
 	epochDuration, rescan, commitTimeout, retention         time.Duration
 	retries                                                 int
 	eventsBuffer                                            int
-	eventConsumers                                          map[string]bool // the names bus_lagged_total labels by name
+	eventConsumers                                          []string // the names bus_lagged_total labels by name
 	backoff, timeout                                        time.Duration
 }
 
@@ -109,15 +110,9 @@ func (c config) check(dataDir string) (settings, error) {
 		s.retention = dur("retention", c.Retention, time.Hour, 100*365*24*time.Hour)
 	}
 	s.eventsBuffer = whole("events_buffer", c.EventsBuffer, 1, 1<<20)
-	s.eventConsumers = make(map[string]bool, len(c.EventConsumers))
-	for i, name := range c.EventConsumers {
-		if err == nil && (!consumerRE.MatchString(name) || name == otherConsumer) {
-			err = &sdk.ConfigError{Attribute: "event_consumers", Message: fmt.Sprintf("names must match %s and not be %q, got %q at index %d", consumerRE, otherConsumer, name, i)}
-		}
-		s.eventConsumers[name] = true
-	}
-	if err == nil && len(s.eventConsumers) > maxConsumers {
-		err = &sdk.ConfigError{Attribute: "event_consumers", Message: fmt.Sprintf("at most %d names, got %d", maxConsumers, len(s.eventConsumers))}
+	s.eventConsumers = c.EventConsumers
+	if cerr := bus.CheckConsumers(c.EventConsumers); err == nil && cerr != nil {
+		err = &sdk.ConfigError{Attribute: "event_consumers", Message: cerr.Error()}
 	}
 	s.queueCapacity = whole("queue_capacity", c.QueueCapacity, 1, 1<<20)
 	s.maxBatch = whole("max_batch", c.MaxBatch, 1, 4096)

@@ -13,6 +13,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/plughost/plughost/sdk/bus"
 )
 
 // TestEvents reads GET /v1/events over a real HTTP server while an epoch
@@ -62,24 +64,26 @@ func TestEvents(t *testing.T) {
 // label, while publishing never blocks and a consumer with room gets
 // every event.
 func TestBusDropOldest(t *testing.T) {
-	s := settings{eventConsumers: map[string]bool{"ops": true}}
-	lagged := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "bus_lagged_total"}, []string{"consumer"})
-	b := bus{onLag: lagged}
-	slow := b.subscribe(2, s.consumerLabel("ops"))
-	stranger := b.subscribe(1, s.consumerLabel("someone"))
-	roomy := b.subscribe(8, s.consumerLabel("ops"))
+	reg := prometheus.NewRegistry()
+	b, err := newFeed(settings{eventConsumers: []string{"ops"}}, reg, nil)
+	must(t, err)
+	slow := b.Subscribe("ops", 2)
+	stranger := b.Subscribe("someone", 1)
+	roomy := b.Subscribe("ops", 8)
 	for i := range 5 {
 		b.publish(stateEvent{Epoch: fmt.Sprint(i)})
 	}
-	read := func(sub *subscriber) (seqs []uint64) {
-		for len(sub.ch) > 0 {
-			seqs = append(seqs, (<-sub.ch).Seq)
+	read := func(sub *bus.Sub[stateEvent]) (seqs []uint64, missed uint64) {
+		for sub.Len() > 0 {
+			ev, err := sub.Next(t.Context())
+			must(t, err)
+			seqs, missed = append(seqs, ev.Seq), missed+sub.Missed()
 		}
-		return seqs
+		return seqs, missed
 	}
 	for _, tt := range []struct {
 		name   string
-		sub    *subscriber
+		sub    *bus.Sub[stateEvent]
 		want   string
 		missed uint64
 	}{
@@ -87,13 +91,17 @@ func TestBusDropOldest(t *testing.T) {
 		{"stranger", stranger, "[5]", 4},
 		{"roomy", roomy, "[1 2 3 4 5]", 0},
 	} {
-		if got := fmt.Sprint(read(tt.sub)); got != tt.want || tt.sub.missed.Load() != tt.missed {
-			t.Errorf("%s holds %s having missed %d, want %s having missed %d", tt.name, got, tt.sub.missed.Load(), tt.want, tt.missed)
+		if seqs, missed := read(tt.sub); fmt.Sprint(seqs) != tt.want || missed != tt.missed {
+			t.Errorf("%s holds %v having missed %d, want %s having missed %d", tt.name, seqs, missed, tt.want, tt.missed)
 		}
 	}
-	for label, want := range map[string]float64{"ops": 3, "other": 4, "someone": 0} {
-		if got := testutil.ToFloat64(lagged.WithLabelValues(label)); got != want {
-			t.Errorf("bus_lagged_total{consumer=%q} = %v, want %v", label, got, want)
-		}
+	// Only ops and other have series: someone counts as other.
+	want := fmt.Sprintf(`# HELP bus_lagged_total %s
+# TYPE bus_lagged_total counter
+bus_lagged_total{consumer="ops"} 3
+bus_lagged_total{consumer="other"} 4
+`, laggedHelp)
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), bus.LaggedName); err != nil {
+		t.Errorf("bus_lagged_total, want ops 3, other 4 and no series for someone: %v", err)
 	}
 }

@@ -95,7 +95,7 @@ type running struct {
 	// the workers are done, and the writer flushes it.
 	results chan result
 	// bus broadcasts the state changes to GET /v1/events.
-	bus bus
+	bus *feed
 
 	// mu guards active, the epochs queued, computing or settling in this
 	// process: one run per epoch.
@@ -149,7 +149,9 @@ func (rw *rewarder) configure(_ context.Context, rt *sdk.Runtime) (err error) {
 	if r.m, err = newMetrics(rt.Registerer, r); err != nil {
 		return err
 	}
-	r.bus.onLag = r.m.lagged
+	if r.bus, err = newFeed(s, rt.Registerer, r.stop); err != nil {
+		return err
+	}
 	if r.work, err = workq.New[string](workq.Options{Name: "work", Capacity: s.workQueue, Registerer: rt.Registerer}); err != nil {
 		return err
 	}
@@ -458,7 +460,6 @@ type metrics struct {
 	epochs         *prometheus.CounterVec
 	computeTime    prometheus.Histogram
 	pruned         prometheus.Counter
-	lagged         *prometheus.CounterVec
 	droppedResults prometheus.Counter
 	canceled       map[string]prometheus.Counter // by kind, each its own series, as spawned
 }
@@ -475,8 +476,6 @@ func newMetrics(reg prometheus.Registerer, r *running) (metrics, error) {
 		busy:     prometheus.NewCounterVec(prometheus.CounterOpts{Name: "busy_rejections_total", Help: "Requests refused with 429 because a bounded queue was full, by endpoint."}, []string{"endpoint"}),
 		spawned:  map[string]prometheus.Counter{},
 		canceled: map[string]prometheus.Counter{},
-		lagged: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "bus_lagged_total",
-			Help: "Events dropped, oldest first, from the buffer of a consumer of GET /v1/events that fell behind, by consumer: a name in event_consumers, or other."}, []string{"consumer"}),
 		droppedResults: prometheus.NewCounter(prometheus.CounterOpts{Name: "dropped_results_total",
 			Help: "Computed epochs whose results the drain deadline left unstored; the next process computes them again."}),
 		restarts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "service_restarts_total", Help: "Supervised goroutines restarted after a panic, by task."}, []string{"task"}),
@@ -493,13 +492,9 @@ func newMetrics(reg prometheus.Registerer, r *running) (metrics, error) {
 		computeTime: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "rewarder_compute_seconds", Help: "Time from the start of an epoch's reward computation to its artifacts written, the wait in the results queue included.", Buckets: prometheus.ExponentialBuckets(0.001, 4, 8)}),
 	}
 	m.busy.WithLabelValues("compute")
-	m.lagged.WithLabelValues(otherConsumer)
-	for name := range r.s.eventConsumers {
-		m.lagged.WithLabelValues(name)
-	}
 	m.walletTimeouts.WithLabelValues(walletOpAccount)
 	m.walletTimeouts.WithLabelValues(walletOpBatch)
-	cols := []prometheus.Collector{m.busy, m.restarts, m.retries, m.walletTimeouts, m.aborted, m.degraded, m.quarantine, m.epochs, m.computeTime, m.pruned, m.droppedResults, m.lagged,
+	cols := []prometheus.Collector{m.busy, m.restarts, m.retries, m.walletTimeouts, m.aborted, m.degraded, m.quarantine, m.epochs, m.computeTime, m.pruned, m.droppedResults,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: workq.DepthName, Help: workq.DepthHelp, ConstLabels: prometheus.Labels{"queue": "results"}},
 			func() float64 { return float64(len(r.results)) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: workq.CapacityName, Help: workq.CapacityHelp, ConstLabels: prometheus.Labels{"queue": "results"}},
