@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bufio"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -43,18 +44,34 @@ func slowStream(t *testing.T, h *hostProc, path string) (conn net.Conn, resp *ht
 	return conn, resp
 }
 
-// follower reads a stream that must never lag, from a goroutine the test
-// waits for at cleanup: last is the id of its last event in an unbroken
-// run from 1, and bad, once set, says why it stopped early (a gap in the
-// ids, or a lagged event).
+// follower reads a stream from a goroutine the test waits for at
+// cleanup: last is the id of its last event, and bad, once set, says why
+// it stopped early: an id not after the one before, or, for a stream
+// that must never lag, a gap in the ids or a lagged event. A stream that
+// may lag (drop-oldest) must account for every gap in its ids with the
+// "missed" counts of its lagged events: missed and gaps add them up.
 type follower struct {
-	last atomic.Uint64
-	bad  atomic.Value
+	mayLag       bool
+	last         atomic.Uint64
+	missed, gaps atomic.Uint64
+	bad          atomic.Value
 }
 
-// follow opens GET url, a server-sent events route, for at most d, and
-// follows it until it ends, goes wrong or the test ends.
+// follow opens GET url, a server-sent events route that must never lag,
+// for at most d, and follows it until it ends, goes wrong or the test
+// ends.
 func follow(t *testing.T, url string, d time.Duration) *follower {
+	return followStream(t, url, d, &follower{})
+}
+
+// followLagging is follow for a drop-oldest stream, whose reader may fall
+// behind on a loaded machine: its lagged events must account for its
+// gaps.
+func followLagging(t *testing.T, url string, d time.Duration) *follower {
+	return followStream(t, url, d, &follower{mayLag: true})
+}
+
+func followStream(t *testing.T, url string, d time.Duration, f *follower) *follower {
 	t.Helper()
 	req, err := http.NewRequestWithContext(ctxTimeout(t, d), "GET", url, nil)
 	if err != nil {
@@ -64,24 +81,42 @@ func follow(t *testing.T, url string, d time.Duration) *follower {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &follower{}
 	var wg sync.WaitGroup
 	t.Cleanup(wg.Wait)
 	t.Cleanup(func() { resp.Body.Close() })
 	wg.Go(func() {
 		sc := bufio.NewScanner(resp.Body)
+		lagged := false
 		for sc.Scan() {
 			l := sc.Text()
-			if l == "event: lagged" {
+			switch {
+			case l == "event: lagged" && !f.mayLag:
 				f.bad.Store("a lagged event")
 				return
-			}
-			if v, ok := strings.CutPrefix(l, "id: "); ok {
-				n, _ := strconv.ParseUint(v, 10, 64)
-				if n != f.last.Load()+1 {
-					f.bad.Store(fmt.Sprintf("id %d after %d", n, f.last.Load()))
+			case l == "event: lagged":
+				lagged = true
+			case lagged && strings.HasPrefix(l, "data: "):
+				var lag struct {
+					Missed uint64 `json:"missed"`
+				}
+				if json.Unmarshal([]byte(l[len("data: "):]), &lag) != nil || lag.Missed == 0 {
+					f.bad.Store(fmt.Sprintf("lagged event %q", l))
 					return
 				}
+				f.missed.Add(lag.Missed)
+				lagged = false
+			case strings.HasPrefix(l, "id: "):
+				n, _ := strconv.ParseUint(l[len("id: "):], 10, 64)
+				prev := f.last.Load()
+				switch {
+				case n <= prev:
+					f.bad.Store(fmt.Sprintf("id %d after %d", n, prev))
+					return
+				case n != prev+1 && !f.mayLag:
+					f.bad.Store(fmt.Sprintf("id %d after %d", n, prev))
+					return
+				}
+				f.gaps.Add(n - prev - 1)
 				f.last.Store(n)
 			}
 		}
