@@ -121,6 +121,21 @@
 // and renames it into place, so that a crash leaves either the old file
 // or the new store, never neither. The plugin then opens it with Open.
 //
+// # Memory
+//
+// The store's values are in its file, not the heap, which holds the
+// overlays of the writes not yet checkpointed and bbolt's freelist.
+// bbolt reads the file through a read-only shared memory map, and every
+// page read through it counts in the process's RSS (as page cache, which
+// the kernel can reclaim, but RSS alarms and operators see it): Open's
+// rebuild of the freelist (the file keeps none, so that checkpoints
+// write fewer pages) reads every page, a pass of Scrub does again, and
+// readers add what they read. Open, Reopen and each Scrub call drop the
+// whole map from the process with madvise(MADV_DONTNEED) on Linux
+// (resident_linux.go), so that what stays resident of it is what was
+// read since the last Scrub; the pages stay in the page cache, and a
+// read faults them back from there. Off Linux the map stays resident.
+//
 // # Tests
 //
 // Hooks are fault-injection points a plugin's tests and fault drills may

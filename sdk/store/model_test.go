@@ -103,10 +103,13 @@ func compareReader(t *testing.T, what string, r Reader, m model, rnd *rand.Rand)
 // compares Get, Ascend and Descend with random bounds, through Tx, View
 // and Scan, against a map holding what the groups committed. Readers in
 // other goroutines meanwhile check that each snapshot they take is in
-// order both ways. A group that fails leaves nothing; NextSeq counts
-// across groups, checkpoints and a reopen.
+// order both ways, and Scrub drops the map's pages from under them
+// (dropMapped) while checkpoints grow the file past a small map and
+// remap it. A group that fails leaves nothing; NextSeq counts across
+// groups, checkpoints and a reopen.
 func TestModel(t *testing.T) {
-	opts := Options{Buckets: []Bucket{{Name: "a"}, {Name: "b", Sequential: true}, {Name: "c"}}, CheckpointInterval: time.Hour}
+	opts := Options{Buckets: []Bucket{{Name: "a"}, {Name: "b", Sequential: true}, {Name: "c"}}, CheckpointInterval: time.Hour,
+		Hooks: &Hooks{MmapSize: 32 << 10}}
 	path := filepath.Join(t.TempDir(), "s.db")
 	d, err := Open(path, opts)
 	if err != nil {
@@ -119,8 +122,24 @@ func TestModel(t *testing.T) {
 	}
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
-	var checkpoints, snapshots atomic.Int64
+	var checkpoints, snapshots, scrubs atomic.Int64
 	errs := make(chan error, 4)
+	wg.Go(func() {
+		pace := time.NewTicker(100 * time.Microsecond) // pacing, not a wait for a condition
+		defer pace.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-pace.C:
+			}
+			if _, err := d.Scrub(16); err != nil {
+				errs <- fmt.Errorf("Scrub: %w", err)
+				return
+			}
+			scrubs.Add(1)
+		}
+	})
 	wg.Go(func() {
 		for {
 			select {
@@ -254,9 +273,9 @@ func TestModel(t *testing.T) {
 	for err := range errs {
 		t.Error(err)
 	}
-	t.Logf("%d checkpoints and %d concurrent snapshots ran alongside the groups", checkpoints.Load(), snapshots.Load())
-	if checkpoints.Load() == 0 || snapshots.Load() == 0 {
-		t.Errorf("%d checkpoints, %d snapshots: want both to run during the groups", checkpoints.Load(), snapshots.Load())
+	t.Logf("%d checkpoints, %d concurrent snapshots and %d scrubs ran alongside the groups", checkpoints.Load(), snapshots.Load(), scrubs.Load())
+	if checkpoints.Load() == 0 || snapshots.Load() == 0 || scrubs.Load() == 0 {
+		t.Errorf("%d checkpoints, %d snapshots, %d scrubs: want all to run during the groups", checkpoints.Load(), snapshots.Load(), scrubs.Load())
 	}
 	// Half the writes in the log, half in the file: a reopen replays the
 	// log, and the counter goes on from where it was.

@@ -38,7 +38,8 @@ type ScrubStats struct {
 // pass it checks the store's own bucket. A damaged value or page fails
 // it with a *CorruptError, counts it (Corruptions) and makes the store
 // refuse writes, as a read that met it would. It holds one read
-// transaction for the slice.
+// transaction for the slice, at whose end it drops bbolt's memory map
+// from the process's RSS (see Memory in the package doc).
 func (d *DB) Scrub(n int) (ScrubStats, error) {
 	var st ScrubStats
 	if d.closed.Load() {
@@ -101,6 +102,15 @@ func (d *DB) Scrub(n int) (ScrubStats, error) {
 		}
 		return nil
 	}()
+	// The slice has read its pages through bbolt's map: they leave the
+	// process's RSS, with the rest of the map (see dropMapped), while tx
+	// still pins the map. All of it rather than the slice's pages alone,
+	// which a Cursor does not name: readers' pages go too, or reads would
+	// grow the RSS towards the file's size as a pass does (a queue reads
+	// each message once). What readers read again faults back from the
+	// page cache, once a slice. A checkpoint's commit, which may remap,
+	// waits for scrub.mu meanwhile, and Close's unmap for tx.
+	_ = dropMapped(tx)
 	if err != nil {
 		// The next pass starts over: a sum met part way means nothing
 		// once a bucket's value has failed.

@@ -215,6 +215,8 @@ func Open(path string, opts Options) (*DB, error) {
 		return nil, fmt.Errorf("open store %s: %w", path, blameMeta(path, err))
 	}
 	d.db = db
+	// bbolt's free page scan has read every page through the map.
+	d.dropResident()
 	return d, nil
 }
 
@@ -801,6 +803,7 @@ func (d *DB) Reopen() error {
 		return fmt.Errorf("reopen store: %w", err)
 	}
 	d.db = db
+	d.dropResident()
 	d.frozen.Store(nil)
 	d.first.Store(0)
 	d.logSize.Store(0)
