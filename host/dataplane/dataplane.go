@@ -14,6 +14,7 @@
 package dataplane
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -365,17 +366,27 @@ func (cl *call) sendFrame(f *pluginv1.Frame, started bool) error {
 		}
 		return fmt.Errorf("encode request: %w", err)
 	}
+	// The wait for the lock ends too when the request fails meanwhile:
+	// the sweeper's Deadline (which ctx does not carry), a broken
+	// connection. ready also says the plugin answered, which is no reason
+	// to stop: roundTrip finds the head whether or not this took the
+	// signal.
 	locked := false
-	if cl.ctx.Err() == nil {
+	var failed error
+	for !locked && failed == nil && cl.ctx.Err() == nil {
 		select {
 		case c.sendLock <- struct{}{}:
 			locked = true
 		case <-cl.ctx.Done():
+		case <-cl.ready:
+			cl.mu.Lock()
+			failed = cl.err
+			cl.mu.Unlock()
 		}
 	}
-	if err := cl.ctx.Err(); err != nil {
-		// The caller gave up before the frame went out (select picks at
-		// random when both are ready).
+	if err := cmp.Or(cl.ctx.Err(), failed); err != nil {
+		// The caller gave up, or the request failed, before the frame
+		// went out (select picks at random when both are ready).
 		if locked {
 			<-c.sendLock
 		}

@@ -57,3 +57,21 @@ func TestRequestDeadline(t *testing.T) {
 		})
 	}
 }
+
+// TestRequestDeadlineWhileSending checks that a request waiting to send,
+// behind another whose body the plugin does not read, fails at its
+// Request.Deadline rather than when the way clears.
+func TestRequestDeadlineWhileSending(t *testing.T) {
+	h := newHarness(t, 1)
+	// Far more than the socket's buffers hold: once they are full, its
+	// sender keeps the send lock while the fake plugin reads no more.
+	h.goRoundTrip(t.Context(), &dataplane.Request{Method: "POST", Path: "/big", Body: [][]byte{make([]byte, 64<<20)}})
+	if f := h.fakes[0].recv(); f.GetRequest() == nil {
+		t.Fatalf("fake plugin got %v, want the head of the large request", f)
+	}
+	start := time.Now()
+	rt := h.goRoundTrip(t.Context(), &dataplane.Request{Method: "GET", Path: "/", Deadline: start.Add(50 * time.Millisecond)})
+	if err := await(t, rt, "RoundTrip behind a stalled sender").err; !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("RoundTrip() behind a stalled sender = %v, want %v", err, context.DeadlineExceeded)
+	}
+}
