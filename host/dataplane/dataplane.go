@@ -14,6 +14,7 @@
 package dataplane
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -21,6 +22,7 @@ import (
 	"net/http"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	pluginv1 "github.com/plughost/plughost/proto/pluginv1"
 	"github.com/plughost/plughost/sdk/wire"
@@ -69,6 +71,15 @@ type Request struct {
 	// Response.Header, sparing a map: the ingress passes its
 	// ResponseWriter's.
 	ResponseHeader http.Header
+	// Deadline, if not zero, is a deadline for the request beside ctx's,
+	// the earlier of the two applying: it travels to the plugin as ctx's
+	// does, and once it passes the request fails with
+	// context.DeadlineExceeded and the plugin is told to cancel it. The
+	// transport checks it every sweepEvery rather than set a timer per
+	// request, which context.WithTimeout would, with a context and the
+	// parent's bookkeeping besides: the ingress's largest cost of its own
+	// per request.
+	Deadline time.Time
 }
 
 // Response is a plugin's answer. Read its body with Next until it returns
@@ -116,7 +127,7 @@ const maxPluginFrame = 1<<20 + wire.PieceBytes
 
 // New returns a Transport over conns, which it owns from now on.
 func New(conns []*wire.Conn) Transport {
-	t := &transport{done: make(chan struct{})}
+	t := &transport{done: make(chan struct{}), wake: make(chan struct{}, 1)}
 	for _, c := range conns {
 		c.LimitRecv(maxPluginFrame)
 		t.conns = append(t.conns, &conn{t: t, c: c, sendLock: make(chan struct{}, 1), calls: map[uint64]*call{}})
@@ -129,6 +140,9 @@ func New(conns []*wire.Conn) Transport {
 		t.receivers.Add(1)
 		go c.receive()
 	}
+	if len(conns) > 0 {
+		t.receivers.Go(t.sweep)
+	}
 	return t
 }
 
@@ -137,7 +151,12 @@ type transport struct {
 	next      atomic.Uint64 // picks the connection for the next request
 	live      atomic.Int64
 	done      chan struct{}
-	receivers sync.WaitGroup
+	receivers sync.WaitGroup // and the sweeper
+
+	// parked says the sweeper waits on wake for a request with a
+	// Deadline (sweep).
+	parked atomic.Bool
+	wake   chan struct{}
 }
 
 func (t *transport) Live() int             { return int(t.live.Load()) }
@@ -155,7 +174,7 @@ func (t *transport) RoundTrip(ctx context.Context, req *Request) (*Response, err
 	start := t.next.Add(1)
 	for i := range n {
 		c := t.conns[(start+i)%n]
-		cl, err := c.register(ctx)
+		cl, err := c.register(ctx, req.Deadline)
 		if err != nil {
 			continue // broken: try the next one
 		}
@@ -187,6 +206,8 @@ type call struct {
 	c   *conn
 	id  uint64
 	ctx context.Context
+	// deadline is the Request's Deadline, which the sweeper enforces.
+	deadline time.Time
 
 	mu       sync.Mutex
 	head     *pluginv1.ResponseHead
@@ -210,15 +231,22 @@ type call struct {
 }
 
 // register allocates a request id on c. It fails once c has broken.
-func (c *conn) register(ctx context.Context) (*call, error) {
+func (c *conn) register(ctx context.Context, deadline time.Time) (*call, error) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if c.calls == nil {
+		c.mu.Unlock()
 		return nil, c.err
 	}
 	c.nextID++
-	cl := &call{c: c, id: c.nextID, ctx: ctx, ready: make(chan struct{}, 1)}
+	cl := &call{c: c, id: c.nextID, ctx: ctx, deadline: deadline, ready: make(chan struct{}, 1)}
 	c.calls[cl.id] = cl
+	c.mu.Unlock()
+	if !deadline.IsZero() && c.t.parked.Load() && c.t.parked.CompareAndSwap(true, false) {
+		select {
+		case c.t.wake <- struct{}{}:
+		default: // a wake-up is pending already
+		}
+	}
 	return cl, nil
 }
 
@@ -239,7 +267,11 @@ func (cl *call) roundTrip(req *Request) (*Response, error) {
 			return cl.response(head, req.ResponseHeader), nil
 		}
 		if err != nil {
-			cl.c.forget(cl.id)
+			if errors.Is(err, context.DeadlineExceeded) {
+				cl.giveUp() // the sweeper's: the plugin still runs it
+			} else {
+				cl.c.forget(cl.id)
+			}
 			return nil, err
 		}
 		select {
@@ -281,8 +313,10 @@ func (cl *call) send(req *Request) error {
 	hf.h.Headers, hf.h.Body = wire.HeadersToProto(req.Header), first
 	hf.h.RemoteAddr, hf.h.Host, hf.h.Pattern, hf.h.RequestId = req.RemoteAddr, req.Host, req.Pattern, req.RequestID
 	hf.r.Request, hf.r.More, hf.r.Streaming, hf.r.Window = &hf.h, more, req.Streaming, req.Window
-	if dl, ok := cl.ctx.Deadline(); ok {
+	if dl, ok := cl.ctx.Deadline(); ok && (cl.deadline.IsZero() || dl.Before(cl.deadline)) {
 		hf.r.DeadlineUnixNano = dl.UnixNano()
+	} else if !cl.deadline.IsZero() {
+		hf.r.DeadlineUnixNano = cl.deadline.UnixNano()
 	}
 	hf.k.Request = &hf.r
 	hf.f.Id, hf.f.Kind = cl.id, &hf.k
@@ -332,17 +366,27 @@ func (cl *call) sendFrame(f *pluginv1.Frame, started bool) error {
 		}
 		return fmt.Errorf("encode request: %w", err)
 	}
+	// The wait for the lock ends too when the request fails meanwhile:
+	// the sweeper's Deadline (which ctx does not carry), a broken
+	// connection. ready also says the plugin answered, which is no reason
+	// to stop: roundTrip finds the head whether or not this took the
+	// signal.
 	locked := false
-	if cl.ctx.Err() == nil {
+	var failed error
+	for !locked && failed == nil && cl.ctx.Err() == nil {
 		select {
 		case c.sendLock <- struct{}{}:
 			locked = true
 		case <-cl.ctx.Done():
+		case <-cl.ready:
+			cl.mu.Lock()
+			failed = cl.err
+			cl.mu.Unlock()
 		}
 	}
-	if err := cl.ctx.Err(); err != nil {
-		// The caller gave up before the frame went out (select picks at
-		// random when both are ready).
+	if err := cmp.Or(cl.ctx.Err(), failed); err != nil {
+		// The caller gave up, or the request failed, before the frame
+		// went out (select picks at random when both are ready).
 		if locked {
 			<-c.sendLock
 		}
@@ -430,6 +474,9 @@ func (r *Response) Next() ([]byte, error) {
 		end, err := cl.end, cl.err
 		cl.mu.Unlock()
 		if err != nil {
+			if errors.Is(err, context.DeadlineExceeded) {
+				cl.giveUp() // the sweeper's: the plugin still runs it
+			}
 			return nil, err
 		}
 		if end {

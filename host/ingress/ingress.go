@@ -490,16 +490,24 @@ func (g *Ingress) forwardTo(w http.ResponseWriter, r *http.Request, e *entry, re
 			_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(timeout + limits.WriteTimeout))
 		}
 	}
-	if timeout > 0 {
+	switch {
+	case timeout > 0 && rt.Streaming:
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
+	case timeout > 0:
+		// The transport enforces it, with no timer of its own.
+		req.Deadline = time.Now().Add(timeout)
 	}
 	resp, err := ep.RoundTrip(ctx, req)
 	if errors.Is(err, dataplane.ErrRefused) {
 		ep, resp, err = g.resend(ctx, e, ep, req, resp, err)
 	}
-	if dl, ok := ctx.Deadline(); err == nil && !rt.Streaming && ok && !time.Now().Before(dl) {
+	dl, ok := ctx.Deadline()
+	if !req.Deadline.IsZero() && (!ok || req.Deadline.Before(dl)) {
+		dl, ok = req.Deadline, true
+	}
+	if err == nil && !rt.Streaming && ok && !time.Now().Before(dl) {
 		// The answer raced the deadline, and is most likely the handler
 		// reacting to it; the contract is 504 whether or not it answered.
 		resp.Close()
