@@ -37,13 +37,17 @@ import (
 // host exits within drain_deadline + 1s.
 const shutdownSlack = 600 * time.Millisecond
 
+// validate reports every problem it can find in one run, sorted by file
+// and line: the host settings, every plugin block whose binary it can
+// find (even when the host settings are broken, or the file has syntax
+// errors elsewhere), each binary, and each plugin's config block as its
+// schema and its Configure hook judge it.
 func validate(ctx context.Context, logger hclog.Logger, path string, stdout, stderr io.Writer) error {
 	cfg, diags := config.Load(path)
-	if !diags.HasErrors() {
-		diags = append(diags, checkBinaries(cfg)...)
-		diags = append(diags, checkTokenFile(cfg)...)
-	}
-	if !diags.HasErrors() {
+	diags = append(diags, checkTokenFile(cfg)...)
+	binDiags, usable := checkBinaries(cfg)
+	diags = append(diags, binDiags...)
+	if len(usable) > 0 {
 		// The plugins launched for Describe make their sockets in a
 		// directory of this run's own, removed when it ends.
 		sockets, _, err := catalog.OpenSocketDir("")
@@ -51,8 +55,9 @@ func validate(ctx context.Context, logger hclog.Logger, path string, stdout, std
 			return err
 		}
 		defer sockets.Close()
-		diags = append(diags, describeAll(ctx, logger, cfg, cfg.Plugins, true, sockets.Path())...)
+		diags = append(diags, describeAll(ctx, logger, cfg, usable, describeMode{strict: true, configure: true}, sockets.Path())...)
 	}
+	config.SortDiagnostics(diags)
 	if len(diags) > 0 {
 		printDiags(stderr, cfg, diags)
 	}
@@ -108,7 +113,8 @@ type host struct {
 func serve(ctx context.Context, logger hclog.Logger, path string, stderr io.Writer) error {
 	cfg, diags := config.Load(path)
 	if !diags.HasErrors() {
-		diags = append(diags, checkBinaries(cfg)...)
+		binDiags, _ := checkBinaries(cfg)
+		diags = append(diags, binDiags...)
 		diags = append(diags, checkTokenFile(cfg)...)
 	}
 	if diags.HasErrors() {
@@ -458,7 +464,8 @@ func (h *host) reload(path string) {
 	h.logger.Info("reloading config", "file", path)
 	cfg, diags := config.Load(path)
 	if !diags.HasErrors() {
-		diags = append(diags, checkBinaries(cfg)...)
+		binDiags, _ := checkBinaries(cfg)
+		diags = append(diags, binDiags...)
 	}
 	if !diags.HasErrors() {
 		// Check changed and new plugins against their schemas before
@@ -471,7 +478,7 @@ func (h *host) reload(path string) {
 			}
 		}
 		h.mu.Unlock()
-		diags = append(diags, describeAll(h.changes, h.logger, cfg, changed, false, h.socketDir)...)
+		diags = append(diags, describeAll(h.changes, h.logger, cfg, changed, describeMode{}, h.socketDir)...)
 	}
 	if h.changes.Err() != nil {
 		h.logger.Info("config reload cut short: the host is shutting down")
