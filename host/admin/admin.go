@@ -16,7 +16,6 @@ import (
 	"html/template"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -293,12 +292,17 @@ func auth(token string, next http.Handler) http.Handler {
 	})
 }
 
-// notFoundJSON turns ServeMux's plain-text 404 and 405 into JSON errors.
+// notFoundJSON turns ServeMux's plain-text 404 and 405 into JSON errors;
+// a 405 keeps the Allow header ServeMux sets from its patterns.
 func notFoundJSON(mux http.Handler) http.Handler {
 	m := mux.(*http.ServeMux)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if _, pat := m.Handler(r); pat == "" {
-			if strings.HasSuffix(r.URL.Path, "/restart") || strings.HasSuffix(r.URL.Path, "/upgrade") || strings.HasSuffix(r.URL.Path, "/faults") || r.URL.Path == "/v1/plugins" || r.URL.Path == "/v1/status" {
+			// Without a pattern ServeMux only answers 404 or 405.
+			rec := &muxAnswer{header: http.Header{}}
+			m.ServeHTTP(rec, r)
+			if rec.code == http.StatusMethodNotAllowed {
+				w.Header().Set("Allow", rec.header.Get("Allow"))
 				sdk.WriteError(w, http.StatusMethodNotAllowed, "method_not_allowed", r.Method+" is not allowed here")
 				return
 			}
@@ -308,6 +312,17 @@ func notFoundJSON(mux http.Handler) http.Handler {
 		m.ServeHTTP(w, r)
 	})
 }
+
+// muxAnswer keeps the status and header of ServeMux's own answer and
+// drops its body.
+type muxAnswer struct {
+	header http.Header
+	code   int
+}
+
+func (a *muxAnswer) Header() http.Header         { return a.header }
+func (a *muxAnswer) Write(b []byte) (int, error) { return len(b), nil }
+func (a *muxAnswer) WriteHeader(code int)        { a.code = code }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json")

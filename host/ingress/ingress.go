@@ -356,7 +356,8 @@ func (g *Ingress) forwardTo(w http.ResponseWriter, r *http.Request, e *entry, re
 	}
 	rt, pattern, err := e.routes.Match(r.Method, rest)
 	if err != nil {
-		if errors.Is(err, route.ErrMethodNotAllowed) {
+		if me := (*route.MethodError)(nil); errors.As(err, &me) {
+			w.Header().Set("Allow", me.Allow)
 			return writeError(w, http.StatusMethodNotAllowed, "method_not_allowed", fmt.Sprintf("%s is not allowed here", r.Method))
 		}
 		return writeError(w, http.StatusNotFound, "not_found", fmt.Sprintf("plugin %q has no route for %s %s", name, r.Method, rest))
