@@ -532,7 +532,12 @@ func TakesBody(method string, noBody bool) bool {
 // that takes none: its method's, or its route's (sdk.NoBody).
 func noBodyMessage(method, pattern string, route bool) string {
 	if route && method != http.MethodGet && method != http.MethodHead {
-		return fmt.Sprintf("%s %s takes no body; the limit is 0 bytes", method, pattern)
+		// pattern is ServeMux's: with the route's method ("POST /poke"),
+		// or without one for a route of any method.
+		if strings.HasPrefix(pattern, "/") {
+			pattern = method + " " + pattern
+		}
+		return fmt.Sprintf("%s takes no body; the limit is 0 bytes", pattern)
 	}
 	return fmt.Sprintf("%s requests take no body; the limit is 0 bytes", method)
 }

@@ -439,6 +439,8 @@ func TestRouting(t *testing.T) {
 		{method: "POST", path: "/hello/", wantCode: 405, wantErr: "method_not_allowed", wantBody: "POST is not allowed", wantAllow: "GET, HEAD"},
 		{method: "DELETE", path: "/faulty/ok", wantCode: 405, wantErr: "method_not_allowed", wantAllow: "GET, HEAD"},
 		{method: "GET", path: "/faulty/echo", wantCode: 405, wantErr: "method_not_allowed", wantAllow: "POST"},
+		{method: "POST", path: "/faulty/poke", wantCode: 200, wantBody: "poked"},
+		{method: "POST", path: "/faulty/poke", body: "x", wantCode: 413, wantErr: "body_too_large", wantBody: `"POST /poke takes no body; the limit is 0 bytes"`},
 		{method: "GET", path: "/hello/sleep?ms=oops", wantCode: 400, wantErr: "bad_request"},
 		{method: "GET", path: "/hello/sleep?ms=1", wantCode: 200, wantBody: `"slept_ms":1`},
 		{method: "GET", path: "/faulty/ok", wantCode: 200, wantBody: "ok\n"},
