@@ -146,7 +146,7 @@ func inspect(ctx context.Context, path string) (info, error) {
 		return info{}, err
 	}
 	defer sockets.Close()
-	inst, err := catalog.Launch(ctx, path, sum, catalog.Options{SocketDir: sockets.Path()})
+	inst, err := catalog.Launch(ctx, path, sum, catalog.Options{SocketDir: sockets.Path(), Check: true})
 	if err != nil {
 		return info{}, err
 	}

@@ -119,6 +119,7 @@ func describe(ctx context.Context, logger hclog.Logger, cfg *config.Config, p co
 		ExtraEnv:     p.Env,
 		SocketDir:    socketDir,
 		LogLimit:     catalog.LogLimit{Rate: p.LogRate, Burst: p.LogBurst},
+		Check:        true,
 	})
 	if err != nil {
 		sev := hcl.DiagWarning

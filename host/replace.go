@@ -116,6 +116,7 @@ func (h *host) replaceInTurn(old *supervisor.Process, spec supervisor.Spec, opts
 		ExtraEnv:     spec.Env,
 		SocketDir:    opts.SocketDir,
 		LogLimit:     spec.LogLimit,
+		Check:        true,
 	})
 	if h.changes.Err() != nil {
 		if err == nil {
