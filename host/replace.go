@@ -99,7 +99,8 @@ func (h *host) replace(old *supervisor.Process, spec supervisor.Spec, opts, oldO
 		return err
 	}
 	h.swap(old, p)
-	h.logger.Info("plugin replaced; draining the old process", "plugin", spec.Name, "pid", p.Status().Pid)
+	h.logger.Info("plugin replaced; draining the old process", "plugin", spec.Name,
+		"pid", old.Status().Pid, "new_pid", p.Status().Pid)
 	h.stopProcess(old, time.Now().Add(drain))
 	return nil
 }
