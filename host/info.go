@@ -141,7 +141,7 @@ func inspect(ctx context.Context, path string) (info, error) {
 	}
 	// The plugin makes its socket in a directory of this run's own,
 	// removed when it ends.
-	sockets, _, err := catalog.OpenSocketDir("")
+	sockets, _, err := catalog.OpenSocketDir("", "")
 	if err != nil {
 		return info{}, err
 	}

@@ -50,7 +50,7 @@ func validate(ctx context.Context, logger hclog.Logger, path string, stdout, std
 	if len(usable) > 0 {
 		// The plugins launched for Describe make their sockets in a
 		// directory of this run's own, removed when it ends.
-		sockets, _, err := catalog.OpenSocketDir("")
+		sockets, _, err := catalog.OpenSocketDir("", "")
 		if err != nil {
 			return err
 		}
@@ -70,6 +70,30 @@ func validate(ctx context.Context, logger hclog.Logger, path string, stdout, std
 	}
 	fmt.Fprintf(stdout, "%s: valid (%d %s)\n", path, len(cfg.Plugins), noun)
 	return nil
+}
+
+// logStaleSockets says which plugin sockets a killed run of this host
+// (one with the same data directory) left behind and OpenSocketDir
+// removed. Directories of other dead processes of this user (another
+// host's, a killed validate's) and those without sockets are no news to
+// this host's operator: they are logged at debug.
+func logStaleSockets(logger hclog.Logger, removed []catalog.StaleSocketDir, dataDir string) {
+	var ours, others []string
+	sockets := 0
+	for _, d := range removed {
+		if d.Owner == dataDir && d.Sockets > 0 {
+			ours = append(ours, d.Path)
+			sockets += d.Sockets
+		} else {
+			others = append(others, d.Path)
+		}
+	}
+	if len(ours) > 0 {
+		logger.Info("removed plugin sockets a killed host left behind", "sockets", sockets, "dirs", ours)
+	}
+	if len(others) > 0 {
+		logger.Debug("removed socket directories other dead plughost processes left behind", "dirs", others)
+	}
 }
 
 // host is a running host: its plugins, ingress and metrics.
@@ -137,10 +161,8 @@ func serve(ctx context.Context, logger hclog.Logger, path string, stderr io.Writ
 	}
 	defer adminLn.Close()
 
-	sockets, removed, err := catalog.OpenSocketDir("")
-	if len(removed) > 0 {
-		logger.Info("removed plugin sockets a killed host left behind", "dirs", removed)
-	}
+	sockets, removed, err := catalog.OpenSocketDir("", cfg.DataDir)
+	logStaleSockets(logger, removed, cfg.DataDir)
 	if err != nil {
 		return err
 	}
