@@ -24,6 +24,20 @@ type goPluginLogger struct {
 	limit *logLimiter
 	// check is Options.Check.
 	check bool
+	// relay marks the logger of the plugin's own records, to which
+	// go-plugin adds the plugin's time as a last "timestamp" pair: the
+	// host's record has its own time (@timestamp in JSON), and two would
+	// only disagree by the relay's delay, so it is dropped.
+	relay bool
+}
+
+// keys returns args ready to log: without go-plugin's "timestamp" on a
+// relayed record, and with clashing keys renamed.
+func (l goPluginLogger) keys(args []any) []any {
+	if n := len(args); l.relay && n >= 2 && args[n-2] == "timestamp" {
+		args = args[:n-2]
+	}
+	return renameKeys(args)
 }
 
 // processExited is the record go-plugin's client logs when the plugin
@@ -36,18 +50,18 @@ func (l goPluginLogger) Log(level hclog.Level, msg string, args ...any) {
 		l.Debug(msg, args...)
 		return
 	}
-	l.Logger.Log(level, msg, renameKeys(args)...)
+	l.Logger.Log(level, msg, l.keys(args)...)
 }
 
 // Trace logs at trace level with the keys of args renamed.
-func (l goPluginLogger) Trace(msg string, args ...any) { l.Logger.Trace(msg, renameKeys(args)...) }
+func (l goPluginLogger) Trace(msg string, args ...any) { l.Logger.Trace(msg, l.keys(args)...) }
 
 // Debug logs at debug level with the keys of args renamed.
 func (l goPluginLogger) Debug(msg string, args ...any) {
 	if l.check && msg == processExited {
 		msg = "checked plugin process exited"
 	}
-	l.Logger.Debug(msg, renameKeys(args)...)
+	l.Logger.Debug(msg, l.keys(args)...)
 }
 
 // Info logs at info level with the keys of args renamed; the clean exit
@@ -57,18 +71,18 @@ func (l goPluginLogger) Info(msg string, args ...any) {
 		l.Debug(msg, args...)
 		return
 	}
-	l.Logger.Info(msg, renameKeys(args)...)
+	l.Logger.Info(msg, l.keys(args)...)
 }
 
 // Warn logs at warn level with the keys of args renamed.
-func (l goPluginLogger) Warn(msg string, args ...any) { l.Logger.Warn(msg, renameKeys(args)...) }
+func (l goPluginLogger) Warn(msg string, args ...any) { l.Logger.Warn(msg, l.keys(args)...) }
 
 // Error logs at error level with the keys of args renamed.
-func (l goPluginLogger) Error(msg string, args ...any) { l.Logger.Error(msg, renameKeys(args)...) }
+func (l goPluginLogger) Error(msg string, args ...any) { l.Logger.Error(msg, l.keys(args)...) }
 
 // With returns a sub-logger with args, keys renamed, that renames too.
 func (l goPluginLogger) With(args ...any) hclog.Logger {
-	return goPluginLogger{l.Logger.With(renameKeys(args)...), l.words, l.limit, l.check}
+	return goPluginLogger{l.Logger.With(renameKeys(args)...), l.words, l.limit, l.check, l.relay}
 }
 
 // Named returns a named sub-logger that renames too. Unless it is one of
@@ -82,7 +96,7 @@ func (l goPluginLogger) Named(name string) hclog.Logger {
 	case l.words == nil || name == "stdio":
 		return goPluginLogger{Logger: l.Logger.Named(name)}
 	}
-	return goPluginLogger{Logger: recordingLogger{l.Logger.Named(name), l.words, l.limit}}
+	return goPluginLogger{Logger: recordingLogger{l.Logger.Named(name), l.words, l.limit}, relay: true}
 }
 
 // muxLogger is the logger of go-plugin's connection multiplexer (yamux),
