@@ -132,6 +132,10 @@ type host struct {
 
 	// socketDir holds the plugins' go-plugin sockets (catalog.SocketDir).
 	socketDir string
+
+	// admin is the admin API, whose fault endpoints a reload of
+	// debug.faults turns on or off; set before the first reload.
+	admin *admin.Server
 }
 
 func serve(ctx context.Context, logger hclog.Logger, path string, stderr io.Writer) error {
@@ -203,6 +207,7 @@ func serve(ctx context.Context, logger hclog.Logger, path string, stderr io.Writ
 	adminHandler := admin.New(gatherer, h, admin.Options{Token: token, Faults: cfg.Debug.Faults,
 		Stats: h.metrics.Registry, Logger: logger.Named("admin")})
 	defer adminHandler.Close()
+	h.admin = adminHandler
 	adminSrv := &http.Server{
 		Handler:           adminHandler,
 		ReadHeaderTimeout: adminReadHeaderTimeout,
@@ -522,6 +527,9 @@ func (h *host) reload(path string) {
 	}
 	if h.cfg != nil {
 		h.warnStatic(h.cfg, cfg)
+		if cfg.Debug.Faults != h.cfg.Debug.Faults {
+			h.reloadFaults(cfg.Debug.Faults)
+		}
 	}
 	limits := ingressLimits(cfg)
 	// The HTTP server keeps the write timeout it started with, so the
@@ -561,15 +569,41 @@ func (h *host) warnStatic(old, cfg *config.Config) {
 		cfg.Limits.WriteTimeout != old.Limits.WriteTimeout {
 		keys = append(keys, "limits.read_timeout/write_timeout/idle_timeout")
 	}
-	if cfg.Debug != old.Debug {
-		keys = append(keys, "debug")
-	}
 	if cfg.Health.Timeout != old.Health.Timeout {
 		keys = append(keys, "health.timeout (as the metrics scrape timeout; plugins started from now on use the new one)")
 	}
 	if len(keys) > 0 {
 		h.logger.Warn("these settings do not change on reload; restart the host to apply them", "keys", strings.Join(keys, ", "))
 	}
+}
+
+// reloadFaults applies a reload's debug.faults: the admin API's fault
+// endpoints follow it at once. Turned off, it also clears the faults set
+// at every plugin's fault points, which the endpoints can no longer
+// clear: an operator who turns fault injection off expects none left.
+func (h *host) reloadFaults(on bool) {
+	h.admin.SetFaultsEnabled(on)
+	if on {
+		h.logger.Warn("fault injection turned on: POST /v1/plugins/NAME/faults is allowed")
+		return
+	}
+	h.mu.Lock()
+	plugins := make([]*supervisor.Process, 0, len(h.plugins))
+	for _, p := range h.plugins {
+		plugins = append(plugins, p)
+	}
+	h.mu.Unlock()
+	for _, p := range plugins {
+		ctx, cancel := context.WithTimeout(h.changes, 5*time.Second)
+		_, err := p.SetFaults(ctx, nil)
+		cancel()
+		// A plugin not ready starts its next process without faults; one
+		// without fault points has none.
+		if err != nil && !errors.Is(err, supervisor.ErrNotReady) && status.Code(errors.Unwrap(err)) != codes.Unimplemented {
+			h.logger.Warn("cannot clear the plugin's faults; restart it to clear them", "plugin", p.Spec().Name, "error", err)
+		}
+	}
+	h.logger.Info("fault injection turned off; faults cleared")
 }
 
 func ingressLimits(cfg *config.Config) ingress.Limits {

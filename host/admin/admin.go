@@ -16,6 +16,7 @@ import (
 	"html/template"
 	"net/http"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -77,6 +78,7 @@ type Options struct {
 	Token string
 	// Faults enables POST and DELETE /v1/plugins/NAME/faults (the host
 	// config's debug { faults = true }); otherwise they answer 403.
+	// SetFaultsEnabled changes it later.
 	Faults bool
 	// Stats is the host's own registry (metrics.Host.Registry), which
 	// the status page samples for its rates. Nil means the gatherer
@@ -102,6 +104,8 @@ type Server struct {
 	rates    *sampler
 	sessions *sessions
 	page     *template.Template
+	// faults is Options.Faults, as SetFaultsEnabled last set it.
+	faults atomic.Bool
 }
 
 // New returns the admin handler. It starts a goroutine that samples
@@ -129,6 +133,7 @@ func New(g prometheus.Gatherer, plugins Plugins, opts Options) *Server {
 		sessions: newSessions(opts.Now),
 		page:     pageTemplate,
 	}
+	s.faults.Store(opts.Faults)
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{
 		ErrorHandling: promhttp.ContinueOnError,
@@ -157,7 +162,7 @@ func New(g prometheus.Gatherer, plugins Plugins, opts Options) *Server {
 		writeJSON(w, http.StatusAccepted, map[string]string{"status": "upgrading", "plugin": name})
 	})
 	faults := func(w http.ResponseWriter, r *http.Request, list []Fault) {
-		if !opts.Faults {
+		if !s.faults.Load() {
 			sdk.WriteError(w, http.StatusForbidden, "faults_disabled", "fault injection is off; enable it with debug { faults = true } in the host config")
 			return
 		}
@@ -312,6 +317,12 @@ func notFoundJSON(mux http.Handler) http.Handler {
 		m.ServeHTTP(w, r)
 	})
 }
+
+// SetFaultsEnabled turns POST and DELETE /v1/plugins/NAME/faults on or
+// off, as Options.Faults does at New: a reload of the host config's
+// debug.faults. Turning them off leaves the faults already set in place;
+// clearing them is the caller's business.
+func (s *Server) SetFaultsEnabled(on bool) { s.faults.Store(on) }
 
 // muxAnswer keeps the status and header of ServeMux's own answer and
 // drops its body.

@@ -147,7 +147,8 @@ type Health struct {
 // Debug holds switches for rehearsing failures.
 type Debug struct {
 	// Faults lets the admin API set faults at plugins' named fault points
-	// (POST /v1/plugins/NAME/faults). Default false. Never enable it where
+	// (POST /v1/plugins/NAME/faults). Default false. A reload applies it;
+	// turning it off clears the faults set. Never enable it where
 	// untrusted parties can reach the admin listener: a fault can stall or
 	// fail a plugin at will.
 	Faults bool
