@@ -68,11 +68,13 @@ func pluginCommand(ctx context.Context, args []string, stdout, stderr io.Writer)
 //	  "sdk_version": "0.1.0",           // the plughost SDK it was built with
 //	  "protocol": 2,                    // plugin protocol negotiated in the handshake
 //	  "sha256": "3f1c…",                // lowercase hex sha256 of the binary, for pinning
+//	  "single_instance": false,         // sdk.Plugin.SingleInstance: replaced by draining first
 //	  "routes": [{
 //	    "method": "GET",                // an HTTP method, or "*" for any
 //	    "pattern": "/sleep",            // relative to the mount
 //	    "streaming": false,
-//	    "no_body": false,               // declared with sdk.NoBody: the host answers a body 413
+//	    "no_body": true,                // the host takes no body (BODY none): a GET or HEAD
+//	                                    // route, or one declared with sdk.NoBody; it answers one 413
 //	    "max_body_bytes": 0,            // the route's own body limit (sdk.MaxBody); 0: its plugin's
 //	    "timeout_ms": 600000            // 0: the host's request_timeout, or none if streaming
 //	  }],
@@ -141,12 +143,12 @@ func inspect(ctx context.Context, path string) (info, error) {
 	}
 	// The plugin makes its socket in a directory of this run's own,
 	// removed when it ends.
-	sockets, _, err := catalog.OpenSocketDir("")
+	sockets, _, err := catalog.OpenSocketDir("", "")
 	if err != nil {
 		return info{}, err
 	}
 	defer sockets.Close()
-	inst, err := catalog.Launch(ctx, path, sum, catalog.Options{SocketDir: sockets.Path()})
+	inst, err := catalog.Launch(ctx, path, sum, catalog.Options{SocketDir: sockets.Path(), Check: true})
 	if err != nil {
 		return info{}, err
 	}
@@ -164,22 +166,27 @@ func inspect(ctx context.Context, path string) (info, error) {
 // encoding is the -json output documented on pluginInfo; change it only by
 // adding keys.
 type info struct {
-	Name       string      `json:"name"`
-	Version    string      `json:"version"`
-	SDKVersion string      `json:"sdk_version"`
-	Protocol   int         `json:"protocol"`
-	SHA256     string      `json:"sha256"`
-	Routes     []infoRoute `json:"routes"`
-	Config     infoSchema  `json:"config"`
+	Name       string `json:"name"`
+	Version    string `json:"version"`
+	SDKVersion string `json:"sdk_version"`
+	Protocol   int    `json:"protocol"`
+	SHA256     string `json:"sha256"`
+	// SingleInstance is sdk.Plugin.SingleInstance: the host drains the
+	// running process before it starts a replacement.
+	SingleInstance bool        `json:"single_instance"`
+	Routes         []infoRoute `json:"routes"`
+	Config         infoSchema  `json:"config"`
 }
 
 type infoRoute struct {
 	Method    string `json:"method"`
 	Pattern   string `json:"pattern"`
 	Streaming bool   `json:"streaming"`
-	NoBody    bool   `json:"no_body"`
-	MaxBody   int64  `json:"max_body_bytes"`
-	TimeoutMS int64  `json:"timeout_ms"`
+	// NoBody says the host takes no body for the route
+	// (ingress.TakesBody): the text view's BODY none.
+	NoBody    bool  `json:"no_body"`
+	MaxBody   int64 `json:"max_body_bytes"`
+	TimeoutMS int64 `json:"timeout_ms"`
 }
 
 type infoSchema struct {
@@ -210,13 +217,14 @@ type infoBlock struct {
 // every default_json is valid JSON.
 func newInfo(m *pluginv1.DescribeResponse, protocol int, sha string) info {
 	in := info{
-		Name:       m.GetName(),
-		Version:    m.GetVersion(),
-		SDKVersion: m.GetSdkVersion(),
-		Protocol:   protocol,
-		SHA256:     sha,
-		Routes:     []infoRoute{},
-		Config:     newInfoSchema(m.GetConfigSchema()),
+		Name:           m.GetName(),
+		Version:        m.GetVersion(),
+		SDKVersion:     m.GetSdkVersion(),
+		Protocol:       protocol,
+		SHA256:         sha,
+		SingleInstance: m.GetSingleInstance(),
+		Routes:         []infoRoute{},
+		Config:         newInfoSchema(m.GetConfigSchema()),
 	}
 	for _, r := range m.GetRoutes() {
 		method := r.GetMethod()
@@ -227,7 +235,7 @@ func newInfo(m *pluginv1.DescribeResponse, protocol int, sha string) info {
 			Method:    method,
 			Pattern:   r.GetPattern(),
 			Streaming: r.GetStreaming(),
-			NoBody:    r.GetNoBody(),
+			NoBody:    !ingress.TakesBody(method, r.GetNoBody()),
 			MaxBody:   r.GetMaxBodyBytes(),
 			TimeoutMS: r.GetTimeoutMs(),
 		})
@@ -273,6 +281,7 @@ func (in info) writeText(w io.Writer) error {
 	fmt.Fprintf(tw, "sdk version:\t%s\n", orDash(printable(in.SDKVersion)))
 	fmt.Fprintf(tw, "plugin protocol:\t%d\n", in.Protocol)
 	fmt.Fprintf(tw, "sha256:\t%s\n", in.SHA256)
+	fmt.Fprintf(tw, "single instance:\t%s\n", yesNo(in.SingleInstance))
 	if err := tw.Flush(); err != nil {
 		return err
 	}
@@ -295,7 +304,7 @@ func (in info) writeText(w io.Writer) error {
 			}
 			body := "yes"
 			switch {
-			case !ingress.TakesBody(r.Method, r.NoBody):
+			case r.NoBody:
 				body = "none"
 			case r.MaxBody > 0:
 				body = strconv.FormatInt(r.MaxBody, 10)

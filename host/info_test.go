@@ -52,8 +52,8 @@ func TestPluginInfo(t *testing.T) {
 			t.Errorf("plugin info -json: sha256 = %q, want %q", got.SHA256, sum)
 		}
 		wantRoutes := []infoRoute{
-			{Method: "GET", Pattern: "/{$}"},
-			{Method: "GET", Pattern: "/sleep", TimeoutMS: 600000},
+			{Method: "GET", Pattern: "/{$}", NoBody: true},
+			{Method: "GET", Pattern: "/sleep", NoBody: true, TimeoutMS: 600000},
 		}
 		if diff := cmp.Diff(wantRoutes, got.Routes); diff != "" {
 			t.Errorf("plugin info -json: routes (-want +got):\n%s", diff)
@@ -249,15 +249,26 @@ func checkInfoGolden(t *testing.T, name, got string) {
 }
 
 // TestInfoRouteBody: the BODY column and max_body_bytes show a route's
-// own body limit, and "none" wins for a route that takes no body.
+// own body limit, and "none" wins for a route that takes no body, which
+// no_body says as the text does; single_instance shows in both.
 func TestInfoRouteBody(t *testing.T) {
-	in := newInfo(&pluginv1.DescribeResponse{Name: "rewarder", Version: "1", Routes: []*pluginv1.Route{
+	in := newInfo(&pluginv1.DescribeResponse{Name: "rewarder", Version: "1", SingleInstance: true, Routes: []*pluginv1.Route{
 		{Method: "POST", Pattern: "/v1/epochs/{id}/compute", MaxBodyBytes: 16 << 20},
 		{Method: "POST", Pattern: "/v1/epochs/{id}/retry"},
 		{Method: "GET", Pattern: "/v1/epochs/{id}"},
+		{Method: "POST", Pattern: "/v1/checkpoint", NoBody: true},
+		{Pattern: "/any"},
 	}}, 2, "sum")
 	if got := in.Routes[0].MaxBody; got != 16<<20 {
 		t.Errorf("newInfo: routes[0].MaxBody = %d, want %d", got, 16<<20)
+	}
+	for i, want := range []bool{false, false, true, true, false} {
+		if got := in.Routes[i].NoBody; got != want {
+			t.Errorf("newInfo: routes[%d] (%s %s) NoBody = %t, want %t", i, in.Routes[i].Method, in.Routes[i].Pattern, got, want)
+		}
+	}
+	if !in.SingleInstance {
+		t.Errorf("newInfo: SingleInstance = false, want true")
 	}
 	var b strings.Builder
 	if err := in.writeText(&b); err != nil {
@@ -267,6 +278,9 @@ func TestInfoRouteBody(t *testing.T) {
 		"POST    /v1/epochs/{id}/compute  no         16777216  default",
 		"POST    /v1/epochs/{id}/retry    no         yes       default",
 		"GET     /v1/epochs/{id}          no         none      default",
+		"POST    /v1/checkpoint           no         none      default",
+		"*       /any                     no         yes       default",
+		"single instance:  yes",
 	} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("writeText: no line %q in\n%s", want, b.String())

@@ -3,8 +3,8 @@
 // metrics and an admin API, and drains them on shutdown.
 //
 //	plughost run [-config FILE]        run the host (FILE defaults to config.hcl)
-//	plughost validate [-config FILE]   check a config, launching plugins only as far as Describe;
-//	                                   prints only diagnostics (logs only with -log-level)
+//	plughost validate [-config FILE]   check a config, launching plugins as far as Configure;
+//	                                   prints every diagnostic it finds, sorted (logs only with -log-level)
 //	plughost plugin info [-json] PATH  print a plugin binary's manifest
 //	plughost version                 print versions
 package main
@@ -120,7 +120,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return errReported
 	}
 	// validate's output is its diagnostics: the records of launching
-	// each plugin as far as Describe and killing it (go-plugin's "plugin
+	// each plugin as far as Configure and killing it (go-plugin's "plugin
 	// process exited", its warning that a plugin refused at the handshake
 	// did not exit gracefully, yamux's errors as a killed plugin's
 	// connection closes) would bury them, and every failure is a

@@ -183,12 +183,20 @@ plugin "hello" {
 		t.Errorf("validate stderr =\n%s\nwant exactly the diagnostics:\n%s", stderr, want.String())
 	}
 
+	// The checked plugin's exit is no news: at debug, as what it is.
 	_, stderr, err = runCmd(t, "validate", "-log-level", "info", "-config", cfg)
 	if err != nil {
 		t.Fatalf("validate -log-level info %s = %v, want nil", cfg, err)
 	}
-	if !strings.Contains(stderr, "plugin process exited") {
-		t.Errorf("validate -log-level info stderr = %q, want go-plugin's records too", stderr)
+	if strings.Contains(stderr, "plugin process exited") {
+		t.Errorf("validate -log-level info stderr = %q, want no record of the checked plugin's exit", stderr)
+	}
+	_, stderr, err = runCmd(t, "validate", "-log-level", "debug", "-config", cfg)
+	if err != nil {
+		t.Fatalf("validate -log-level debug %s = %v, want nil", cfg, err)
+	}
+	if !strings.Contains(stderr, "[DEBUG] plughost.hello: checked plugin process exited") {
+		t.Errorf("validate -log-level debug stderr = %q, want go-plugin's records too, its exit as a checked plugin's", stderr)
 	}
 }
 

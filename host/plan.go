@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -44,51 +45,52 @@ func printDiags(w io.Writer, cfg *config.Config, diags hcl.Diagnostics) {
 }
 
 // checkBinaries verifies that every plugin binary exists, is executable
-// and matches its sha256 pin.
-func checkBinaries(cfg *config.Config) hcl.Diagnostics {
+// and matches its sha256 pin. It returns the plugins that pass; a plugin
+// whose Path is "" (its path is broken, see config.Parse) is neither
+// checked nor returned.
+func checkBinaries(cfg *config.Config) (hcl.Diagnostics, []config.PluginBlock) {
 	var diags hcl.Diagnostics
+	var usable []config.PluginBlock
 	for _, p := range cfg.Plugins {
+		if p.Path == "" {
+			continue
+		}
 		if err := catalog.Verify(p.Path, p.SHA256); err != nil {
 			if errors.Is(err, catalog.ErrChecksum) {
 				diags = append(diags, diagErr(p.SHA256Range, "Plugin checksum mismatch", err.Error()+"; refusing to start it"))
 				continue
 			}
 			diags = append(diags, diagErr(p.PathRange, "Unusable plugin binary", fmt.Sprintf("plugin %q: %v", p.Name, err)))
+			continue
 		}
+		usable = append(usable, p)
 	}
-	return diags
+	return diags, usable
 }
 
-// describeAll launches each plugin only as far as Describe, in parallel,
-// and checks its config block against its declared schema. Plugins that do
-// not describe themselves are diagnostics when strict, warnings otherwise.
-// The plugins make their go-plugin sockets in socketDir (see
-// catalog.Options.SocketDir).
-func describeAll(ctx context.Context, logger hclog.Logger, cfg *config.Config, plugins []config.PluginBlock, strict bool, socketDir string) hcl.Diagnostics {
+// describeMode says how far describeAll takes each plugin.
+type describeMode struct {
+	// strict makes a plugin that does not start an error, not a warning.
+	strict bool
+	// configure also hands each plugin whose block decodes its config,
+	// with a data directory of its own that is removed afterwards, so
+	// that a refusal by its Configure hook is a diagnostic too
+	// (validate's).
+	configure bool
+}
+
+// describeAll launches each plugin only as far as Describe (or Configure,
+// see describeMode), in parallel, and checks its config block against its
+// declared schema. The plugins make their go-plugin sockets in socketDir
+// (see catalog.Options.SocketDir).
+func describeAll(ctx context.Context, logger hclog.Logger, cfg *config.Config, plugins []config.PluginBlock, mode describeMode, socketDir string) hcl.Diagnostics {
 	diags := make([]hcl.Diagnostics, len(plugins))
 	var wg sync.WaitGroup
 	for i, p := range plugins {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			inst, err := catalog.Launch(ctx, p.Path, p.SHA256, catalog.Options{
-				Logger:       logger.Named(p.Name).With("plugin", p.Name),
-				StartTimeout: cfg.Limits.StartTimeout,
-				ExtraEnv:     p.Env,
-				SocketDir:    socketDir,
-				LogLimit:     catalog.LogLimit{Rate: p.LogRate, Burst: p.LogBurst},
-			})
-			if err != nil {
-				sev := hcl.DiagWarning
-				if strict {
-					sev = hcl.DiagError
-				}
-				diags[i] = hcl.Diagnostics{{Severity: sev, Summary: "Plugin did not start",
-					Detail: fmt.Sprintf("plugin %q: %v", p.Name, err), Subject: p.PathRange.Ptr()}}
-				return
-			}
-			defer inst.Kill()
-			diags[i] = checkPluginConfig(p, inst.Manifest())
+			diags[i] = describe(ctx, logger, cfg, p, mode, socketDir)
 		}()
 	}
 	wg.Wait()
@@ -99,13 +101,59 @@ func describeAll(ctx context.Context, logger hclog.Logger, cfg *config.Config, p
 	return out
 }
 
-func checkPluginConfig(p config.PluginBlock, m *pluginv1.DescribeResponse) hcl.Diagnostics {
+// describe is describeAll for one plugin.
+func describe(ctx context.Context, logger hclog.Logger, cfg *config.Config, p config.PluginBlock, mode describeMode, socketDir string) hcl.Diagnostics {
+	var dataDir string
+	if mode.configure {
+		dir, err := os.MkdirTemp("", "plughost-validate-")
+		if err != nil {
+			return hcl.Diagnostics{diagErr(p.ConfigRange, "Plugin config not checked", fmt.Sprintf("plugin %q: %v", p.Name, err))}
+		}
+		// Deferred first, so removed once Kill has waited for the process.
+		defer os.RemoveAll(dir)
+		dataDir = dir
+	}
+	inst, err := catalog.Launch(ctx, p.Path, p.SHA256, catalog.Options{
+		Logger:       logger.Named(p.Name).With("plugin", p.Name),
+		StartTimeout: cfg.Limits.StartTimeout,
+		ExtraEnv:     p.Env,
+		SocketDir:    socketDir,
+		LogLimit:     catalog.LogLimit{Rate: p.LogRate, Burst: p.LogBurst},
+		Check:        true,
+	})
+	if err != nil {
+		sev := hcl.DiagWarning
+		if mode.strict {
+			sev = hcl.DiagError
+		}
+		return hcl.Diagnostics{{Severity: sev, Summary: "Plugin did not start",
+			Detail: fmt.Sprintf("plugin %q: %v", p.Name, err), Subject: p.PathRange.Ptr()}}
+	}
+	defer inst.Kill()
+	js, diags := checkPluginConfig(p, inst.Manifest())
+	if diags.HasErrors() || !mode.configure {
+		return diags
+	}
+	cctx, cancel := context.WithTimeout(ctx, cfg.Limits.StartTimeout)
+	defer cancel()
+	limits := &pluginv1.Limits{MaxBodyBytes: cfg.Limits.MaxBodyBytes, RequestTimeoutMs: cfg.Limits.RequestTimeout.Milliseconds()}
+	if p.MaxBodyBytes > 0 {
+		limits.MaxBodyBytes = p.MaxBodyBytes
+	}
+	if err := inst.Configure(cctx, p.Name, js, dataDir, limits); err != nil {
+		diags = append(diags, configErrDiag(p, err)...)
+	}
+	return diags
+}
+
+// checkPluginConfig decodes p's config block against the schema m
+// declares, returning the JSON Configure takes.
+func checkPluginConfig(p config.PluginBlock, m *pluginv1.DescribeResponse) ([]byte, hcl.Diagnostics) {
 	if err := config.CheckSchema(m.GetConfigSchema()); err != nil {
-		return hcl.Diagnostics{diagErr(p.PathRange, "Plugin declares an unusable config schema",
+		return nil, hcl.Diagnostics{diagErr(p.PathRange, "Plugin declares an unusable config schema",
 			fmt.Sprintf("plugin %q (%s %s): %v", p.Name, m.GetName(), m.GetVersion(), err))}
 	}
-	_, diags := config.DecodePluginConfig(p.Config, m.GetConfigSchema())
-	return diags
+	return config.DecodePluginConfig(p.Config, m.GetConfigSchema())
 }
 
 // specFor turns a config block into a supervisor spec.

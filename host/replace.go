@@ -99,7 +99,8 @@ func (h *host) replace(old *supervisor.Process, spec supervisor.Spec, opts, oldO
 		return err
 	}
 	h.swap(old, p)
-	h.logger.Info("plugin replaced; draining the old process", "plugin", spec.Name, "pid", p.Status().Pid)
+	h.logger.Info("plugin replaced; draining the old process", "plugin", spec.Name,
+		"pid", old.Status().Pid, "new_pid", p.Status().Pid)
 	h.stopProcess(old, time.Now().Add(drain))
 	return nil
 }
@@ -116,6 +117,7 @@ func (h *host) replaceInTurn(old *supervisor.Process, spec supervisor.Spec, opts
 		ExtraEnv:     spec.Env,
 		SocketDir:    opts.SocketDir,
 		LogLimit:     spec.LogLimit,
+		Check:        true,
 	})
 	if h.changes.Err() != nil {
 		if err == nil {

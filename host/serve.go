@@ -37,22 +37,27 @@ import (
 // host exits within drain_deadline + 1s.
 const shutdownSlack = 600 * time.Millisecond
 
+// validate reports every problem it can find in one run, sorted by file
+// and line: the host settings, every plugin block whose binary it can
+// find (even when the host settings are broken, or the file has syntax
+// errors elsewhere), each binary, and each plugin's config block as its
+// schema and its Configure hook judge it.
 func validate(ctx context.Context, logger hclog.Logger, path string, stdout, stderr io.Writer) error {
 	cfg, diags := config.Load(path)
-	if !diags.HasErrors() {
-		diags = append(diags, checkBinaries(cfg)...)
-		diags = append(diags, checkTokenFile(cfg)...)
-	}
-	if !diags.HasErrors() {
+	diags = append(diags, checkTokenFile(cfg)...)
+	binDiags, usable := checkBinaries(cfg)
+	diags = append(diags, binDiags...)
+	if len(usable) > 0 {
 		// The plugins launched for Describe make their sockets in a
 		// directory of this run's own, removed when it ends.
-		sockets, _, err := catalog.OpenSocketDir("")
+		sockets, _, err := catalog.OpenSocketDir("", "")
 		if err != nil {
 			return err
 		}
 		defer sockets.Close()
-		diags = append(diags, describeAll(ctx, logger, cfg, cfg.Plugins, true, sockets.Path())...)
+		diags = append(diags, describeAll(ctx, logger, cfg, usable, describeMode{strict: true, configure: true}, sockets.Path())...)
 	}
+	config.SortDiagnostics(diags)
 	if len(diags) > 0 {
 		printDiags(stderr, cfg, diags)
 	}
@@ -65,6 +70,30 @@ func validate(ctx context.Context, logger hclog.Logger, path string, stdout, std
 	}
 	fmt.Fprintf(stdout, "%s: valid (%d %s)\n", path, len(cfg.Plugins), noun)
 	return nil
+}
+
+// logStaleSockets says which plugin sockets a killed run of this host
+// (one with the same data directory) left behind and OpenSocketDir
+// removed. Directories of other dead processes of this user (another
+// host's, a killed validate's) and those without sockets are no news to
+// this host's operator: they are logged at debug.
+func logStaleSockets(logger hclog.Logger, removed []catalog.StaleSocketDir, dataDir string) {
+	var ours, others []string
+	sockets := 0
+	for _, d := range removed {
+		if d.Owner == dataDir && d.Sockets > 0 {
+			ours = append(ours, d.Path)
+			sockets += d.Sockets
+		} else {
+			others = append(others, d.Path)
+		}
+	}
+	if len(ours) > 0 {
+		logger.Info("removed plugin sockets a killed host left behind", "sockets", sockets, "dirs", ours)
+	}
+	if len(others) > 0 {
+		logger.Debug("removed socket directories other dead plughost processes left behind", "dirs", others)
+	}
 }
 
 // host is a running host: its plugins, ingress and metrics.
@@ -103,12 +132,17 @@ type host struct {
 
 	// socketDir holds the plugins' go-plugin sockets (catalog.SocketDir).
 	socketDir string
+
+	// admin is the admin API, whose fault endpoints a reload of
+	// debug.faults turns on or off; set before the first reload.
+	admin *admin.Server
 }
 
 func serve(ctx context.Context, logger hclog.Logger, path string, stderr io.Writer) error {
 	cfg, diags := config.Load(path)
 	if !diags.HasErrors() {
-		diags = append(diags, checkBinaries(cfg)...)
+		binDiags, _ := checkBinaries(cfg)
+		diags = append(diags, binDiags...)
 		diags = append(diags, checkTokenFile(cfg)...)
 	}
 	if diags.HasErrors() {
@@ -131,10 +165,8 @@ func serve(ctx context.Context, logger hclog.Logger, path string, stderr io.Writ
 	}
 	defer adminLn.Close()
 
-	sockets, removed, err := catalog.OpenSocketDir("")
-	if len(removed) > 0 {
-		logger.Info("removed plugin sockets a killed host left behind", "dirs", removed)
-	}
+	sockets, removed, err := catalog.OpenSocketDir("", cfg.DataDir)
+	logStaleSockets(logger, removed, cfg.DataDir)
 	if err != nil {
 		return err
 	}
@@ -175,6 +207,7 @@ func serve(ctx context.Context, logger hclog.Logger, path string, stderr io.Writ
 	adminHandler := admin.New(gatherer, h, admin.Options{Token: token, Faults: cfg.Debug.Faults,
 		Stats: h.metrics.Registry, Logger: logger.Named("admin")})
 	defer adminHandler.Close()
+	h.admin = adminHandler
 	adminSrv := &http.Server{
 		Handler:           adminHandler,
 		ReadHeaderTimeout: adminReadHeaderTimeout,
@@ -458,7 +491,8 @@ func (h *host) reload(path string) {
 	h.logger.Info("reloading config", "file", path)
 	cfg, diags := config.Load(path)
 	if !diags.HasErrors() {
-		diags = append(diags, checkBinaries(cfg)...)
+		binDiags, _ := checkBinaries(cfg)
+		diags = append(diags, binDiags...)
 	}
 	if !diags.HasErrors() {
 		// Check changed and new plugins against their schemas before
@@ -471,7 +505,7 @@ func (h *host) reload(path string) {
 			}
 		}
 		h.mu.Unlock()
-		diags = append(diags, describeAll(h.changes, h.logger, cfg, changed, false, h.socketDir)...)
+		diags = append(diags, describeAll(h.changes, h.logger, cfg, changed, describeMode{}, h.socketDir)...)
 	}
 	if h.changes.Err() != nil {
 		h.logger.Info("config reload cut short: the host is shutting down")
@@ -493,6 +527,9 @@ func (h *host) reload(path string) {
 	}
 	if h.cfg != nil {
 		h.warnStatic(h.cfg, cfg)
+		if cfg.Debug.Faults != h.cfg.Debug.Faults {
+			h.reloadFaults(cfg.Debug.Faults)
+		}
 	}
 	limits := ingressLimits(cfg)
 	// The HTTP server keeps the write timeout it started with, so the
@@ -532,15 +569,41 @@ func (h *host) warnStatic(old, cfg *config.Config) {
 		cfg.Limits.WriteTimeout != old.Limits.WriteTimeout {
 		keys = append(keys, "limits.read_timeout/write_timeout/idle_timeout")
 	}
-	if cfg.Debug != old.Debug {
-		keys = append(keys, "debug")
-	}
 	if cfg.Health.Timeout != old.Health.Timeout {
 		keys = append(keys, "health.timeout (as the metrics scrape timeout; plugins started from now on use the new one)")
 	}
 	if len(keys) > 0 {
 		h.logger.Warn("these settings do not change on reload; restart the host to apply them", "keys", strings.Join(keys, ", "))
 	}
+}
+
+// reloadFaults applies a reload's debug.faults: the admin API's fault
+// endpoints follow it at once. Turned off, it also clears the faults set
+// at every plugin's fault points, which the endpoints can no longer
+// clear: an operator who turns fault injection off expects none left.
+func (h *host) reloadFaults(on bool) {
+	h.admin.SetFaultsEnabled(on)
+	if on {
+		h.logger.Warn("fault injection turned on: POST /v1/plugins/NAME/faults is allowed")
+		return
+	}
+	h.mu.Lock()
+	plugins := make([]*supervisor.Process, 0, len(h.plugins))
+	for _, p := range h.plugins {
+		plugins = append(plugins, p)
+	}
+	h.mu.Unlock()
+	for _, p := range plugins {
+		ctx, cancel := context.WithTimeout(h.changes, 5*time.Second)
+		_, err := p.SetFaults(ctx, nil)
+		cancel()
+		// A plugin not ready starts its next process without faults; one
+		// without fault points has none.
+		if err != nil && !errors.Is(err, supervisor.ErrNotReady) && status.Code(errors.Unwrap(err)) != codes.Unimplemented {
+			h.logger.Warn("cannot clear the plugin's faults; restart it to clear them", "plugin", p.Spec().Name, "error", err)
+		}
+	}
+	h.logger.Info("fault injection turned off; faults cleared")
 }
 
 func ingressLimits(cfg *config.Config) ingress.Limits {

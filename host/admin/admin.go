@@ -16,7 +16,7 @@ import (
 	"html/template"
 	"net/http"
 	"strconv"
-	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -78,6 +78,7 @@ type Options struct {
 	Token string
 	// Faults enables POST and DELETE /v1/plugins/NAME/faults (the host
 	// config's debug { faults = true }); otherwise they answer 403.
+	// SetFaultsEnabled changes it later.
 	Faults bool
 	// Stats is the host's own registry (metrics.Host.Registry), which
 	// the status page samples for its rates. Nil means the gatherer
@@ -103,6 +104,8 @@ type Server struct {
 	rates    *sampler
 	sessions *sessions
 	page     *template.Template
+	// faults is Options.Faults, as SetFaultsEnabled last set it.
+	faults atomic.Bool
 }
 
 // New returns the admin handler. It starts a goroutine that samples
@@ -130,6 +133,7 @@ func New(g prometheus.Gatherer, plugins Plugins, opts Options) *Server {
 		sessions: newSessions(opts.Now),
 		page:     pageTemplate,
 	}
+	s.faults.Store(opts.Faults)
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{
 		ErrorHandling: promhttp.ContinueOnError,
@@ -158,7 +162,7 @@ func New(g prometheus.Gatherer, plugins Plugins, opts Options) *Server {
 		writeJSON(w, http.StatusAccepted, map[string]string{"status": "upgrading", "plugin": name})
 	})
 	faults := func(w http.ResponseWriter, r *http.Request, list []Fault) {
-		if !opts.Faults {
+		if !s.faults.Load() {
 			sdk.WriteError(w, http.StatusForbidden, "faults_disabled", "fault injection is off; enable it with debug { faults = true } in the host config")
 			return
 		}
@@ -293,12 +297,17 @@ func auth(token string, next http.Handler) http.Handler {
 	})
 }
 
-// notFoundJSON turns ServeMux's plain-text 404 and 405 into JSON errors.
+// notFoundJSON turns ServeMux's plain-text 404 and 405 into JSON errors;
+// a 405 keeps the Allow header ServeMux sets from its patterns.
 func notFoundJSON(mux http.Handler) http.Handler {
 	m := mux.(*http.ServeMux)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if _, pat := m.Handler(r); pat == "" {
-			if strings.HasSuffix(r.URL.Path, "/restart") || strings.HasSuffix(r.URL.Path, "/upgrade") || strings.HasSuffix(r.URL.Path, "/faults") || r.URL.Path == "/v1/plugins" || r.URL.Path == "/v1/status" {
+			// Without a pattern ServeMux only answers 404 or 405.
+			rec := &muxAnswer{header: http.Header{}}
+			m.ServeHTTP(rec, r)
+			if rec.code == http.StatusMethodNotAllowed {
+				w.Header().Set("Allow", rec.header.Get("Allow"))
 				sdk.WriteError(w, http.StatusMethodNotAllowed, "method_not_allowed", r.Method+" is not allowed here")
 				return
 			}
@@ -308,6 +317,23 @@ func notFoundJSON(mux http.Handler) http.Handler {
 		m.ServeHTTP(w, r)
 	})
 }
+
+// SetFaultsEnabled turns POST and DELETE /v1/plugins/NAME/faults on or
+// off, as Options.Faults does at New: a reload of the host config's
+// debug.faults. Turning them off leaves the faults already set in place;
+// clearing them is the caller's business.
+func (s *Server) SetFaultsEnabled(on bool) { s.faults.Store(on) }
+
+// muxAnswer keeps the status and header of ServeMux's own answer and
+// drops its body.
+type muxAnswer struct {
+	header http.Header
+	code   int
+}
+
+func (a *muxAnswer) Header() http.Header         { return a.header }
+func (a *muxAnswer) Write(b []byte) (int, error) { return len(b), nil }
+func (a *muxAnswer) WriteHeader(code int)        { a.code = code }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.Header().Set("Content-Type", "application/json")

@@ -166,24 +166,26 @@ func TestRoutes(t *testing.T) {
 		wantCode     int
 		wantErr      string // JSON error code, "" for a success body
 		wantBody     string
+		wantAllow    string // the Allow header
 		wantRestart  []string
 	}{
 		{method: "POST", path: "/v1/plugins/hello/restart", wantCode: 202, wantBody: `{"plugin":"hello","status":"restarting"}`, wantRestart: []string{"hello"}},
 		{method: "POST", path: "/v1/plugins/nope/restart", wantCode: 404, wantErr: "not_found", wantBody: `no plugin named \"nope\"`},
-		{method: "GET", path: "/v1/plugins/hello/restart", wantCode: 405, wantErr: "method_not_allowed"},
+		{method: "GET", path: "/v1/plugins/hello/restart", wantCode: 405, wantErr: "method_not_allowed", wantAllow: "POST"},
 		{method: "POST", path: "/v1/plugins/hello/upgrade", wantCode: 202, wantBody: `{"plugin":"hello","status":"upgrading"}`, wantRestart: []string{"upgrade hello"}},
 		{method: "POST", path: "/v1/plugins/nope/upgrade", wantCode: 404, wantErr: "not_found", wantBody: `no plugin named \"nope\"`},
 		{method: "POST", path: "/v1/plugins/broken/upgrade", wantCode: 409, wantErr: "checksum_mismatch", wantBody: "sha256"},
-		{method: "GET", path: "/v1/plugins/hello/upgrade", wantCode: 405, wantErr: "method_not_allowed"},
-		{method: "DELETE", path: "/v1/plugins", wantCode: 405, wantErr: "method_not_allowed"},
-		{method: "POST", path: "/v1/plugins", wantCode: 405, wantErr: "method_not_allowed"},
+		{method: "GET", path: "/v1/plugins/hello/upgrade", wantCode: 405, wantErr: "method_not_allowed", wantAllow: "POST"},
+		{method: "DELETE", path: "/v1/plugins", wantCode: 405, wantErr: "method_not_allowed", wantAllow: "GET, HEAD"},
+		{method: "GET", path: "/v1/plugins/hello/faults", wantCode: 405, wantErr: "method_not_allowed", wantAllow: "DELETE, POST"},
+		{method: "POST", path: "/v1/plugins", wantCode: 405, wantErr: "method_not_allowed", wantAllow: "GET, HEAD"},
 		{method: "GET", path: "/v1/nothing", wantCode: 404, wantErr: "not_found"},
 		{method: "GET", path: "/v1/plugins/hello", wantCode: 404, wantErr: "not_found"},
 		{method: "GET", path: "/nothing", wantCode: 404, wantErr: "not_found", wantBody: "no admin endpoint at /nothing"},
 		{method: "PUT", path: "/", wantCode: 404, wantErr: "not_found"},
 		{method: "GET", path: "/index.html", wantCode: 404, wantErr: "not_found"},
 		{method: "GET", path: "/v1/status/hello", wantCode: 404, wantErr: "not_found"},
-		{method: "POST", path: "/v1/status", wantCode: 405, wantErr: "method_not_allowed"},
+		{method: "POST", path: "/v1/status", wantCode: 405, wantErr: "method_not_allowed", wantAllow: "GET, HEAD"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.method+" "+tt.path, func(t *testing.T) {
@@ -195,6 +197,9 @@ func TestRoutes(t *testing.T) {
 			}
 			if ct := r.header.Get("Content-Type"); ct != "application/json" {
 				t.Errorf("%s %s Content-Type = %q, want application/json", tt.method, tt.path, ct)
+			}
+			if got := r.header.Get("Allow"); got != tt.wantAllow {
+				t.Errorf("%s %s Allow = %q, want %q", tt.method, tt.path, got, tt.wantAllow)
 			}
 			if diff := cmp.Diff(tt.wantRestart, plugins.restarts()); diff != "" {
 				t.Errorf("%s %s restarts mismatch (-want +got):\n%s", tt.method, tt.path, diff)

@@ -65,6 +65,13 @@ type Options struct {
 	// plugin's socket is made in its TMPDIR, and one a SIGKILLed host left
 	// there is never removed.
 	SocketDir string
+	// Check marks a launch that only checks the plugin and is killed
+	// after (validate, a reload's checks, plugin info, the first step of
+	// a single-instance replacement): the end of its process is no news,
+	// and go-plugin's "plugin process exited" is logged at debug as
+	// "checked plugin process exited". An exit with an error stays an
+	// error.
+	Check bool
 	// LogLimit limits the plugin's relayed log records; its zero value
 	// limits none. A limit is also passed to the plugin process in its
 	// environment (wire.LogRateEnv, wire.LogBurstEnv).
@@ -199,7 +206,7 @@ func Launch(ctx context.Context, path, sha string, opts Options) (*Instance, err
 		GRPCBrokerMultiplex: true,
 		SkipHostEnv:         true,
 		StartTimeout:        opts.StartTimeout,
-		Logger:              goPluginLogger{opts.Logger, words, limit},
+		Logger:              goPluginLogger{Logger: opts.Logger, words: words, limit: limit, check: opts.Check},
 		SyncStdout:          stdout,
 		SyncStderr:          stderr,
 		Stderr:              io.Discard,

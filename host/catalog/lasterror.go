@@ -63,7 +63,7 @@ func format(r lastRecord) string {
 	b.WriteString(r.msg)
 	for i := 0; i+1 < len(r.args); i += 2 {
 		k, _ := r.args[i].(string)
-		if k == "timestamp" || k == "stack" || k == "@caller" {
+		if k == "stack" || k == "@caller" {
 			continue
 		}
 		fmt.Fprintf(&b, " %s=%v", k, r.args[i+1])

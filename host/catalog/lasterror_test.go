@@ -30,7 +30,7 @@ func TestLastWords(t *testing.T) {
 		})
 	}
 	w := &lastWords{}
-	w.record("open store failed", []any{"error", "disk gone", "timestamp", "now", "stack", "..."})
+	w.record("open store failed", []any{"error", "disk gone", "stack", "..."})
 	if got, want := w.String(), "open store failed error=disk gone"; got != want {
 		t.Errorf("lastWords of a record with keys = %q, want %q", got, want)
 	}

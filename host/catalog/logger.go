@@ -22,31 +22,67 @@ type goPluginLogger struct {
 	hclog.Logger
 	words *lastWords
 	limit *logLimiter
+	// check is Options.Check.
+	check bool
+	// relay marks the logger of the plugin's own records, to which
+	// go-plugin adds the plugin's time as a last "timestamp" pair: the
+	// host's record has its own time (@timestamp in JSON), and two would
+	// only disagree by the relay's delay, so it is dropped.
+	relay bool
 }
+
+// keys returns args ready to log: without go-plugin's "timestamp" on a
+// relayed record, and with clashing keys renamed.
+func (l goPluginLogger) keys(args []any) []any {
+	if n := len(args); l.relay && n >= 2 && args[n-2] == "timestamp" {
+		args = args[:n-2]
+	}
+	return renameKeys(args)
+}
+
+// processExited is the record go-plugin's client logs when the plugin
+// process ends, at info when it exited cleanly.
+const processExited = "plugin process exited"
 
 // Log logs at level with the keys of args renamed.
 func (l goPluginLogger) Log(level hclog.Level, msg string, args ...any) {
-	l.Logger.Log(level, msg, renameKeys(args)...)
+	if level == hclog.Info && l.check && msg == processExited {
+		l.Debug(msg, args...)
+		return
+	}
+	l.Logger.Log(level, msg, l.keys(args)...)
 }
 
 // Trace logs at trace level with the keys of args renamed.
-func (l goPluginLogger) Trace(msg string, args ...any) { l.Logger.Trace(msg, renameKeys(args)...) }
+func (l goPluginLogger) Trace(msg string, args ...any) { l.Logger.Trace(msg, l.keys(args)...) }
 
 // Debug logs at debug level with the keys of args renamed.
-func (l goPluginLogger) Debug(msg string, args ...any) { l.Logger.Debug(msg, renameKeys(args)...) }
+func (l goPluginLogger) Debug(msg string, args ...any) {
+	if l.check && msg == processExited {
+		msg = "checked plugin process exited"
+	}
+	l.Logger.Debug(msg, l.keys(args)...)
+}
 
-// Info logs at info level with the keys of args renamed.
-func (l goPluginLogger) Info(msg string, args ...any) { l.Logger.Info(msg, renameKeys(args)...) }
+// Info logs at info level with the keys of args renamed; the clean exit
+// of a checked plugin's process at debug (Options.Check).
+func (l goPluginLogger) Info(msg string, args ...any) {
+	if l.check && msg == processExited {
+		l.Debug(msg, args...)
+		return
+	}
+	l.Logger.Info(msg, l.keys(args)...)
+}
 
 // Warn logs at warn level with the keys of args renamed.
-func (l goPluginLogger) Warn(msg string, args ...any) { l.Logger.Warn(msg, renameKeys(args)...) }
+func (l goPluginLogger) Warn(msg string, args ...any) { l.Logger.Warn(msg, l.keys(args)...) }
 
 // Error logs at error level with the keys of args renamed.
-func (l goPluginLogger) Error(msg string, args ...any) { l.Logger.Error(msg, renameKeys(args)...) }
+func (l goPluginLogger) Error(msg string, args ...any) { l.Logger.Error(msg, l.keys(args)...) }
 
 // With returns a sub-logger with args, keys renamed, that renames too.
 func (l goPluginLogger) With(args ...any) hclog.Logger {
-	return goPluginLogger{l.Logger.With(renameKeys(args)...), l.words, l.limit}
+	return goPluginLogger{l.Logger.With(renameKeys(args)...), l.words, l.limit, l.check, l.relay}
 }
 
 // Named returns a named sub-logger that renames too. Unless it is one of
@@ -58,9 +94,9 @@ func (l goPluginLogger) Named(name string) hclog.Logger {
 	case l.words != nil && name == "yamux":
 		return muxLogger{l.Logger.Named(name)}
 	case l.words == nil || name == "stdio":
-		return goPluginLogger{l.Logger.Named(name), nil, nil}
+		return goPluginLogger{Logger: l.Logger.Named(name)}
 	}
-	return goPluginLogger{recordingLogger{l.Logger.Named(name), l.words, l.limit}, nil, nil}
+	return goPluginLogger{Logger: recordingLogger{l.Logger.Named(name), l.words, l.limit}, relay: true}
 }
 
 // muxLogger is the logger of go-plugin's connection multiplexer (yamux),
@@ -89,7 +125,7 @@ func (l muxLogger) StandardWriter(opts *hclog.StandardLoggerOptions) io.Writer {
 
 // ResetNamed returns a sub-logger with name as its name that renames too.
 func (l goPluginLogger) ResetNamed(name string) hclog.Logger {
-	return goPluginLogger{l.Logger.ResetNamed(name), nil, nil}
+	return goPluginLogger{Logger: l.Logger.ResetNamed(name)}
 }
 
 // renameKeys returns args, key/value pairs, with the keys in goPluginKeys

@@ -75,3 +75,28 @@ func TestLogKeysOnce(t *testing.T) {
 		t.Errorf("log = %s, want go-plugin's exit record with plugin=envdump path=PATH", log)
 	}
 }
+
+// TestCheckLaunchExit: a launch that only checks the plugin logs its
+// process's clean exit at debug, as what it is; a plugin's own launch
+// still logs it at info.
+func TestCheckLaunchExit(t *testing.T) {
+	for _, tt := range []struct {
+		check bool
+		want  string
+	}{
+		{false, "[INFO]  plughost.hello: plugin process exited: plugin=hello path="},
+		{true, "[DEBUG] plughost.hello: checked plugin process exited: plugin=hello path="},
+	} {
+		buf := &testbin.SyncBuffer{}
+		root := hclog.New(&hclog.LoggerOptions{Name: "plughost", Level: hclog.Debug, Output: buf})
+		inst := launch(t, "hello", catalog.Options{Logger: root.Named("hello").With("plugin", "hello"), Check: tt.check})
+		inst.Kill()
+		log := buf.String()
+		if !strings.Contains(log, tt.want) {
+			t.Errorf("Launch(hello, Check: %t) then Kill: log has no %q:\n%s", tt.check, tt.want, log)
+		}
+		if other := strings.Count(log, "plugin process exited"); other != 1 {
+			t.Errorf("Launch(hello, Check: %t) then Kill: %d records of the exit, want 1:\n%s", tt.check, other, log)
+		}
+	}
+}

@@ -15,7 +15,7 @@ import (
 func TestMuxLoggerAtDebug(t *testing.T) {
 	buf := &testbin.SyncBuffer{}
 	words := &lastWords{}
-	l := goPluginLogger{hclog.New(&hclog.LoggerOptions{Name: "plughost", Level: hclog.Trace, Output: buf}), words, nil}
+	l := goPluginLogger{Logger: hclog.New(&hclog.LoggerOptions{Name: "plughost", Level: hclog.Trace, Output: buf}), words: words}
 
 	// As go-plugin's client muxer builds yamux's logger.
 	std := l.Named("yamux").StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true})

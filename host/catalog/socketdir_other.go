@@ -7,8 +7,18 @@ package catalog
 // plugins, so there is none.
 type SocketDir struct{}
 
+// StaleSocketDir is a socket directory OpenSocketDir removed; there are
+// none off Unix.
+type StaleSocketDir struct {
+	Path    string
+	Owner   string
+	Sockets int
+}
+
 // OpenSocketDir returns an empty SocketDir off Unix.
-func OpenSocketDir(string) (*SocketDir, []string, error) { return &SocketDir{}, nil, nil }
+func OpenSocketDir(string, string) (*SocketDir, []StaleSocketDir, error) {
+	return &SocketDir{}, nil, nil
+}
 
 // Path returns "".
 func (d *SocketDir) Path() string { return "" }

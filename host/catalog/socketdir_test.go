@@ -4,13 +4,15 @@ package catalog_test
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/plughost/plughost/host/catalog"
 )
@@ -37,7 +39,18 @@ func TestOpenSocketDir(t *testing.T) {
 		return dir
 	}
 	// A dead host's: its lock holds a pid and nobody holds the lock.
+	// One of an older host names no owner; a newer one's does, and
+	// holds its plugins' sockets.
 	dead := mk("plughost-sockets-1", "4242\n")
+	deadWithSockets := mk("plughost-sockets-7", "4243\n/srv/data\n")
+	for _, name := range []string{"plugin1", "plugin2"} {
+		ln, err := net.Listen("unix", filepath.Join(deadWithSockets, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ln.(*net.UnixListener).SetUnlinkOnClose(false)
+		ln.Close()
+	}
 	// Kept: no lock file, an empty one (neither is provably a dead
 	// host's), and names that are not ours.
 	kept := []string{
@@ -61,15 +74,18 @@ func TestOpenSocketDir(t *testing.T) {
 	}
 	kept = append(kept, stray)
 
-	live, removed, err := catalog.OpenSocketDir(parent)
+	live, removed, err := catalog.OpenSocketDir(parent, "/srv/other")
 	if err != nil {
 		t.Fatalf("OpenSocketDir(%s) = %v", parent, err)
 	}
-	if !slices.Equal(removed, []string{dead}) {
-		t.Errorf("OpenSocketDir removed %q, want only %q", removed, dead)
+	want := []catalog.StaleSocketDir{{Path: dead}, {Path: deadWithSockets, Owner: "/srv/data", Sockets: 2}}
+	if diff := cmp.Diff(want, removed); diff != "" {
+		t.Errorf("OpenSocketDir removed (-want +got):\n%s", diff)
 	}
-	if _, err := os.Stat(dead); !os.IsNotExist(err) {
-		t.Errorf("dead host's directory %s: %v, want it removed", dead, err)
+	for _, d := range []string{dead, deadWithSockets} {
+		if _, err := os.Stat(d); !os.IsNotExist(err) {
+			t.Errorf("dead host's directory %s: %v, want it removed", d, err)
+		}
 	}
 	for _, p := range kept {
 		if _, err := os.Lstat(p); err != nil {
@@ -82,17 +98,17 @@ func TestOpenSocketDir(t *testing.T) {
 	if fi, err := os.Stat(live.Path()); err != nil || fi.Mode().Perm() != 0o700 {
 		t.Errorf("Stat(%s) = %v, %v; want a directory only its owner can enter", live.Path(), fi, err)
 	}
-	if b, err := os.ReadFile(filepath.Join(live.Path(), "lock")); err != nil || string(b) != strconv.Itoa(os.Getpid())+"\n" {
-		t.Errorf("lock file = %q, %v; want this process's pid", b, err)
+	if b, err := os.ReadFile(filepath.Join(live.Path(), "lock")); err != nil || string(b) != strconv.Itoa(os.Getpid())+"\n/srv/other\n" {
+		t.Errorf("lock file = %q, %v; want this process's pid and its owner", b, err)
 	}
 
 	// A second host leaves the live one's directory alone.
-	other, removed, err := catalog.OpenSocketDir(parent)
+	other, removed, err := catalog.OpenSocketDir(parent, "")
 	if err != nil {
 		t.Fatalf("second OpenSocketDir = %v", err)
 	}
 	if len(removed) != 0 {
-		t.Errorf("second OpenSocketDir removed %q with the first host alive, want nothing", removed)
+		t.Errorf("second OpenSocketDir removed %+v with the first host alive, want nothing", removed)
 	}
 	for _, d := range []*catalog.SocketDir{live, other} {
 		if err := d.Close(); err != nil {
@@ -107,7 +123,7 @@ func TestOpenSocketDir(t *testing.T) {
 // TestLaunchSocketDir: with Options.SocketDir the plugin's go-plugin
 // socket, the only one its launch makes, is in that directory.
 func TestLaunchSocketDir(t *testing.T) {
-	dir, _, err := catalog.OpenSocketDir(t.TempDir())
+	dir, _, err := catalog.OpenSocketDir(t.TempDir(), "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,7 +157,7 @@ func TestOpenSocketDirConcurrent(t *testing.T) {
 	for range starters {
 		wg.Go(func() {
 			for range rounds {
-				d, _, err := catalog.OpenSocketDir(parent)
+				d, _, err := catalog.OpenSocketDir(parent, "")
 				if err != nil {
 					errs <- fmt.Errorf("OpenSocketDir: %w", err)
 					return

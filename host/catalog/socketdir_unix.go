@@ -5,6 +5,7 @@ package catalog
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -30,6 +31,18 @@ type SocketDir struct {
 	lock *os.File
 }
 
+// StaleSocketDir is a socket directory that OpenSocketDir removed: its
+// process had died.
+type StaleSocketDir struct {
+	// Path is where it was.
+	Path string
+	// Owner is the owner its process gave OpenSocketDir.
+	Owner string
+	// Sockets is how many Unix sockets it held: its plugins' that were
+	// running when the process died.
+	Sockets int
+}
+
 // socketDirNewPrefix names a socket directory while its host creates and
 // locks it, before renaming it to socketDirPrefix plus the same suffix.
 // No scan looks at these names, so no host can take the lock of a
@@ -38,16 +51,21 @@ type SocketDir struct {
 const socketDirNewPrefix = "plughost-newsockets-"
 
 // OpenSocketDir removes the socket directories under parent (the
-// temporary directory when "") that a host which has died left behind,
-// and makes one for this host. It removes only directories named as
+// temporary directory when "") that a process which has died left
+// behind, and makes one for this process, recording owner in it (the
+// host's data directory for plughost run; "" for a process that makes
+// one only for a check). It removes only directories named as
 // OpenSocketDir names them, owned by this user, whose lock file holds a
-// pid and is not locked: a live host holds its lock. A directory appears
-// under such a name only once its lock is held and its pid written, so
-// hosts that start together neither remove nor lock each other's. It
-// returns the directories it removed.
-func OpenSocketDir(parent string) (*SocketDir, []string, error) {
+// pid and is not locked: a live process holds its lock. A directory
+// appears under such a name only once its lock is held and its pid
+// written, so hosts that start together neither remove nor lock each
+// other's. It returns the directories it removed, whoever's they were.
+func OpenSocketDir(parent, owner string) (*SocketDir, []StaleSocketDir, error) {
 	if parent == "" {
 		parent = os.TempDir()
+	}
+	if strings.Contains(owner, "\n") {
+		return nil, nil, fmt.Errorf("socket directory owner %q: a newline", owner)
 	}
 	removed, err := removeStaleSocketDirs(parent)
 	if err != nil {
@@ -56,7 +74,7 @@ func OpenSocketDir(parent string) (*SocketDir, []string, error) {
 	// A suffix is unique among the directories being created, not among
 	// the renamed ones: on a clash, try another.
 	for range 3 {
-		d, err := newSocketDir(parent)
+		d, err := newSocketDir(parent, owner)
 		if errors.Is(err, fs.ErrExist) || errors.Is(err, syscall.ENOTEMPTY) {
 			continue
 		}
@@ -66,7 +84,8 @@ func OpenSocketDir(parent string) (*SocketDir, []string, error) {
 }
 
 // newSocketDir creates, locks and names a socket directory in parent.
-func newSocketDir(parent string) (*SocketDir, error) {
+// Its lock file holds the pid, and owner on a line of its own.
+func newSocketDir(parent, owner string) (*SocketDir, error) {
 	tmp, err := os.MkdirTemp(parent, socketDirNewPrefix) // mode 0700
 	if err != nil {
 		return nil, fmt.Errorf("socket directory: %w", err)
@@ -75,7 +94,7 @@ func newSocketDir(parent string) (*SocketDir, error) {
 	if err == nil {
 		err = syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
 		if err == nil {
-			_, err = lock.WriteString(strconv.Itoa(os.Getpid()) + "\n")
+			_, err = lock.WriteString(strconv.Itoa(os.Getpid()) + "\n" + owner + "\n")
 		}
 	}
 	if err != nil {
@@ -106,53 +125,70 @@ func (d *SocketDir) Close() error {
 	return err
 }
 
-func removeStaleSocketDirs(parent string) ([]string, error) {
+func removeStaleSocketDirs(parent string) ([]StaleSocketDir, error) {
 	entries, err := os.ReadDir(parent)
 	if err != nil {
 		return nil, fmt.Errorf("scan for stale socket directories: %w", err)
 	}
-	var removed []string
+	var removed []StaleSocketDir
 	var errs []error
 	for _, e := range entries {
 		if !strings.HasPrefix(e.Name(), socketDirPrefix) || e.Type() != fs.ModeDir {
 			continue // e.Type() is the entry itself: a symlink is not followed
 		}
 		dir := filepath.Join(parent, e.Name())
-		stale, err := staleSocketDir(dir)
+		stale, owner, err := staleSocketDir(dir)
 		if err != nil || !stale {
 			continue
 		}
+		sockets := countSockets(dir)
 		if err := os.RemoveAll(dir); err != nil {
 			errs = append(errs, fmt.Errorf("remove stale socket directory: %w", err))
 			continue
 		}
-		removed = append(removed, dir)
+		removed = append(removed, StaleSocketDir{Path: dir, Owner: owner, Sockets: sockets})
 	}
 	return removed, errors.Join(errs...)
 }
 
+// countSockets returns how many Unix sockets dir holds.
+func countSockets(dir string) int {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, e := range entries {
+		if e.Type()&fs.ModeSocket != 0 {
+			n++
+		}
+	}
+	return n
+}
+
 // staleSocketDir reports whether dir is this user's socket directory of a
-// host that has died.
-func staleSocketDir(dir string) (bool, error) {
+// process that has died, and the owner its lock file names.
+func staleSocketDir(dir string) (bool, string, error) {
 	fi, err := os.Lstat(dir)
 	if err != nil {
-		return false, err
+		return false, "", err
 	}
 	if st, ok := fi.Sys().(*syscall.Stat_t); !ok || int(st.Uid) != os.Geteuid() || !fi.IsDir() {
-		return false, nil
+		return false, "", nil
 	}
 	f, err := os.OpenFile(filepath.Join(dir, socketDirLock), os.O_RDWR|syscall.O_NOFOLLOW, 0)
 	if err != nil {
-		return false, err
+		return false, "", err
 	}
 	defer f.Close()
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		return false, nil // held: its host is alive
+		return false, "", nil // held: its process is alive
 	}
-	// Closing f releases the lock again.
-	fi, err = f.Stat()
-	if err != nil {
-		return false, err
+	// Closing f releases the lock again. The file is a line or two.
+	b, err := io.ReadAll(io.LimitReader(f, 64<<10))
+	if err != nil || len(b) == 0 {
+		return false, "", err
 	}
-	return fi.Size() > 0, nil
+	_, rest, _ := strings.Cut(string(b), "\n")
+	return true, strings.TrimSuffix(rest, "\n"), nil
 }

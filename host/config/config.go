@@ -147,7 +147,8 @@ type Health struct {
 // Debug holds switches for rehearsing failures.
 type Debug struct {
 	// Faults lets the admin API set faults at plugins' named fault points
-	// (POST /v1/plugins/NAME/faults). Default false. Never enable it where
+	// (POST /v1/plugins/NAME/faults). Default false. A reload applies it;
+	// turning it off clears the faults set. Never enable it where
 	// untrusted parties can reach the admin listener: a fault can stall or
 	// fail a plugin at will.
 	Faults bool
@@ -227,8 +228,8 @@ type PluginBlock struct {
 // is reported as a diagnostic, like any other problem.
 //
 // Load always returns a non-nil Config whose Files can print the
-// diagnostics; its other fields are meaningful only when the diagnostics hold
-// no errors.
+// diagnostics; see Parse for what its other fields hold when the
+// diagnostics hold errors.
 func Load(path string) (*Config, hcl.Diagnostics) {
 	src, err := readFile(path)
 	if err != nil {
@@ -259,12 +260,22 @@ func readFile(path string) ([]byte, error) {
 // (against the working directory when filename is relative).
 //
 // Parse always returns a non-nil Config whose Files can print the
-// diagnostics; its other fields are meaningful only when the diagnostics hold
-// no errors. The diagnostics are sorted by position.
+// diagnostics. When the diagnostics hold errors, the host settings are
+// not to be used, but Plugins still holds every plugin block the parser
+// could read whole, for checks that do not need the rest (validate's):
+// its Path is "" when the path attribute is missing or broken, or is
+// relative to a plugin_dir that is broken. The diagnostics are sorted by
+// position.
 func Parse(src []byte, filename string) (*Config, hcl.Diagnostics) {
 	c, diags := parse(src, filename)
-	slices.SortStableFunc(diags, compareDiagnostics)
+	SortDiagnostics(diags)
 	return c, diags
+}
+
+// SortDiagnostics sorts diags by file and position, those without a
+// subject first, keeping the order of diagnostics at one position.
+func SortDiagnostics(diags hcl.Diagnostics) {
+	slices.SortStableFunc(diags, compareDiagnostics)
 }
 
 // compareDiagnostics orders diagnostics by file and position, those without

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"bytes"
 	"encoding/hex"
 	"fmt"
 	"net"
@@ -178,16 +179,27 @@ func parse(src []byte, filename string) (*Config, hcl.Diagnostics) {
 	p := hclparse.NewParser()
 	file, diags := p.ParseHCL(src, filename)
 	c.Files = p.Files()
-	if diags.HasErrors() || file == nil {
-		// Decoding a damaged file only adds noise to the syntax errors.
+	if file == nil {
 		return c, diags
+	}
+	body := file.Body
+	d := &decoder{pluginDirKnown: true}
+	if diags.HasErrors() {
+		// The parser recovers at the end of the item that broke, so the
+		// items around it are whole: decoding them reports their own
+		// problems (a plugin's binary, its config block) in the same run
+		// as the syntax errors. Decoding the damaged items would only add
+		// noise to those.
+		var damagedPluginDir bool
+		body, damagedPluginDir = intactItems(file.Body, diags, src)
+		d.pluginDirKnown = !damagedPluginDir
 	}
 
 	var fb fileBody
-	diags = append(diags, gohcl.DecodeBody(file.Body, nil, &fb)...)
-	suggestKeys(file.Body, diags)
+	diags = append(diags, gohcl.DecodeBody(body, nil, &fb)...)
+	suggestKeys(body, diags)
+	d.diags = diags
 
-	d := &decoder{diags: diags}
 	base, err := filepath.Abs(filepath.Dir(filename))
 	if err != nil {
 		start := hcl.Pos{Line: 1, Column: 1}
@@ -201,6 +213,43 @@ func parse(src []byte, filename string) (*Config, hcl.Diagnostics) {
 // decoder accumulates diagnostics while it fills a Config.
 type decoder struct {
 	diags hcl.Diagnostics
+	// pluginDirKnown is false when plugin_dir is in the file but could
+	// not be decoded: relative plugin paths then resolve to nothing.
+	pluginDirKnown bool
+}
+
+// intactItems returns the top-level attributes and blocks of body that no
+// error in diags touches, and whether src may hold a plugin_dir among the
+// damaged ones (then where relative plugin paths lead is unknown).
+func intactItems(body hcl.Body, diags hcl.Diagnostics, src []byte) (hcl.Body, bool) {
+	sb, ok := body.(*hclsyntax.Body)
+	if !ok {
+		return emptyBody(hcl.Range{}), true
+	}
+	// By line: an error can sit just past the item it broke
+	// (`plugin_dir = "/p" "/q"`).
+	damaged := func(r hcl.Range) bool {
+		for _, d := range diags {
+			if d.Severity == hcl.DiagError && d.Subject != nil &&
+				d.Subject.Start.Line <= r.End.Line && r.Start.Line <= d.Subject.End.Line {
+				return true
+			}
+		}
+		return false
+	}
+	out := &hclsyntax.Body{Attributes: hclsyntax.Attributes{}, SrcRange: sb.SrcRange, EndRange: sb.EndRange}
+	for name, a := range sb.Attributes {
+		if !damaged(a.SrcRange) {
+			out.Attributes[name] = a
+		}
+	}
+	for _, b := range sb.Blocks {
+		if !damaged(b.Range()) {
+			out.Blocks = append(out.Blocks, b)
+		}
+	}
+	_, intactDir := out.Attributes["plugin_dir"]
+	return out, !intactDir && bytes.Contains(src, []byte("plugin_dir"))
 }
 
 func (d *decoder) errorf(subject hcl.Range, summary, format string, args ...any) {
@@ -233,7 +282,9 @@ func (d *decoder) decode(c *Config, fb *fileBody, base string) {
 	c.DataDir = resolve(base, defaultDataDir)
 	d.dir(fb.DataDir, base, &c.DataDir)
 	c.PluginDir = resolve(base, defaultPluginDir)
-	d.dir(fb.PluginDir, base, &c.PluginDir)
+	if !d.dir(fb.PluginDir, base, &c.PluginDir) && fb.PluginDir != nil {
+		d.pluginDirKnown = false
+	}
 	d.duration(fb.DrainDeadline, &c.DrainDeadline)
 
 	d.listen(fb.Admin.Listen, &c.Admin.Listen)
@@ -344,9 +395,10 @@ func (d *decoder) plugins(c *Config, blocks []*pluginBody) {
 				"The argument \"path\" is required, but no definition was found.")
 		} else if decodeAttr(d, pb.Path, &bin) {
 			p.PathRange = pb.Path.Expr.Range()
-			if bin == "" {
+			switch {
+			case bin == "":
 				d.errorf(p.PathRange, "Invalid plugin path", "The path of plugin %q must not be empty.", p.Name)
-			} else {
+			case filepath.IsAbs(bin) || d.pluginDirKnown:
 				p.Path = resolve(c.PluginDir, bin)
 			}
 		}

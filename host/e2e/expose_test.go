@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -105,50 +106,77 @@ func tmpEntries(t *testing.T, dir string) []string {
 
 // TestStaleSocketsCleaned: a host killed with SIGKILL cannot remove its
 // plugins' go-plugin sockets. They are all in its own directory in TMPDIR,
-// which the next host removes when it starts, and a host that stops
-// normally leaves nothing.
+// which the next host removes when it starts, saying so when the dead host
+// was its own earlier run (the same data_dir) and only removing it
+// otherwise, and a host that stops normally leaves nothing.
 func TestStaleSocketsCleaned(t *testing.T) {
 	tmp := t.TempDir() // before Setenv: the test's other temp dirs stay outside
 	t.Setenv("TMPDIR", tmp)
-	cfg := baseConfig("2s") + helloWith("through the broker") + pluginBlock("caller", "caller", "")
+	withData := func(dir string) string {
+		return strings.Replace(baseConfig("2s"), `data_dir       = "./data"`, fmt.Sprintf("data_dir = %q", dir), 1) +
+			helloWith("through the broker") + pluginBlock("caller", "caller", "")
+	}
+	cfg, otherCfg := withData(t.TempDir()), withData(t.TempDir())
+	const said = "removed plugin sockets a killed host left behind"
 
-	a := startHost(t, cfg)
-	readyPlugin(t, a, "hello")
-	readyPlugin(t, a, "caller")
-	// The Host service carries this call: its broker connection too.
-	if code, body := a.get(a.ingress + "/caller/call"); code != http.StatusOK {
-		t.Fatalf("GET /caller/call = %d %s, want 200", code, body)
-	}
-	pids := a.pluginPidsFromLog()
-	a.signal(syscall.SIGKILL)
-	if _, exited := a.waitExit(10 * time.Second); !exited {
-		t.Fatal("host still running 10s after SIGKILL")
-	}
-	for _, pid := range pids {
-		if !waitGone(pid, 10*time.Second) {
-			t.Fatalf("plugin %d still running 10s after its host was killed", pid)
+	// killed starts a host on cfg, kills it with SIGKILL and returns the
+	// directory it leaves behind in TMPDIR.
+	killed := func(cfg string) string {
+		t.Helper()
+		a := startHost(t, cfg)
+		readyPlugin(t, a, "hello")
+		readyPlugin(t, a, "caller")
+		// The Host service carries this call: its broker connection too.
+		if code, body := a.get(a.ingress + "/caller/call"); code != http.StatusOK {
+			t.Fatalf("GET /caller/call = %d %s, want 200", code, body)
 		}
-	}
-	left := tmpEntries(t, tmp)
-	t.Logf("TMPDIR after kill -9 of the host: %q", left)
-	var stale string
-	for _, e := range left {
-		if !strings.HasPrefix(e, "plughost-sockets-") {
-			t.Errorf("TMPDIR holds %q after kill -9 of the host, want everything in its plughost-sockets-* directory", e)
-		} else if strings.HasSuffix(e, "/") {
-			stale = strings.TrimSuffix(e, "/")
+		pids := a.pluginPidsFromLog()
+		a.signal(syscall.SIGKILL)
+		if _, exited := a.waitExit(10 * time.Second); !exited {
+			t.Fatal("host still running 10s after SIGKILL")
 		}
-	}
-	if stale == "" {
-		t.Fatalf("TMPDIR after kill -9 = %q, want the killed host's plughost-sockets-* directory", left)
+		for _, pid := range pids {
+			if !waitGone(pid, 10*time.Second) {
+				t.Fatalf("plugin %d still running 10s after its host was killed", pid)
+			}
+		}
+		left := tmpEntries(t, tmp)
+		t.Logf("TMPDIR after kill -9 of the host: %q", left)
+		var stale string
+		for _, e := range left {
+			if !strings.HasPrefix(e, "plughost-sockets-") {
+				t.Errorf("TMPDIR holds %q after kill -9 of the host, want everything in its plughost-sockets-* directory", e)
+			} else if strings.HasSuffix(e, "/") {
+				stale = strings.TrimSuffix(e, "/")
+			}
+		}
+		if stale == "" {
+			t.Fatalf("TMPDIR after kill -9 = %q, want the killed host's plughost-sockets-* directory", left)
+		}
+		return stale
 	}
 
-	b := startHost(t, cfg)
+	stale := killed(cfg)
+	b := startHost(t, otherCfg)
+	readyPlugin(t, b, "hello")
+	if _, err := os.Stat(filepath.Join(tmp, stale)); !os.IsNotExist(err) {
+		t.Errorf("%s after another host started: %v, want it removed", stale, err)
+	}
+	if log := b.log.String(); strings.Contains(log, said) || !strings.Contains(log, "removed socket directories other dead plughost processes left behind") {
+		t.Errorf("another host's log says %q, or does not say at debug that it removed %s", said, stale)
+	}
+	b.signal(syscall.SIGTERM)
+	if code, exited := b.waitExit(10 * time.Second); !exited || code != 0 {
+		t.Fatalf("host after SIGTERM: exited %t, code %d; want 0 within 10s", exited, code)
+	}
+
+	stale = killed(cfg)
+	b = startHost(t, cfg)
 	readyPlugin(t, b, "hello")
 	if _, err := os.Stat(filepath.Join(tmp, stale)); !os.IsNotExist(err) {
 		t.Errorf("%s after the next host started: %v, want it removed", stale, err)
 	}
-	if !strings.Contains(b.log.String(), "removed plugin sockets a killed host left behind") {
+	if !strings.Contains(b.log.String(), said+": sockets=") {
 		t.Errorf("the next host's log does not say it removed %s", stale)
 	}
 	b.signal(syscall.SIGTERM)

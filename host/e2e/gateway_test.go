@@ -648,15 +648,19 @@ func docConfig(t *testing.T) string {
 }
 
 // TestGatewayDocConfig checks the quick start's plugin block: plughost
-// validate accepts it as written, and with a real key hash in place of
-// the placeholder and the legacy backend on a loopback port, the gateway
-// configures and serves; a route naming an unknown upstream is refused
-// with a message naming the route, and a diagnostic at its upstream.
+// validate refuses only its placeholder key hash, at its line, and
+// accepts it with a real hash in its place; with the legacy backend on a
+// loopback port too, the gateway configures and serves; a route naming
+// an unknown upstream is refused with a message naming the route, and a
+// diagnostic at its upstream.
 func TestGatewayDocConfig(t *testing.T) {
 	block := docConfig(t)
-	res := runCLI(t, "validate", "-config", writeConfigFile(t, baseConfig("1s")+walletBlock("")+block))
-	if res.code != 0 {
-		t.Fatalf("plughost validate on the documented block: exit %d\nstderr:\n%s", res.code, res.stderr)
+	asWritten := baseConfig("1s") + walletBlock("") + block
+	path := writeConfigFile(t, asWritten)
+	res := runCLI(t, "validate", "-config", path)
+	placeholder := fmt.Sprintf("%s:%d:", path, lineOf(t, asWritten, `"5c1f...64 hex digits..."`))
+	if res.code != 1 || strings.Count(res.stderr, ": Error: ") != 1 || !strings.Contains(res.stderr, placeholder+"24: Error: Plugin rejected its config") {
+		t.Errorf("plughost validate on the documented block: exit %d\nstderr:\n%s\nwant 1 and one error, the placeholder's at %s", res.code, res.stderr, placeholder)
 	}
 
 	web := &countingUpstream{}
@@ -667,6 +671,9 @@ func TestGatewayDocConfig(t *testing.T) {
 		`"http://127.0.0.1:7000"`, `"`+srv.URL+`"`).Replace(block)
 	if live == block {
 		t.Fatal("the documented block no longer has the placeholders this test replaces")
+	}
+	if res := runCLI(t, "validate", "-config", writeConfigFile(t, baseConfig("1s")+walletBlock("")+live)); res.code != 0 {
+		t.Fatalf("plughost validate on the documented block with a real key hash: exit %d\nstderr:\n%s", res.code, res.stderr)
 	}
 	h := startHost(t, baseConfig("1s")+walletBlock("")+live)
 	readyPlugin(t, h, "gateway")

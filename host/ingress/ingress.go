@@ -356,7 +356,8 @@ func (g *Ingress) forwardTo(w http.ResponseWriter, r *http.Request, e *entry, re
 	}
 	rt, pattern, err := e.routes.Match(r.Method, rest)
 	if err != nil {
-		if errors.Is(err, route.ErrMethodNotAllowed) {
+		if me := (*route.MethodError)(nil); errors.As(err, &me) {
+			w.Header().Set("Allow", me.Allow)
 			return writeError(w, http.StatusMethodNotAllowed, "method_not_allowed", fmt.Sprintf("%s is not allowed here", r.Method))
 		}
 		return writeError(w, http.StatusNotFound, "not_found", fmt.Sprintf("plugin %q has no route for %s %s", name, r.Method, rest))
@@ -539,7 +540,12 @@ func TakesBody(method string, noBody bool) bool {
 // that takes none: its method's, or its route's (sdk.NoBody).
 func noBodyMessage(method, pattern string, route bool) string {
 	if route && method != http.MethodGet && method != http.MethodHead {
-		return fmt.Sprintf("%s %s takes no body; the limit is 0 bytes", method, pattern)
+		// pattern is ServeMux's: with the route's method ("POST /poke"),
+		// or without one for a route of any method.
+		if strings.HasPrefix(pattern, "/") {
+			pattern = method + " " + pattern
+		}
+		return fmt.Sprintf("%s takes no body; the limit is 0 bytes", pattern)
 	}
 	return fmt.Sprintf("%s requests take no body; the limit is 0 bytes", method)
 }

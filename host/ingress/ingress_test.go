@@ -428,6 +428,7 @@ func TestRouting(t *testing.T) {
 		wantCode     int
 		wantErr      string // the JSON error code, or "" for a plugin's answer
 		wantBody     string // substring of the body
+		wantAllow    string // the Allow header
 	}{
 		{method: "GET", path: "/hello", wantCode: 200, wantBody: `{"greeting":"hi"}`},
 		{method: "GET", path: "/hello/", wantCode: 200, wantBody: `{"greeting":"hi"}`},
@@ -435,8 +436,11 @@ func TestRouting(t *testing.T) {
 		{method: "GET", path: "/hellox/", wantCode: 404, wantErr: "not_found", wantBody: "no plugin is mounted"},
 		{method: "GET", path: "/", wantCode: 404, wantErr: "not_found", wantBody: "no plugin is mounted"},
 		{method: "GET", path: "/hello/nope", wantCode: 404, wantErr: "not_found", wantBody: `plugin \"hello\" has no route for GET /nope`},
-		{method: "POST", path: "/hello/", wantCode: 405, wantErr: "method_not_allowed", wantBody: "POST is not allowed"},
-		{method: "DELETE", path: "/faulty/ok", wantCode: 405, wantErr: "method_not_allowed"},
+		{method: "POST", path: "/hello/", wantCode: 405, wantErr: "method_not_allowed", wantBody: "POST is not allowed", wantAllow: "GET, HEAD"},
+		{method: "DELETE", path: "/faulty/ok", wantCode: 405, wantErr: "method_not_allowed", wantAllow: "GET, HEAD"},
+		{method: "GET", path: "/faulty/echo", wantCode: 405, wantErr: "method_not_allowed", wantAllow: "POST"},
+		{method: "POST", path: "/faulty/poke", wantCode: 200, wantBody: "poked"},
+		{method: "POST", path: "/faulty/poke", body: "x", wantCode: 413, wantErr: "body_too_large", wantBody: `"POST /poke takes no body; the limit is 0 bytes"`},
 		{method: "GET", path: "/hello/sleep?ms=oops", wantCode: 400, wantErr: "bad_request"},
 		{method: "GET", path: "/hello/sleep?ms=1", wantCode: 200, wantBody: `"slept_ms":1`},
 		{method: "GET", path: "/faulty/ok", wantCode: 200, wantBody: "ok\n"},
@@ -453,6 +457,9 @@ func TestRouting(t *testing.T) {
 			if r.code != tt.wantCode || r.errorCode() != tt.wantErr || !strings.Contains(r.body, tt.wantBody) {
 				t.Errorf("%s %s = %d %q, want %d with error code %q and body containing %q",
 					tt.method, tt.path, r.code, r.body, tt.wantCode, tt.wantErr, tt.wantBody)
+			}
+			if got := r.header.Get("Allow"); got != tt.wantAllow {
+				t.Errorf("%s %s Allow = %q, want %q", tt.method, tt.path, got, tt.wantAllow)
 			}
 			if tt.wantErr != "" && r.header.Get("Content-Type") != "application/json" {
 				t.Errorf("%s %s Content-Type = %q, want application/json", tt.method, tt.path, r.header.Get("Content-Type"))

@@ -73,6 +73,21 @@ var (
 	ErrMethodNotAllowed = errors.New("the path does not allow the method")
 )
 
+// MethodError is Match's error for a path whose routes do not allow the
+// method: errors.Is(err, ErrMethodNotAllowed) holds for it.
+type MethodError struct {
+	// Allow lists the methods the path's routes allow, as a 405's Allow
+	// header names them: "GET, HEAD, POST" (a GET route serves HEAD too).
+	Allow string
+}
+
+func (e *MethodError) Error() string {
+	return fmt.Sprintf("%v; it allows %s", ErrMethodNotAllowed, e.Allow)
+}
+
+// Is reports whether target is ErrMethodNotAllowed.
+func (e *MethodError) Is(target error) bool { return target == ErrMethodNotAllowed }
+
 // methodRE matches an RFC 9110 token, which is what an HTTP method is.
 var methodRE = regexp.MustCompile("^[!#$%&'*+\\-.^_`|~0-9A-Za-z]+$")
 
@@ -174,9 +189,10 @@ func (t *Table) Routes() []Route { return append([]Route(nil), t.routes...) }
 func (t *Table) Len() int { return len(t.routes) }
 
 // Match returns the route that serves method and path, with its pattern as
-// ServeMux writes it ("GET /items/{id}"), or ErrNotFound or
-// ErrMethodNotAllowed. path is relative to the mount point. The route is
-// the table's own; do not modify it.
+// ServeMux writes it ("GET /items/{id}"), or ErrNotFound, or a
+// *MethodError (ErrMethodNotAllowed) naming the methods the path allows.
+// path is relative to the mount point. The route is the table's own; do
+// not modify it.
 func (t *Table) Match(method, path string) (*Route, string, error) {
 	if t.mux == nil {
 		return nil, "", ErrNotFound
@@ -192,7 +208,8 @@ func (t *Table) Match(method, path string) (*Route, string, error) {
 	rec := &statusRecorder{header: http.Header{}}
 	h.ServeHTTP(rec, &l.r)
 	if rec.code == http.StatusMethodNotAllowed {
-		return nil, "", ErrMethodNotAllowed
+		// ServeMux's 405 names the methods, from the same patterns.
+		return nil, "", &MethodError{Allow: rec.header.Get("Allow")}
 	}
 	return nil, "", ErrNotFound
 }

@@ -129,6 +129,18 @@ func TestMatch(t *testing.T) {
 			}
 		})
 	}
+	t.Run("allow", func(t *testing.T) {
+		for _, tt := range []struct{ method, path, want string }{
+			{"PUT", "/items/7", "GET, HEAD, POST"},
+			{"POST", "/", "GET, HEAD"},
+		} {
+			_, _, err := tab.Match(tt.method, tt.path)
+			var me *route.MethodError
+			if !errors.As(err, &me) || me.Allow != tt.want {
+				t.Errorf("Match(%q, %q) = %v, want a *MethodError allowing %q", tt.method, tt.path, err, tt.want)
+			}
+		}
+	})
 	t.Run("timeout and streaming", func(t *testing.T) {
 		r, _, err := tab.Match("GET", "/items/1")
 		if err != nil || r.Timeout != time.Second || r.Streaming {
@@ -212,6 +224,6 @@ func ExampleTable() {
 	fmt.Println(err)
 	// Output:
 	// GET /events true
-	// the path does not allow the method
+	// the path does not allow the method; it allows GET, HEAD
 	// no route matches the path
 }

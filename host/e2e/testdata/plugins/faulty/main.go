@@ -84,6 +84,10 @@ func main() {
 		sick.Store(true)
 		fmt.Fprintln(w, "sick")
 	})
+	// POST /poke takes no body (sdk.NoBody): the host refuses one.
+	mux.HandleFunc("POST /poke", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintln(w, "poked")
+	}, sdk.NoBody())
 	mux.HandleFunc("GET /healthy", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintln(w, healthy.Load())
 	})
