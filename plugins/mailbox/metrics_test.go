@@ -3,6 +3,8 @@ package main
 import (
 	"bufio"
 	"encoding/json"
+	"io"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"testing"
@@ -143,5 +145,29 @@ func TestDrainCancels(t *testing.T) {
 		if got := mustMetric(t, h, series); got != want {
 			t.Errorf("%s = %v, want %v", series, got, want)
 		}
+	}
+}
+
+// TestDrainEndsStream: a stream waiting for messages when the drain
+// begins ends, counted in tasks_canceled_total{kind="recv_stream"}.
+func TestDrainEndsStream(t *testing.T) {
+	mb := &mailbox{}
+	h := serve(t, newDefinition(mb), plugintest.Options{})
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	resp, err := srv.Client().Get(srv.URL + "/v1/recv/stream?topic=s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	poll(t, "stream waiting", func() bool { return waitingOn(mb, "s") })
+	if _, _, err := h.Drain(t.Context(), time.Now().Add(3*time.Second)); err != nil {
+		t.Fatalf("Drain: %v", err)
+	}
+	if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+		t.Fatalf("read the stream to its end: %v", err)
+	}
+	if got := mustMetric(t, h, `tasks_canceled_total{kind="recv_stream"}`); got != 1 {
+		t.Errorf(`tasks_canceled_total{kind="recv_stream"} = %v, want 1`, got)
 	}
 }
