@@ -656,7 +656,7 @@ func (mb *mailbox) stream(w http.ResponseWriter, r *http.Request, run *running, 
 // wait waits up to d for woken, ctx or the drain. When the timer ends
 // the wait and deadline (unix ms) is not 0, it was set to that
 // visibility deadline: how late it fired counts in
-// scanner_wake_jitter_ms. It reports whether to look again: not when ctx
+// scanner_wake_jitter_seconds. It reports whether to look again: not when ctx
 // ended or the drain began, which counts in tasks_canceled_total{kind}.
 func (run *running) wait(ctx context.Context, woken <-chan struct{}, d time.Duration, deadline int64, kind string) bool {
 	t := time.NewTimer(max(d, time.Millisecond))

@@ -26,8 +26,9 @@ type metrics struct {
 	// ended with no ack, nack or terminate, counted when a receive meets
 	// their message again.
 	lapsed prometheus.Counter
-	// wakeJitter is scanner_wake_jitter_ms: how late a long poll or a
-	// stream woke past the nearest deadline its timer was set to.
+	// wakeJitter is scanner_wake_jitter_seconds, the seed's
+	// scanner_wake_jitter_ms in the base unit promlint asks for: how late
+	// a long poll or a stream woke past the deadline its timer was set to.
 	wakeJitter prometheus.Summary
 	// canceled is tasks_canceled_total by kind: recv and recv_stream, the
 	// long polls and streams the drain ended while they waited; redrive,
@@ -62,8 +63,8 @@ func newMetrics(shards int) metrics {
 			Help: "Messages put back with a full-jitter backoff delay (a nack without delay_ms or a failed delivery)."}),
 		lapsed: prometheus.NewCounter(prometheus.CounterOpts{Name: durable.IOTimeoutsName,
 			Help: durable.IOTimeoutsHelp, ConstLabels: prometheus.Labels{"op": "recv"}}),
-		wakeJitter: prometheus.NewSummary(prometheus.SummaryOpts{Name: "scanner_wake_jitter_ms",
-			Help:       "Milliseconds a long poll or stream woke after the nearest visibility deadline of its topic that its timer was set to.",
+		wakeJitter: prometheus.NewSummary(prometheus.SummaryOpts{Name: "scanner_wake_jitter_seconds",
+			Help:       "Seconds a long poll or stream woke after the nearest visibility deadline of its topic that its timer was set to.",
 			Objectives: map[float64]float64{0.5: 0.05, 0.9: 0.01, 0.99: 0.001}}),
 		canceled: map[string]prometheus.Counter{},
 		abandoned: prometheus.NewCounter(prometheus.CounterOpts{Name: durable.TasksAbortedName,
@@ -110,7 +111,7 @@ func (m *metrics) collectors(intake []atomic.Int64, capacity int) []prometheus.C
 // fired.
 func (m *metrics) wokeLate(next int64) {
 	late := time.Since(time.UnixMilli(next))
-	m.wakeJitter.Observe(max(0, float64(late)/float64(time.Millisecond)))
+	m.wakeJitter.Observe(max(0, late.Seconds()))
 }
 
 // reorderWindow is how many of a shard's latest first deliveries a first
