@@ -524,18 +524,11 @@ func (mb *mailbox) recv(w http.ResponseWriter, r *http.Request, run *running, bo
 		if len(res.msgs) > 0 || left <= 0 {
 			break
 		}
-		if res.next > 0 {
-			left = min(left, time.Until(time.UnixMilli(res.next)))
+		deadline := int64(0) // the deadline the timer is set to, if it is one
+		if res.next > 0 && time.Until(time.UnixMilli(res.next)) < left {
+			deadline, left = res.next, time.Until(time.UnixMilli(res.next))
 		}
-		t := time.NewTimer(max(left, time.Millisecond))
-		select {
-		case <-woken:
-		case <-t.C:
-		case <-ctx.Done():
-		case <-run.stop:
-		}
-		t.Stop()
-		if ctx.Err() != nil || isClosed(run.stop) {
+		if !run.wait(ctx, woken, left, deadline, "recv") {
 			break // answer what there is: nothing
 		}
 	}
@@ -628,7 +621,7 @@ func (mb *mailbox) stream(w http.ResponseWriter, r *http.Request, run *running, 
 	for {
 		held = run.flight.outstanding(held, run.now())
 		var woken <-chan struct{}
-		wait := streamFull
+		wait, deadline := streamFull, int64(0)
 		if room := limit - len(held); room > 0 {
 			woken = run.wakers.waiter(o.topic)
 			o.max = min(room, maxRecvBatch)
@@ -651,21 +644,37 @@ func (mb *mailbox) stream(w http.ResponseWriter, r *http.Request, run *running, 
 			}
 			wait = time.Minute
 			if res.next > 0 {
-				wait = time.Until(time.UnixMilli(res.next))
+				deadline, wait = res.next, time.Until(time.UnixMilli(res.next))
 			}
 		}
-		t := time.NewTimer(max(wait, time.Millisecond))
-		select {
-		case <-woken:
-		case <-t.C:
-		case <-ctx.Done():
-		case <-run.stop:
-		}
-		t.Stop()
-		if ctx.Err() != nil || isClosed(run.stop) {
+		if !run.wait(ctx, woken, wait, deadline, "recv_stream") {
 			return
 		}
 	}
+}
+
+// wait waits up to d for woken, ctx or the drain. When the timer ends
+// the wait and deadline (unix ms) is not 0, it was set to that
+// visibility deadline: how late it fired counts in
+// scanner_wake_jitter_seconds. It reports whether to look again: not when ctx
+// ended or the drain began, which counts in tasks_canceled_total{kind}.
+func (run *running) wait(ctx context.Context, woken <-chan struct{}, d time.Duration, deadline int64, kind string) bool {
+	t := time.NewTimer(max(d, time.Millisecond))
+	defer t.Stop()
+	select {
+	case <-woken:
+	case <-t.C:
+		if deadline > 0 {
+			run.m.wokeLate(deadline)
+		}
+	case <-ctx.Done():
+	case <-run.stop:
+	}
+	if isClosed(run.stop) {
+		run.m.canceled[kind].Inc()
+		return false
+	}
+	return ctx.Err() == nil
 }
 
 func isClosed(c <-chan struct{}) bool {
@@ -704,6 +713,10 @@ func (mb *mailbox) redrive(w http.ResponseWriter, r *http.Request, run *running,
 	}
 	if err != nil {
 		run.fail(w, err)
+		return
+	}
+	if isClosed(run.stop) { // the redriver is gone: nothing would run it
+		run.fail(w, fmt.Errorf("redrive: %w", durable.ErrDraining))
 		return
 	}
 	select {

@@ -337,6 +337,9 @@ func TestDrainEndsLongPoll(t *testing.T) {
 	if code, _ := call(t, h, "POST", "/v1/send", `{"topic":"t","payload":"YQ=="}`); code != 503 {
 		t.Errorf("send after drain = %d, want 503", code)
 	}
+	if got := mustMetric(t, h, `tasks_canceled_total{kind="recv"}`); got != 1 {
+		t.Errorf(`tasks_canceled_total{kind="recv"} = %v, want 1`, got)
+	}
 }
 
 // gate is a fault injector that holds every commit until opened.
@@ -370,6 +373,10 @@ commit_timeout = "30s"`})
 		first <- code
 	}()
 	<-g.held // the first send is in progress, its commit held
+	const saturation = `saturation{queue="intake",shard="0"}`
+	if got := mustMetric(t, h, saturation); got != 1 {
+		t.Errorf("%s with the shard's one send in progress = %v, want 1", saturation, got)
+	}
 	req := httptest.NewRequest("POST", "/v1/send", strings.NewReader(`{"topic":"u","payload":"YQ=="}`))
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, req)
@@ -389,6 +396,9 @@ commit_timeout = "30s"`})
 	}
 	if !strings.Contains(m, `busy_rejections_total{endpoint="send"} 1`+"\n") {
 		t.Errorf("metrics lack busy_rejections_total{endpoint=\"send\"} 1:\n%s", m)
+	}
+	if got := mustMetric(t, h, saturation); got != 0 {
+		t.Errorf("%s with no send in progress = %v, want 0", saturation, got)
 	}
 }
 
@@ -417,6 +427,14 @@ func TestRedeliveryDrift(t *testing.T) {
 	t.Logf("drift past the deadline (upper bound), sorted: %v", drifts)
 	if worst := drifts[len(drifts)-1]; worst > 100*time.Millisecond {
 		t.Errorf("worst redelivery drift %v, want at most 100ms", worst)
+	}
+	// Each long poll woke by its timer at the deadline at least once.
+	n := mustMetric(t, h, "scanner_wake_jitter_seconds_count")
+	if n < samples {
+		t.Errorf("scanner_wake_jitter_seconds_count = %v, want at least %d", n, samples)
+	}
+	if sum := mustMetric(t, h, "scanner_wake_jitter_seconds_sum"); sum < 0 || sum > 0.1*n {
+		t.Errorf("scanner_wake_jitter_seconds_sum = %v over %v wakes, want a mean lateness of 0 to 100ms", sum, n)
 	}
 }
 

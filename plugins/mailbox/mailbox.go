@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/plughost/plughost/sdk"
 	"github.com/plughost/plughost/sdk/durable"
@@ -67,16 +66,6 @@ type running struct {
 	redrives chan redriveJob
 	m        metrics
 	auth     *authority // nil when auth is not enabled
-}
-
-type metrics struct {
-	busy        *prometheus.CounterVec
-	integrity   *prometheus.CounterVec
-	redeliv     prometheus.Counter
-	dlq         prometheus.Counter
-	latency     *prometheus.HistogramVec
-	spawned     prometheus.Counter // kind="maintenance": the sweeper and the redriver
-	requeueBack prometheus.Counter
 }
 
 func definition() sdk.Plugin { return newDefinition(&mailbox{}) }
@@ -138,7 +127,7 @@ func (mb *mailbox) configure(_ context.Context, rt *sdk.Runtime) error {
 	}
 	run := &running{s: s, logger: rt.Logger, db: db, now: now, stop: rt.Context().Done(), auth: auth,
 		intake: make([]atomic.Int64, s.readyShards)}
-	run.m = newMetrics()
+	run.m = newMetrics(s.readyShards)
 	if err := db.Scan(func(sn *store.Snapshot) error {
 		hs, err := holds(sn, now())
 		run.flight.apply(hs)
@@ -147,14 +136,7 @@ func (mb *mailbox) configure(_ context.Context, rt *sdk.Runtime) error {
 		_ = db.Close()
 		return fmt.Errorf("count the deliveries in flight: %w", err)
 	}
-	cols := []prometheus.Collector{run.m.busy, run.m.integrity, run.m.redeliv, run.m.dlq, run.m.latency, run.m.spawned, run.m.requeueBack}
-	for i := range run.intake {
-		cols = append(cols, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "queue_depth", Help: "Items waiting in a bounded queue, by queue.",
-			ConstLabels: prometheus.Labels{"queue": "intake_shard_" + strconv.Itoa(i)},
-		}, func() float64 { return float64(run.intake[i].Load()) }))
-	}
-	for _, col := range cols {
+	for _, col := range run.m.collectors(run.intake, s.shardCapacity) {
 		if err := rt.Registerer.Register(col); err != nil {
 			_ = db.Close()
 			return fmt.Errorf("register metrics: %w", err)
@@ -218,25 +200,6 @@ func (mb *mailbox) configure(_ context.Context, rt *sdk.Runtime) error {
 	return nil
 }
 
-func newMetrics() metrics {
-	return metrics{
-		busy: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "busy_rejections_total",
-			Help: "Requests refused with 429 because a bounded queue was full, by endpoint."}, []string{"endpoint"}),
-		integrity: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "integrity_fail_total",
-			Help: "Stored messages whose payload failed its BLAKE3 hash at delivery, by reason."}, []string{"reason"}),
-		redeliv: prometheus.NewCounter(prometheus.CounterOpts{Name: "mailbox_redeliveries_total",
-			Help: "Deliveries of messages delivered before."}),
-		dlq: prometheus.NewCounter(prometheus.CounterOpts{Name: "mailbox_dlq_total",
-			Help: "Messages moved to a dead-letter queue (max_attempts, integrity or terminate)."}),
-		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "request_latency_seconds",
-			Help: "Time to answer a request, by operation.", Buckets: prometheus.DefBuckets}, []string{"op"}),
-		spawned: prometheus.NewCounter(prometheus.CounterOpts{Name: durable.TasksSpawnedName,
-			Help: durable.TasksSpawnedHelp, ConstLabels: prometheus.Labels{"kind": "maintenance"}}),
-		requeueBack: prometheus.NewCounter(prometheus.CounterOpts{Name: "requeue_backoff_total",
-			Help: "Messages put back with a full-jitter backoff delay (a nack without delay_ms or a failed delivery)."}),
-	}
-}
-
 // announce runs after each committed group: it counts what the group did
 // and wakes the long polls of the topics it made messages visible in.
 func (run *running) announce(rs []result) {
@@ -247,11 +210,29 @@ func (run *running) announce(rs []result) {
 		run.m.requeueBack.Add(float64(r.backoffs))
 		run.m.redeliv.Add(float64(r.redeliv))
 		run.m.dlq.Add(float64(r.dlq))
+		run.m.lapsed.Add(float64(r.lapsed))
+		run.reordered(r)
 		for _, t := range r.wake {
 			run.wakers.wake(t)
 		}
 		run.flight.apply(r.held)
 	}
+}
+
+// reordered records receive r's first deliveries in reorder_depth_max.
+func (run *running) reordered(r result) {
+	var ids []uint64
+	for _, d := range r.msgs {
+		if d.Attempts == 1 {
+			ids = append(ids, d.ID)
+		}
+	}
+	if len(ids) == 0 {
+		return
+	}
+	sh := run.shard(r.topic)
+	deepest := run.m.reorder.deliver(sh, r.topic, ids)
+	run.m.reorderMax.WithLabelValues(strconv.Itoa(sh)).Set(float64(deepest))
 }
 
 // sweep reclaims expired idempotency records through the committer until
@@ -283,46 +264,71 @@ type redriveJob struct {
 // redrive runs the accepted redrives one at a time until ctx ends: each
 // in chunks through the committer, a chunk of up to rate messages (or
 // maxRedriveChunk) every second, until max are moved or the DLQ is empty.
-// A chunk the committer refuses is tried again a second later.
+// A chunk the committer refuses is tried again a second later. When ctx
+// ends, the redrive in progress counts in tasks_canceled_total and those
+// still queued in tasks_aborted_total, kind redrive.
 func (run *running) redrive(ctx context.Context) {
 	for {
 		var j redriveJob
 		select {
 		case <-ctx.Done():
+			run.abandonRedrives()
 			return
 		case j = <-run.redrives:
 		}
-		chunk, every := min(j.max, maxRedriveChunk), time.Duration(0)
-		if j.rate > 0 {
-			chunk = max(1, min(chunk, int(j.rate)))
-			every = time.Duration(float64(chunk) / j.rate * float64(time.Second))
+		if !run.redriveOne(ctx, j) {
+			run.m.canceled["redrive"].Inc()
+			run.abandonRedrives()
+			return
 		}
-		for moved := 0; moved < j.max; {
-			n := min(chunk, j.max-moved)
-			res, err := run.do(ctx, op{kind: opRedrive, topic: j.topic, max: n}, nil)
-			switch {
-			case ctx.Err() != nil:
-				return
-			case err != nil:
-				run.logger.Warn("redrive chunk refused; trying again", "topic", j.topic, "error", err)
-				every = max(every, time.Second)
-			default:
-				moved += res.redriven
-				if res.redriven < n {
-					moved = j.max // the DLQ is empty
-				}
+	}
+}
+
+// abandonRedrives empties the redrive queue, counting what it held.
+func (run *running) abandonRedrives() {
+	for {
+		select {
+		case <-run.redrives:
+			run.m.abandoned.Inc()
+		default:
+			return
+		}
+	}
+}
+
+// redriveOne runs redrive j; it reports false if ctx ended first.
+func (run *running) redriveOne(ctx context.Context, j redriveJob) bool {
+	chunk, every := min(j.max, maxRedriveChunk), time.Duration(0)
+	if j.rate > 0 {
+		chunk = max(1, min(chunk, int(j.rate)))
+		every = time.Duration(float64(chunk) / j.rate * float64(time.Second))
+	}
+	for moved := 0; moved < j.max; {
+		n := min(chunk, j.max-moved)
+		res, err := run.do(ctx, op{kind: opRedrive, topic: j.topic, max: n}, nil)
+		switch {
+		case ctx.Err() != nil:
+			return false
+		case err != nil:
+			run.logger.Warn("redrive chunk refused; trying again", "topic", j.topic, "error", err)
+			every = max(every, time.Second)
+		default:
+			moved += res.redriven
+			if res.redriven < n {
+				moved = j.max // the DLQ is empty
 			}
-			if every > 0 && moved < j.max {
-				t := time.NewTimer(every)
-				select {
-				case <-ctx.Done():
-					t.Stop()
-					return
-				case <-t.C:
-				}
+		}
+		if every > 0 && moved < j.max {
+			t := time.NewTimer(every)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return false
+			case <-t.C:
 			}
 		}
 	}
+	return true
 }
 
 // shard is the shard topic hashes to.

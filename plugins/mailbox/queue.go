@@ -332,6 +332,11 @@ type result struct {
 	dlq      int // messages moved into a DLQ (recv, terminate)
 	redriven int // messages moved out of one
 	redeliv  int // deliveries of messages delivered before
+	// lapsed are the deliveries a receive found ended by their
+	// visibility, not by an ack, nack or terminate.
+	lapsed int
+	// topic is a receive's topic.
+	topic    string
 	integ    int // messages whose payload failed its hash
 	backoffs int // put back after a full-jitter backoff: a failed delivery not parked, or a nack without delay_ms
 	swept    int
@@ -519,7 +524,7 @@ func (r rules) park(tx *store.Tx, id uint64, m meta) (bool, error) {
 // another topic (the DLQ) or parked at parkedAt. So each pass over the
 // topic's range leaves fewer keys in it.
 func (r rules) recv(tx *store.Tx, now time.Time, o op) (result, error) {
-	var res result
+	res := result{topic: o.topic}
 	nowMs := now.UnixMilli()
 	from, to := topicRange(o.topic, nowMs+1)
 	if at, ok := r.floors.get(o.topic); ok {
@@ -548,6 +553,9 @@ func (r rules) recv(tx *store.Tx, now time.Time, o op) (result, error) {
 			m, err := decodeMeta(mb)
 			if err != nil {
 				return res, fmt.Errorf("message %s: %w", MsgID(id), err)
+			}
+			if m.Receipt != 0 { // delivered, not settled, and visible again
+				res.lapsed++
 			}
 			if m.Attempts >= r.maxAttempts && !strings.HasSuffix(m.Topic, dlqSuffix) {
 				if err := r.toDLQ(tx, now, id, m, "max_attempts"); err != nil {

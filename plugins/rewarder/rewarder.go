@@ -483,7 +483,7 @@ func newMetrics(reg prometheus.Registerer, r *running) (metrics, error) {
 			ConstLabels: prometheus.Labels{"svc": "rewarder", "op": "settle"}}),
 		walletTimeouts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rewarder_wallet_timeouts_total",
 			Help: "Calls to the wallet plugin that outlasted settle.timeout, by op (account: the pool's nonce; batch: a settlement part)."}, []string{"op"}),
-		aborted: prometheus.NewCounter(prometheus.CounterOpts{Name: "tasks_aborted_total", Help: "Accepted work abandoned at the drain deadline, by kind.",
+		aborted: prometheus.NewCounter(prometheus.CounterOpts{Name: durable.TasksAbortedName, Help: durable.TasksAbortedHelp,
 			ConstLabels: prometheus.Labels{"kind": "epoch"}}),
 		degraded:    prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "readyz_degraded", Help: "1 while the plugin reports not ready for a cause, by cause."}, []string{"cause"}),
 		quarantine:  prometheus.NewCounterVec(prometheus.CounterOpts{Name: "quarantine_total", Help: "Epochs quarantined, by reason."}, []string{"reason"}),

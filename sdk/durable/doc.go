@@ -118,6 +118,11 @@
 // {kind,result}, <prefix>_commit_batch_size, <prefix>_commit_seconds,
 // <prefix>_checkpoints_total{result}, <prefix>_checkpoint_seconds,
 // <prefix>_breaker_state and, with a scrubber, <prefix>_scrub_passes_total.
+// A plugin that fills tasks_spawned_total, tasks_aborted_total,
+// tasks_canceled_total or io_timeouts_total for work of its own registers
+// its label values under the same name and help (TasksSpawnedName and
+// TasksSpawnedHelp, …), since a registry refuses one family with two
+// help texts.
 //
 // The package owns its queue, its goroutines and its breaker. It must not
 // hold a lock across Apply, a Store call or a callback, block in Submit,

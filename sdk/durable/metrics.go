@@ -21,12 +21,18 @@ const (
 	ResultAborted = "aborted"
 )
 
-// The name and help of tasks_spawned_total, which a plugin also fills
-// for goroutines of its own (with its own kind label): a registry refuses
-// one family with two help texts.
+// The names and help texts of the families the committer fills that a
+// plugin also fills for work of its own, each with its own label value
+// (kind, op): a registry refuses one family with two help texts.
 const (
-	TasksSpawnedName = "tasks_spawned_total"
-	TasksSpawnedHelp = "Goroutines started, by kind."
+	TasksSpawnedName  = "tasks_spawned_total"
+	TasksSpawnedHelp  = "Goroutines started, by kind."
+	TasksAbortedName  = "tasks_aborted_total"
+	TasksAbortedHelp  = "Accepted work abandoned by the drain, by kind."
+	TasksCanceledName = "tasks_canceled_total"
+	TasksCanceledHelp = "Work in progress stopped by cancellation, by kind."
+	IOTimeoutsName    = "io_timeouts_total"
+	IOTimeoutsHelp    = "I/O operations that outlasted their deadline, by operation."
 )
 
 // metrics are the committer's series. The families the design names
@@ -68,9 +74,9 @@ func newMetrics[Op, Res any](opts Options[Op, Res], c *Committer[Op, Res]) (*met
 			Name: "worker_inflight",
 			Help: "Committer goroutines committing a group now.",
 		}),
-		timeouts:     constant("io_timeouts_total", "I/O operations that outlasted their deadline, by operation.", "op", op),
-		aborted:      constant("tasks_aborted_total", "Accepted work abandoned at the drain deadline, by kind.", "kind", "commit"),
-		canceled:     constant("tasks_canceled_total", "Work in progress stopped by cancellation, by kind: group commits abandoned at the drain deadline (commit).", "kind", "commit"),
+		timeouts:     constant(IOTimeoutsName, IOTimeoutsHelp, "op", op),
+		aborted:      constant(TasksAbortedName, TasksAbortedHelp, "kind", "commit"),
+		canceled:     constant(TasksCanceledName, TasksCanceledHelp, "kind", "commit"),
 		upstreamFail: constant("upstream_fail_total", "Operations refused because a service's circuit breaker was open, by service.", "svc", c.svc),
 		spawned:      constant(TasksSpawnedName, TasksSpawnedHelp, "kind", "committer"),
 		retries: prometheus.NewCounter(prometheus.CounterOpts{
