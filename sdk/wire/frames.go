@@ -156,32 +156,6 @@ func (c *Conn) Send(fr Frame, flush bool) error {
 	return err
 }
 
-// Flush writes what Send left in the write buffer to the socket.
-func (c *Conn) Flush() error {
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
-	if c.werr != nil {
-		return c.werr
-	}
-	if err := c.w.Flush(); err != nil {
-		c.werr = err
-		return err
-	}
-	return nil
-}
-
-// Ready reports whether a whole frame is in the read buffer already, so
-// that the next Recv returns without waiting for the socket. Only the
-// goroutine that calls Recv may call it.
-func (c *Conn) Ready() bool {
-	n := c.r.Buffered()
-	if n < frameHeaderBytes {
-		return false // Peek would wait for the socket
-	}
-	hdr, _ := c.r.Peek(frameHeaderBytes)
-	return n >= frameHeaderBytes+int(binary.BigEndian.Uint32(hdr))
-}
-
 // Recv reads the next frame. A frame that cannot be read, or that is over
 // MaxMessageBytes, is an error after which the connection is of no use.
 // A connection that ends between frames gives io.EOF.

@@ -1,8 +1,7 @@
 // Package dataplane is the plugin's side of the data plane: it serves the
 // HTTP requests the host sends over one data-plane connection (wire.Conn),
 // many at once, with an http.Handler. It rebuilds each request from its
-// head and Body frames, runs the handler (in the goroutine reading the
-// connection when the request allows, see reader), and sends
+// head and Body frames, runs the handler in a worker goroutine, and sends
 // the response back as a head and Body frames: whole once the handler
 // returns on ordinary routes, as the handler flushes on streaming ones,
 // within the credit the host grants (Window frames). A Cancel frame, the
@@ -56,24 +55,29 @@ type Options struct {
 func Serve(ctx context.Context, c *wire.Conn, opts Options) error {
 	ctx, cancel := context.WithCancel(ctx)
 	s := &server{
-		c:         c,
-		opts:      opts,
-		calls:     map[uint64]*call{},
-		work:      make(chan *call),
-		maxIdle:   maxIdleWorkers(),
-		readErr:   make(chan error, 1),
-		watchWake: make(chan struct{}, 1),
+		c:       c,
+		opts:    opts,
+		calls:   map[uint64]*call{},
+		work:    make(chan *call),
+		maxIdle: maxIdleWorkers(),
 	}
 	defer func() {
 		cancel()
 		close(s.work)
 		s.workers.Wait()
 	}()
-	s.workers.Go(func() { s.watch(ctx) })
-	if passed, err := s.read(ctx); !passed {
-		return err
+	for {
+		f, err := c.Recv()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if err := s.dispatch(ctx, f); err != nil {
+			return err
+		}
 	}
-	return <-s.readErr
 }
 
 // workersPerCPU sizes the idle workers a connection keeps (maxIdleWorkers).
@@ -98,12 +102,6 @@ type server struct {
 	// knows another follows leaves its frame in the connection's buffer
 	// for that one to flush.
 	sending atomic.Int32
-	// held says frames wait in the connection's write buffer with no
-	// sender to flush them: the last of a response a reader ran while
-	// more frames were waiting to be read (call.hold). The reader
-	// flushes them before it waits for the socket (flushHeld). Written
-	// under sendMu.
-	held atomic.Bool
 
 	mu    sync.Mutex
 	calls map[uint64]*call // requests being served, by id
@@ -114,24 +112,10 @@ type server struct {
 	idle    atomic.Int64
 	maxIdle int64
 	workers sync.WaitGroup
-
-	// readErr receives why the connection ended from the goroutine
-	// reading it when that is not Serve's own (see reader).
-	readErr chan error
-	// inline is the reader running a handler in its goroutine, if any,
-	// and runs counts the handlers readers have started so, for the
-	// watchdog (watch). watchParked says the watchdog waits on watchWake
-	// for the next one.
-	inline      atomic.Pointer[reader]
-	runs        atomic.Uint64
-	watchParked atomic.Bool
-	watchWake   chan struct{}
 }
 
-// dispatch handles one frame from the host, and returns the request a
-// RequestHead starts, for the caller to serve. An error ends the
-// connection.
-func (s *server) dispatch(ctx context.Context, f *pluginv1.Frame) (*call, error) {
+// dispatch handles one frame from the host. An error ends the connection.
+func (s *server) dispatch(ctx context.Context, f *pluginv1.Frame) error {
 	id := f.GetId()
 	switch k := f.GetKind().(type) {
 	case *pluginv1.Frame_Request:
@@ -152,7 +136,7 @@ func (s *server) dispatch(ctx context.Context, f *pluginv1.Frame) (*call, error)
 		}
 	}
 	// Responses and aborts flow only from the plugin; the host sends none.
-	return nil, nil
+	return nil
 }
 
 func (s *server) lookup(id uint64) *call {
@@ -177,13 +161,6 @@ type call struct {
 	// w is the handler's ResponseWriter, a part of the call so that it
 	// costs no allocation of its own.
 	w writer
-	// reader is the reader running this call's handler in its goroutine,
-	// nil when a worker runs it. hold says the last frame of the
-	// response may wait in the write buffer: that reader has more frames
-	// to read before it waits for the socket, and flushes then, so that
-	// the answers to requests that arrived together leave together.
-	reader *reader
-	hold   bool
 
 	mu     sync.Mutex
 	credit int64 // response bytes the plugin may still send
@@ -221,11 +198,6 @@ func (c *call) spend(n int64) error {
 		}
 		more := c.more
 		c.mu.Unlock()
-		if c.reader != nil {
-			// Only the connection's reader can take the Window frame
-			// that ends this wait.
-			c.reader.handOff()
-		}
 		select {
 		case <-more:
 		case <-c.ctx.Done():
@@ -234,8 +206,9 @@ func (c *call) spend(n int64) error {
 	}
 }
 
-// start registers a request and returns it.
-func (s *server) start(ctx context.Context, id uint64, head *pluginv1.RequestHead) (*call, error) {
+// start registers a request and hands it to a worker: an idle one, or a
+// new one.
+func (s *server) start(ctx context.Context, id uint64, head *pluginv1.RequestHead) error {
 	var deadline time.Time
 	if d := head.GetDeadlineUnixNano(); d > 0 {
 		deadline = time.Unix(0, d)
@@ -259,29 +232,23 @@ func (s *server) start(ctx context.Context, id uint64, head *pluginv1.RequestHea
 		// The host never reuses an id on a connection; ending the
 		// connection makes such a bug loud rather than leaving a caller
 		// waiting.
-		return nil, fmt.Errorf("request id %d is already in flight on this connection", id)
+		return fmt.Errorf("request id %d is already in flight on this connection", id)
 	}
 	s.calls[id] = c
 	s.mu.Unlock()
-	return c, nil
-}
-
-// hand gives c to a worker: an idle one, or a new one.
-func (s *server) hand(c *call) {
 	select {
 	case s.work <- c:
 	default:
 		s.workers.Go(func() { s.worker(c) })
 	}
+	return nil
 }
 
-// worker serves c (if not nil), then further requests until the
-// connection ends or enough other workers are idle.
+// worker serves c, then further requests until the connection ends or
+// enough other workers are idle.
 func (s *server) worker(c *call) {
 	for {
-		if c != nil {
-			s.handle(c)
-		}
+		s.handle(c)
 		if s.idle.Add(1) > s.maxIdle {
 			s.idle.Add(-1)
 			return
@@ -354,45 +321,28 @@ func (s *server) run(w *writer, r *http.Request) (ok bool) {
 // is broken (the receive loop then ends too), or f cannot be encoded (a
 // header value that is not UTF-8, say), in which case the request is
 // aborted so that the host answers at once rather than at its deadline.
-func (s *server) send(f *pluginv1.Frame, hold bool) bool {
+func (s *server) send(f *pluginv1.Frame) bool {
 	fr, err := s.c.Encode(f)
 	if err != nil {
 		s.opts.Logger.Error("cannot send a response frame; aborting the response", "id", f.GetId(), "error", err)
 		fr, err = s.c.Encode(&pluginv1.Frame{Id: f.GetId(), Kind: &pluginv1.Frame_Abort{Abort: &pluginv1.Abort{}}})
 		if err == nil {
-			s.write(fr, hold)
+			s.write(fr)
 		}
 		return false
 	}
-	return s.write(fr, hold)
+	return s.write(fr)
 }
 
-// write writes an encoded frame; see send. hold leaves it in the write
-// buffer for the reader to flush (call.hold).
-func (s *server) write(fr wire.Frame, hold bool) bool {
+// write writes an encoded frame; see send.
+func (s *server) write(fr wire.Frame) bool {
 	s.sending.Add(1)
 	s.sendMu.Lock()
 	defer s.sendMu.Unlock()
 	// Every goroutine counted in sending takes the lock after this one;
 	// the last of them flushes.
-	flush := s.sending.Add(-1) == 0 && !hold
-	err := s.c.Send(fr, flush)
-	s.held.Store(hold && !flush)
-	return err == nil
-}
-
-// flushHeld flushes the frames held in the write buffer, if any.
-func (s *server) flushHeld() {
-	if !s.held.Load() {
-		return
-	}
-	s.sendMu.Lock()
-	defer s.sendMu.Unlock()
-	if s.held.Load() {
-		s.held.Store(false)
-		// A broken connection fails the reader's next Recv too.
-		_ = s.c.Flush()
-	}
+	flush := s.sending.Add(-1) == 0
+	return s.c.Send(fr, flush) == nil
 }
 
 // newRequest builds the handler's request from the host's. The empty URL

@@ -129,7 +129,7 @@ func (w *writer) abort() {
 	if !w.sentHead && w.c.ctx.Err() != nil {
 		return
 	}
-	w.s.send(&pluginv1.Frame{Id: w.c.id, Kind: &pluginv1.Frame_Abort{Abort: &pluginv1.Abort{}}}, w.c.hold)
+	w.s.send(&pluginv1.Frame{Id: w.c.id, Kind: &pluginv1.Frame_Abort{Abort: &pluginv1.Abort{}}})
 }
 
 // refuse answers a refused request (Refuse), unless its caller has given
@@ -138,7 +138,7 @@ func (w *writer) refuse() {
 	if w.c.ctx.Err() != nil {
 		return
 	}
-	w.s.send(&pluginv1.Frame{Id: w.c.id, Kind: &pluginv1.Frame_Abort{Abort: &pluginv1.Abort{Refused: true}}}, w.c.hold)
+	w.s.send(&pluginv1.Frame{Id: w.c.id, Kind: &pluginv1.Frame_Abort{Abort: &pluginv1.Abort{Refused: true}}})
 }
 
 // flush sends the head if it has not gone yet and the buffered body, in
@@ -162,7 +162,7 @@ func (w *writer) flush(end bool) error {
 		}
 		hf.k.Response = &hf.r
 		hf.f.Id, hf.f.Kind = w.c.id, &hf.k
-		if err := w.sendPiece(&hf.f, len(piece), !more); err != nil {
+		if err := w.sendPiece(&hf.f, len(piece)); err != nil {
 			return err
 		}
 		w.sentHead = true
@@ -178,7 +178,7 @@ func (w *writer) flush(end bool) error {
 		last := end && len(body) == 0
 		// Encoding copies the piece, so the buffer may be reused.
 		f := &pluginv1.Frame{Id: w.c.id, Kind: &pluginv1.Frame_Body{Body: &pluginv1.Body{Data: piece, End: last}}}
-		if err := w.sendPiece(f, len(piece), last); err != nil {
+		if err := w.sendPiece(f, len(piece)); err != nil {
 			return err
 		}
 		if last {
@@ -189,9 +189,8 @@ func (w *writer) flush(end bool) error {
 	return nil
 }
 
-// sendPiece spends n bytes of credit and sends f, which carries them;
-// last marks the response's last frame.
-func (w *writer) sendPiece(f *pluginv1.Frame, n int, last bool) error {
+// sendPiece spends n bytes of credit and sends f, which carries them.
+func (w *writer) sendPiece(f *pluginv1.Frame, n int) error {
 	if err := w.c.ctx.Err(); err != nil {
 		// The host gave up on the request: stop producing for it.
 		w.err = err
@@ -201,7 +200,7 @@ func (w *writer) sendPiece(f *pluginv1.Frame, n int, last bool) error {
 		w.err = err
 		return err
 	}
-	if !w.s.send(f, last && w.c.hold) {
+	if !w.s.send(f) {
 		w.err = errBroken
 		return w.err
 	}
