@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"github.com/plughost/plughost/plugins/gateway/internal/drr"
@@ -226,8 +227,15 @@ func (g *gateway) respond(w http.ResponseWriter, tenant string, resp *http.Respo
 	w.WriteHeader(resp.StatusCode)
 	// A copy cut short means the caller or the upstream went away: the
 	// status is out, so there is nothing left to tell anyone.
-	_, _ = io.Copy(w, resp.Body)
+	bp := copyBufs.Get().(*[]byte)
+	_, _ = io.CopyBuffer(w, resp.Body, *bp)
+	copyBufs.Put(bp)
 }
+
+// copyBufs holds respond's copy buffers. Neither the SDK's ResponseWriter
+// nor a client response body has ReadFrom or WriteTo, so a plain io.Copy
+// would allocate a fresh 32 KiB buffer for every request.
+var copyBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
 
 // outcomeFor names the tenant outcome of a failed request.
 func outcomeFor(err error) string {
