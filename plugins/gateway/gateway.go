@@ -91,6 +91,10 @@ func (p *gatewayPlugin) configure(_ context.Context, rt *sdk.Runtime) error {
 			SuccessThreshold: int(s.breaker.Probes),
 			OnStateChange:    g.breakerChanged,
 		})
+		g.upstreams[us.name].seconds = g.m.upstreamSeconds.WithLabelValues(us.name)
+	}
+	for _, t := range g.tenancy.all() {
+		t.served = g.m.requests.WithLabelValues(t.name, outcomeServed)
 	}
 	if g.tenancy.count() > 1 {
 		var ts []drr.Tenant

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"github.com/plughost/plughost/plugins/gateway/internal/drr"
@@ -75,32 +76,32 @@ func (g *gateway) serve(w http.ResponseWriter, r *http.Request) {
 	up := g.upstreams[rt.upstream]
 	if g.sched == nil || rt.exempt {
 		resp, err := g.forward(r.Context(), up, o)
-		g.respond(w, tn.name, resp, err)
+		g.respond(w, tn, resp, err)
 		return
 	}
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
-	c := &call{g: g, up: up, o: o, ctx: ctx, done: make(chan result, 1)}
+	c := &call{g: g, up: up, o: o, ctx: ctx, cancel: cancel, done: make(chan result, 1)}
 	if err := g.sched.Submit(tn.name, rt.cost, c); err != nil {
-		g.respond(w, tn.name, nil, err)
+		g.respond(w, tn, nil, err)
 		return
 	}
 	select {
 	case res := <-c.done:
 		defer res.release()
-		g.respond(w, tn.name, res.resp, res.err)
+		g.respond(w, tn, res.resp, res.err)
 	case <-r.Context().Done():
 		if c.state.CompareAndSwap(callQueued, callAbandoned) {
 			// No worker will run it; nobody reads this answer.
 			g.m.abandoned.Inc()
-			g.respond(w, tn.name, nil, r.Context().Err())
+			g.respond(w, tn, nil, r.Context().Err())
 			return
 		}
 		// A worker has it, or it left a queue: it answers soon, since
 		// its context is done.
 		res := <-c.done
 		defer res.release()
-		g.respond(w, tn.name, res.resp, res.err)
+		g.respond(w, tn, res.resp, res.err)
 	}
 }
 
@@ -133,6 +134,9 @@ func (g *gateway) readBody(r *http.Request) ([]byte, error) {
 	codings, err := inflate.Codings(r.Header.Values("Content-Encoding"))
 	if err != nil {
 		return nil, err
+	}
+	if len(codings) == 0 && (r.Body == nil || r.Body == http.NoBody) {
+		return nil, nil // most GETs: nothing to read, nor a buffer to read into
 	}
 	b, err := inflate.Decode(r.Body, codings, g.s.decode)
 	if len(codings) == 0 && errors.Is(err, inflate.ErrSize) {
@@ -196,9 +200,9 @@ func outboundFor(r *http.Request, rt routeSettings, tenant string, body []byte) 
 
 // respond answers with the upstream's response, or the error, and counts
 // the tenant's outcome.
-func (g *gateway) respond(w http.ResponseWriter, tenant string, resp *http.Response, err error) {
+func (g *gateway) respond(w http.ResponseWriter, tn *tenant, resp *http.Response, err error) {
 	if err != nil {
-		g.m.requests.WithLabelValues(tenant, outcomeFor(err)).Inc()
+		g.m.requests.WithLabelValues(tn.name, outcomeFor(err)).Inc()
 		switch {
 		case errors.Is(err, drr.ErrBusy):
 			g.m.busy.WithLabelValues("intake").Inc()
@@ -209,7 +213,7 @@ func (g *gateway) respond(w http.ResponseWriter, tenant string, resp *http.Respo
 		return
 	}
 	defer resp.Body.Close()
-	g.m.requests.WithLabelValues(tenant, outcomeServed).Inc()
+	tn.served.Inc()
 	h := w.Header()
 	for k, vs := range resp.Header {
 		h[k] = vs
@@ -226,8 +230,15 @@ func (g *gateway) respond(w http.ResponseWriter, tenant string, resp *http.Respo
 	w.WriteHeader(resp.StatusCode)
 	// A copy cut short means the caller or the upstream went away: the
 	// status is out, so there is nothing left to tell anyone.
-	_, _ = io.Copy(w, resp.Body)
+	bp := copyBufs.Get().(*[]byte)
+	_, _ = io.CopyBuffer(w, resp.Body, *bp)
+	copyBufs.Put(bp)
 }
+
+// copyBufs holds respond's copy buffers. Neither the SDK's ResponseWriter
+// nor a client response body has ReadFrom or WriteTo, so a plain io.Copy
+// would allocate a fresh 32 KiB buffer for every request.
+var copyBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
 
 // outcomeFor names the tenant outcome of a failed request.
 func outcomeFor(err error) string {
@@ -302,20 +313,29 @@ const (
 
 // call is one request's trip through the scheduler: a drr.Job.
 type call struct {
-	g     *gateway
-	up    *upstream
-	o     *outbound
-	ctx   context.Context // the request's, cancelled when its handler returns
-	state atomic.Int32
-	done  chan result // buffered: each call leaves once
+	g  *gateway
+	up *upstream
+	o  *outbound
+	// ctx is the request's, cancelled (cancel) when its handler returns,
+	// or at the drain deadline while a worker runs the call.
+	ctx    context.Context
+	cancel context.CancelFunc
+	state  atomic.Int32
+	done   chan result // buffered: each call leaves once
 }
 
 // result is how a call ended. release, once the response is copied,
 // frees what the call held.
 type result struct {
-	resp    *http.Response
-	err     error
-	release func()
+	resp *http.Response
+	err  error
+	stop func() bool // unhooks the call from the drain's abort; nil if it did not run
+}
+
+func (r result) release() {
+	if r.stop != nil {
+		r.stop()
+	}
 }
 
 // Run calls the upstream on a worker. abort ends the call at the drain
@@ -324,16 +344,15 @@ func (c *call) Run(abort context.Context) {
 	if !c.state.CompareAndSwap(callQueued, callRunning) {
 		return // its caller left while it waited
 	}
-	ctx, cancel := context.WithCancel(c.ctx)
-	stop := context.AfterFunc(abort, cancel)
-	resp, err := c.g.forward(ctx, c.up, c.o)
+	stop := context.AfterFunc(abort, c.cancel)
+	resp, err := c.g.forward(c.ctx, c.up, c.o)
 	if err != nil && abort.Err() != nil {
 		err = errors.Join(errAborted, err)
 	}
-	c.done <- result{resp: resp, err: err, release: func() { stop(); cancel() }}
+	c.done <- result{resp: resp, err: err, stop: stop}
 }
 
 // Cancel answers a call that leaves a queue without running.
 func (c *call) Cancel(err error) {
-	c.done <- result{err: err, release: func() {}}
+	c.done <- result{err: err}
 }

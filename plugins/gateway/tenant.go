@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
 )
 
@@ -37,6 +39,18 @@ func (e *rateLimitedError) Error() string {
 type tenant struct {
 	tenantSettings
 	limiter *rate.Limiter
+	// policy is the RateLimit-Policy value, the same for every answer.
+	policy string
+	// served is gateway_tenant_requests_total{tenant,outcome="served"},
+	// looked up once rather than per request.
+	served prometheus.Counter
+}
+
+func newTenant(ts tenantSettings) *tenant {
+	// The window is the time the bucket takes to fill from empty.
+	window := max(int(math.Ceil(float64(ts.burst)/ts.rate)), 1)
+	return &tenant{tenantSettings: ts, limiter: rate.NewLimiter(rate.Limit(ts.rate), ts.burst),
+		policy: `"tenant";q=` + strconv.Itoa(ts.burst) + ";w=" + strconv.Itoa(window)}
 }
 
 // tenancy finds a request's tenant. It is read-only after newTenancy.
@@ -48,12 +62,20 @@ type tenancy struct {
 func newTenancy(s settings) *tenancy {
 	t := &tenancy{}
 	for _, ts := range s.tenants {
-		t.tenants = append(t.tenants, &tenant{tenantSettings: ts, limiter: rate.NewLimiter(rate.Limit(ts.rate), ts.burst)})
+		t.tenants = append(t.tenants, newTenant(ts))
 	}
 	if d := s.defaultTenant; d != nil {
-		t.deflt = &tenant{tenantSettings: *d, limiter: rate.NewLimiter(rate.Limit(d.rate), d.burst)}
+		t.deflt = newTenant(*d)
 	}
 	return t
+}
+
+// all returns every tenant, the default last when there is one.
+func (t *tenancy) all() []*tenant {
+	if t.deflt == nil {
+		return t.tenants
+	}
+	return append(slices.Clip(t.tenants), t.deflt)
 }
 
 // count is how many tenants share the workers.
@@ -103,10 +125,8 @@ func (tn *tenant) admit(h http.Header, now time.Time) error {
 		wait = max(time.Duration(missing/tn.rate*float64(time.Second)), time.Nanosecond)
 	}
 	remaining := max(int(math.Floor(lim.TokensAt(now))), 0)
-	// The window is the time the bucket takes to fill from empty.
-	window := int(math.Ceil(float64(tn.burst) / tn.rate))
-	h.Set("RateLimit-Policy", fmt.Sprintf(`"tenant";q=%d;w=%d`, tn.burst, max(window, 1)))
-	h.Set("RateLimit", fmt.Sprintf(`"tenant";r=%d;t=%d`, remaining, ceilSeconds(wait)))
+	h.Set("RateLimit-Policy", tn.policy)
+	h.Set("RateLimit", `"tenant";r=`+strconv.Itoa(remaining)+";t="+strconv.Itoa(ceilSeconds(wait)))
 	if wait > 0 {
 		h.Set("Retry-After", strconv.Itoa(ceilSeconds(wait)))
 		return &rateLimitedError{tenant: tn.name, wait: wait}

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/plughost/plughost/sdk"
 	"github.com/plughost/plughost/sdk/backoff"
 	"github.com/plughost/plughost/sdk/breaker"
@@ -36,6 +38,8 @@ func (e *upstreamStatusError) Error() string { return "upstream answered " + str
 type upstream struct {
 	upstreamSettings
 	breaker *breaker.Breaker
+	// seconds is gateway_upstream_seconds{upstream}, looked up once.
+	seconds prometheus.Observer
 	call    func(ctx context.Context, req *http.Request) (*http.Response, error)
 }
 
@@ -77,7 +81,12 @@ func (u *upstream) request(ctx context.Context, o *outbound) (*http.Request, err
 	if err != nil {
 		return nil, err
 	}
-	req.Header = o.header.Clone()
+	req.Header = o.header
+	if u.plugin != "" {
+		// A RoundTripper must leave the request as it is; the host's
+		// Call makes no such promise, and a retry sends the header again.
+		req.Header = o.header.Clone()
+	}
 	req.ContentLength = int64(len(o.body))
 	if len(o.body) == 0 {
 		req.Body = http.NoBody
@@ -147,7 +156,7 @@ func (g *gateway) try(ctx context.Context, u *upstream, o *outbound) (*http.Resp
 		return nil
 	})
 	if !errors.Is(err, breaker.ErrOpen) {
-		g.m.upstreamSeconds.WithLabelValues(u.name).Observe(time.Since(start).Seconds())
+		u.seconds.Observe(time.Since(start).Seconds())
 	}
 	return resp, err
 }
@@ -197,12 +206,11 @@ func newUpstream(us upstreamSettings, host sdk.Host, transport http.RoundTripper
 		}
 		return u
 	}
-	client := &http.Client{
-		Transport: transport,
-		// A redirect is the client's to follow, not the gateway's.
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-	}
-	u.call = func(_ context.Context, req *http.Request) (*http.Response, error) { return client.Do(req) }
+	// The transport itself, not an http.Client: a redirect is the
+	// client's to follow, not the gateway's, and there is no cookie jar or
+	// client timeout, so the Client would only copy the request's headers
+	// and URL for redirects it never follows.
+	u.call = func(_ context.Context, req *http.Request) (*http.Response, error) { return transport.RoundTrip(req) }
 	return u
 }
 

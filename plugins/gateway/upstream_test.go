@@ -80,6 +80,45 @@ func TestRetries(t *testing.T) {
 	}
 }
 
+// TestRetrySendsTheSameRequest: every try of a retried GET carries the
+// client's headers and the gateway's own, and a redirect from the
+// upstream goes back to the client, not followed.
+func TestRetrySendsTheSameRequest(t *testing.T) {
+	var hits atomic.Int64
+	var seen [3]http.Header
+	up := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := hits.Add(1)
+		if n <= int64(len(seen)) {
+			seen[n-1] = r.Header.Clone()
+		}
+		switch {
+		case r.URL.Path == "/moved":
+			http.Redirect(w, r, "/elsewhere", http.StatusFound)
+		case n < 3:
+			http.Error(w, "down", http.StatusServiceUnavailable)
+		default:
+			fmt.Fprint(w, "ok")
+		}
+	})
+	h := start(t, optionsFor(flakyConfig(newUpstreamServer(t, up), `retry {
+  max_tries = 3
+  backoff   = "10ms"
+}`)))
+	rec := send(t, h, "GET", "/x", http.Header{"X-Trace": {"t-1"}}, nil)
+	if rec.Code != http.StatusOK || hits.Load() != 3 {
+		t.Fatalf("GET = %d after %d calls, want 200 after 3", rec.Code, hits.Load())
+	}
+	for i, hdr := range seen {
+		if hdr.Get("X-Trace") != "t-1" || hdr.Get("X-Gateway-Tenant") != defaultTenantName || hdr.Get("X-Forwarded-For") == "" {
+			t.Errorf("try %d's header = %v, want X-Trace, X-Gateway-Tenant and X-Forwarded-For", i+1, hdr)
+		}
+	}
+	rec = send(t, h, "GET", "/moved", nil, nil)
+	if rec.Code != http.StatusFound || rec.Header().Get("Location") != "/elsewhere" || hits.Load() != 4 {
+		t.Errorf("GET /moved = %d Location %q after %d calls, want 302 /elsewhere after 4", rec.Code, rec.Header().Get("Location"), hits.Load())
+	}
+}
+
 // TestRetryStaysInDeadline: a retry whose backoff would end after the
 // request's deadline is not made; the client gets the 503 at once.
 func TestRetryStaysInDeadline(t *testing.T) {
