@@ -80,7 +80,7 @@ func (p *gatewayPlugin) configure(_ context.Context, rt *sdk.Runtime) error {
 		return err
 	}
 	g := &gateway{s: s, logger: rt.Logger, m: newMetrics(), tenancy: newTenancy(s), upstreams: map[string]*upstream{}, now: time.Now, shed: shed.New(s.shedHold)}
-	g.transport = newTransport(s.workers)
+	g.transport = newTransport()
 	for _, us := range s.upstreams {
 		g.upstreams[us.name] = newUpstream(us, rt.Host, g.transport, breaker.Settings{
 			FailureThreshold: int(s.breaker.Failures),

@@ -214,13 +214,22 @@ func newUpstream(us upstreamSettings, host sdk.Host, transport http.RoundTripper
 	return u
 }
 
+// maxIdlePerUpstream bounds the idle connections kept to one upstream
+// host: Envoy's default max_connections of a cluster. Below it the pool
+// keeps as many as the calls it had in flight at once, which the workers
+// bound with the scheduler and the host's max_inflight without it (the
+// single-tenant bypass, exempt routes), so that a steady load reuses its
+// connections rather than closing and dialling them; IdleConnTimeout
+// closes what a peak left.
+const maxIdlePerUpstream = 1024
+
 // newTransport is the connection pool of the URL upstreams.
-func newTransport(workers int) *http.Transport {
+func newTransport() *http.Transport {
 	return &http.Transport{
 		Proxy:                 nil, // the gateway is the proxy
 		DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-		MaxIdleConns:          workers * 2,
-		MaxIdleConnsPerHost:   workers,
+		MaxIdleConns:          0, // no bound across upstreams: each has its own
+		MaxIdleConnsPerHost:   maxIdlePerUpstream,
 		IdleConnTimeout:       60 * time.Second,
 		TLSHandshakeTimeout:   5 * time.Second,
 		ExpectContinueTimeout: time.Second,

@@ -3,9 +3,11 @@ package main
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -210,4 +212,63 @@ func TestUpstreamTimeout(t *testing.T) {
 		t.Errorf("GET to a stalled upstream took %v past a 300ms deadline", took)
 	}
 	waitUntil(t, "the read timeout counted", func() bool { return metric(t, h, `io_timeouts_total{op="read"}`) == 1 })
+}
+
+// TestUpstreamConnectionsReused checks that the gateway keeps as many
+// idle upstream connections as it had calls in flight: rounds of more
+// concurrent calls than workers, on the single-tenant bypass, dial only
+// in the first round.
+func TestUpstreamConnectionsReused(t *testing.T) {
+	const concurrent, rounds = 32, 4
+	var (
+		dials   atomic.Int64
+		arrived atomic.Int64
+		mu      sync.Mutex
+		open    chan struct{}
+	)
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		wait := open
+		mu.Unlock()
+		arrived.Add(1)
+		<-wait // all of the round's calls are in flight at once
+		fmt.Fprint(w, "ok")
+	}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			dials.Add(1)
+		}
+	}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	h := start(t, optionsFor(flakyConfig(srv.URL, "workers = 8")))
+	for round := range rounds {
+		mu.Lock()
+		open = make(chan struct{})
+		mu.Unlock()
+		var wg sync.WaitGroup
+		codes := make(chan int, concurrent)
+		for range concurrent {
+			wg.Go(func() { codes <- send(t, h, "GET", "/x", nil, nil).Code })
+		}
+		for deadline := time.Now().Add(10 * time.Second); arrived.Load() < int64(concurrent*(round+1)); {
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: %d calls reached the upstream, want %d", round, arrived.Load()-int64(concurrent*round), concurrent)
+			}
+			time.Sleep(time.Millisecond)
+		}
+		mu.Lock()
+		close(open)
+		mu.Unlock()
+		wg.Wait()
+		close(codes)
+		for code := range codes {
+			if code != http.StatusOK {
+				t.Fatalf("round %d: a call answered %d, want 200", round, code)
+			}
+		}
+	}
+	if got := dials.Load(); got > concurrent {
+		t.Errorf("%d rounds of %d concurrent calls opened %d upstream connections, want at most %d", rounds, concurrent, got, concurrent)
+	}
 }
