@@ -185,6 +185,11 @@ func specFor(cfg *config.Config, p config.PluginBlock) supervisor.Spec {
 			}
 			return js, nil
 		},
+		// The place a Configure refusal names, as a reload's diagnostic
+		// shows it (configErrDiag).
+		Locate: func(attribute string) string {
+			return config.Position(refusalSubject(p, attribute))
+		},
 		Fingerprint: fingerprint(cfg, p),
 	}
 }
@@ -229,12 +234,22 @@ func configErrDiag(p config.PluginBlock, err error) hcl.Diagnostics {
 	if errors.As(err, &de) {
 		return de.diags
 	}
-	subject := p.ConfigRange
+	var attribute string
 	var ce *sdk.ConfigError
-	if errors.As(err, &ce) && ce.Attribute != "" {
-		if r, ok := config.Locate(p.Config, ce.Attribute); ok {
-			subject = r
+	if errors.As(err, &ce) {
+		attribute = ce.Attribute
+	}
+	return hcl.Diagnostics{diagErr(refusalSubject(p, attribute), "Plugin rejected its config", err.Error())}
+}
+
+// refusalSubject returns what a plugin's refusal of its config that names
+// attribute (sdk.ConfigError.Attribute) points at in p's block
+// (config.Locate), or the config block.
+func refusalSubject(p config.PluginBlock, attribute string) hcl.Range {
+	if attribute != "" {
+		if r, ok := config.Locate(p.Config, attribute); ok {
+			return r
 		}
 	}
-	return hcl.Diagnostics{diagErr(subject, "Plugin rejected its config", err.Error())}
+	return p.ConfigRange
 }

@@ -194,11 +194,11 @@ func (h *host) replaceInTurn(old *supervisor.Process, spec supervisor.Spec, opts
 
 // startInPlace puts a Process for spec in the place of old, which does
 // not serve, after a replacement failed with err: the plugin's report of
-// corrupt storage, and then the started Process stays failed with the
-// plugin's own message as its last error, where the next restart or
-// reload finds it; or a failure of Configure, and then the Process
-// retries it under the restart policy. old is stopped. It returns err,
-// for the reload's diagnostics.
+// corrupt storage or its refusal of an attribute, and then the started
+// Process stays failed with the plugin's own message as its last error,
+// where the next restart or reload finds it; or another failure of
+// Configure, and then the Process retries it under the restart policy.
+// old is stopped. It returns err, for the reload's diagnostics.
 func (h *host) startInPlace(old *supervisor.Process, spec supervisor.Spec, opts supervisor.Options, err error) error {
 	old.Stop(time.Now())
 	p, serr := supervisor.Start(h.ctx, spec, opts)

@@ -459,8 +459,9 @@ func (h *host) options(cfg *config.Config) supervisor.Options {
 		Host:      h.ingress,
 		OnChange:  h.update,
 		SocketDir: h.socketDir,
-		// A plugin whose Configure fails is retried and shown failing;
-		// the host and the other plugins keep serving.
+		// A plugin whose Configure fails is shown failing, and retried
+		// unless it refused an attribute (a config error, not a passing
+		// failure); the host and the other plugins keep serving.
 		RetryConfigure: true,
 		Policy: supervisor.Policy{
 			InitialBackoff: cfg.Restart.InitialBackoff,

@@ -15,6 +15,13 @@ import (
 // config; find it with errors.As. A config that breaks the plugin's
 // declared schema is refused by the host before Configure runs, with
 // config diagnostics instead.
+//
+// Naming an Attribute also says that the config is at fault: the host
+// shows the plugin failed and does not restart it, since the same config
+// would be refused again, until the operator reloads a changed block or
+// restarts the plugin. Return a plain error instead (a store that cannot
+// open on a full disk) for a failure that may pass: the host retries
+// that with backoff for as long as it lasts.
 type ConfigError struct {
 	// Attribute is the path from the config block to what is wrong, in
 	// the grammar ParseConfigPath reads, or empty for the config block as

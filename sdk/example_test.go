@@ -188,6 +188,26 @@ func ExampleConfigError() {
 	// attribute port: 70000 is not a TCP port
 }
 
+// A ConfigChecker checks the values a schema cannot bound, each at its
+// path, and keeps the first refusal for Configure to return.
+func ExampleConfigChecker() {
+	var cfg struct {
+		Workers float64      `json:"workers"`
+		Timeout sdk.Duration `json:"timeout"`
+	}
+	cfg.Workers, cfg.Timeout = 8, sdk.Duration(90*time.Second)
+
+	var c sdk.ConfigChecker
+	workers := c.Whole("workers", cfg.Workers, 1, 64)
+	timeout := c.Duration("retry.timeout", cfg.Timeout, time.Millisecond, time.Minute)
+	if c.Err() == nil && timeout > 10*time.Second*time.Duration(workers) {
+		c.Refuse("retry.timeout", "must be at most 10s per worker, got %v", timeout)
+	}
+	fmt.Println(workers, timeout, c.Err())
+	// Output:
+	// 8 1ms retry.timeout: must be from 1ms to 1m0s, got 1m30s
+}
+
 // A block with Labels takes them in the operator's file after its name,
 // and the plugin finds each in the block's JSON object under the label's
 // name. A ConfigError's path names a labelled block by its labels, so the

@@ -295,6 +295,12 @@ func compareDiagnostics(a, b *hcl.Diagnostic) int {
 	)
 }
 
+// Position returns where r starts as "file:line:col", the form editors
+// and grep find, which WriteDiagnostics puts before each diagnostic.
+func Position(r hcl.Range) string {
+	return fmt.Sprintf("%s:%d:%d", r.Filename, r.Start.Line, r.Start.Column)
+}
+
 // WriteDiagnostics prints diags in HCL's text format, with source snippets
 // taken from files (usually Config.Files). Each diagnostic that has a subject
 // is preceded by "file:line:col: " so that editors and grep can find it.
@@ -305,8 +311,7 @@ func WriteDiagnostics(w io.Writer, files map[string]*hcl.File, diags hcl.Diagnos
 			return errors.New("write diagnostics: nil diagnostic")
 		}
 		if d.Subject != nil {
-			s := d.Subject.Start
-			if _, err := fmt.Fprintf(w, "%s:%d:%d: ", d.Subject.Filename, s.Line, s.Column); err != nil {
+			if _, err := fmt.Fprintf(w, "%s: ", Position(*d.Subject)); err != nil {
 				return fmt.Errorf("write diagnostics: %w", err)
 			}
 		}

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"flag"
 	"fmt"
+	"html"
 	"io"
 	"net"
 	"net/http"
@@ -647,12 +648,47 @@ func docConfig(t *testing.T) string {
 	return block
 }
 
+// liveDocConfig returns the quick start's plugin block with its
+// placeholders replaced: a real key hash for acme's "acme-key", and the
+// legacy backend at url.
+func liveDocConfig(t *testing.T, url string) string {
+	t.Helper()
+	block := docConfig(t)
+	sum := sha256.Sum256([]byte("acme-key"))
+	live := strings.NewReplacer(`"5c1f...64 hex digits..."`, `"`+hex.EncodeToString(sum[:])+`"`,
+		`"http://127.0.0.1:7000"`, `"`+url+`"`).Replace(block)
+	if live == block {
+		t.Fatal("the documented block no longer has the placeholders this test replaces")
+	}
+	return live
+}
+
+// unknownUpstream returns the config of a host with the wallet and the
+// quick start's gateway block, whose route /api/wallet/ names the
+// undeclared upstream "walet" (and the legacy backend is at url), and
+// where its diagnostic must point: ":LINE:COL: ", the position of "walet"
+// in the file.
+func unknownUpstream(t *testing.T, url string) (cfg, at string) {
+	t.Helper()
+	live := liveDocConfig(t, url)
+	bad := strings.Replace(live, `upstream     = "wallet"`, `upstream     = "walet"`, 1)
+	if bad == live {
+		t.Fatal("the documented block no longer routes to upstream \"wallet\" as this test expects")
+	}
+	cfg = baseConfig("1s") + walletBlock("") + bad
+	i := strings.Index(cfg, `"walet"`)
+	line := strings.Count(cfg[:i], "\n") + 1
+	col := i - strings.LastIndex(cfg[:i], "\n")
+	return cfg, fmt.Sprintf(":%d:%d: ", line, col)
+}
+
 // TestGatewayDocConfig checks the quick start's plugin block: plughost
 // validate refuses only its placeholder key hash, at its line, and
 // accepts it with a real hash in its place; with the legacy backend on a
-// loopback port too, the gateway configures and serves; a route naming
-// an unknown upstream is refused with a message naming the route, and a
-// diagnostic at its upstream.
+// loopback port too, the gateway configures and serves; reloaded into
+// the running host, a route naming an unknown upstream is refused with a
+// diagnostic at its upstream (TestGatewayRefusalAtStart starts a host
+// with it).
 func TestGatewayDocConfig(t *testing.T) {
 	block := docConfig(t)
 	asWritten := baseConfig("1s") + walletBlock("") + block
@@ -666,12 +702,7 @@ func TestGatewayDocConfig(t *testing.T) {
 	web := &countingUpstream{}
 	srv := httptest.NewServer(web)
 	t.Cleanup(srv.Close)
-	sum := sha256.Sum256([]byte("acme-key"))
-	live := strings.NewReplacer(`"5c1f...64 hex digits..."`, `"`+hex.EncodeToString(sum[:])+`"`,
-		`"http://127.0.0.1:7000"`, `"`+srv.URL+`"`).Replace(block)
-	if live == block {
-		t.Fatal("the documented block no longer has the placeholders this test replaces")
-	}
+	live := liveDocConfig(t, srv.URL)
 	if res := runCLI(t, "validate", "-config", writeConfigFile(t, baseConfig("1s")+walletBlock("")+live)); res.code != 0 {
 		t.Fatalf("plughost validate on the documented block with a real key hash: exit %d\nstderr:\n%s", res.code, res.stderr)
 	}
@@ -681,23 +712,51 @@ func TestGatewayDocConfig(t *testing.T) {
 		t.Errorf("GET /gw/legacy/x with acme's key = %d %s, want 200 from the legacy backend", code, body)
 	}
 
-	bad := strings.Replace(live, `upstream     = "wallet"`, `upstream     = "walet"`, 1)
-	if bad == live {
-		t.Fatal("the documented block no longer routes to upstream \"wallet\" as this test expects")
-	}
-	hb := startHost(t, baseConfig("1s")+walletBlock("")+bad)
-	waitFor(t, 30*time.Second, "the gateway's refusal", func() bool {
-		return strings.Contains(hb.plugins()["gateway"].LastError, `route["/api/wallet/"].upstream: upstream "walet" is not declared`)
-	})
-
 	// Reloaded into the running host, the refusal is a diagnostic at the
 	// route's upstream in the file, not at the config block.
-	cfg := baseConfig("1s") + walletBlock("") + bad
-	at := strings.Index(cfg, `"walet"`)
-	line := strings.Count(cfg[:at], "\n") + 1
-	col := at - strings.LastIndex(cfg[:at], "\n")
+	cfg, at := unknownUpstream(t, srv.URL)
 	h.reload(cfg, "plugins refused their new config")
-	if want := fmt.Sprintf(":%d:%d: Error: Plugin rejected its config", line, col); !strings.Contains(h.log.String(), want) {
+	if want := at + "Error: Plugin rejected its config"; !strings.Contains(h.log.String(), want) {
 		t.Errorf("the reload's log does not hold %q:\n%s", want, h.log.String())
+	}
+}
+
+// TestGatewayRefusalAtStart starts the host with a gateway whose route
+// names an unknown upstream. Its Configure refuses, naming the route's
+// upstream: the host serves, and shows the gateway failed at once, not
+// retried (the same config would be refused again), with the place in
+// the file, as a reload's diagnostic has it, in its last_error, on the
+// status page and in the log.
+func TestGatewayRefusalAtStart(t *testing.T) {
+	cfg, at := unknownUpstream(t, "http://127.0.0.1:7000")
+	h := startHost(t, cfg)
+	at = h.cfgPath + at
+	const refusal = `route["/api/wallet/"].upstream: upstream "walet" is not declared`
+	var st pluginStatus
+	waitFor(t, 30*time.Second, "the gateway's refusal", func() bool {
+		st = h.plugins()["gateway"]
+		return strings.Contains(st.LastError, refusal)
+	})
+	if !strings.HasPrefix(st.LastError, at) {
+		t.Errorf("the gateway's last_error = %q, want it to start with %q", st.LastError, at)
+	}
+	if st.State != "failed" || st.Restarts != 0 {
+		t.Errorf("the refusing gateway is %s after %d restarts, want failed after 0", st.State, st.Restarts)
+	}
+	if code, body := h.get(h.ingress + "/gw/"); code != http.StatusServiceUnavailable || !strings.Contains(body, "plugin_unavailable") {
+		t.Errorf("GET /gw/ = %d %s, want 503 plugin_unavailable", code, body)
+	}
+	readyPlugin(t, h, "wallet")
+	if _, page := h.get(h.admin + "/"); !strings.Contains(page, html.EscapeString(at)) {
+		t.Errorf("the status page does not show %q:\n%s", at, page)
+	}
+	waitFor(t, 10*time.Second, "a log line with "+at, func() bool {
+		return strings.Contains(h.log.String(), at)
+	})
+	// The log quotes the message, escaping its quotes.
+	for _, line := range strings.Split(h.log.String(), "\n") {
+		if strings.Contains(line, "is not declared") && !strings.Contains(line, at) {
+			t.Errorf("a log line tells the refusal without its place %s:\n%s", at, line)
+		}
 	}
 }

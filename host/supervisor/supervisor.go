@@ -41,6 +41,13 @@ type Spec struct {
 	// is called after every Describe, since a restarted binary may declare
 	// a different schema. Its error is a config error.
 	Decode func(schema *pluginv1.Schema) ([]byte, error)
+	// Locate, if set, says where in the operator's config file the path
+	// a refusal of the plugin's Configure names (sdk.ConfigError.Attribute,
+	// never empty here) is, as "FILE:LINE:COL", or "" when it cannot say.
+	// The refusal's error then starts with it and ": ", in the log, in
+	// Status.LastError and in what Start returns, so that the operator
+	// sees the same place as a reload's diagnostic shows.
+	Locate func(attribute string) string
 	// Fingerprint identifies the spec's content; a reload restarts the
 	// plugin when it changes.
 	Fingerprint string
@@ -96,17 +103,24 @@ type Options struct {
 	// SocketDir is where plugin processes make their go-plugin sockets
 	// (catalog.Options.SocketDir); "" for their TMPDIR.
 	SocketDir string
-	// RetryConfigure makes a failure of the plugin's Configure hook (an
-	// *sdk.ConfigError: a refused config, a full disk, unreadable data)
-	// a failure to start, retried with backoff for as long as it lasts
-	// (counted as a restart, but not against Policy.MaxRestarts, a
-	// budget for crashes), so that Start returns nil and the plugin shows
-	// the failure as its last error. The host sets it: a plugin that
-	// cannot start must not take it down, and must come up by itself once
-	// the cause is gone.
-	// Without it the failure is final, as a config the schema refuses
-	// always is: Start returns it, and a later one leaves the plugin
-	// failed until Restart.
+	// RetryConfigure makes a failed Configure hook (an *sdk.ConfigError)
+	// no error of Start: the plugin shows the failure as its last error.
+	// The host sets it: a plugin that cannot start must not take it down.
+	// What follows depends on whether the plugin blamed its config:
+	//
+	//   - A failure that names no attribute (a full disk, unreadable data)
+	//     is a failure to start, retried with backoff for as long as it
+	//     lasts (counted as a restart, but not against
+	//     Policy.MaxRestarts, a budget for crashes), so that the plugin
+	//     comes up by itself once the cause is gone.
+	//   - A refusal that names an attribute is a config error: the same
+	//     config would be refused again, so the plugin is left failed,
+	//     without a restart, until Restart (or the host replaces it with a
+	//     new config).
+	//
+	// Without it any Configure failure is final, as a config the schema
+	// refuses always is: Start returns it, and a later one leaves the
+	// plugin failed until Restart.
 	RetryConfigure bool
 }
 
@@ -281,9 +295,10 @@ type command struct {
 // attempt has ended: with the plugin ready, or with a config error (the
 // plugin's schema or, unless Options.RetryConfigure, its Configure
 // refused the config), which is returned and the plugin stopped. A
-// plugin that reports its storage corrupt (sdk.ErrStorageCorrupt) is left
-// in the failed state with the plugin's message as its last error, until
-// Restart, and Start returns nil. Any other failure is left to the
+// plugin that reports its storage corrupt (sdk.ErrStorageCorrupt), or
+// whose Configure refuses an attribute under Options.RetryConfigure, is
+// left in the failed state with the plugin's message as its last error,
+// until Restart, and Start returns nil. Any other failure is left to the
 // restart loop and Start returns nil.
 func Start(ctx context.Context, spec Spec, opts Options) (*Process, error) {
 	return start(ctx, spec, opts, false)
@@ -550,14 +565,19 @@ func (p *Process) run(ctx context.Context) {
 		if refused || err != nil && p.strict && p.firstPending() {
 			switch {
 			case refused:
-				p.logger.Error("plugin refused its config", "error", err)
+				p.logger.Error("plugin refused its config; not restarting it", "error", err)
 			case ctx.Err() != nil:
 				// The host is shutting down: not a failure to report.
 				p.logger.Info("replacement process start cancelled by the shutdown", "error", err)
 			default:
 				p.logger.Error("replacement process did not start", "error", err)
 			}
-			p.firstDone(err)
+			if p.strict || p.configureFailure(err) == nil {
+				p.firstDone(err)
+			} else {
+				// Contained: the plugin is listed, failed, with why.
+				p.firstDone(nil)
+			}
 			if !p.waitFailed(ctx, err) {
 				return
 			}
@@ -701,14 +721,27 @@ func (p *Process) sleep(ctx context.Context, d time.Duration) *command {
 // refused, by the plugin's declared schema (the error also wraps the
 // decoder's diagnostics) or by the plugin's Configure hook (it also wraps
 // the plugin's *sdk.ConfigError). Such a start is not retried, unless
-// the plugin's Configure refused and Options.RetryConfigure is set.
+// the plugin's Configure failed without naming an attribute and
+// Options.RetryConfigure is set.
 var ErrConfigRefused = errors.New("config refused")
 
-// retries reports whether the refused start err goes to the restart
-// loop: a failure of Configure under Options.RetryConfigure.
-func (p *Process) retries(err error) bool {
+// configureFailure returns the *sdk.ConfigError of err, a failed start,
+// when its Configure failed and Options.RetryConfigure contains that;
+// otherwise nil.
+func (p *Process) configureFailure(err error) *sdk.ConfigError {
 	var ce *sdk.ConfigError
-	return p.opts.RetryConfigure && errors.As(err, &ce)
+	if p.opts.RetryConfigure && errors.As(err, &ce) {
+		return ce
+	}
+	return nil
+}
+
+// retries reports whether the refused start err goes to the restart
+// loop: a failure of Configure that names no attribute, under
+// Options.RetryConfigure.
+func (p *Process) retries(err error) bool {
+	ce := p.configureFailure(err)
+	return ce != nil && ce.Attribute == ""
 }
 
 // refusal is a refused config: err, which it reads as, and ErrConfigRefused.
@@ -759,8 +792,14 @@ func (p *Process) launch(ctx context.Context) (*catalog.Instance, error) {
 		inst.Kill()
 		p.clearInst()
 		var ce *sdk.ConfigError
-		if errors.As(err, &ce) {
-			return nil, fmt.Errorf("plugin %q config: %w", p.spec.Name, &refusal{err})
+		if !errors.As(err, &ce) {
+			return nil, err
+		}
+		err = fmt.Errorf("plugin %q config: %w", p.spec.Name, &refusal{err})
+		if ce.Attribute != "" && p.spec.Locate != nil {
+			if at := p.spec.Locate(ce.Attribute); at != "" {
+				err = fmt.Errorf("%s: %w", at, err)
+			}
 		}
 		return nil, err
 	}

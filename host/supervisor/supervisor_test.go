@@ -150,7 +150,15 @@ func options(t *testing.T, pol supervisor.Policy) (supervisor.Options, *recorder
 // start supervises s and stops it when the test ends.
 func start(t *testing.T, s supervisor.Spec, pol supervisor.Policy) *fixture {
 	t.Helper()
+	return startWith(t, s, pol, false)
+}
+
+// startWith is start, with Options.RetryConfigure set to retry (the
+// host sets it).
+func startWith(t *testing.T, s supervisor.Spec, pol supervisor.Policy, retry bool) *fixture {
+	t.Helper()
 	opts, rec, log := options(t, pol)
+	opts.RetryConfigure = retry
 	p, err := supervisor.Start(t.Context(), s, opts)
 	if err != nil {
 		t.Fatalf("Start(%s) = %v, want nil", s.Name, err)
@@ -747,12 +755,51 @@ func TestConfigError(t *testing.T) {
 	}
 }
 
-// TestConfigureRetried: under RetryConfigure a Configure that refuses is
-// retried with backoff, shown as the last error, more often than
-// max_restarts (a budget for crashes: a refusal is not one), and the
-// plugin comes up once Configure accepts; a config its schema refuses is
-// still final.
+// TestConfigureRetried: under RetryConfigure a Configure that fails
+// without naming an attribute (frail's store on a full disk) is retried
+// with backoff, shown as the last error, more often than max_restarts (a
+// budget for crashes: a failed Configure is not one), and the plugin
+// comes up once Configure accepts; a config its schema refuses is still
+// final.
 func TestConfigureRetried(t *testing.T) {
+	s := frailSpec(t, map[string]string{"refuse": "write wallet.db: no space left on device"})
+	pol := testPolicy()
+	pol.MaxRestarts = 2
+	p := startWith(t, s, pol, true).p
+	var st supervisor.Status
+	waitFor(t, 30*time.Second, "more restarts after failures than max_restarts, or failed", func() bool {
+		st = p.Status()
+		return st.Restarts > pol.MaxRestarts+1 || st.State == supervisor.StateFailed
+	})
+	if !strings.Contains(st.LastError, "no space left on device") {
+		t.Errorf("LastError = %q, want the plugin's failure", st.LastError)
+	}
+	if st.State == supervisor.StateFailed || p.Ready() {
+		t.Errorf("Status = %+v, Ready = %t while Configure fails; want it retried, not ready", st, p.Ready())
+	}
+	if err := os.Remove(filepath.Join(s.DataDir, "refuse")); err != nil {
+		t.Fatal(err)
+	}
+	waitReady(t, p)
+
+	s.Decode = func(*pluginv1.Schema) ([]byte, error) { return nil, errors.New("schema says no") }
+	opts, _, _ := options(t, pol)
+	opts.RetryConfigure = true
+	if p, err := supervisor.Start(t.Context(), s, opts); !errors.Is(err, supervisor.ErrConfigRefused) {
+		if p != nil {
+			p.Stop(time.Now())
+		}
+		t.Fatalf("Start() with a config the schema refuses = %v, want ErrConfigRefused even under RetryConfigure", err)
+	}
+}
+
+// TestConfigureRefusalFails: under RetryConfigure a Configure that
+// refuses an attribute (hello's empty greeting) is a config error, not a
+// passing failure: Start returns nil, and the plugin goes straight to
+// failed, without a restart, with the refusal as its last error, led by
+// where Spec.Locate places the attribute. An operator's restart, once the
+// config is right, starts it.
+func TestConfigureRefusalFails(t *testing.T) {
 	var fixed atomic.Bool
 	s := helloSpec(t)
 	s.Decode = func(*pluginv1.Schema) ([]byte, error) {
@@ -761,36 +808,36 @@ func TestConfigureRetried(t *testing.T) {
 		}
 		return []byte(`{"greeting":""}`), nil
 	}
+	var located atomic.Value
+	s.Locate = func(attribute string) string {
+		located.Store(attribute)
+		return "config.hcl:12:16"
+	}
 	pol := testPolicy()
-	pol.MaxRestarts = 2
-	opts, _, _ := options(t, pol)
-	opts.RetryConfigure = true
-	p, err := supervisor.Start(t.Context(), s, opts)
-	if err != nil {
-		t.Fatalf("Start() = %v, want nil: a Configure failure is retried", err)
+	f := startWith(t, s, pol, true)
+	p := f.p
+	st := waitState(t, p, supervisor.StateFailed)
+	if want := `config.hcl:12:16: plugin "hello" config: plugin rejected config: greeting: must not be empty`; st.LastError != want {
+		t.Errorf("LastError = %q, want %q", st.LastError, want)
 	}
-	t.Cleanup(func() { p.Stop(time.Now().Add(10 * time.Second)) })
-	var st supervisor.Status
-	waitFor(t, 30*time.Second, "more restarts after refusals than max_restarts, or failed", func() bool {
-		st = p.Status()
-		return st.Restarts > pol.MaxRestarts+1 || st.State == supervisor.StateFailed
-	})
-	if !strings.Contains(st.LastError, "must not be empty") {
-		t.Errorf("LastError = %q, want the plugin's refusal", st.LastError)
+	if got, _ := located.Load().(string); got != "greeting" {
+		t.Errorf("Locate(%q), want Locate(%q)", got, "greeting")
 	}
-	if st.State == supervisor.StateFailed || p.Ready() {
-		t.Errorf("Status = %+v, Ready = %t while Configure refuses; want it retried, not ready", st, p.Ready())
+	// Give a restart loop the time to show itself: several initial
+	// backoffs, and a health interval.
+	deadline := time.Now().Add(pol.HealthInterval + 20*pol.InitialBackoff)
+	for time.Now().Before(deadline) {
+		if got := p.Status(); got.State != supervisor.StateFailed || got.Restarts != 0 {
+			t.Fatalf("Status() = %s with %d restarts, want failed with none", got.State, got.Restarts)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if states := f.rec.since(0); slices.Contains(states, supervisor.StateBackoff) {
+		t.Errorf("states = %v, want no backoff", states)
 	}
 	fixed.Store(true)
+	p.Restart(time.Now().Add(time.Second))
 	waitReady(t, p)
-
-	s.Decode = func(*pluginv1.Schema) ([]byte, error) { return nil, errors.New("schema says no") }
-	if p, err := supervisor.Start(t.Context(), s, opts); !errors.Is(err, supervisor.ErrConfigRefused) {
-		if p != nil {
-			p.Stop(time.Now())
-		}
-		t.Fatalf("Start() with a config the schema refuses = %v, want ErrConfigRefused even under RetryConfigure", err)
-	}
 }
 
 func TestUnhealthyRestarted(t *testing.T) {

@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/hex"
 	"fmt"
-	"math"
 	"net/url"
 	"runtime"
 	"slices"
@@ -188,58 +187,32 @@ type tenantSettings struct {
 	burst, quantum, mq int
 }
 
-// checker collects the first refusal, naming by its path what the host
-// points its diagnostic at: upstream["wallet"].url, retry.cap.
-type checker struct{ err error }
-
-func (c *checker) fail(path, format string, args ...any) {
-	if c.err == nil {
-		c.err = &sdk.ConfigError{Attribute: path, Message: fmt.Sprintf(format, args...)}
-	}
-}
-
-// whole checks that v is a whole number from lo to hi.
-func (c *checker) whole(path string, v float64, lo, hi int) int {
-	if v != math.Trunc(v) || v < float64(lo) || v > float64(hi) {
-		c.fail(path, "must be a whole number from %d to %d, got %v", lo, hi, v)
-		return lo
-	}
-	return int(v)
-}
-
-// dur checks that d is from lo to hi.
-func (c *checker) dur(path string, d sdk.Duration, lo, hi time.Duration) time.Duration {
-	if d.Std() < lo || d.Std() > hi {
-		c.fail(path, "must be from %v to %v, got %v", lo, hi, d.Std())
-		return lo
-	}
-	return d.Std()
-}
-
 // check refuses what the schema cannot express. The host has refused two
 // upstream, route or tenant blocks with the same label.
 func (cfg config) check() (settings, error) {
 	var s settings
-	var c checker
-	s.workers = c.whole("workers", cfg.Workers, 0, maxWorkers)
+	// The first refusal, named by the path the host points its
+	// diagnostic at: upstream["wallet"].url, retry.cap.
+	var c sdk.ConfigChecker
+	s.workers = c.Whole("workers", cfg.Workers, 0, maxWorkers)
 	if s.workers == 0 {
 		s.workers = min(runtime.NumCPU()*4, 64)
 	}
-	s.workQueue = c.whole("work_queue", cfg.WorkQueue, 1, maxQueue)
-	s.schedQueue = c.whole("sched_queue", cfg.SchedQueue, 1, maxQueue)
+	s.workQueue = c.Whole("work_queue", cfg.WorkQueue, 1, maxQueue)
+	s.schedQueue = c.Whole("sched_queue", cfg.SchedQueue, 1, maxQueue)
 	s.shedding = cfg.Shedding
-	s.shedHold = c.dur("shed_hold", cfg.ShedHold, 0, time.Hour)
+	s.shedHold = c.Duration("shed_hold", cfg.ShedHold, 0, time.Hour)
 
 	upstreams := map[string]bool{}
 	for _, u := range cfg.Upstreams {
 		at := fmt.Sprintf("upstream[%q]", u.Name)
 		switch {
 		case u.Name == "":
-			c.fail(at, "an upstream's name must not be empty")
+			c.Refuse(at, "an upstream's name must not be empty")
 		case (u.Plugin == nil) == (u.URL == nil):
-			c.fail(at, "needs exactly one of plugin and url")
+			c.Refuse(at, "needs exactly one of plugin and url")
 		case u.Plugin != nil && *u.Plugin == "":
-			c.fail(at+".plugin", "must not be empty")
+			c.Refuse(at+".plugin", "must not be empty")
 		}
 		upstreams[u.Name] = true
 		us := upstreamSettings{name: u.Name}
@@ -249,7 +222,7 @@ func (cfg config) check() (settings, error) {
 		if u.URL != nil {
 			p, err := url.Parse(*u.URL)
 			if err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" || p.RawQuery != "" || p.Fragment != "" || p.User != nil {
-				c.fail(at+".url", "must be an http:// or https:// URL with a host and no query, fragment or credentials, got %q", *u.URL)
+				c.Refuse(at+".url", "must be an http:// or https:// URL with a host and no query, fragment or credentials, got %q", *u.URL)
 			}
 			us.url = p
 		}
@@ -260,11 +233,11 @@ func (cfg config) check() (settings, error) {
 		at := fmt.Sprintf("route[%q]", r.Prefix)
 		switch {
 		case !strings.HasPrefix(r.Prefix, "/"):
-			c.fail(at, "the prefix must start with /")
+			c.Refuse(at, "the prefix must start with /")
 		case !upstreams[r.Upstream]:
-			c.fail(at+".upstream", "upstream %q is not declared in an upstream block", r.Upstream)
+			c.Refuse(at+".upstream", "upstream %q is not declared in an upstream block", r.Upstream)
 		}
-		cost := c.whole(at+".cost", r.Cost, 1, maxCost)
+		cost := c.Whole(at+".cost", r.Cost, 1, maxCost)
 		s.routes = append(s.routes, routeSettings{prefix: r.Prefix, upstream: r.Upstream, strip: r.StripPrefix, cost: cost, exempt: r.Exempt})
 	}
 	// The longest prefix wins.
@@ -275,17 +248,17 @@ func (cfg config) check() (settings, error) {
 		at := fmt.Sprintf("tenant[%q]", t.Name)
 		switch {
 		case t.Name == "":
-			c.fail(at, "a tenant's name must not be empty")
+			c.Refuse(at, "a tenant's name must not be empty")
 		case t.Name == defaultTenantName:
-			c.fail(at, "%q is reserved for default_tenant", t.Name)
+			c.Refuse(at, "%q is reserved for default_tenant", t.Name)
 		}
-		ts := c.tenant(at, t)
+		ts := checkTenant(&c, at, t)
 		b, err := hex.DecodeString(t.APIKeySHA256)
 		switch {
 		case err != nil || len(b) != 32:
-			c.fail(at+".api_key_sha256", "must be 64 hex digits (the SHA-256 of the key), got %d characters", len(t.APIKeySHA256))
+			c.Refuse(at+".api_key_sha256", "must be 64 hex digits (the SHA-256 of the key), got %d characters", len(t.APIKeySHA256))
 		case sums[[32]byte(b)] != "":
-			c.fail(at+".api_key_sha256", "is also tenant %q's", sums[[32]byte(b)])
+			c.Refuse(at+".api_key_sha256", "is also tenant %q's", sums[[32]byte(b)])
 		default:
 			ts.keySum = [32]byte(b)
 			sums[ts.keySum] = t.Name
@@ -295,7 +268,7 @@ func (cfg config) check() (settings, error) {
 	if cfg.DefaultTenant != nil {
 		t := *cfg.DefaultTenant
 		t.Name = defaultTenantName
-		ts := c.tenant("default_tenant", t)
+		ts := checkTenant(&c, "default_tenant", t)
 		s.defaultTenant = &ts
 	}
 
@@ -305,45 +278,45 @@ func (cfg config) check() (settings, error) {
 	}
 	s.decode = inflate.Limits{
 		RatioMax:   d.RatioMax,
-		AbsCap:     int64(c.whole("decode.abs_cap_bytes", d.AbsCapBytes, 1, 1<<30)),
-		RatioAfter: int64(c.whole("decode.ratio_after_bytes", d.RatioAfterBytes, 0, 1<<30)),
+		AbsCap:     int64(c.Whole("decode.abs_cap_bytes", d.AbsCapBytes, 1, 1<<30)),
+		RatioAfter: int64(c.Whole("decode.ratio_after_bytes", d.RatioAfterBytes, 0, 1<<30)),
 	}
 	if !(d.RatioMax >= 1 && d.RatioMax <= 1e6) {
-		c.fail("decode.ratio_max", "must be from 1 to 1000000, got %v", d.RatioMax)
+		c.Refuse("decode.ratio_max", "must be from 1 to 1000000, got %v", d.RatioMax)
 	}
 
 	r := defaultRetry
 	if cfg.Retry != nil {
 		r = *cfg.Retry
 	}
-	s.maxTries = c.whole("retry.max_tries", r.MaxTries, 1, 10)
-	s.backoff = c.dur("retry.backoff", r.Backoff, time.Millisecond, time.Minute)
-	s.backoffCap = c.dur("retry.cap", r.Cap, s.backoff, time.Hour)
+	s.maxTries = c.Whole("retry.max_tries", r.MaxTries, 1, 10)
+	s.backoff = c.Duration("retry.backoff", r.Backoff, time.Millisecond, time.Minute)
+	s.backoffCap = c.Duration("retry.cap", r.Cap, s.backoff, time.Hour)
 
 	b := defaultBreaker
 	if cfg.Breaker != nil {
 		b = *cfg.Breaker
 	}
-	c.whole("breaker.failures", b.Failures, 1, 1<<20)
-	c.whole("breaker.probes", b.Probes, 1, 1024)
-	c.dur("breaker.window", b.Window, 100*time.Millisecond, time.Hour)
-	c.dur("breaker.cool_down", b.CoolDown, time.Millisecond, time.Hour)
+	c.Whole("breaker.failures", b.Failures, 1, 1<<20)
+	c.Whole("breaker.probes", b.Probes, 1, 1024)
+	c.Duration("breaker.window", b.Window, 100*time.Millisecond, time.Hour)
+	c.Duration("breaker.cool_down", b.CoolDown, time.Millisecond, time.Hour)
 	if !(b.FailureRate > 0 && b.FailureRate <= 1) {
-		c.fail("breaker.failure_rate", "must be above 0 and at most 1, got %v", b.FailureRate)
+		c.Refuse("breaker.failure_rate", "must be above 0 and at most 1, got %v", b.FailureRate)
 	}
 	s.breaker = b
-	return s, c.err
+	return s, c.Err()
 }
 
-// tenant checks the numbers of the tenant block at path.
-func (c *checker) tenant(path string, t tenantConfig) tenantSettings {
+// checkTenant checks the numbers of the tenant block at path.
+func checkTenant(c *sdk.ConfigChecker, path string, t tenantConfig) tenantSettings {
 	ts := tenantSettings{name: t.Name, rate: t.RatePerS}
 	if !(t.RatePerS > 0 && t.RatePerS <= 1e6) {
-		c.fail(path+".rate_per_s", "must be above 0 and at most 1000000, got %v", t.RatePerS)
+		c.Refuse(path+".rate_per_s", "must be above 0 and at most 1000000, got %v", t.RatePerS)
 	}
-	ts.burst = c.whole(path+".burst", t.Burst, 1, 1e6)
-	ts.quantum = c.whole(path+".quantum", t.Quantum, 1, maxCost)
-	ts.mq = c.whole(path+".max_queue", t.MaxQueue, 1, maxQueue)
+	ts.burst = c.Whole(path+".burst", t.Burst, 1, 1e6)
+	ts.quantum = c.Whole(path+".quantum", t.Quantum, 1, maxCost)
+	ts.mq = c.Whole(path+".max_queue", t.MaxQueue, 1, maxQueue)
 	return ts
 }
 

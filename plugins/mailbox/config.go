@@ -1,8 +1,6 @@
 package main
 
 import (
-	"fmt"
-	"math"
 	"runtime"
 	"time"
 
@@ -78,58 +76,39 @@ func schema() sdk.Schema {
 // check refuses what the schema cannot express, naming the attribute.
 func (c config) check() (settings, error) {
 	var s settings
-	var err error
-	whole := func(name string, v float64, lo, hi int) int {
-		if err != nil {
-			return 0
-		}
-		if v != math.Trunc(v) || v < float64(lo) || v > float64(hi) {
-			err = &sdk.ConfigError{Attribute: name, Message: fmt.Sprintf("must be a whole number from %d to %d, got %v", lo, hi, v)}
-			return 0
-		}
-		return int(v)
-	}
-	dur := func(name string, d sdk.Duration, lo, hi time.Duration) time.Duration {
-		if err != nil {
-			return 0
-		}
-		if d.Std() < lo || d.Std() > hi {
-			err = &sdk.ConfigError{Attribute: name, Message: fmt.Sprintf("must be from %v to %v, got %v", lo, hi, d.Std())}
-			return 0
-		}
-		return d.Std()
-	}
-	s.readyShards = whole("ready_shards", c.ReadyShards, 1, 1024)
-	s.shardCapacity = whole("shard_capacity", c.ShardCapacity, 1, 1<<20)
+	var ck sdk.ConfigChecker
+	s.readyShards = ck.Whole("ready_shards", c.ReadyShards, 1, 1024)
+	s.shardCapacity = ck.Whole("shard_capacity", c.ShardCapacity, 1, 1<<20)
 	// The host caps request bodies at 1 MiB: a payload, base64 in JSON,
 	// of more than 3/4 of that could never arrive.
-	s.maxMessageBytes = whole("max_message_bytes", c.MaxMessageBytes, 1, 768<<10)
-	s.visibilityMin = time.Duration(whole("visibility_ms_min", c.VisibilityMsMin, 1, 3_600_000)) * time.Millisecond
-	s.defaultVisibility = dur("default_visibility", c.DefaultVisibility, time.Millisecond, 12*time.Hour)
-	maxAttempts := whole("max_attempts", c.MaxAttempts, 1, 1000)
-	dedup := dur("dedup_window", c.DedupWindow, time.Second, 7*24*time.Hour)
-	retention := dur("retention", c.Retention, 0, 365*24*time.Hour)
-	s.globalInflight = whole("global_inflight", c.GlobalInflight, 1, 1<<24)
-	base := dur("backoff_base", c.BackoffBase, 0, time.Hour)
-	bmax := dur("backoff_max", c.BackoffMax, 0, 24*time.Hour)
-	s.queueCapacity = whole("queue_capacity", c.QueueCapacity, 1, 1<<20)
-	s.committers = whole("committers", c.Committers, 0, 1024)
-	s.maxBatch = whole("max_batch", c.MaxBatch, 1, 4096)
-	s.commitTimeout = dur("commit_timeout", c.CommitTimeout, time.Millisecond, time.Minute)
-	s.capCacheTTL = dur("cap_cache_ttl", c.CapCacheTTL, 0, time.Hour)
+	s.maxMessageBytes = ck.Whole("max_message_bytes", c.MaxMessageBytes, 1, 768<<10)
+	s.visibilityMin = time.Duration(ck.Whole("visibility_ms_min", c.VisibilityMsMin, 1, 3_600_000)) * time.Millisecond
+	s.defaultVisibility = ck.Duration("default_visibility", c.DefaultVisibility, time.Millisecond, 12*time.Hour)
+	maxAttempts := ck.Whole("max_attempts", c.MaxAttempts, 1, 1000)
+	dedup := ck.Duration("dedup_window", c.DedupWindow, time.Second, 7*24*time.Hour)
+	retention := ck.Duration("retention", c.Retention, 0, 365*24*time.Hour)
+	s.globalInflight = ck.Whole("global_inflight", c.GlobalInflight, 1, 1<<24)
+	base := ck.Duration("backoff_base", c.BackoffBase, 0, time.Hour)
+	bmax := ck.Duration("backoff_max", c.BackoffMax, 0, 24*time.Hour)
+	s.queueCapacity = ck.Whole("queue_capacity", c.QueueCapacity, 1, 1<<20)
+	s.committers = ck.Whole("committers", c.Committers, 0, 1024)
+	s.maxBatch = ck.Whole("max_batch", c.MaxBatch, 1, 4096)
+	s.commitTimeout = ck.Duration("commit_timeout", c.CommitTimeout, time.Millisecond, time.Minute)
+	s.capCacheTTL = ck.Duration("cap_cache_ttl", c.CapCacheTTL, 0, time.Hour)
 	if c.Auth != nil {
 		s.auth = *c.Auth
 	}
+	// The checker keeps the first refusal: these count only when every
+	// value above passed.
 	switch {
-	case err != nil:
 	case s.defaultVisibility < s.visibilityMin:
-		err = &sdk.ConfigError{Attribute: "default_visibility", Message: fmt.Sprintf("must be at least visibility_ms_min (%v), got %v", s.visibilityMin, s.defaultVisibility)}
+		ck.Refuse("default_visibility", "must be at least visibility_ms_min (%v), got %v", s.visibilityMin, s.defaultVisibility)
 	case s.auth.Enabled && s.auth.RootKeyFile == "":
-		err = &sdk.ConfigError{Attribute: "auth", Message: "root_key_file is required when enabled"}
+		ck.Refuse("auth", "root_key_file is required when enabled")
 	case bmax < base:
-		err = &sdk.ConfigError{Attribute: "backoff_max", Message: fmt.Sprintf("must be at least backoff_base (%v), got %v", base, bmax)}
+		ck.Refuse("backoff_max", "must be at least backoff_base (%v), got %v", base, bmax)
 	}
-	if err != nil {
+	if err := ck.Err(); err != nil {
 		return s, err
 	}
 	if s.committers == 0 {

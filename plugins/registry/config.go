@@ -95,27 +95,7 @@ func schema() sdk.Schema {
 // approver blocks with the same id.
 func (c config) check() (settings, error) {
 	var s settings
-	var err error
-	whole := func(name string, v float64, lo, hi int) int {
-		if err != nil {
-			return 0
-		}
-		if v != math.Trunc(v) || v < float64(lo) || v > float64(hi) {
-			err = &sdk.ConfigError{Attribute: name, Message: fmt.Sprintf("must be a whole number from %d to %d, got %v", lo, hi, v)}
-			return 0
-		}
-		return int(v)
-	}
-	dur := func(name string, d sdk.Duration, lo, hi time.Duration) time.Duration {
-		if err != nil {
-			return 0
-		}
-		if d.Std() < lo || d.Std() > hi {
-			err = &sdk.ConfigError{Attribute: name, Message: fmt.Sprintf("must be from %v to %v, got %v", lo, hi, d.Std())}
-			return 0
-		}
-		return d.Std()
-	}
+	var ck sdk.ConfigChecker
 	s.approvers = make(map[string]ed25519.PublicKey, len(c.Approvers))
 	for _, a := range c.Approvers {
 		at := fmt.Sprintf("approver[%q]", a.ID)
@@ -128,33 +108,34 @@ func (c config) check() (settings, error) {
 		}
 		s.approvers[a.ID] = ed25519.PublicKey(pub)
 	}
-	s.quorum = whole("quorum", c.Quorum, 1, 64)
+	s.quorum = ck.Whole("quorum", c.Quorum, 1, 64)
 	s.origin = c.Origin
 	s.signingKeyFile = c.SigningKeyFile
-	s.checkpointInterval = dur("checkpoint_interval", c.CheckpointInterval, 10*time.Millisecond, 24*time.Hour)
-	s.proposalTTL = dur("proposal_ttl", c.ProposalTTL, time.Second, 365*24*time.Hour)
-	s.proposalsQueue = whole("proposals_queue", c.ProposalsQueue, 1, 1<<20)
-	s.approvalsQueue = whole("approvals_queue", c.ApprovalsQueue, 1, 1<<20)
-	s.streamBuffer = whole("stream_buffer", c.StreamBuffer, 1, 1<<20)
+	s.checkpointInterval = ck.Duration("checkpoint_interval", c.CheckpointInterval, 10*time.Millisecond, 24*time.Hour)
+	s.proposalTTL = ck.Duration("proposal_ttl", c.ProposalTTL, time.Second, 365*24*time.Hour)
+	s.proposalsQueue = ck.Whole("proposals_queue", c.ProposalsQueue, 1, 1<<20)
+	s.approvalsQueue = ck.Whole("approvals_queue", c.ApprovalsQueue, 1, 1<<20)
+	s.streamBuffer = ck.Whole("stream_buffer", c.StreamBuffer, 1, 1<<20)
 	s.streamConsumers = c.StreamConsumers
-	if cerr := bus.CheckConsumers(c.StreamConsumers); err == nil && cerr != nil {
-		err = &sdk.ConfigError{Attribute: "stream_consumers", Message: cerr.Error()}
+	if cerr := bus.CheckConsumers(c.StreamConsumers); cerr != nil {
+		ck.Refuse("stream_consumers", "%v", cerr)
 	}
-	s.maxBatch = whole("max_batch", c.MaxBatch, 1, 4096)
-	s.commitTimeout = dur("commit_timeout", c.CommitTimeout, time.Millisecond, time.Minute)
-	s.commitDeadline = dur("commit_deadline", c.CommitDeadline, time.Millisecond, time.Minute)
+	s.maxBatch = ck.Whole("max_batch", c.MaxBatch, 1, 4096)
+	s.commitTimeout = ck.Duration("commit_timeout", c.CommitTimeout, time.Millisecond, time.Minute)
+	s.commitDeadline = ck.Duration("commit_deadline", c.CommitDeadline, time.Millisecond, time.Minute)
 	if c.Retention != nil {
 		s.retention = c.Retention.Enabled
-		s.keepAfter = uint64(whole("retention.keep_after_checkpoint", c.Retention.KeepAfterCheckpoint, 0, math.MaxInt32))
+		s.keepAfter = uint64(ck.Whole("retention.keep_after_checkpoint", c.Retention.KeepAfterCheckpoint, 0, math.MaxInt32))
 	}
+	// The checker keeps the first refusal: these count only when every
+	// value above passed.
 	switch {
-	case err != nil:
 	case len(s.approvers) > 0 && s.quorum > len(s.approvers):
-		err = &sdk.ConfigError{Attribute: "quorum", Message: fmt.Sprintf("must be at most the %d approvers declared, got %d", len(s.approvers), s.quorum)}
+		ck.Refuse("quorum", "must be at most the %d approvers declared, got %d", len(s.approvers), s.quorum)
 	case !validKeyName(s.origin):
-		err = &sdk.ConfigError{Attribute: "origin", Message: "must be non-empty, without spaces or '+'"}
+		ck.Refuse("origin", "must be non-empty, without spaces or '+'")
 	}
-	return s, err
+	return s, ck.Err()
 }
 
 // validKeyName reports whether name can name a note key (and so the

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"fmt"
-	"math"
 	"runtime"
 	"time"
 
@@ -79,62 +77,42 @@ func schema() sdk.Schema {
 // check refuses what the schema cannot express, naming the attribute.
 func (c config) check(dataDir string) (settings, error) {
 	var s settings
-	var err error
-	whole := func(name string, v float64, lo, hi int) int {
-		if err != nil {
-			return 0
-		}
-		if v != math.Trunc(v) || v < float64(lo) || v > float64(hi) {
-			err = &sdk.ConfigError{Attribute: name, Message: fmt.Sprintf("must be a whole number from %d to %d, got %v", lo, hi, v)}
-			return 0
-		}
-		return int(v)
-	}
-	dur := func(name string, d sdk.Duration, lo, hi time.Duration) time.Duration {
-		if err != nil {
-			return 0
-		}
-		if d.Std() < lo || d.Std() > hi {
-			err = &sdk.ConfigError{Attribute: name, Message: fmt.Sprintf("must be from %v to %v, got %v", lo, hi, d.Std())}
-			return 0
-		}
-		return d.Std()
-	}
-	s.computeWorkers = whole("compute_workers", c.ComputeWorkers, 0, 1024)
-	s.workQueue = whole("work_queue", c.WorkQueue, 1, 1<<20)
-	s.maxContributions = whole("max_contributions", c.MaxContributions, 1, 10_000_000)
-	s.epochDuration = dur("epoch_duration", c.EpochDuration, time.Second, 30*24*time.Hour)
-	s.ioInflight = whole("io_inflight", c.IOInflight, 1, 1024)
-	s.rescan = dur("rescan", c.Rescan, 10*time.Millisecond, time.Hour)
+	var ck sdk.ConfigChecker
+	s.computeWorkers = ck.Whole("compute_workers", c.ComputeWorkers, 0, 1024)
+	s.workQueue = ck.Whole("work_queue", c.WorkQueue, 1, 1<<20)
+	s.maxContributions = ck.Whole("max_contributions", c.MaxContributions, 1, 10_000_000)
+	s.epochDuration = ck.Duration("epoch_duration", c.EpochDuration, time.Second, 30*24*time.Hour)
+	s.ioInflight = ck.Whole("io_inflight", c.IOInflight, 1, 1024)
+	s.rescan = ck.Duration("rescan", c.Rescan, 10*time.Millisecond, time.Hour)
 	if c.Retention.Std() != 0 {
-		s.retention = dur("retention", c.Retention, time.Hour, 100*365*24*time.Hour)
+		s.retention = ck.Duration("retention", c.Retention, time.Hour, 100*365*24*time.Hour)
 	}
-	s.eventsBuffer = whole("events_buffer", c.EventsBuffer, 1, 1<<20)
+	s.eventsBuffer = ck.Whole("events_buffer", c.EventsBuffer, 1, 1<<20)
 	s.eventConsumers = c.EventConsumers
-	if cerr := bus.CheckConsumers(c.EventConsumers); err == nil && cerr != nil {
-		err = &sdk.ConfigError{Attribute: "event_consumers", Message: cerr.Error()}
+	if cerr := bus.CheckConsumers(c.EventConsumers); cerr != nil {
+		ck.Refuse("event_consumers", "%v", cerr)
 	}
-	s.queueCapacity = whole("queue_capacity", c.QueueCapacity, 1, 1<<20)
-	s.maxBatch = whole("max_batch", c.MaxBatch, 1, 4096)
-	s.commitTimeout = dur("commit_timeout", c.CommitTimeout, time.Millisecond, time.Minute)
+	s.queueCapacity = ck.Whole("queue_capacity", c.QueueCapacity, 1, 1<<20)
+	s.maxBatch = ck.Whole("max_batch", c.MaxBatch, 1, 4096)
+	s.commitTimeout = ck.Duration("commit_timeout", c.CommitTimeout, time.Millisecond, time.Minute)
 	st := settleConfig{Retries: 3, Backoff: sdk.Duration(100 * time.Millisecond), Timeout: sdk.Duration(2 * time.Second)}
 	if c.Settle != nil {
 		st = *c.Settle
 	}
-	s.retries = whole("settle.retries", st.Retries, 1, 100)
-	s.backoff = dur("settle.backoff", st.Backoff, 0, time.Minute)
-	s.timeout = dur("settle.timeout", st.Timeout, time.Millisecond, time.Minute)
+	s.retries = ck.Whole("settle.retries", st.Retries, 1, 100)
+	s.backoff = ck.Duration("settle.backoff", st.Backoff, 0, time.Minute)
+	s.timeout = ck.Duration("settle.timeout", st.Timeout, time.Millisecond, time.Minute)
 	s.wallet = c.WalletPlugin
-	if err == nil && s.wallet == "" {
-		err = &sdk.ConfigError{Attribute: "wallet_plugin", Message: "must name the wallet instance"}
+	if s.wallet == "" {
+		ck.Refuse("wallet_plugin", "must name the wallet instance")
 	}
 	// A settlement round ends by half an epoch, and the wallet forgets an
 	// idempotency key after 24 h: retries must stop well inside that, or
 	// a forgotten key could pay twice.
-	if err == nil && s.epochDuration/2 > 12*time.Hour {
-		err = &sdk.ConfigError{Attribute: "epoch_duration", Message: "must be at most 24h, so that settlement retries stop well inside the wallet's 24 h idempotency window"}
+	if s.epochDuration/2 > 12*time.Hour {
+		ck.Refuse("epoch_duration", "must be at most 24h, so that settlement retries stop well inside the wallet's 24 h idempotency window")
 	}
-	if err != nil {
+	if err := ck.Err(); err != nil {
 		return s, err
 	}
 	if s.computeWorkers == 0 {

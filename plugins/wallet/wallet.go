@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -102,47 +101,27 @@ func schema() sdk.Schema {
 // check refuses what the schema cannot express, naming the attribute.
 func (c config) check() (settings, error) {
 	var s settings
-	var err error
-	whole := func(name string, v float64, lo, hi int) int {
-		if err != nil {
-			return 0
-		}
-		if v != math.Trunc(v) || v < float64(lo) || v > float64(hi) {
-			err = &sdk.ConfigError{Attribute: name, Message: fmt.Sprintf("must be a whole number from %d to %d, got %v", lo, hi, v)}
-			return 0
-		}
-		return int(v)
-	}
-	dur := func(name string, d sdk.Duration, lo, hi time.Duration) time.Duration {
-		if err != nil {
-			return 0
-		}
-		if d.Std() < lo || d.Std() > hi {
-			err = &sdk.ConfigError{Attribute: name, Message: fmt.Sprintf("must be from %v to %v, got %v", lo, hi, d.Std())}
-			return 0
-		}
-		return d.Std()
-	}
-	s.queueCapacity = whole("queue_capacity", c.QueueCapacity, 1, 1<<20)
-	s.committers = whole("committers", c.Committers, 0, 1024)
-	s.maxBatch = whole("max_batch", c.MaxBatch, 1, 4096)
-	s.eventsBuffer = whole("events_buffer", c.EventsBuffer, 1, 1<<20)
-	s.commitTimeout = dur("commit_timeout", c.CommitTimeout, time.Millisecond, time.Minute)
-	s.idempotencyTTL = dur("idempotency_ttl", c.IdempotencyTTL, time.Second, 365*24*time.Hour)
-	s.stalenessWindow = dur("staleness_window", c.StalenessWindow, 0, time.Minute)
+	var ck sdk.ConfigChecker
+	s.queueCapacity = ck.Whole("queue_capacity", c.QueueCapacity, 1, 1<<20)
+	s.committers = ck.Whole("committers", c.Committers, 0, 1024)
+	s.maxBatch = ck.Whole("max_batch", c.MaxBatch, 1, 4096)
+	s.eventsBuffer = ck.Whole("events_buffer", c.EventsBuffer, 1, 1<<20)
+	s.commitTimeout = ck.Duration("commit_timeout", c.CommitTimeout, time.Millisecond, time.Minute)
+	s.idempotencyTTL = ck.Duration("idempotency_ttl", c.IdempotencyTTL, time.Second, 365*24*time.Hour)
+	s.stalenessWindow = ck.Duration("staleness_window", c.StalenessWindow, 0, time.Minute)
 	b := defaultBreaker
 	if c.Breaker != nil {
 		b = *c.Breaker
 	}
 	// The host names attributes of nested blocks by their block.
-	failures := whole("breaker", b.Failures, 1, 1<<20)
-	coolDown := dur("breaker", b.CoolDown, time.Millisecond, time.Hour)
-	probes := whole("breaker", b.Probes, 1, 1024)
-	window := dur("breaker", b.Window, 100*time.Millisecond, time.Hour)
-	if err == nil && !(b.FailureRate > 0 && b.FailureRate <= 1) {
-		err = &sdk.ConfigError{Attribute: "breaker", Message: fmt.Sprintf("failure_rate must be above 0 and at most 1, got %v", b.FailureRate)}
+	failures := ck.Whole("breaker", b.Failures, 1, 1<<20)
+	coolDown := ck.Duration("breaker", b.CoolDown, time.Millisecond, time.Hour)
+	probes := ck.Whole("breaker", b.Probes, 1, 1024)
+	window := ck.Duration("breaker", b.Window, 100*time.Millisecond, time.Hour)
+	if !(b.FailureRate > 0 && b.FailureRate <= 1) {
+		ck.Refuse("breaker", "failure_rate must be above 0 and at most 1, got %v", b.FailureRate)
 	}
-	if err != nil {
+	if err := ck.Err(); err != nil {
 		return s, err
 	}
 	if s.committers == 0 {
