@@ -525,8 +525,8 @@ func (mb *mailbox) recv(w http.ResponseWriter, r *http.Request, run *running, bo
 			break
 		}
 		deadline := int64(0) // the deadline the timer is set to, if it is one
-		if res.next > 0 && time.Until(time.UnixMilli(res.next)) < left {
-			deadline, left = res.next, time.Until(time.UnixMilli(res.next))
+		if next := time.UnixMilli(res.next).Sub(run.now()); res.next > 0 && next < left {
+			deadline, left = res.next, next
 		}
 		if !run.wait(ctx, woken, left, deadline, "recv") {
 			break // answer what there is: nothing
@@ -644,7 +644,7 @@ func (mb *mailbox) stream(w http.ResponseWriter, r *http.Request, run *running, 
 			}
 			wait = time.Minute
 			if res.next > 0 {
-				deadline, wait = res.next, time.Until(time.UnixMilli(res.next))
+				deadline, wait = res.next, time.UnixMilli(res.next).Sub(run.now())
 			}
 		}
 		if !run.wait(ctx, woken, wait, deadline, "recv_stream") {
@@ -665,7 +665,7 @@ func (run *running) wait(ctx context.Context, woken <-chan struct{}, d time.Dura
 	case <-woken:
 	case <-t.C:
 		if deadline > 0 {
-			run.m.wokeLate(deadline)
+			run.m.wokeLate(deadline, run.now())
 		}
 	case <-ctx.Done():
 	case <-run.stop:

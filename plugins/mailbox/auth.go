@@ -274,7 +274,7 @@ func (run *running) allow(r *http.Request, topic, op string) error {
 	if run.auth == nil {
 		return nil
 	}
-	return run.auth.authorize(r, topic, op, run.now())
+	return run.auth.authorize(r, topic, op, run.clock.Now())
 }
 
 // allowMessage is allow for an operation on message id, whose topic is
@@ -293,5 +293,5 @@ func (run *running) allowMessage(r *http.Request, id uint64, op string) error {
 	}); err != nil {
 		return err
 	}
-	return run.auth.authorize(r, topic, op, run.now())
+	return run.auth.authorize(r, topic, op, run.clock.Now())
 }

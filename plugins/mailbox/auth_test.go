@@ -25,14 +25,14 @@ func rootKeyFile(t *testing.T) (string, []byte) {
 
 func TestCapabilities(t *testing.T) {
 	path, key := rootKeyFile(t)
-	clock := &fakeClock{t: time.Now()}
-	h := serve(t, newDefinition(&mailbox{now: clock.now}), plugintest.Options{Config: `
+	clock := newFakeClock()
+	h := serve(t, newDefinition(&mailbox{clock: clock}), plugintest.Options{Config: `
 auth {
   enabled = true
   root_key_file = "` + path + `"
 }`})
 	tok := func(topic string, ops []string, ttl time.Duration) string {
-		s, err := mint(key, topic, ops, clock.now().Add(ttl))
+		s, err := mint(key, topic, ops, clock.Now().Add(ttl))
 		if err != nil {
 			t.Fatal(err)
 		}
