@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -541,6 +542,50 @@ func TestInflightCap(t *testing.T) {
 	clock.add(time.Second) // the other delivery expires: below the cap
 	if code, body := call(t, h, "POST", "/v1/recv", `{"topic":"t"}`); code != 200 || !strings.Contains(body, `"attempts":2`) {
 		t.Errorf("recv after an expiry = %d %s, want the expired message", code, body)
+	}
+}
+
+// TestInflightCapConcurrent: receives running at once, each asking for
+// up to 10 messages, never take more than global_inflight between them,
+// and together take all of it. The in-flight count is read from the
+// receives' answers and from the topic's counts.
+func TestInflightCapConcurrent(t *testing.T) {
+	const limit, receivers = 7, 32
+	clock := newFakeClock()
+	h := serve(t, newDefinition(&mailbox{clock: clock}), plugintest.Options{Config: fmt.Sprintf(`global_inflight = %d`, limit)})
+	entries := strings.TrimSuffix(strings.Repeat(`{"topic":"t","payload":"YQ=="},`, 10), ",")
+	for range receivers / 2 {
+		if code, body := call(t, h, "POST", "/v1/send/batch", `{"entries":[`+entries+`]}`); code != 200 {
+			t.Fatalf("send batch = %d %s", code, body)
+		}
+	}
+	for round := range 3 { // each round's deliveries expire before the next
+		var got atomic.Int64
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for range receivers {
+			wg.Go(func() {
+				<-start
+				code, body := call(t, h, "POST", "/v1/recv", `{"topic":"t","max_messages":10,"visibility_ms":250}`)
+				var a recvAnswer
+				if code == 200 && json.Unmarshal([]byte(body), &a) == nil {
+					got.Add(int64(len(a.Messages)))
+				} else if code != 429 || errorCode(body) != "inflight_cap" {
+					t.Errorf("recv = %d %s, want 200 or 429 inflight_cap", code, body)
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+		if n := got.Load(); n != limit {
+			t.Errorf("round %d: %d concurrent receives took %d messages, want exactly global_inflight = %d", round, receivers, n, limit)
+		}
+		var st stats
+		_, body := call(t, h, "GET", "/v1/topics/t", "")
+		if json.Unmarshal([]byte(body), &st) != nil || st.Inflight > limit {
+			t.Errorf("round %d: topic counts %s, want at most %d in flight", round, body, limit)
+		}
+		clock.add(250 * time.Millisecond)
 	}
 }
 

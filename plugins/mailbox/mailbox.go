@@ -165,6 +165,9 @@ func (mb *mailbox) configure(_ context.Context, rt *sdk.Runtime) error {
 				if o.key != "" {
 					run.claims.Release(idemKey(o.topic, o.key))
 				}
+				if o.kind == opRecv {
+					run.flight.release(o.max) // its reserved slots
+				}
 			}
 		},
 		Kind:          func(o op) string { return o.kind.String() },
@@ -408,12 +411,15 @@ func (w *wakers) wake(topic string) {
 }
 
 // inflight are the deliveries holding their message, by message id, with
-// their deadlines (unix ms): the global_inflight cap's count. Expired
-// ones are pruned when the count reaches the cap. The mutex guards only
-// the map.
+// their deadlines (unix ms), and the slots of receives in progress: the
+// global_inflight cap's count. Expired ones are pruned when the count
+// reaches the cap. The mutex guards only the map and the slots.
 type inflight struct {
 	mu sync.Mutex
 	m  map[uint64]int64
+	// reserved are the slots receives in progress hold (reserve): the
+	// most their deliveries can add to m.
+	reserved int
 }
 
 func (f *inflight) apply(hs []hold) {
@@ -434,20 +440,39 @@ func (f *inflight) apply(hs []hold) {
 	}
 }
 
-// full reports whether at least limit deliveries hold their message at now.
-func (f *inflight) full(now time.Time, limit int) bool {
+// reserve takes up to n of limit's slots for a receive at now and
+// returns how many it took, 0 when the deliveries holding their message
+// and the slots other receives hold already make limit. Expired
+// deliveries are pruned when they stand in the way. Taking slots under
+// the same lock that counts the deliveries makes the cap exact: receives
+// running at once can together take no more than limit. The receive
+// takes at most that many messages, and its slots are given back with
+// release once its result is announced (its deliveries are then counted
+// in the map), or once its group is known not to have committed.
+func (f *inflight) reserve(now time.Time, limit, n int) int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if len(f.m) < limit {
-		return false
-	}
-	nowMs := now.UnixMilli()
-	for id, until := range f.m {
-		if until <= nowMs {
-			delete(f.m, id)
+	if len(f.m)+f.reserved+n > limit {
+		nowMs := now.UnixMilli()
+		for id, until := range f.m {
+			if until <= nowMs {
+				delete(f.m, id)
+			}
 		}
 	}
-	return len(f.m) >= limit
+	k := min(n, limit-len(f.m)-f.reserved)
+	if k <= 0 {
+		return 0
+	}
+	f.reserved += k
+	return k
+}
+
+// release gives back n slots reserve took.
+func (f *inflight) release(n int) {
+	f.mu.Lock()
+	f.reserved -= n
+	f.mu.Unlock()
 }
 
 // outstanding returns the ids of held that still hold their message at
