@@ -229,7 +229,9 @@ func mint(rootKey []byte, topic string, ops []string, expires time.Time) (string
 var knownOps = []string{"send", "recv", "ack", "redrive"}
 
 // runMint is "mailbox mint -root-key-file F [-topic T] -ops send,recv
-// [-ttl D]": it prints a token.
+// [-ttl D | -expires RFC3339]": it prints a token. -expires is an
+// absolute time, which may be past: such a token is refused at once, as
+// an operator checking that expiry is enforced wants.
 func runMint(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("mailbox mint", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -237,6 +239,7 @@ func runMint(args []string, stdout, stderr io.Writer) int {
 	topic := fs.String("topic", "", "the topic the token is for (and its .dlq); empty for every topic")
 	ops := fs.String("ops", "", "operations allowed, comma-separated: "+strings.Join(knownOps, ", "))
 	ttl := fs.Duration("ttl", time.Hour, "how long the token works; 0 for ever")
+	expires := fs.String("expires", "", "when the token stops working, an RFC3339 time (past ones allowed); instead of -ttl")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -257,7 +260,13 @@ func runMint(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	var exp time.Time
-	if *ttl > 0 {
+	switch {
+	case *expires != "":
+		if exp, err = time.Parse(time.RFC3339, *expires); err != nil {
+			fmt.Fprintf(stderr, "mailbox mint: -expires %q: want an RFC3339 time\n", *expires)
+			return 2
+		}
+	case *ttl > 0:
 		exp = time.Now().Add(*ttl)
 	}
 	tok, err := mint(key, *topic, list, exp)
