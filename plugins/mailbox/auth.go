@@ -254,20 +254,21 @@ func runMint(args []string, stdout, stderr io.Writer) int {
 		fs.Usage()
 		return 2
 	}
-	key, err := readRootKey(*keyFile)
-	if err != nil {
-		fmt.Fprintln(stderr, "mailbox mint:", err)
-		return 1
-	}
 	var exp time.Time
 	switch {
 	case *expires != "":
+		var err error
 		if exp, err = time.Parse(time.RFC3339, *expires); err != nil {
 			fmt.Fprintf(stderr, "mailbox mint: -expires %q: want an RFC3339 time\n", *expires)
 			return 2
 		}
 	case *ttl > 0:
 		exp = time.Now().Add(*ttl)
+	}
+	key, err := readRootKey(*keyFile)
+	if err != nil {
+		fmt.Fprintln(stderr, "mailbox mint:", err)
+		return 1
 	}
 	tok, err := mint(key, *topic, list, exp)
 	if err != nil {
