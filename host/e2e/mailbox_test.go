@@ -2,10 +2,14 @@ package e2e
 
 import (
 	"bytes"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -14,6 +18,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/plughost/plughost/sdk/store"
 )
 
 // mbClient is a client of the mailbox through whichever host is running:
@@ -24,10 +30,21 @@ type mbClient struct {
 }
 
 func (c *mbClient) post(path string, body any, hdr ...string) (int, []byte, error) {
-	b, _ := json.Marshal(body)
-	req, err := http.NewRequest("POST", *c.base.Load()+"/mailbox"+path, bytes.NewReader(b))
+	code, _, out, err := c.request("POST", path, body, hdr...)
+	return code, out, err
+}
+
+// request sends body (JSON; none when nil) to the mailbox's path with the
+// header pairs hdr, and returns the answer's status, header and body.
+func (c *mbClient) request(method, path string, body any, hdr ...string) (int, http.Header, []byte, error) {
+	var rd io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequest(method, *c.base.Load()+"/mailbox"+path, rd)
 	if err != nil {
-		return 0, nil, err
+		return 0, nil, nil, err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	for i := 0; i+1 < len(hdr); i += 2 {
@@ -35,11 +52,22 @@ func (c *mbClient) post(path string, body any, hdr ...string) (int, []byte, erro
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return 0, nil, err
+		return 0, nil, nil, err
 	}
 	defer resp.Body.Close()
 	out, err := io.ReadAll(resp.Body)
-	return resp.StatusCode, out, err
+	return resp.StatusCode, resp.Header, out, err
+}
+
+// startMailbox starts a host on cfg, waits until its mailbox is ready,
+// and returns a client of it.
+func startMailbox(t *testing.T, cfg string) (*hostProc, *mbClient) {
+	t.Helper()
+	h := startHost(t, cfg)
+	readyPlugin(t, h, "mailbox")
+	c := &mbClient{http: &http.Client{Timeout: 10 * time.Second}}
+	c.base.Store(&h.ingress)
+	return h, c
 }
 
 // mbDelivery is one delivery a consumer saw: the receive's request
@@ -77,10 +105,7 @@ func TestMailboxAtLeastOnceUnderKill9(t *testing.T) {
 	data := filepath.Join(t.TempDir(), "data")
 	cfg := strings.Replace(baseConfig("2s"), `"./data"`, strconv.Quote(data), 1) +
 		pluginBlock("mailbox", "mailbox", "  config {\n    max_attempts = 1000\n  }")
-	h := startHost(t, cfg)
-	readyPlugin(t, h, "mailbox")
-	c := &mbClient{http: &http.Client{Timeout: 10 * time.Second}}
-	c.base.Store(&h.ingress)
+	h, c := startMailbox(t, cfg)
 	hist := &mbHistory{sent: map[string]string{}, deliveries: map[string][]mbDelivery{}, acks: map[string][]mbAck{}}
 
 	var stopSend, stopRecv atomic.Bool
@@ -259,4 +284,239 @@ func mbGet(url string) (int, string, error) {
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b), err
+}
+
+// The mailbox's guards through the real host and plugin binaries: a
+// damaged payload, a full shard and capability tokens. Each holds in
+// process too (plugins/mailbox); here the operator's path is checked:
+// the store file on disk, the host's /metrics and 429s, the plugin
+// binary's mint subcommand.
+
+// mbMessages is a receive's answer.
+type mbMessages struct {
+	Messages []struct {
+		MsgID   string `json:"msg_id"`
+		Payload []byte `json:"payload"`
+	} `json:"messages"`
+}
+
+// mbStats is a topic's counts.
+type mbStats struct {
+	Ready, Inflight, Delayed, DLQ, Damaged int
+}
+
+// mbTopic reads topic's counts through c.
+func mbTopic(t *testing.T, c *mbClient, topic string, hdr ...string) mbStats {
+	t.Helper()
+	code, _, body, err := c.request("GET", "/v1/topics/"+topic, nil, hdr...)
+	var st mbStats
+	if err != nil || code != http.StatusOK || json.Unmarshal(body, &st) != nil {
+		t.Fatalf("GET /v1/topics/%s = %d %s %v", topic, code, body, err)
+	}
+	return st
+}
+
+// mbErrorBody is the platform's error body.
+type mbErrorBody struct {
+	Error struct{ Code, Message string }
+}
+
+// flipStoredPayload flips the last byte of message msgID's payload in
+// the store at path, which no process holds, through sdk/store: under the
+// store's own checksums, as a value damaged before it was written would
+// be, so that only the mailbox's BLAKE3 hash can catch it, as in
+// plugins/mailbox/integrity_test.go. The buckets are the mailbox's, in
+// its order (storeOpts, plugins/mailbox/queue.go); a message's envelope
+// is keyed by its id and ends with its payload.
+func flipStoredPayload(t *testing.T, path, msgID string) {
+	t.Helper()
+	key, err := hex.DecodeString(msgID)
+	if err != nil {
+		t.Fatalf("msg_id %q: %v", msgID, err)
+	}
+	db, err := store.Open(path, store.Options{Buckets: []store.Bucket{
+		{Name: "envelopes", Sequential: true}, {Name: "meta", Sequential: true},
+		{Name: "visible"}, {Name: "idem"}, {Name: "idem_exp", Sequential: true}}})
+	if err != nil {
+		t.Fatalf("open the mailbox's store: %v", err)
+	}
+	defer db.Close()
+	if err := db.Update(func(tx *store.Tx) error {
+		b := bytes.Clone(tx.Get(0, key))
+		if len(b) == 0 {
+			return fmt.Errorf("message %s has no envelope", msgID)
+		}
+		b[len(b)-1] ^= 0x01
+		return tx.Put(0, key, b)
+	}); err != nil {
+		t.Fatalf("flip message %s's payload: %v", msgID, err)
+	}
+}
+
+// TestMailboxDamagedPayload: a byte of a stored payload flipped on disk
+// while the host is stopped is never delivered through the restarted
+// host: each receive that meets it counts integrity_fail_total{reason=
+// "hash"} on /metrics, and the max_attempts'th parks it in TOPIC.dlq as
+// damaged (reason integrity: no receive reaches it), while the good
+// message sent beside it is delivered intact.
+func TestMailboxDamagedPayload(t *testing.T) {
+	data := t.TempDir()
+	cfg := withDataDir(t, baseConfig("5s"), data) + pluginBlock("mailbox", "mailbox",
+		"  config {\n    max_attempts = 2\n    backoff_base = \"0s\"\n    backoff_max = \"0s\"\n  }")
+	h, c := startMailbox(t, cfg)
+	ids := map[string]string{} // payload → msg_id
+	for _, p := range []string{"good", "bad"} {
+		code, body, err := c.post("/v1/send", map[string]any{"topic": "integ", "payload": []byte(p)})
+		var a struct {
+			MsgID string `json:"msg_id"`
+		}
+		if err != nil || code != http.StatusOK || json.Unmarshal(body, &a) != nil {
+			t.Fatalf("send %s = %d %s %v", p, code, body, err)
+		}
+		ids[p] = a.MsgID
+	}
+	h.signal(syscall.SIGTERM)
+	if _, ok := h.waitExit(15 * time.Second); !ok {
+		t.Fatal("host still running 15s after SIGTERM")
+	}
+	flipStoredPayload(t, filepath.Join(data, "mailbox", "mailbox.db"), ids["bad"])
+
+	h, c = startMailbox(t, cfg)
+	const fails = `integrity_fail_total{plugin="mailbox",reason="hash"}`
+	good := 0
+	waitFor(t, 15*time.Second, "the damaged message parked in integ.dlq", func() bool {
+		code, body, err := c.post("/v1/recv", map[string]any{"topic": "integ", "max_messages": 10, "visibility_ms": 60000})
+		var got mbMessages
+		if err != nil || code != http.StatusOK || json.Unmarshal(body, &got) != nil {
+			t.Fatalf("recv = %d %s %v", code, body, err)
+		}
+		for _, m := range got.Messages {
+			if m.MsgID != ids["good"] || string(m.Payload) != "good" {
+				t.Fatalf("recv delivered %s with payload %q; the damaged message is %s: want only %s with \"good\"", m.MsgID, m.Payload, ids["bad"], ids["good"])
+			}
+			good++
+		}
+		return mbTopic(t, c, "integ.dlq").Damaged == 1
+	})
+	if good != 1 {
+		t.Errorf("the good message was delivered %d times, want once", good)
+	}
+	if v, ok := h.metric(fails); !ok || v != 2 {
+		t.Errorf("%s = %v (found %v), want 2: one per receive that met it, max_attempts = 2", fails, v, ok)
+	}
+	if st := mbTopic(t, c, "integ"); st.DLQ != 1 || st.Ready != 0 || st.Delayed != 0 {
+		t.Errorf("integ's counts = %+v, want the damaged message in its DLQ and nothing ready or delayed", st)
+	}
+	code, body, err := c.post("/v1/recv", map[string]any{"topic": "integ.dlq", "max_messages": 10})
+	if err != nil || code != http.StatusOK || !strings.Contains(string(body), `"messages":[]`) {
+		t.Errorf("recv from integ.dlq = %d %s %v, want nothing: a parked message is never delivered", code, body, err)
+	}
+}
+
+// TestMailboxShardFull: with commits held at the store.commit fault
+// point, a shard of capacity 2 takes two sends and answers every further
+// send 429 shard_full with Retry-After through the host; its depth never
+// passes 2, busy_rejections_total{endpoint="send"} counts each refusal,
+// and once commits go on only the two sends were stored.
+func TestMailboxShardFull(t *testing.T) {
+	const capacity, refusals = 2, 5
+	cfg := strings.Replace(baseConfig("5s"), `request_timeout = "5s"`, `request_timeout = "30s"`, 1) + faultsOn +
+		pluginBlock("mailbox", "mailbox", fmt.Sprintf("  config {\n    ready_shards = 1\n    shard_capacity = %d\n    commit_timeout = \"30s\"\n  }", capacity))
+	h, c := startMailbox(t, cfg)
+	setFaults(t, h, "mailbox", `{"faults":[{"point":"store.commit","delay":"3s"}]}`)
+	held := make(chan int, capacity)
+	for i := range capacity {
+		go func() {
+			code, _, _ := c.post("/v1/send", map[string]any{"topic": "full", "payload": []byte(fmt.Sprint("held-", i))})
+			held <- code
+		}()
+	}
+	const depth = `queue_depth{plugin="mailbox",queue="intake_shard_0"}`
+	waitFor(t, 10*time.Second, "the shard full with its held sends", func() bool {
+		v, _ := h.metric(depth)
+		return v == capacity
+	})
+	// One at a time, so that no refusal is between its count's increment
+	// and decrement when the depth is read.
+	for i := range refusals {
+		code, hdr, body, err := c.request("POST", "/v1/send", map[string]any{"topic": "full", "payload": []byte(fmt.Sprint("refused-", i))})
+		var e mbErrorBody
+		if err != nil || code != http.StatusTooManyRequests || json.Unmarshal(body, &e) != nil || e.Error.Code != "shard_full" || hdr.Get("Retry-After") == "" {
+			t.Errorf("send to the full shard = %d %s (Retry-After %q) %v, want 429 shard_full with Retry-After", code, body, hdr.Get("Retry-After"), err)
+		}
+		if v, ok := h.metric(depth); !ok || v > capacity {
+			t.Errorf("%s = %v (found %v), want at most the capacity %d", depth, v, ok, capacity)
+		}
+	}
+	const busy = `busy_rejections_total{endpoint="send",plugin="mailbox"}`
+	if v, ok := h.metric(busy); !ok || v != refusals {
+		t.Errorf("%s = %v (found %v), want %d", busy, v, ok, refusals)
+	}
+	setFaults(t, h, "mailbox", "")
+	for range capacity {
+		if code := <-held; code != http.StatusOK {
+			t.Errorf("a held send = %d, want 200 once commits go on", code)
+		}
+	}
+	if st := mbTopic(t, c, "full"); st.Ready != capacity {
+		t.Errorf("the topic's counts = %+v, want the %d held sends ready and nothing else", st, capacity)
+	}
+}
+
+// TestMailboxCapabilities: with auth enabled, tokens minted by the plugin
+// binary's `mailbox mint`, run as an operator runs it, allow exactly
+// their topic and operations until their expiry; wrong topic, wrong
+// operation and an expired token are answered 403 forbidden with the
+// reason, no token 401.
+func TestMailboxCapabilities(t *testing.T) {
+	keyFile := filepath.Join(t.TempDir(), "root.key")
+	key := make([]byte, 32)
+	_, _ = rand.Read(key) // never fails (crypto/rand)
+	if err := os.WriteFile(keyFile, []byte(hex.EncodeToString(key)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, c := startMailbox(t, baseConfig("5s")+pluginBlock("mailbox", "mailbox",
+		fmt.Sprintf("  config {\n    auth {\n      enabled = true\n      root_key_file = %q\n    }\n  }", keyFile)))
+	mint := func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command(filepath.Join(bins.plugins, "mailbox"), append([]string{"mint", "-root-key-file", keyFile}, args...)...)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("mailbox mint %s: %v: %s", strings.Join(args, " "), err, stderr.String())
+		}
+		return strings.TrimSpace(string(out))
+	}
+	send := mint("-topic", "orders", "-ops", "send", "-ttl", "1h")
+	expired := mint("-topic", "orders", "-ops", "send", "-expires", time.Now().Add(-time.Minute).UTC().Format(time.RFC3339))
+	orders := map[string]any{"topic": "orders", "payload": []byte("x")}
+	for _, tt := range []struct {
+		name, path string
+		body       map[string]any
+		token      string
+		code       int
+		reason     string // in the error's message
+	}{
+		{"the allowed op", "/v1/send", orders, send, http.StatusOK, ""},
+		{"wrong topic", "/v1/send", map[string]any{"topic": "payments", "payload": []byte("x")}, send, http.StatusForbidden, `for topic "orders", not "payments"`},
+		{"wrong op", "/v1/recv", map[string]any{"topic": "orders"}, send, http.StatusForbidden, "allows send, not recv"},
+		{"expired", "/v1/send", orders, expired, http.StatusForbidden, "expired at"},
+		{"no token", "/v1/send", orders, "", http.StatusUnauthorized, "bearer capability token is required"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var hdr []string
+			if tt.token != "" {
+				hdr = []string{"Authorization", "Bearer " + tt.token}
+			}
+			code, body, err := c.post(tt.path, tt.body, hdr...)
+			if err != nil || code != tt.code {
+				t.Fatalf("POST %s = %d %s %v, want %d", tt.path, code, body, err, tt.code)
+			}
+			var e mbErrorBody
+			if tt.reason != "" && (json.Unmarshal(body, &e) != nil || !strings.Contains(e.Error.Message, tt.reason)) {
+				t.Errorf("POST %s = %d %s, want a message saying %q", tt.path, code, body, tt.reason)
+			}
+		})
+	}
 }

@@ -380,6 +380,18 @@ func (run *running) do(ctx context.Context, o op, done func(result, error)) (res
 	}
 }
 
+// releaser is the callback of a receive that reserved n in-flight slots:
+// it gives them back once the receive's outcome is known (its deliveries
+// announced, or none made), except after ErrStalled, whose outcome comes
+// later, to Settled.
+func (run *running) releaser(n int) func(result, error) {
+	return func(_ result, err error) {
+		if !errors.Is(err, durable.ErrStalled) {
+			run.flight.release(n)
+		}
+	}
+}
+
 // errShardFull: the topic's shard has shard_capacity sends in progress.
 var errShardFull = errors.New("the topic's shard is full")
 
@@ -504,16 +516,17 @@ func (mb *mailbox) recv(w http.ResponseWriter, r *http.Request, run *running, bo
 	}
 	ctx := r.Context()
 	end := time.Now().Add(wait)
+	want := o.max
 	var res result
 	for {
-		if run.flight.full(run.now(), run.s.globalInflight) {
+		if o.max = run.flight.reserve(run.now(), run.s.globalInflight, want); o.max == 0 {
 			run.m.busy.WithLabelValues("recv").Inc()
 			w.Header().Set("Retry-After", "1")
 			sdk.WriteError(w, http.StatusTooManyRequests, "inflight_cap", fmt.Sprintf("%d deliveries in flight, the global_inflight cap", run.s.globalInflight))
 			return
 		}
 		woken := run.wakers.waiter(o.topic) // before the look, so no wake is missed
-		if res, err = run.do(ctx, o, nil); err != nil {
+		if res, err = run.do(ctx, o, run.releaser(o.max)); err != nil {
 			if errors.Is(err, durable.ErrBusy) {
 				run.m.busy.WithLabelValues("recv").Inc()
 			}
@@ -525,8 +538,8 @@ func (mb *mailbox) recv(w http.ResponseWriter, r *http.Request, run *running, bo
 			break
 		}
 		deadline := int64(0) // the deadline the timer is set to, if it is one
-		if res.next > 0 && time.Until(time.UnixMilli(res.next)) < left {
-			deadline, left = res.next, time.Until(time.UnixMilli(res.next))
+		if next := time.UnixMilli(res.next).Sub(run.now()); res.next > 0 && next < left {
+			deadline, left = res.next, next
 		}
 		if !run.wait(ctx, woken, left, deadline, "recv") {
 			break // answer what there is: nothing
@@ -622,10 +635,14 @@ func (mb *mailbox) stream(w http.ResponseWriter, r *http.Request, run *running, 
 		held = run.flight.outstanding(held, run.now())
 		var woken <-chan struct{}
 		wait, deadline := streamFull, int64(0)
-		if room := limit - len(held); room > 0 {
+		room := limit - len(held)
+		if room > 0 {
+			room = run.flight.reserve(run.now(), run.s.globalInflight, min(room, maxRecvBatch))
+		}
+		if room > 0 { // else look again after streamFull
 			woken = run.wakers.waiter(o.topic)
-			o.max = min(room, maxRecvBatch)
-			res, err := run.do(ctx, o, nil)
+			o.max = room
+			res, err := run.do(ctx, o, run.releaser(room))
 			if err != nil {
 				return // the stream has no status left to give
 			}
@@ -644,7 +661,7 @@ func (mb *mailbox) stream(w http.ResponseWriter, r *http.Request, run *running, 
 			}
 			wait = time.Minute
 			if res.next > 0 {
-				deadline, wait = res.next, time.Until(time.UnixMilli(res.next))
+				deadline, wait = res.next, time.UnixMilli(res.next).Sub(run.now())
 			}
 		}
 		if !run.wait(ctx, woken, wait, deadline, "recv_stream") {
@@ -665,7 +682,7 @@ func (run *running) wait(ctx context.Context, woken <-chan struct{}, d time.Dura
 	case <-woken:
 	case <-t.C:
 		if deadline > 0 {
-			run.m.wokeLate(deadline)
+			run.m.wokeLate(deadline, run.now())
 		}
 	case <-ctx.Done():
 	case <-run.stop:

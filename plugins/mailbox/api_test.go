@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -123,8 +124,8 @@ func TestSendReceiveAck(t *testing.T) {
 }
 
 func TestStaleReceipt(t *testing.T) {
-	clock := &fakeClock{t: time.Now()}
-	h := serve(t, newDefinition(&mailbox{now: clock.now}), plugintest.Options{})
+	clock := newFakeClock()
+	h := serve(t, newDefinition(&mailbox{clock: clock}), plugintest.Options{})
 	call(t, h, "POST", "/v1/send", `{"topic":"t","payload":"YQ=="}`)
 	var first, second recvAnswer
 	_, body := call(t, h, "POST", "/v1/recv", `{"topic":"t","visibility_ms":1000}`)
@@ -145,16 +146,83 @@ func TestStaleReceipt(t *testing.T) {
 	}
 }
 
-// fakeClock is the mailbox's clock in tests, moved by hand.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
+// TestWallClockStep: a delivery's visibility is measured on the
+// monotonic clock while the mailbox runs, so a step of the wall clock,
+// back or forward, makes it reappear neither early nor late; across a
+// restart the stored deadline (wall clock) holds.
+func TestWallClockStep(t *testing.T) {
+	recv := func(t *testing.T, h http.Handler) recvAnswer {
+		t.Helper()
+		code, body := call(t, h, "POST", "/v1/recv", `{"topic":"t","visibility_ms":1000}`)
+		var a recvAnswer
+		if code != 200 || json.Unmarshal([]byte(body), &a) != nil {
+			t.Fatalf("recv = %d %s", code, body)
+		}
+		return a
+	}
+	for _, tt := range []struct {
+		name    string
+		step    time.Duration // of the wall clock alone, once delivered
+		restart bool          // after half the visibility
+	}{
+		{"wall clock back an hour", -time.Hour, false},
+		{"wall clock forward an hour", time.Hour, false},
+		{"wall clock back a second", -time.Second, false},
+		{"restart", 0, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			clock, dir := newFakeClock(), t.TempDir()
+			h := serve(t, newDefinition(&mailbox{clock: clock}), plugintest.Options{DataDir: dir})
+			if code, body := call(t, h, "POST", "/v1/send", `{"topic":"t","payload":"YQ=="}`); code != 200 {
+				t.Fatalf("send = %d %s", code, body)
+			}
+			if a := recv(t, h); len(a.Messages) != 1 {
+				t.Fatalf("first recv = %+v, want the message", a)
+			}
+			clock.step(tt.step)
+			clock.add(500 * time.Millisecond)
+			if tt.restart {
+				if _, _, err := h.Drain(t.Context(), time.Now().Add(2*time.Second)); err != nil {
+					t.Fatal(err)
+				}
+				h = serve(t, newDefinition(&mailbox{clock: clock}), plugintest.Options{DataDir: dir})
+			}
+			clock.add(499 * time.Millisecond)
+			if a := recv(t, h); len(a.Messages) != 0 {
+				t.Fatalf("recv 1ms before the deadline = %+v, want nothing: the delivery reappeared early", a)
+			}
+			clock.add(time.Millisecond)
+			if a := recv(t, h); len(a.Messages) != 1 || a.Messages[0].Attempts != 2 {
+				t.Fatalf("recv at the deadline = %+v, want the redelivery: it reappeared late", a)
+			}
+		})
+	}
 }
 
-func (c *fakeClock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+// fakeClock is the mailbox's clock in tests, moved by hand: add moves
+// both its readings, as time passing does; step moves only the wall
+// clock's, as an NTP correction does.
+type fakeClock struct {
+	mu   sync.Mutex
+	wall time.Time
+	mono time.Duration
+}
+
+// newFakeClock is a fakeClock at the machine's time.
+func newFakeClock() *fakeClock { return &fakeClock{wall: time.Now()} }
+
+func (c *fakeClock) Now() time.Time      { c.mu.Lock(); defer c.mu.Unlock(); return c.wall }
+func (c *fakeClock) Mono() time.Duration { c.mu.Lock(); defer c.mu.Unlock(); return c.mono }
+
 func (c *fakeClock) add(d time.Duration) {
 	c.mu.Lock()
-	c.t = c.t.Add(d)
+	c.wall, c.mono = c.wall.Add(d), c.mono+d
+	c.mu.Unlock()
+}
+
+func (c *fakeClock) step(d time.Duration) {
+	c.mu.Lock()
+	c.wall = c.wall.Add(d)
 	c.mu.Unlock()
 }
 
@@ -269,8 +337,8 @@ func poll(t *testing.T, what string, cond func() bool) {
 }
 
 func TestDeadLetterAndRedrive(t *testing.T) {
-	clock := &fakeClock{t: time.Now()}
-	h := serve(t, newDefinition(&mailbox{now: clock.now}), plugintest.Options{Config: `max_attempts = 2`})
+	clock := newFakeClock()
+	h := serve(t, newDefinition(&mailbox{clock: clock}), plugintest.Options{Config: `max_attempts = 2`})
 	for _, p := range []string{"a", "b"} {
 		call(t, h, "POST", "/v1/send", `{"topic":"t","payload":"`+b64(p)+`"}`)
 	}
@@ -439,10 +507,10 @@ func TestRedeliveryDrift(t *testing.T) {
 }
 
 func TestInflightCap(t *testing.T) {
-	clock := &fakeClock{t: time.Now()}
+	clock := newFakeClock()
 	dir := t.TempDir()
 	cfg := `global_inflight = 2`
-	h := serve(t, newDefinition(&mailbox{now: clock.now}), plugintest.Options{Config: cfg, DataDir: dir})
+	h := serve(t, newDefinition(&mailbox{clock: clock}), plugintest.Options{Config: cfg, DataDir: dir})
 	for range 3 {
 		call(t, h, "POST", "/v1/send", `{"topic":"t","payload":"YQ=="}`)
 	}
@@ -459,7 +527,7 @@ func TestInflightCap(t *testing.T) {
 	if _, _, err := h.Drain(t.Context(), time.Now().Add(2*time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	h = serve(t, newDefinition(&mailbox{now: clock.now}), plugintest.Options{Config: cfg, DataDir: dir})
+	h = serve(t, newDefinition(&mailbox{clock: clock}), plugintest.Options{Config: cfg, DataDir: dir})
 	if code, body := call(t, h, "POST", "/v1/recv", `{"topic":"t"}`); code != 429 {
 		t.Errorf("recv at the cap after a restart = %d %s, want 429", code, body)
 	}
@@ -474,6 +542,50 @@ func TestInflightCap(t *testing.T) {
 	clock.add(time.Second) // the other delivery expires: below the cap
 	if code, body := call(t, h, "POST", "/v1/recv", `{"topic":"t"}`); code != 200 || !strings.Contains(body, `"attempts":2`) {
 		t.Errorf("recv after an expiry = %d %s, want the expired message", code, body)
+	}
+}
+
+// TestInflightCapConcurrent: receives running at once, each asking for
+// up to 10 messages, never take more than global_inflight between them,
+// and together take all of it. The in-flight count is read from the
+// receives' answers and from the topic's counts.
+func TestInflightCapConcurrent(t *testing.T) {
+	const limit, receivers = 7, 32
+	clock := newFakeClock()
+	h := serve(t, newDefinition(&mailbox{clock: clock}), plugintest.Options{Config: fmt.Sprintf(`global_inflight = %d`, limit)})
+	entries := strings.TrimSuffix(strings.Repeat(`{"topic":"t","payload":"YQ=="},`, 10), ",")
+	for range receivers / 2 {
+		if code, body := call(t, h, "POST", "/v1/send/batch", `{"entries":[`+entries+`]}`); code != 200 {
+			t.Fatalf("send batch = %d %s", code, body)
+		}
+	}
+	for round := range 3 { // each round's deliveries expire before the next
+		var got atomic.Int64
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for range receivers {
+			wg.Go(func() {
+				<-start
+				code, body := call(t, h, "POST", "/v1/recv", `{"topic":"t","max_messages":10,"visibility_ms":250}`)
+				var a recvAnswer
+				if code == 200 && json.Unmarshal([]byte(body), &a) == nil {
+					got.Add(int64(len(a.Messages)))
+				} else if code != 429 || errorCode(body) != "inflight_cap" {
+					t.Errorf("recv = %d %s, want 200 or 429 inflight_cap", code, body)
+				}
+			})
+		}
+		close(start)
+		wg.Wait()
+		if n := got.Load(); n != limit {
+			t.Errorf("round %d: %d concurrent receives took %d messages, want exactly global_inflight = %d", round, receivers, n, limit)
+		}
+		var st stats
+		_, body := call(t, h, "GET", "/v1/topics/t", "")
+		if json.Unmarshal([]byte(body), &st) != nil || st.Inflight > limit {
+			t.Errorf("round %d: topic counts %s, want at most %d in flight", round, body, limit)
+		}
+		clock.add(250 * time.Millisecond)
 	}
 }
 

@@ -229,7 +229,9 @@ func mint(rootKey []byte, topic string, ops []string, expires time.Time) (string
 var knownOps = []string{"send", "recv", "ack", "redrive"}
 
 // runMint is "mailbox mint -root-key-file F [-topic T] -ops send,recv
-// [-ttl D]": it prints a token.
+// [-ttl D | -expires RFC3339]": it prints a token. -expires is an
+// absolute time, which may be past: such a token is refused at once, as
+// an operator checking that expiry is enforced wants.
 func runMint(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("mailbox mint", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -237,6 +239,7 @@ func runMint(args []string, stdout, stderr io.Writer) int {
 	topic := fs.String("topic", "", "the topic the token is for (and its .dlq); empty for every topic")
 	ops := fs.String("ops", "", "operations allowed, comma-separated: "+strings.Join(knownOps, ", "))
 	ttl := fs.Duration("ttl", time.Hour, "how long the token works; 0 for ever")
+	expires := fs.String("expires", "", "when the token stops working, an RFC3339 time (past ones allowed); instead of -ttl")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -251,14 +254,21 @@ func runMint(args []string, stdout, stderr io.Writer) int {
 		fs.Usage()
 		return 2
 	}
+	var exp time.Time
+	switch {
+	case *expires != "":
+		var err error
+		if exp, err = time.Parse(time.RFC3339, *expires); err != nil {
+			fmt.Fprintf(stderr, "mailbox mint: -expires %q: want an RFC3339 time\n", *expires)
+			return 2
+		}
+	case *ttl > 0:
+		exp = time.Now().Add(*ttl)
+	}
 	key, err := readRootKey(*keyFile)
 	if err != nil {
 		fmt.Fprintln(stderr, "mailbox mint:", err)
 		return 1
-	}
-	var exp time.Time
-	if *ttl > 0 {
-		exp = time.Now().Add(*ttl)
 	}
 	tok, err := mint(key, *topic, list, exp)
 	if err != nil {
@@ -274,7 +284,7 @@ func (run *running) allow(r *http.Request, topic, op string) error {
 	if run.auth == nil {
 		return nil
 	}
-	return run.auth.authorize(r, topic, op, run.now())
+	return run.auth.authorize(r, topic, op, run.clock.Now())
 }
 
 // allowMessage is allow for an operation on message id, whose topic is
@@ -293,5 +303,5 @@ func (run *running) allowMessage(r *http.Request, id uint64, op string) error {
 	}); err != nil {
 		return err
 	}
-	return run.auth.authorize(r, topic, op, run.now())
+	return run.auth.authorize(r, topic, op, run.clock.Now())
 }

@@ -25,14 +25,14 @@ func rootKeyFile(t *testing.T) (string, []byte) {
 
 func TestCapabilities(t *testing.T) {
 	path, key := rootKeyFile(t)
-	clock := &fakeClock{t: time.Now()}
-	h := serve(t, newDefinition(&mailbox{now: clock.now}), plugintest.Options{Config: `
+	clock := newFakeClock()
+	h := serve(t, newDefinition(&mailbox{clock: clock}), plugintest.Options{Config: `
 auth {
   enabled = true
   root_key_file = "` + path + `"
 }`})
 	tok := func(topic string, ops []string, ttl time.Duration) string {
-		s, err := mint(key, topic, ops, clock.now().Add(ttl))
+		s, err := mint(key, topic, ops, clock.Now().Add(ttl))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -124,5 +124,16 @@ func TestMint(t *testing.T) {
 	}
 	if code := run([]string{"mint", "-root-key-file", path, "-ops", "delete"}, &out, &errb); code != 2 {
 		t.Errorf("mailbox mint -ops delete = %d, want 2", code)
+	}
+	out.Reset()
+	past := time.Date(2001, 2, 3, 4, 5, 6, 0, time.UTC)
+	if code := run([]string{"mint", "-root-key-file", path, "-ops", "send", "-expires", past.Format(time.RFC3339)}, &out, &errb); code != 0 {
+		t.Fatalf("mailbox mint -expires = %d: %s", code, errb.String())
+	}
+	if c, err := parseCapability(strings.TrimSpace(out.String()), key); err != nil || !c.expires.Equal(past) {
+		t.Errorf("token minted with -expires %s = %+v, %v; want it to expire then", past.Format(time.RFC3339), c, err)
+	}
+	if code := run([]string{"mint", "-root-key-file", path, "-ops", "send", "-expires", "tomorrow"}, &out, &errb); code != 2 {
+		t.Errorf("mailbox mint -expires tomorrow = %d, want 2", code)
 	}
 }

@@ -35,8 +35,8 @@ type committer = durable.Committer[op, result]
 // mailbox is the plugin. configure builds a running mailbox; the
 // handlers and hooks use it once it is there.
 type mailbox struct {
-	// now, if set, is the mailbox's clock; tests set it.
-	now func() time.Time
+	// clock, if set, is the mailbox's clock; tests set it.
+	clock clock
 	// jitter, if set, draws backoff delays in [0, n); tests set it.
 	jitter func(n int64) int64
 	// faults, if set, stands in for the Runtime's fault points; tests set
@@ -50,17 +50,21 @@ type mailbox struct {
 
 // running is a configured mailbox. Every field is set once in configure.
 type running struct {
-	s       settings
-	logger  hclog.Logger
-	db      *store.DB
-	c       *committer
-	claims  idem.Claims
-	now     func() time.Time
-	wakers  wakers
-	flight  inflight
-	intake  []atomic.Int64  // sends in progress, per shard
-	stop    <-chan struct{} // closed when the drain begins
-	sweeper sync.WaitGroup  // the sweeper and the redriver
+	s      settings
+	logger hclog.Logger
+	db     *store.DB
+	c      *committer
+	claims idem.Claims
+	clock  clock
+	// start and startMono are the wall and the monotonic clock's
+	// readings at configure: now counts from them.
+	start     time.Time
+	startMono time.Duration
+	wakers    wakers
+	flight    inflight
+	intake    []atomic.Int64  // sends in progress, per shard
+	stop      <-chan struct{} // closed when the drain begins
+	sweeper   sync.WaitGroup  // the sweeper and the redriver
 	// redrives is the redriver's bounded intake (the seed's reproc_tx):
 	// a redrive that finds it full is refused with 429.
 	redrives chan redriveJob
@@ -102,9 +106,9 @@ func (mb *mailbox) configure(_ context.Context, rt *sdk.Runtime) error {
 	}
 	s.rules.jitter = mb.jitter
 	s.rules.floors = &floors{}
-	now := mb.now
-	if now == nil {
-		now = time.Now
+	clk := mb.clock
+	if clk == nil {
+		clk = systemClock{}
 	}
 	var auth *authority
 	if s.auth.Enabled {
@@ -125,11 +129,11 @@ func (mb *mailbox) configure(_ context.Context, rt *sdk.Runtime) error {
 		rt.Logger.Warn("left out a torn record at the end of the write-ahead log, from a write that never completed",
 			"file", rec.Trimmed.File, "record", rec.Trimmed.Record, "offset", rec.Trimmed.Offset)
 	}
-	run := &running{s: s, logger: rt.Logger, db: db, now: now, stop: rt.Context().Done(), auth: auth,
-		intake: make([]atomic.Int64, s.readyShards)}
+	run := &running{s: s, logger: rt.Logger, db: db, clock: clk, start: clk.Now(), startMono: clk.Mono(),
+		stop: rt.Context().Done(), auth: auth, intake: make([]atomic.Int64, s.readyShards)}
 	run.m = newMetrics(s.readyShards)
 	if err := db.Scan(func(sn *store.Snapshot) error {
-		hs, err := holds(sn, now())
+		hs, err := holds(sn, run.now())
 		run.flight.apply(hs)
 		return err
 	}); err != nil {
@@ -152,7 +156,7 @@ func (mb *mailbox) configure(_ context.Context, rt *sdk.Runtime) error {
 			if err := ctx.Err(); err != nil {
 				return nil, err
 			}
-			return s.rules.commit(db, now(), ops)
+			return s.rules.commit(db, run.now(), ops)
 		},
 		Probe:    func() error { return db.Update(func(*store.Tx) error { return nil }) },
 		Announce: run.announce,
@@ -160,6 +164,9 @@ func (mb *mailbox) configure(_ context.Context, rt *sdk.Runtime) error {
 			for _, o := range ops {
 				if o.key != "" {
 					run.claims.Release(idemKey(o.topic, o.key))
+				}
+				if o.kind == opRecv {
+					run.flight.release(o.max) // its reserved slots
 				}
 			}
 		},
@@ -199,6 +206,38 @@ func (mb *mailbox) configure(_ context.Context, rt *sdk.Runtime) error {
 	rt.Logger.Info("configured", "path", path, "ready_shards", s.readyShards, "committers", s.committers)
 	return nil
 }
+
+// clock is where the mailbox reads the time. Deadlines are stored as unix
+// milliseconds of the wall clock, so that they survive a restart; while
+// the mailbox runs it measures them on the monotonic clock (running.now),
+// so that a step of the wall clock (an NTP correction, an operator's
+// date) makes no delivery reappear early or late.
+type clock interface {
+	// Now reads the wall clock.
+	Now() time.Time
+	// Mono reads the monotonic clock: the time since a fixed point, which
+	// never steps.
+	Mono() time.Duration
+}
+
+// systemClock is the machine's clock.
+type systemClock struct{}
+
+// monoOrigin is systemClock's fixed point: time.Since of a reading that
+// carries a monotonic reading measures on the monotonic clock.
+var monoOrigin = time.Now()
+
+func (systemClock) Now() time.Time      { return time.Now() }
+func (systemClock) Mono() time.Duration { return time.Since(monoOrigin) }
+
+// now is the mailbox's time: the wall clock's reading at configure moved
+// on by the monotonic clock since. Every deadline is written, and
+// compared, as unix milliseconds of it. At configure it is the wall
+// clock, so a stored deadline D is the monotonic instant start + (D −
+// start): a deadline survives a restart as far as the wall clock is
+// right across it, and a step of the wall clock while the mailbox runs
+// moves none.
+func (run *running) now() time.Time { return run.start.Add(run.clock.Mono() - run.startMono) }
 
 // announce runs after each committed group: it counts what the group did
 // and wakes the long polls of the topics it made messages visible in.
@@ -372,12 +411,15 @@ func (w *wakers) wake(topic string) {
 }
 
 // inflight are the deliveries holding their message, by message id, with
-// their deadlines (unix ms): the global_inflight cap's count. Expired
-// ones are pruned when the count reaches the cap. The mutex guards only
-// the map.
+// their deadlines (unix ms), and the slots of receives in progress: the
+// global_inflight cap's count. Expired ones are pruned when the count
+// reaches the cap. The mutex guards only the map and the slots.
 type inflight struct {
 	mu sync.Mutex
 	m  map[uint64]int64
+	// reserved are the slots receives in progress hold (reserve): the
+	// most their deliveries can add to m.
+	reserved int
 }
 
 func (f *inflight) apply(hs []hold) {
@@ -398,20 +440,39 @@ func (f *inflight) apply(hs []hold) {
 	}
 }
 
-// full reports whether at least limit deliveries hold their message at now.
-func (f *inflight) full(now time.Time, limit int) bool {
+// reserve takes up to n of limit's slots for a receive at now and
+// returns how many it took, 0 when the deliveries holding their message
+// and the slots other receives hold already make limit. Expired
+// deliveries are pruned when they stand in the way. Taking slots under
+// the same lock that counts the deliveries makes the cap exact: receives
+// running at once can together take no more than limit. The receive
+// takes at most that many messages, and its slots are given back with
+// release once its result is announced (its deliveries are then counted
+// in the map), or once its group is known not to have committed.
+func (f *inflight) reserve(now time.Time, limit, n int) int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if len(f.m) < limit {
-		return false
-	}
-	nowMs := now.UnixMilli()
-	for id, until := range f.m {
-		if until <= nowMs {
-			delete(f.m, id)
+	if len(f.m)+f.reserved+n > limit {
+		nowMs := now.UnixMilli()
+		for id, until := range f.m {
+			if until <= nowMs {
+				delete(f.m, id)
+			}
 		}
 	}
-	return len(f.m) >= limit
+	k := min(n, limit-len(f.m)-f.reserved)
+	if k <= 0 {
+		return 0
+	}
+	f.reserved += k
+	return k
+}
+
+// release gives back n slots reserve took.
+func (f *inflight) release(n int) {
+	f.mu.Lock()
+	f.reserved -= n
+	f.mu.Unlock()
 }
 
 // outstanding returns the ids of held that still hold their message at

@@ -107,10 +107,10 @@ func (m *metrics) collectors(intake []atomic.Int64, capacity int) []prometheus.C
 	return cols
 }
 
-// wokeLate observes how late a timer set to the deadline next (unix ms)
-// fired.
-func (m *metrics) wokeLate(next int64) {
-	late := time.Since(time.UnixMilli(next))
+// wokeLate observes how late a timer set to the deadline next (unix ms
+// of running.now) fired, at now.
+func (m *metrics) wokeLate(next int64, now time.Time) {
+	late := now.Sub(time.UnixMilli(next))
 	m.wakeJitter.Observe(max(0, late.Seconds()))
 }
 

@@ -51,8 +51,8 @@ func mustMetric(t *testing.T, h *plugintest.Harness, series string) float64 {
 // sent after it; its first delivery has reorder depth 3. A redelivery
 // (not a first delivery) and another topic of the shard do not count.
 func TestReorderDepth(t *testing.T) {
-	clock := &fakeClock{t: time.Now()}
-	h := serve(t, newDefinition(&mailbox{now: clock.now}), plugintest.Options{Config: `ready_shards = 1`})
+	clock := newFakeClock()
+	h := serve(t, newDefinition(&mailbox{clock: clock}), plugintest.Options{Config: `ready_shards = 1`})
 	const series = `reorder_depth_max{shard="0"}`
 	if got := mustMetric(t, h, series); got != 0 {
 		t.Fatalf("%s at start = %v, want 0", series, got)
@@ -88,8 +88,8 @@ func TestReorderDepth(t *testing.T) {
 // in io_timeouts_total{op="recv"} when a receive meets its message again;
 // one nacked does not.
 func TestLapsedDeliveries(t *testing.T) {
-	clock := &fakeClock{t: time.Now()}
-	h := serve(t, newDefinition(&mailbox{now: clock.now}), plugintest.Options{})
+	clock := newFakeClock()
+	h := serve(t, newDefinition(&mailbox{clock: clock}), plugintest.Options{})
 	const series = `io_timeouts_total{op="recv"}`
 	call(t, h, "POST", "/v1/send", `{"topic":"t","payload":"YQ=="}`)
 	call(t, h, "POST", "/v1/send", `{"topic":"n","payload":"YQ=="}`)
