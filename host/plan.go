@@ -239,7 +239,11 @@ func configErrDiag(p config.PluginBlock, err error) hcl.Diagnostics {
 	if errors.As(err, &ce) {
 		attribute = ce.Attribute
 	}
-	return hcl.Diagnostics{diagErr(refusalSubject(p, attribute), "Plugin rejected its config", err.Error())}
+	detail := err.Error()
+	if le := (*supervisor.LocatedError)(nil); errors.As(err, &le) {
+		detail = le.Err.Error() // the diagnostic shows the place itself
+	}
+	return hcl.Diagnostics{diagErr(refusalSubject(p, attribute), "Plugin rejected its config", detail)}
 }
 
 // refusalSubject returns what a plugin's refusal of its config that names

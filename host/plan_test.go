@@ -2,9 +2,11 @@ package main
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/plughost/plughost/host/config"
+	"github.com/plughost/plughost/host/supervisor"
 	"github.com/plughost/plughost/sdk"
 )
 
@@ -52,6 +54,13 @@ func TestConfigErrDiag(t *testing.T) {
 		if s := got[0].Subject; s.Filename != "gw.hcl" || s.Start.Line != tt.line || s.Start.Column != tt.column {
 			t.Errorf("configErrDiag(%q) subject = %s, want gw.hcl:%d,%d", tt.attribute, s, tt.line, tt.column)
 		}
+	}
+	// The supervisor's error of a refusal starts with its place, which
+	// the diagnostic shows as its subject: the detail leaves it out.
+	located := &supervisor.LocatedError{At: "gw.hcl:4:15", Err: fmt.Errorf("plugin \"gw\" config: %w", &sdk.ConfigError{Attribute: "workers", Message: "no"})}
+	got := configErrDiag(p, fmt.Errorf("start plugin: %w", located))
+	if len(got) != 1 || strings.Contains(got[0].Detail, "gw.hcl") || !strings.Contains(got[0].Detail, "no") {
+		t.Errorf("configErrDiag of a located refusal = %v, want the refusal without its place in the detail", got)
 	}
 }
 

@@ -798,13 +798,23 @@ func (p *Process) launch(ctx context.Context) (*catalog.Instance, error) {
 		err = fmt.Errorf("plugin %q config: %w", p.spec.Name, &refusal{err})
 		if ce.Attribute != "" && p.spec.Locate != nil {
 			if at := p.spec.Locate(ce.Attribute); at != "" {
-				err = fmt.Errorf("%s: %w", at, err)
+				err = &LocatedError{At: at, Err: err}
 			}
 		}
 		return nil, err
 	}
 	return inst, nil
 }
+
+// LocatedError is a refusal of the plugin's Configure with the place in
+// the config file it blames (Spec.Locate): "At: Err".
+type LocatedError struct {
+	At  string
+	Err error
+}
+
+func (e *LocatedError) Error() string { return e.At + ": " + e.Err.Error() }
+func (e *LocatedError) Unwrap() error { return e.Err }
 
 func (p *Process) clearInst() {
 	p.mu.Lock()
