@@ -103,6 +103,7 @@ type Server struct {
 	now      func() time.Time
 	rates    *sampler
 	sessions *sessions
+	guard    *guard
 	page     *template.Template
 	// faults is Options.Faults, as SetFaultsEnabled last set it.
 	faults atomic.Bool
@@ -131,6 +132,7 @@ func New(g prometheus.Gatherer, plugins Plugins, opts Options) *Server {
 		now:      opts.Now,
 		rates:    newSampler(opts.Stats, opts.Now, opts.SampleEvery, rateWindow),
 		sessions: newSessions(opts.Now),
+		guard:    newGuard(opts.Now),
 		page:     pageTemplate,
 	}
 	s.faults.Store(opts.Faults)
@@ -236,7 +238,7 @@ func New(g prometheus.Gatherer, plugins Plugins, opts Options) *Server {
 	// the request's origin is what keeps a page the operator has open
 	// from restarting plugins.
 	cop := s.crossOrigin()
-	mux.Handle("/v1/", cop.Handler(auth(token, api)))
+	mux.Handle("/v1/", cop.Handler(s.auth(api)))
 	s.pageRoutes(mux, cop)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		sdk.WriteError(w, http.StatusNotFound, "not_found", "no admin endpoint at "+r.URL.Path)
@@ -281,14 +283,23 @@ func upgrade(plugins Plugins, name string) *apiError {
 	return nil
 }
 
-func auth(token string, next http.Handler) http.Handler {
-	if token == "" {
+// auth requires the admin token on next's requests, within the wrong
+// tokens' allowance of their address (guard).
+func (s *Server) auth(next http.Handler) http.Handler {
+	if s.token == "" {
 		return notFoundJSON(next)
 	}
-	want := []byte("Bearer " + token)
+	want := []byte("Bearer " + s.token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if wait := s.guard.wait(r); wait > 0 {
+			sdk.WriteError(w, http.StatusTooManyRequests, "too_many_attempts", tooManyGuesses(retryAfter(w, wait)))
+			return
+		}
 		got := []byte(r.Header.Get("Authorization"))
 		if subtle.ConstantTimeCompare(got, want) != 1 {
+			if len(got) > 0 {
+				s.guard.failed(r)
+			}
 			w.Header().Set("WWW-Authenticate", `Bearer realm="plughost admin"`)
 			sdk.WriteError(w, http.StatusUnauthorized, "unauthorized", "admin API requests need Authorization: Bearer <token>")
 			return

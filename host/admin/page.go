@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"html/template"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -154,9 +155,24 @@ func (s *Server) pageRoutes(mux *http.ServeMux, cop *http.CrossOriginProtection)
 	mux.Handle("POST /plugins/{name}/upgrade", cop.Handler(s.action("upgrade", upgrade)))
 }
 
-// tokenOK reports whether got is the admin token.
-func (s *Server) tokenOK(got string) bool {
-	return subtle.ConstantTimeCompare([]byte(got), []byte(s.token)) == 1
+// checkToken reports whether got, from the login form or ?token=, is the
+// admin token. If not, it has answered with the login form: 401, or 429
+// once r's address has spent its wrong tokens (guard).
+func (s *Server) checkToken(w http.ResponseWriter, r *http.Request, got string) bool {
+	if wait := s.guard.wait(r); wait > 0 {
+		s.logger.Warn("status page login refused: too many wrong tokens", "remote", r.RemoteAddr)
+		w.Header().Set("WWW-Authenticate", `Bearer realm="plughost admin"`)
+		msg := tooManyGuesses(retryAfter(w, wait))
+		s.render(w, http.StatusTooManyRequests, pageData{Message: strings.ToUpper(msg[:1]) + msg[1:] + "."})
+		return false
+	}
+	if subtle.ConstantTimeCompare([]byte(got), []byte(s.token)) != 1 {
+		s.guard.failed(r)
+		s.logger.Warn("status page login refused", "remote", r.RemoteAddr)
+		s.renderLogin(w, "That is not the admin token.")
+		return false
+	}
+	return true
 }
 
 // servePage serves the status page, or the login form with 401.
@@ -165,9 +181,7 @@ func (s *Server) servePage(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case s.token == "":
 	case r.URL.Query().Has("token"):
-		if !s.tokenOK(r.URL.Query().Get("token")) {
-			s.logger.Warn("status page login refused", "remote", r.RemoteAddr)
-			s.renderLogin(w, "That is not the admin token.")
+		if !s.checkToken(w, r, r.URL.Query().Get("token")) {
 			return
 		}
 		s.newSession(w, r)
@@ -191,9 +205,11 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, 4<<10)
-	if err := r.ParseForm(); err != nil || !s.tokenOK(r.PostForm.Get("token")) {
-		s.logger.Warn("status page login refused", "remote", r.RemoteAddr)
-		s.renderLogin(w, "That is not the admin token.")
+	if err := r.ParseForm(); err != nil {
+		s.render(w, http.StatusBadRequest, pageData{Message: "The login form could not be read."})
+		return
+	}
+	if !s.checkToken(w, r, r.PostForm.Get("token")) {
 		return
 	}
 	s.newSession(w, r)

@@ -1,0 +1,95 @@
+package admin_test
+
+import (
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+)
+
+// fromAddr returns a client of p's server whose connections come from
+// the loopback address local, so that tests can be two clients.
+func (p *page) fromAddr(local string) *http.Client {
+	c := *p.srv.Client()
+	tr := p.srv.Client().Transport.(*http.Transport).Clone()
+	tr.DialContext = (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(local)}}).DialContext
+	c.Transport = tr
+	c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	return &c
+}
+
+// api sends GET /v1/plugins with auth (if not empty) from client c.
+func (p *page) api(t *testing.T, c *http.Client, auth string) response {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), "GET", p.srv.URL+"/v1/plugins", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if auth != "" {
+		req.Header.Set("Authorization", auth)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return response{code: resp.StatusCode, header: resp.Header, body: string(b)}
+}
+
+// TestWrongTokensLimited checks that an address gets ten wrong admin
+// tokens, then 429 with Retry-After for any token until one more is
+// due, on the API and the login form alike; that a right token and no
+// token cost nothing; and that other addresses are not held up.
+func TestWrongTokensLimited(t *testing.T) {
+	p := newPage(t, pageToken, nil)
+	right, wrong := "Bearer "+pageToken, "Bearer guess"
+	one, two := p.fromAddr("127.0.0.1"), p.fromAddr("127.0.0.2")
+	for i := range 20 {
+		if r := p.api(t, one, ""); r.code != http.StatusUnauthorized {
+			t.Fatalf("request %d without a token = %d, want 401", i, r.code)
+		}
+	}
+	if r := p.api(t, one, right); r.code != http.StatusOK {
+		t.Fatalf("the right token after requests without one = %d, want 200", r.code)
+	}
+	for i := range 9 {
+		if r := p.api(t, one, wrong); r.code != http.StatusUnauthorized {
+			t.Fatalf("wrong token %d = %d, want 401", i+1, r.code)
+		}
+	}
+	if r := p.send(t, "POST", "/login", url.Values{"token": {"guess"}}, nil); r.code != http.StatusUnauthorized {
+		t.Fatalf("the tenth wrong token, on the login form = %d, want 401", r.code)
+	}
+	r := p.api(t, one, right)
+	if r.code != http.StatusTooManyRequests || r.header.Get("Retry-After") != "6" || r.errorCode() != "too_many_attempts" {
+		t.Fatalf("the right token after ten wrong ones = %d (Retry-After %q, code %q), want 429 with Retry-After 6 and too_many_attempts",
+			r.code, r.header.Get("Retry-After"), r.errorCode())
+	}
+	r = p.send(t, "POST", "/login", url.Values{"token": {pageToken}}, nil)
+	if r.code != http.StatusTooManyRequests || !strings.Contains(r.body, "try again in 6 s") || !strings.Contains(r.body, `name="token"`) {
+		t.Fatalf("the login form after ten wrong tokens = %d, want 429 with the form and the wait: %s", r.code, r.body)
+	}
+	if r := p.send(t, "GET", "/?token="+pageToken, nil, nil); r.code != http.StatusTooManyRequests {
+		t.Fatalf("GET /?token= after ten wrong tokens = %d, want 429", r.code)
+	}
+	if r := p.api(t, two, right); r.code != http.StatusOK {
+		t.Fatalf("the right token from another address = %d, want 200", r.code)
+	}
+	p.clock.add(6 * time.Second)
+	if r := p.api(t, one, right); r.code != http.StatusOK {
+		t.Fatalf("the right token once one more is due = %d, want 200", r.code)
+	}
+	if r := p.api(t, one, wrong); r.code != http.StatusUnauthorized {
+		t.Fatalf("the wrong token once one more is due = %d, want 401", r.code)
+	}
+	if r := p.api(t, one, right); r.code != http.StatusTooManyRequests {
+		t.Fatalf("the right token after it = %d, want 429", r.code)
+	}
+	if !strings.Contains(p.log.String(), "too many wrong tokens") || strings.Contains(p.log.String(), pageToken) {
+		t.Errorf("the log should say the login was refused for too many wrong tokens, without the token:\n%s", p.log)
+	}
+}
