@@ -732,15 +732,13 @@ func (mb *mailbox) redrive(w http.ResponseWriter, r *http.Request, run *running,
 		run.fail(w, err)
 		return
 	}
-	if isClosed(run.stop) { // the redriver is gone: nothing would run it
-		run.fail(w, fmt.Errorf("redrive: %w", durable.ErrDraining))
-		return
-	}
-	select {
-	case run.redrives <- j:
-	default:
+	switch err := run.queueRedrive(j); {
+	case errors.Is(err, errRedrivesFull):
 		run.m.busy.WithLabelValues("redrive").Inc()
 		sdk.WriteError(w, http.StatusTooManyRequests, "reproc_queue_full", fmt.Sprintf("%d redrives already wait", redriveQueue))
+		return
+	case err != nil:
+		run.fail(w, err)
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")

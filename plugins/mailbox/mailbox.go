@@ -68,8 +68,14 @@ type running struct {
 	// redrives is the redriver's bounded intake (the seed's reproc_tx):
 	// a redrive that finds it full is refused with 429.
 	redrives chan redriveJob
-	m        metrics
-	auth     *authority // nil when auth is not enabled
+	// redriveMu orders queueing a redrive (queueRedrive) against the
+	// redriver's abandoning the queue when it stops: once redrivesShut
+	// is set, none is queued, so each accepted redrive is either run or
+	// counted as aborted.
+	redriveMu    sync.Mutex
+	redrivesShut bool
+	m            metrics
+	auth         *authority // nil when auth is not enabled
 }
 
 func definition() sdk.Plugin { return newDefinition(&mailbox{}) }
@@ -323,8 +329,12 @@ func (run *running) redrive(ctx context.Context) {
 	}
 }
 
-// abandonRedrives empties the redrive queue, counting what it held.
+// abandonRedrives shuts the redrive queue and empties it, counting what
+// it held.
 func (run *running) abandonRedrives() {
+	run.redriveMu.Lock()
+	defer run.redriveMu.Unlock()
+	run.redrivesShut = true
 	for {
 		select {
 		case <-run.redrives:
@@ -332,6 +342,26 @@ func (run *running) abandonRedrives() {
 		default:
 			return
 		}
+	}
+}
+
+// errRedrivesFull: redriveQueue redrives already wait.
+var errRedrivesFull = errors.New("the redrive queue is full")
+
+// queueRedrive hands j to the redriver: errRedrivesFull when its queue is
+// full, durable.ErrDraining once a drain has begun or the redriver has
+// stopped (nothing would run j).
+func (run *running) queueRedrive(j redriveJob) error {
+	run.redriveMu.Lock()
+	defer run.redriveMu.Unlock()
+	if run.redrivesShut || isClosed(run.stop) {
+		return fmt.Errorf("redrive: %w", durable.ErrDraining)
+	}
+	select {
+	case run.redrives <- j:
+		return nil
+	default:
+		return errRedrivesFull
 	}
 }
 
