@@ -60,6 +60,20 @@ func NoBody() RouteOption { return func(r *route.Route) { r.NoBody = true } }
 // route.
 func MaxBody(n int64) RouteOption { return func(r *route.Route) { r.MaxBody = n } }
 
+// Inline runs a route's handler on the reader of the data-plane
+// connection the request came on, instead of handing the request to a
+// worker goroutine: one goroutine hand-off less per request, for a
+// handler that answers from memory at once (a greeting, a cached read, a
+// health answer). While it runs, no other request on its connection is
+// read, so it must not block: no network or disk I/O, no waiting on a
+// lock another request holds, on a group commit or on other requests. A
+// request whose body comes in more than one frame (over 64 KiB) and a
+// streaming route are handed to a worker anyway, and a response must fit
+// the response window (256 KiB): an inline handler that writes more has
+// its response aborted, as one that panics after writing has, and the SDK
+// logs it.
+func Inline() RouteOption { return func(r *route.Route) { r.Inline = true } }
+
 // Handle declares the route pattern, "[METHOD ]/path" as in ServeMux, and
 // serves it with h. Without a method the route matches every method.
 func (m *Mux) Handle(pattern string, h http.Handler, opts ...RouteOption) {

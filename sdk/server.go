@@ -20,6 +20,7 @@ import (
 
 	pluginv1 "github.com/plughost/plughost/proto/pluginv1"
 	"github.com/plughost/plughost/sdk/internal/dataplane"
+	"github.com/plughost/plughost/sdk/route"
 	"github.com/plughost/plughost/sdk/wire"
 )
 
@@ -241,7 +242,7 @@ func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // process exits without waiting for them: a connection ends when the host
 // is gone.
 func (s *server) serveData(conns []*wire.Conn) {
-	opts := dataplane.Options{Handler: s, Error: WriteError, Logger: s.logger}
+	opts := dataplane.Options{Handler: s, Error: WriteError, Logger: s.logger, Inline: inlineRoutes(s.p.Routes.Routes())}
 	for _, c := range conns {
 		s.dataWG.Go(func() {
 			defer c.Close()
@@ -250,6 +251,23 @@ func (s *server) serveData(conns []*wire.Conn) {
 			}
 		})
 	}
+}
+
+// inlineRoutes returns what dataplane.Options.Inline asks of the routes
+// rs: whether the route the host matched, by its pattern as the host's
+// table gives it (route.Route.String), is marked sdk.Inline. Nil when
+// none is.
+func inlineRoutes(rs []route.Route) func(pattern string) bool {
+	inline := map[string]bool{}
+	for _, r := range rs {
+		if r.Inline {
+			inline[r.String()] = true
+		}
+	}
+	if len(inline) == 0 {
+		return nil
+	}
+	return func(pattern string) bool { return inline[pattern] }
 }
 
 // inflight counts requests being served and refuses new ones once a drain

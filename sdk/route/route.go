@@ -48,6 +48,10 @@ type Route struct {
 	// over it 413 before it reads it, and caps it at the max_body_bytes
 	// of the plugin's block when the operator sets one.
 	MaxBody int64
+	// Inline routes run their handler on the data-plane connection's
+	// reader rather than hand it to a worker goroutine (sdk.Inline). It
+	// is the plugin's own: the host neither sees nor needs it.
+	Inline bool
 }
 
 // MaxBodyCeiling is the largest request body limit the host allows, for

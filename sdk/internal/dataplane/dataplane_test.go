@@ -59,12 +59,19 @@ type plane struct {
 // the handlers) and for the test's calls.
 func servePlane(t *testing.T, h http.Handler) *plane {
 	t.Helper()
+	return servePlaneInline(t, h, nil)
+}
+
+// servePlaneInline is servePlane with Options.Inline set to inline.
+func servePlaneInline(t *testing.T, h http.Handler, inline func(pattern string) bool) *plane {
+	t.Helper()
 	hc, pc := wiretest.SocketPair(t)
 	p := &plane{hostEnd: hc, pluginEnd: pc, logs: &wiretest.SyncBuffer{}, served: make(chan struct{})}
 	opts := dataplane.Options{
 		Handler: h,
 		Error:   writeError,
 		Logger:  hclog.New(&hclog.LoggerOptions{Output: p.logs, JSONFormat: true}),
+		Inline:  inline,
 	}
 	conn := wire.NewConn(pc)
 	go func() {

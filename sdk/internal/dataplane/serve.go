@@ -45,6 +45,11 @@ type Options struct {
 	// Logger receives a record for each panic and each response that
 	// could not be sent.
 	Logger hclog.Logger
+	// Inline, if set, reports whether the route the host matched
+	// (RequestHead's pattern) runs its handler on the connection's
+	// reader (sdk.Inline) rather than on a worker. A request with more
+	// body to come or a streaming one goes to a worker whatever it says.
+	Inline func(pattern string) bool
 }
 
 // Serve serves the requests arriving on c until the host closes it or it
@@ -161,6 +166,9 @@ type call struct {
 	// w is the handler's ResponseWriter, a part of the call so that it
 	// costs no allocation of its own.
 	w writer
+	// inline says the handler runs on the connection's reader, which
+	// cannot read the Window frames a wait for credit needs.
+	inline bool
 
 	mu     sync.Mutex
 	credit int64 // response bytes the plugin may still send
@@ -183,6 +191,11 @@ func (c *call) grant(n int64) {
 	}
 }
 
+// errInlineWindow is the error of an inline handler's response that
+// outgrows the window: the credit it would wait for comes in frames its
+// own goroutine would have to read.
+var errInlineWindow = errors.New("an inline route's response is larger than the response window")
+
 // spend waits until n bytes of credit are available, or the request's
 // context ends, and takes them.
 func (c *call) spend(n int64) error {
@@ -192,6 +205,10 @@ func (c *call) spend(n int64) error {
 			c.credit -= n
 			c.mu.Unlock()
 			return nil
+		}
+		if c.inline {
+			c.mu.Unlock()
+			return errInlineWindow
 		}
 		if c.more == nil {
 			c.more = make(chan struct{}, 1)
@@ -236,6 +253,13 @@ func (s *server) start(ctx context.Context, id uint64, head *pluginv1.RequestHea
 	}
 	s.calls[id] = c
 	s.mu.Unlock()
+	if c.body == nil && !c.streaming && s.opts.Inline != nil && s.opts.Inline(c.req.GetPattern()) {
+		// No frame of this request is still to come that the reader
+		// would have to read while the handler runs.
+		c.inline = true
+		s.handle(c)
+		return nil
+	}
 	select {
 	case s.work <- c:
 	default:
