@@ -284,8 +284,11 @@ func (cl *call) roundTrip(req *Request) (*Response, error) {
 }
 
 // send sends the request's head with its body, or the body's first piece
-// and then the rest in Body frames, each taking the send lock on its own
-// so that other requests' frames go out between them.
+// and then the rest in Body frames. The head goes out in one write with
+// the frames that follow it within a piece's worth of body (most bodies
+// are smaller than a piece and arrive in a few pieces: see the ingress's
+// firstPiece); each later frame takes the send lock on its own, so that
+// other requests' frames go out between them.
 func (cl *call) send(req *Request) error {
 	// rest is what is left to send of the piece at index i of req.Body.
 	var (
@@ -307,6 +310,12 @@ func (cl *call) send(req *Request) error {
 		skip()
 		return data, len(rest) > 0
 	}
+	bodyFrame := func() *pluginv1.Frame {
+		var piece []byte
+		var more bool
+		piece, more = next()
+		return &pluginv1.Frame{Id: cl.id, Kind: &pluginv1.Frame_Body{Body: &pluginv1.Body{Data: piece, End: !more}}}
+	}
 	first, more := next()
 	hf := &cl.headFrame
 	hf.h.Method, hf.h.Path, hf.h.RawQuery = req.Method, req.Path, req.RawQuery
@@ -320,7 +329,16 @@ func (cl *call) send(req *Request) error {
 	}
 	hf.k.Request = &hf.r
 	hf.f.Id, hf.f.Kind = cl.id, &hf.k
-	if err := cl.sendFrame(&hf.f, false); err != nil {
+	batch := [headBatch]*pluginv1.Frame{&hf.f}
+	n, held := 1, len(first)
+	for more && n < headBatch && held+min(len(rest), wire.PieceBytes) <= wire.PieceBytes {
+		f := bodyFrame()
+		batch[n] = f
+		n++
+		held += len(f.GetBody().GetData())
+		more = !f.GetBody().GetEnd()
+	}
+	if err := cl.sendFrames(batch[:n], false); err != nil {
 		return err
 	}
 	for more {
@@ -331,15 +349,17 @@ func (cl *call) send(req *Request) error {
 			// stream its answer while it reads.)
 			return nil
 		}
-		var piece []byte
-		piece, more = next()
-		f := &pluginv1.Frame{Id: cl.id, Kind: &pluginv1.Frame_Body{Body: &pluginv1.Body{Data: piece, End: !more}}}
-		if err := cl.sendFrame(f, true); err != nil {
+		f := bodyFrame()
+		more = !f.GetBody().GetEnd()
+		if err := cl.sendFrames([]*pluginv1.Frame{f}, true); err != nil {
 			return err
 		}
 	}
 	return nil
 }
+
+// headBatch is the most frames a request's head goes out with.
+const headBatch = 8
 
 // finished reports whether the plugin has sent its whole answer, or the
 // request has failed.
@@ -349,22 +369,29 @@ func (cl *call) finished() bool {
 	return cl.end || cl.err != nil
 }
 
-// sendFrame sends one frame of the request. started says the plugin has
-// its head already, so a request given up here must be cancelled there.
-func (cl *call) sendFrame(f *pluginv1.Frame, started bool) error {
+// sendFrames sends frames of the request in one write. started says the
+// plugin has its head already, so a request given up here must be
+// cancelled there.
+func (cl *call) sendFrames(fs []*pluginv1.Frame, started bool) error {
 	c := cl.c
 	// Encode before taking the send lock, so the lock covers only the
 	// write, and so that a frame that cannot be encoded fails this
 	// request alone. Frames stay far below the message limit: bodies go
 	// in pieces, and headers are capped by the HTTP server and, for
 	// Host.Call, by the Host service's message limit.
-	fr, err := c.c.Encode(f)
-	if err != nil {
-		cl.c.forget(cl.id)
-		if started {
-			c.sendCancel(cl.id)
+	var frs [headBatch]wire.Frame
+	for i, f := range fs {
+		fr, err := c.c.Encode(f)
+		if err != nil {
+			// Nothing of fs has gone out (the frames encoded so far
+			// are garbage).
+			cl.c.forget(cl.id)
+			if started {
+				c.sendCancel(cl.id)
+			}
+			return fmt.Errorf("encode request: %w", err)
 		}
-		return fmt.Errorf("encode request: %w", err)
+		frs[i] = fr
 	}
 	// The wait for the lock ends too when the request fails meanwhile:
 	// the sweeper's Deadline (which ctx does not carry), a broken
@@ -385,7 +412,7 @@ func (cl *call) sendFrame(f *pluginv1.Frame, started bool) error {
 		}
 	}
 	if err := cmp.Or(cl.ctx.Err(), failed); err != nil {
-		// The caller gave up, or the request failed, before the frame
+		// The caller gave up, or the request failed, before the frames
 		// went out (select picks at random when both are ready).
 		if locked {
 			<-c.sendLock
@@ -395,7 +422,7 @@ func (cl *call) sendFrame(f *pluginv1.Frame, started bool) error {
 		}
 		return err
 	}
-	err = c.c.Send(fr, true)
+	err := c.c.SendAll(frs[:len(fs)])
 	<-c.sendLock
 	if err != nil {
 		// The connection is broken; its receiver fails every request

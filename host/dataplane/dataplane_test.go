@@ -53,6 +53,13 @@ type harness struct {
 // waits for the calls started with goRoundTrip.
 func newHarness(t *testing.T, n int) *harness {
 	t.Helper()
+	return newWrappedHarness(t, n, func(c net.Conn) net.Conn { return c })
+}
+
+// newWrappedHarness is newHarness with the host's end of each socket pair
+// wrapped by wrap.
+func newWrappedHarness(t *testing.T, n int, wrap func(net.Conn) net.Conn) *harness {
+	t.Helper()
 	h := &harness{}
 	var conns []*wire.Conn
 	for range n {
@@ -66,7 +73,7 @@ func newHarness(t *testing.T, n int) *harness {
 			_ = hc.Close()
 			t.Fatalf("net.FileConn: %v", err)
 		}
-		conns = append(conns, wire.NewConn(hc))
+		conns = append(conns, wire.NewConn(wrap(hc)))
 		h.fakes = append(h.fakes, &fakePlugin{t: t, raw: pc, c: wire.NewConn(pc)})
 	}
 	h.tr = dataplane.New(conns)

@@ -1,7 +1,9 @@
 package ingress_test
 
 import (
+	"bytes"
 	"encoding/json"
+	"io"
 	"net/http"
 	"testing"
 
@@ -64,4 +66,38 @@ func (w *discardWriter) Write(p []byte) (int, error) {
 	w.WriteHeader(http.StatusOK)
 	w.n += len(p)
 	return len(p), nil
+}
+
+// BenchmarkPathBody is BenchmarkPath for a POST whose body and answer are
+// 14 KiB each, the size of a mailbox batch of ten 1 KiB messages.
+func BenchmarkPathBody(b *testing.B) {
+	const size = 14 << 10
+	answer := bytes.Repeat([]byte("a"), size)
+	mux := sdk.NewMux()
+	mux.HandleFunc("POST /{$}", func(w http.ResponseWriter, r *http.Request) {
+		n, _ := io.Copy(io.Discard, r.Body)
+		if n != size {
+			http.Error(w, "short body", http.StatusBadRequest)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(answer)
+	})
+	h := plugintest.New(b, sdk.Plugin{Name: "hello", Version: "0.1.0", Routes: mux}, plugintest.Options{})
+	body := bytes.Repeat([]byte("b"), size)
+	w := &discardWriter{header: http.Header{}}
+	b.ReportAllocs()
+	for b.Loop() {
+		req, err := http.NewRequestWithContext(b.Context(), http.MethodPost, "/", bytes.NewReader(body))
+		if err != nil {
+			b.Fatal(err)
+		}
+		req.Host, req.RemoteAddr, req.RequestURI = "127.0.0.1:8080", "127.0.0.1:40000", "/"
+		clear(w.header)
+		w.code, w.n = 0, 0
+		h.ServeHTTP(w, req)
+		if w.code != http.StatusOK || w.n != size {
+			b.Fatalf("POST / = %d with %d bytes, want 200 with %d", w.code, w.n, size)
+		}
+	}
 }

@@ -9,27 +9,27 @@ import (
 	pluginv1 "github.com/plughost/plughost/proto/pluginv1"
 )
 
-// fastDecodeMax is the largest frame decodeFrame decodes itself. Its
-// strings share one copy of the frame, body included, so a large body
-// would be copied twice; such frames are few and their cost is the body.
-const fastDecodeMax = 8 << 10
+// shareMax is the largest frame whose strings share one copy of it. A
+// larger frame carries a body, which that copy would include: its strings
+// are copied one by one instead.
+const shareMax = 8 << 10
 
 // decodeFrame decodes a Frame. Every frame of the data plane is
 // decoded here, on both sides, and proto.Unmarshal's reflection and one
 // allocation per string and message showed in CPU profiles of a plugin
-// under load (BenchmarkDecodeFrame measures the difference). So frames as this package's peers encode them (each known field
-// once with its wire type, strings valid UTF-8, no unknown fields) are
-// decoded by fastDecode, with a handful of allocations: one string that
-// all string fields share, one block for the nested messages, one for
-// the headers and one for their values. Anything else (unknown or
-// repeated message fields, which proto merges, or a malformed frame) goes
-// to proto.Unmarshal, so the result, and every error, is what
-// proto.Unmarshal gives; FuzzDecodeFrame checks that.
+// under load (BenchmarkDecodeFrame measures the difference). So frames as
+// this package's peers encode them (each known field once with its wire
+// type, strings valid UTF-8, no unknown fields) are decoded by fastDecode,
+// with a handful of allocations: one string that all string fields share
+// (or one per string in a frame over shareMax), one block for the nested
+// messages, one for the headers and one for their values, and the body's
+// copy. Anything else (unknown or repeated message fields, which proto
+// merges, or a malformed frame) goes to proto.Unmarshal, so the result,
+// and every error, is what proto.Unmarshal gives; FuzzDecodeFrame checks
+// that.
 func decodeFrame(b []byte) (*pluginv1.Frame, error) {
-	if len(b) <= fastDecodeMax {
-		if f, ok := fastDecode(b); ok {
-			return f, nil
-		}
+	if f, ok := fastDecode(b); ok {
+		return f, nil
 	}
 	f := new(pluginv1.Frame)
 	if err := proto.Unmarshal(b, f); err != nil {
@@ -54,21 +54,24 @@ type responseFrame struct {
 	h pluginv1.HTTPResponse
 }
 
-// frameDecoder holds the frame's bytes and the one string copy of them
-// that string fields are cut from.
+// frameDecoder holds the frame's bytes and, up to shareMax, the one
+// string copy of them that string fields are cut from.
 type frameDecoder struct {
 	b []byte
 	s string
 }
 
 // str returns the field value at d.b[off:off+n] as a string, a part of
-// d.s, if it is valid UTF-8.
+// d.s in a frame up to shareMax, if it is valid UTF-8.
 func (d *frameDecoder) str(off, n int) (string, bool) {
 	if n == 0 {
 		return "", true
 	}
 	if !utf8.Valid(d.b[off : off+n]) {
 		return "", false
+	}
+	if len(d.b) > shareMax {
+		return string(d.b[off : off+n]), true
 	}
 	if d.s == "" {
 		d.s = string(d.b)

@@ -38,6 +38,18 @@ func transferFrames() (req, resp *pluginv1.Frame) {
 	return req, resp
 }
 
+// largeFrames are frames over shareMax, whose bodies Encode leaves in the
+// caller's slice.
+func largeFrames() []*pluginv1.Frame {
+	req, resp := transferFrames()
+	req.GetRequest().Request.Body = bytes.Repeat([]byte("b"), 14<<10)
+	resp.GetResponse().Response.Body = bytes.Repeat([]byte("a"), 20<<10)
+	return []*pluginv1.Frame{req, resp,
+		{Id: 6, Kind: &pluginv1.Frame_Body{Body: &pluginv1.Body{Data: bytes.Repeat([]byte("p"), PieceBytes), End: true}}},
+		{Id: 6, Kind: &pluginv1.Frame_Body{Body: &pluginv1.Body{Data: bytes.Repeat([]byte("q"), refBodyBytes)}}},
+	}
+}
+
 // decodeSeeds are encoded frames: the canonical ones the peers send, and
 // others that proto.Unmarshal reads differently or refuses.
 func decodeSeeds(t testing.TB) (canonical, other [][]byte) {
@@ -53,6 +65,13 @@ func decodeSeeds(t testing.TB) (canonical, other [][]byte) {
 		{Id: 9, Kind: &pluginv1.Frame_Abort{Abort: &pluginv1.Abort{}}},
 		{Id: 5, Kind: &pluginv1.Frame_Response{Response: &pluginv1.ResponseHead{Response: &pluginv1.HTTPResponse{Status: -1}}}},
 	} {
+		b, err := proto.Marshal(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		canonical = append(canonical, b)
+	}
+	for _, f := range largeFrames() {
 		b, err := proto.Marshal(f)
 		if err != nil {
 			t.Fatal(err)

@@ -11,10 +11,16 @@ import (
 // Every request costs two head frames, a request head from the host and a
 // response head from the plugin, and proto.Size and proto.Marshal of them
 // showed in both processes' CPU profiles. headSize and appendHead encode
-// those two kinds of frame directly, to the bytes proto.Marshal gives
-// (TestAppendHead and FuzzAppendHead check both). Any other frame, and a
-// head proto.Marshal would refuse (a string that is not UTF-8, a nil
-// header), is left to proto, so its result and its error are proto's.
+// those two kinds of frame, and Body frames, directly, to the bytes
+// proto.Marshal gives (TestEncode and FuzzEncodeHead check both). Any
+// other frame, and a head proto.Marshal would refuse (a string that is not
+// UTF-8, a nil header), is left to proto, so its result and its error are
+// proto's.
+//
+// A large body is not copied into the encoding: with headSizes.ref set,
+// appendHead writes its field's tag and length and notes where its bytes
+// belong (headSizes.split), and Conn.Send writes them from the caller's
+// slice.
 
 // headSizes are the sizes of a head's messages, which headSize works out
 // once and appendHead writes as their length prefixes.
@@ -23,13 +29,23 @@ type headSizes struct {
 	// headers are the first of its headers' sizes; appendHead works out
 	// the others again.
 	headers [8]int
+	// ref says appendHead leaves the body's bytes out; it sets split to
+	// the offset in its output where they belong.
+	ref   bool
+	split int
 }
 
 // headSize returns the encoded size of f if it is a request or response
-// head appendHead encodes, and false otherwise.
+// head or a Body frame, which appendHead encodes, and false otherwise.
 func headSize(f *pluginv1.Frame, s *headSizes) (int, bool) {
 	ok := true
 	switch k := f.GetKind().(type) {
+	case *pluginv1.Frame_Body:
+		if k.Body == nil {
+			return 0, false
+		}
+		s.head = bytesSize(k.Body.GetData()) + boolSize(2, k.Body.GetEnd())
+		return varintSize(1, f.GetId()) + protowire.SizeTag(5) + protowire.SizeBytes(s.head), true
 	case *pluginv1.Frame_Request:
 		if k.Request == nil {
 			return 0, false
@@ -59,8 +75,26 @@ func appendHead(b []byte, f *pluginv1.Frame, s *headSizes) []byte {
 		b = protowire.AppendTag(b, 4, protowire.BytesType)
 		b = protowire.AppendVarint(b, uint64(s.head))
 		return appendResponseHead(b, k.Response, s)
+	case *pluginv1.Frame_Body:
+		b = protowire.AppendTag(b, 5, protowire.BytesType)
+		b = protowire.AppendVarint(b, uint64(s.head))
+		b = appendBody(b, 1, k.Body.GetData(), s)
+		return appendBool(b, 2, k.Body.GetEnd())
 	}
-	panic("appendHead of a frame that is not a head")
+	panic("appendHead of a frame it does not encode")
+}
+
+// frameBody returns the body a frame that headSize sizes carries.
+func frameBody(f *pluginv1.Frame) []byte {
+	switch k := f.GetKind().(type) {
+	case *pluginv1.Frame_Request:
+		return k.Request.GetRequest().GetBody()
+	case *pluginv1.Frame_Response:
+		return k.Response.GetResponse().GetBody()
+	case *pluginv1.Frame_Body:
+		return k.Body.GetData()
+	}
+	return nil
 }
 
 func requestHeadSize(r *pluginv1.RequestHead, s *headSizes) bool {
@@ -82,7 +116,7 @@ func appendRequestHead(b []byte, r *pluginv1.RequestHead, s *headSizes) []byte {
 		b = appendString(b, 2, h.GetPath())
 		b = appendString(b, 3, h.GetRawQuery())
 		b = appendHeaders(b, 4, h.GetHeaders(), s)
-		b = appendBytes(b, 5, h.GetBody())
+		b = appendBody(b, 5, h.GetBody(), s)
 		b = appendString(b, 6, h.GetRemoteAddr())
 		b = appendString(b, 7, h.GetHost())
 		b = appendString(b, 8, h.GetPattern())
@@ -122,7 +156,7 @@ func appendResponseHead(b []byte, r *pluginv1.ResponseHead, s *headSizes) []byte
 		b = protowire.AppendVarint(b, uint64(s.msg))
 		b = appendVarint(b, 1, uint64(int64(h.GetStatus())))
 		b = appendHeaders(b, 2, h.GetHeaders(), s)
-		b = appendBytes(b, 3, h.GetBody())
+		b = appendBody(b, 3, h.GetBody(), s)
 	}
 	b = appendBool(b, 3, r.GetMore())
 	return appendVarint(b, 4, uint64(r.GetSize()))
@@ -224,6 +258,17 @@ func appendBytes(b []byte, num protowire.Number, v []byte) []byte {
 		return b
 	}
 	return protowire.AppendBytes(protowire.AppendTag(b, num, protowire.BytesType), v)
+}
+
+// appendBody appends a body field, or with s.ref only its tag and length,
+// noting in s.split where its bytes go.
+func appendBody(b []byte, num protowire.Number, v []byte, s *headSizes) []byte {
+	if !s.ref || len(v) == 0 {
+		return appendBytes(b, num, v)
+	}
+	b = protowire.AppendVarint(protowire.AppendTag(b, num, protowire.BytesType), uint64(len(v)))
+	s.split = len(b)
+	return b
 }
 
 func appendVarint(b []byte, num protowire.Number, v uint64) []byte {

@@ -67,6 +67,43 @@ func checkEncode(t *testing.T, i int, f *pluginv1.Frame) {
 	}
 }
 
+// TestEncodeLargeBody checks that a frame whose body Encode leaves in the
+// caller's slice is sent as proto.Marshal encodes it, and that a body
+// below refBodyBytes is copied.
+func TestEncodeLargeBody(t *testing.T) {
+	for i, f := range largeFrames() {
+		want, err := proto.MarshalOptions{Deterministic: true}.Marshal(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := &bufConn{}
+		c := NewConn(out)
+		fr, err := c.Encode(f)
+		if err != nil {
+			t.Fatalf("frame %d: Encode() error %v", i, err)
+		}
+		if fr.body == nil || len(fr.b) >= len(want) {
+			t.Errorf("frame %d: Encode() copied its %d-byte body into the frame", i, len(frameBody(f)))
+		}
+		if err := c.Send(fr, true); err != nil {
+			t.Fatal(err)
+		}
+		if got := out.Bytes()[frameHeaderBytes:]; !bytes.Equal(got, want) {
+			t.Errorf("frame %d: sent %d bytes that differ from proto.Marshal's %d", i, len(got), len(want))
+		}
+	}
+	small := &pluginv1.Frame{Id: 6, Kind: &pluginv1.Frame_Body{Body: &pluginv1.Body{Data: bytes.Repeat([]byte("s"), refBodyBytes-1)}}}
+	fr, err := NewConn(&bufConn{}).Encode(small)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fr.release()
+	if fr.body != nil {
+		t.Errorf("a body of %d bytes was left in the caller's slice", refBodyBytes-1)
+	}
+	checkEncode(t, -1, small)
+}
+
 // FuzzEncodeHead checks the head encoder against proto.Marshal for heads
 // made of fuzzed values.
 func FuzzEncodeHead(f *testing.F) {

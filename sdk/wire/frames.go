@@ -44,7 +44,17 @@ type Frame struct {
 	// pooled is b's buffer from framePool, returned to it once Send has
 	// copied the frame into the connection's write buffer.
 	pooled *[]byte
+	// body, when set, is a large body that b leaves out: its bytes go
+	// between b[:split] and b[split:], written from the caller's slice
+	// rather than copied into the frame first.
+	body  []byte
+	split int
 }
+
+// refBodyBytes is the smallest body Encode leaves in the caller's slice
+// rather than copying it into the frame: below it, one write of a pooled
+// frame is cheaper than three.
+const refBodyBytes = 2 << 10
 
 // pooledFrameBytes is the size of framePool's buffers: request and
 // response heads, cancels, windows and small bodies fit, which is most
@@ -95,7 +105,8 @@ func NewConn(c net.Conn) *Conn {
 func (c *Conn) LimitRecv(n int) { c.maxRecv = uint32(min(n, MaxMessageBytes)) }
 
 // Encode encodes f with its length prefix. An error is f's alone (one over
-// MaxMessageBytes): the connection is fine.
+// MaxMessageBytes): the connection is fine. A body of refBodyBytes or more
+// is not copied: the caller leaves it unchanged until Send.
 func (c *Conn) Encode(f *pluginv1.Frame) (Frame, error) {
 	var sizes headSizes
 	n, head := headSize(f, &sizes)
@@ -106,15 +117,21 @@ func (c *Conn) Encode(f *pluginv1.Frame) (Frame, error) {
 		return Frame{}, ErrFrameTooLarge
 	}
 	var fr Frame
-	if frameHeaderBytes+n <= pooledFrameBytes {
+	own := n // the bytes of the frame in fr.b
+	if body := frameBody(f); head && len(body) >= refBodyBytes {
+		sizes.ref, fr.body = true, body
+		own -= len(body)
+	}
+	if frameHeaderBytes+own <= pooledFrameBytes {
 		fr.pooled = framePool.Get().(*[]byte)
 		fr.b = (*fr.pooled)[:frameHeaderBytes]
 	} else {
-		fr.b = make([]byte, frameHeaderBytes, frameHeaderBytes+n)
+		fr.b = make([]byte, frameHeaderBytes, frameHeaderBytes+own)
 	}
 	binary.BigEndian.PutUint32(fr.b, uint32(n))
 	if head {
 		fr.b = appendHead(fr.b, f, &sizes)
+		fr.split = sizes.split
 		return fr, nil
 	}
 	b, err := proto.MarshalOptions{UseCachedSize: true}.MarshalAppend(fr.b, f)
@@ -133,6 +150,7 @@ func (fr *Frame) release() {
 		framePool.Put(fr.pooled)
 		fr.pooled, fr.b = nil, nil
 	}
+	fr.body = nil
 }
 
 // Send writes fr into the write buffer, and the buffer to the socket when
@@ -143,16 +161,57 @@ func (c *Conn) Send(fr Frame, flush bool) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	defer fr.release()
-	if c.werr != nil {
-		return c.werr
-	}
-	_, err := c.w.Write(fr.b)
+	err := c.write(&fr)
 	if err == nil && flush {
 		err = c.w.Flush()
 	}
 	if err != nil {
 		c.werr = err
 	}
+	return err
+}
+
+// SendAll writes frs and flushes the write buffer once, after the last:
+// a batch of frames costs one write to the socket. frs are of no use
+// after, as with Send.
+func (c *Conn) SendAll(frs []Frame) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	var err error
+	for i := range frs {
+		if err == nil {
+			err = c.write(&frs[i])
+		}
+		frs[i].release()
+	}
+	if err == nil {
+		err = c.w.Flush()
+	}
+	if err != nil {
+		c.werr = err
+	}
+	return err
+}
+
+// write writes fr into the write buffer, or fails with the error that
+// broke the stream. c.wmu is held.
+func (c *Conn) write(fr *Frame) error {
+	if c.werr != nil {
+		return c.werr
+	}
+	if fr.body == nil {
+		_, err := c.w.Write(fr.b)
+		return err
+	}
+	// bufio writes a body larger than its free space straight to the
+	// socket.
+	if _, err := c.w.Write(fr.b[:fr.split]); err != nil {
+		return err
+	}
+	if _, err := c.w.Write(fr.body); err != nil {
+		return err
+	}
+	_, err := c.w.Write(fr.b[fr.split:])
 	return err
 }
 
@@ -172,11 +231,15 @@ func (c *Conn) Recv() (*pluginv1.Frame, error) {
 		return nil, fmt.Errorf("frame of %d bytes: %w", n, ErrFrameTooLarge)
 	}
 	var buf []byte
-	peeked := int(n) <= c.r.Buffered()
+	peeked := int(n) <= c.r.Size()
 	if peeked {
-		// The whole frame is in the read buffer: decode it in place.
-		// Unmarshal copies what it keeps, so the buffer is free after.
-		buf, _ = c.r.Peek(int(n))
+		// The frame fits the read buffer: decode it there, once it has
+		// all arrived. Decoding copies what it keeps, so the buffer is
+		// free after.
+		var err error
+		if buf, err = c.r.Peek(int(n)); err != nil {
+			return nil, fmt.Errorf("read frame of %d bytes: %w", n, noEOF(err))
+		}
 	} else {
 		// Memory grows with what arrives, not with what the length
 		// claims: a peer that sends a large length and stalls holds

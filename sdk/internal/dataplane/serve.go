@@ -264,13 +264,14 @@ func (s *server) worker(c *call) {
 
 // handle runs the handler for c and sends its response.
 func (s *server) handle(c *call) {
+	w := &c.w
 	defer func() {
 		s.mu.Lock()
 		delete(s.calls, c.id)
 		s.mu.Unlock()
 		c.rctx.cancel()
+		w.release()
 	}()
-	w := &c.w
 	*w = writer{s: s, c: c, header: http.Header{}, status: http.StatusOK}
 	w.buf = *bytes.NewBuffer(w.small[:0])
 	r, err := newRequest(c)

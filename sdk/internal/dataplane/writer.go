@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"net/http"
+	"sync"
 
 	pluginv1 "github.com/plughost/plughost/proto/pluginv1"
 	"github.com/plughost/plughost/sdk/wire"
@@ -29,8 +30,10 @@ type writer struct {
 	wroteHeader bool
 	buf         bytes.Buffer // the body not yet sent
 	// small is buf's first storage: a small response takes no
-	// allocation for its body.
+	// allocation for its body. A larger one takes a buffer from
+	// bodyPool, pooled, which release returns.
 	small    [128]byte
+	pooled   *[]byte
 	sentHead bool
 	err      error // the first send failure; later writes fail with it
 	refused  bool  // Refuse was called: no handler ran
@@ -71,6 +74,7 @@ func (w *writer) Write(b []byte) (int, error) {
 		return 0, w.err
 	}
 	w.WriteHeader(http.StatusOK)
+	w.room(len(b))
 	if !w.c.streaming {
 		return w.buf.Write(b)
 	}
@@ -86,6 +90,40 @@ func (w *writer) Write(b []byte) (int, error) {
 		}
 	}
 	return n, nil
+}
+
+// bodyPool holds the buffers of response bodies larger than a writer's
+// small: up to a window's worth each, so that the buffer of every
+// response that fits the window is reused rather than left to the
+// collector.
+var bodyPool = sync.Pool{New: func() any {
+	b := make([]byte, 0, 16<<10)
+	return &b
+}}
+
+// room moves the body to a buffer from bodyPool the first time it would
+// outgrow small by n bytes.
+func (w *writer) room(n int) {
+	if w.pooled != nil || w.buf.Available() >= n {
+		return
+	}
+	w.pooled = bodyPool.Get().(*[]byte)
+	w.buf = *bytes.NewBuffer(append((*w.pooled)[:0], w.buf.Bytes()...))
+}
+
+// release returns the body's buffer to bodyPool once the response has
+// been sent or given up: frames hold no part of it after Send.
+func (w *writer) release() {
+	if w.pooled == nil {
+		return
+	}
+	w.buf.Reset()
+	if b := w.buf.Bytes(); cap(b) <= wire.ResponseWindow {
+		*w.pooled = b
+		bodyPool.Put(w.pooled)
+	}
+	w.pooled = nil
+	w.buf = bytes.Buffer{}
 }
 
 // Flush sends the head and what is buffered on a streaming route; on an
