@@ -224,7 +224,10 @@ func topicRange(topic string, until int64) (from, to []byte) {
 }
 
 // MsgID renders a message id: 16 lowercase hex digits.
-func MsgID(id uint64) string { return string(appendHex16(nil, id)) }
+func MsgID(id uint64) string {
+	var b [16]byte
+	return string(appendHex16(b[:0], id))
+}
 
 // appendHex16 appends v as 16 lowercase hex digits.
 func appendHex16(b []byte, v uint64) []byte {
@@ -240,7 +243,8 @@ func ParseMsgID(s string) (uint64, error) {
 	}
 	id, err := strconv.ParseUint(s, 16, 64)
 	// One spelling per id: lowercase, as MsgID renders it.
-	if err != nil || id == 0 || MsgID(id) != s {
+	var b [16]byte
+	if err != nil || id == 0 || string(appendHex16(b[:0], id)) != s {
 		return 0, fmt.Errorf("msg_id %q: want 16 hex digits", s)
 	}
 	return id, nil
