@@ -300,3 +300,13 @@ func rss(b *testing.B) (anon, file int64) {
 	}
 	return anon, file
 }
+
+// BenchmarkHashOf is the hash of a 1 KiB payload, computed at its send
+// and again at each of its deliveries.
+func BenchmarkHashOf(b *testing.B) {
+	p := make([]byte, 1024)
+	b.SetBytes(int64(len(p)))
+	for b.Loop() {
+		HashOf(p)
+	}
+}

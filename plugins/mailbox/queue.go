@@ -13,7 +13,7 @@ import (
 	"strings"
 	"time"
 
-	"lukechampine.com/blake3"
+	"github.com/zeebo/blake3"
 
 	"github.com/plughost/plughost/sdk/idem"
 	"github.com/plughost/plughost/sdk/store"
