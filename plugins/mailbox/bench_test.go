@@ -310,3 +310,25 @@ func BenchmarkHashOf(b *testing.B) {
 		HashOf(p)
 	}
 }
+
+// BenchmarkDecodeSendBatch reads a batch of ten 1 KiB sends as
+// /v1/send/batch does: its entries, then each entry's send, payload
+// hashed. One op is one batch.
+func BenchmarkDecodeSendBatch(b *testing.B) {
+	payload, _ := json.Marshal(bytes.Repeat([]byte("x"), 1024))
+	one := `{"topic":"bench","payload":` + string(payload) + `}`
+	body := []byte(`{"entries":[` + strings.Repeat(one+",", 9) + one + `]}`)
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		entries, err := batchEntries(body)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, raw := range entries {
+			if _, err := decodeSendEntry(raw, 1<<20); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+}

@@ -2,10 +2,13 @@ package main
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"net/url"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 )
@@ -266,4 +269,50 @@ func FuzzRecvAnswer(f *testing.F) {
 			t.Errorf("appendRecvAnswer = %s\nencoding/json  = %s", got, want.Bytes())
 		}
 	})
+}
+
+// TestPlain8 checks str's word-at-a-time test against the byte-at-a-time
+// rule: every byte value at every place of a word, and words of bytes
+// next to the rule's edges, where a borrow or carry between bytes could
+// hide one.
+func TestPlain8(t *testing.T) {
+	plain := func(c byte) bool { return c >= ' ' && c < 0x7f && c != '"' && c != '\\' }
+	check := func(w [8]byte) {
+		want := true
+		for _, c := range w {
+			want = want && plain(c)
+		}
+		if got := plain8(binary.LittleEndian.Uint64(w[:])); got != want {
+			t.Errorf("plain8(%q) = %v, want %v", w[:], got, want)
+		}
+	}
+	for c := range 256 {
+		for i := range 8 {
+			w := [8]byte{'A', 'A', 'A', 'A', 'A', 'A', 'A', 'A'}
+			w[i] = byte(c)
+			check(w)
+		}
+	}
+	edges := []byte{0x00, 0x01, 0x1f, ' ', '!', '"', '#', '[', '\\', ']', '~', 0x7f, 0x80, 0xfe, 0xff, 'A'}
+	r := rand.New(rand.NewPCG(1, 2))
+	for range 200000 {
+		var w [8]byte
+		for i := range w {
+			w[i] = edges[r.IntN(len(edges))]
+		}
+		check(w)
+	}
+	// Through str: a long string with one byte out of the subset at each
+	// place is refused, and a long plain one read whole.
+	for i := range 40 {
+		b := []byte(`"` + strings.Repeat("A", 40) + `"`)
+		b[1+i] = '\\'
+		if _, ok := (&lexer{b: b}).str(); ok {
+			t.Errorf("str(%q) = ok, want refused", b)
+		}
+	}
+	b := `"` + strings.Repeat("YWJj", 10) + `" `
+	if s, ok := (&lexer{b: []byte(b)}).str(); !ok || string(s) != b[1:len(b)-2] {
+		t.Errorf("str(%q) = %q, %v, want %q", b, s, ok, b[1:len(b)-2])
+	}
 }
