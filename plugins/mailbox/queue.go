@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/zeebo/blake3"
@@ -105,7 +106,11 @@ const envelopeVersion = 1
 // encodeEnvelope: version(1) ‖ hash(32) ‖ enqueued_at(8) ‖ nattrs(2) ‖
 // (klen(2) ‖ k ‖ vlen(4) ‖ v)* ‖ payload.
 func encodeEnvelope(e envelope) []byte {
-	b := make([]byte, 0, 43+len(e.Payload)+64*len(e.Attrs))
+	return appendEnvelope(make([]byte, 0, 43+len(e.Payload)+64*len(e.Attrs)), e)
+}
+
+// appendEnvelope appends e to b as encodeEnvelope encodes it.
+func appendEnvelope(b []byte, e envelope) []byte {
 	b = append(b, envelopeVersion)
 	b = append(b, e.Hash[:]...)
 	b = binary.BigEndian.AppendUint64(b, uint64(e.EnqueuedAt))
@@ -201,6 +206,10 @@ func decodeMeta(b []byte) (meta, error) {
 	m.Reason = string(b[23+tl:])
 	return m, nil
 }
+
+// envelopes are the buffers sends encode their envelopes into, reused:
+// Tx.Put copies what it is given.
+var envelopes = sync.Pool{New: func() any { return new([]byte) }}
 
 func idKey(id uint64) []byte { return binary.BigEndian.AppendUint64(nil, id) }
 
@@ -459,7 +468,11 @@ func (r rules) send(tx *store.Tx, now time.Time, o op) (result, error) {
 	env := o.env
 	env.EnqueuedAt = now.UnixMilli()
 	at := now.Add(o.delay).UnixMilli()
-	if err := tx.Put(bucketEnvelopes, idKey(id), encodeEnvelope(env)); err != nil {
+	eb := envelopes.Get().(*[]byte)
+	*eb = appendEnvelope((*eb)[:0], env)
+	err := tx.Put(bucketEnvelopes, idKey(id), *eb)
+	envelopes.Put(eb)
+	if err != nil {
 		return result{}, err
 	}
 	if err := tx.Put(bucketMeta, idKey(id), encodeMeta(meta{Topic: o.topic, VisibleAt: at})); err != nil {
