@@ -316,3 +316,77 @@ func TestPlain8(t *testing.T) {
 		t.Errorf("str(%q) = %q, %v, want %q", b, s, ok, b[1:len(b)-2])
 	}
 }
+
+// FuzzBatchResults checks appendResults against encoding/json writing the
+// batch routes' answers as structs, byte for byte: entries that succeed,
+// fail, and (in an ack batch) fail naming their message.
+func FuzzBatchResults(f *testing.F) {
+	f.Add(uint64(1), true, "", 0, 3)
+	f.Add(uint64(1<<64-1), false, "topic \"a<b>&c\"\n\u2028 \xff", 409, 7)
+	f.Add(uint64(0), false, "bad", 400, 1)
+	f.Fuzz(func(t *testing.T, id uint64, dup bool, msg string, status, n int) {
+		type sendAnswer struct {
+			MsgID     string `json:"msg_id"`
+			Duplicate bool   `json:"duplicate"`
+		}
+		type sendEntry struct {
+			*sendAnswer
+			Error *entryError `json:"error,omitempty"`
+		}
+		type ackEntry struct {
+			MsgID string      `json:"msg_id,omitempty"`
+			Error *entryError `json:"error,omitempty"`
+		}
+		var rs []entryResult
+		var sends []sendEntry
+		var acks []ackEntry
+		for i := range 1 + (n%8+8)%8 { // 1 to 8 entries: a batch has at least one
+			e := &entryError{Status: status, Code: "code", Message: msg}
+			switch i % 3 {
+			case 0: // succeeded
+				rs = append(rs, entryResult{id: id, duplicate: dup})
+				if id != 0 {
+					sends = append(sends, sendEntry{sendAnswer: &sendAnswer{MsgID: MsgID(id), Duplicate: dup}})
+					acks = append(acks, ackEntry{MsgID: MsgID(id)})
+				} else { // an ack entry that named no message has an error
+					sends = append(sends, sendEntry{sendAnswer: &sendAnswer{MsgID: MsgID(id), Duplicate: dup}})
+					acks = append(acks, ackEntry{})
+				}
+			case 1: // refused before it named a message
+				rs = append(rs, entryResult{err: e})
+				sends = append(sends, sendEntry{Error: e})
+				acks = append(acks, ackEntry{Error: e})
+			default: // an ack refused after it named its message
+				rs = append(rs, entryResult{id: id, err: e})
+				sends = append(sends, sendEntry{Error: e})
+				ack := ackEntry{Error: e}
+				if id != 0 {
+					ack.MsgID = MsgID(id)
+				}
+				acks = append(acks, ack)
+			}
+		}
+		for _, c := range []struct {
+			send bool
+			v    any
+		}{
+			{true, struct {
+				Results []sendEntry `json:"results"`
+			}{sends}},
+			{false, struct {
+				Results []ackEntry `json:"results"`
+			}{acks}},
+		} {
+			if c.send && id == 0 && len(rs) > 0 {
+				continue // a send's id is never 0
+			}
+			var want bytes.Buffer
+			if err := json.NewEncoder(&want).Encode(c.v); err != nil {
+				t.Fatal(err)
+			}
+			if got := appendResults(nil, rs, c.send); !bytes.Equal(got, want.Bytes()) {
+				t.Errorf("appendResults(send %v) = %s\nencoding/json = %s", c.send, got, want.Bytes())
+			}
+		}
+	})
+}
