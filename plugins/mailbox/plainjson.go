@@ -277,7 +277,7 @@ func splitEntries(body []byte) ([]json.RawMessage, bool) {
 	if key, ok := l.str(); !ok || string(key) != "entries" || !l.next(':') || !l.next('[') {
 		return nil, false
 	}
-	out := []json.RawMessage{}
+	out := make([]json.RawMessage, 0, maxBatchEntries)
 	if !l.next(']') {
 		for {
 			l.ws()

@@ -551,8 +551,9 @@ func (r rules) recv(tx *store.Tx, now time.Time, o op) (result, error) {
 	// past now if it took every key up to now, else at the last key it
 	// took.
 	floor, last := nowMs+1, int64(-1)
+	ids := make([]uint64, 0, o.max)
 	for len(res.msgs) < o.max {
-		var ids []uint64
+		ids = ids[:0]
 		tx.Ascend(bucketVisible, from, to, func(k, _ []byte) bool {
 			ids = append(ids, binary.BigEndian.Uint64(k[len(k)-8:]))
 			last = int64(binary.BigEndian.Uint64(k[len(k)-16 : len(k)-8]))
@@ -621,6 +622,9 @@ func (r rules) recv(tx *store.Tx, now time.Time, o op) (result, error) {
 			}
 			if m.Attempts > 0 {
 				res.redeliv++
+			}
+			if res.msgs == nil { // room for all at once, not grown by doubling
+				res.msgs, res.held = make([]delivery, 0, o.max), make([]hold, 0, o.max)
 			}
 			res.msgs = append(res.msgs, delivery{ID: id, Receipt: n.Receipt, Env: env, Attempts: n.Attempts})
 			res.held = append(res.held, hold{id, n.VisibleAt})
