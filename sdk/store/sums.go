@@ -137,11 +137,11 @@ type writer struct {
 	seq uint64
 	// open are, by bucket index, the buckets written so far; nil until
 	// the first write of each.
-	open []*written
+	open []*openBucket
 }
 
-// written is a bucket of a writer's transaction.
-type written struct {
+// openBucket is a bucket of a writer's transaction.
+type openBucket struct {
 	b *bolt.Bucket
 	// c looks up old values: one cursor per bucket, whose stack a
 	// lookup fills, grown once rather than per write.
@@ -182,11 +182,11 @@ func (w *writer) apply(e entry) error {
 	name := w.d.buckets[e.b]
 	scrubbed := w.scrub != nil && w.scrub.bucket == e.b && w.scrub.after != nil && bytes.Compare(e.k, w.scrub.after) <= 0
 	if w.open == nil {
-		w.open = make([]*written, len(w.d.buckets))
+		w.open = make([]*openBucket, len(w.d.buckets))
 	}
 	wb := w.open[e.b]
 	if wb == nil {
-		wb = &written{b: w.tx.Bucket(name)}
+		wb = &openBucket{b: w.tx.Bucket(name)}
 		wb.c = wb.b.Cursor()
 		k, _ := wb.c.Last()
 		wb.last = bytes.Clone(k)
