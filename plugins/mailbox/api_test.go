@@ -722,7 +722,7 @@ func TestReadBody(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := readBody(strings.NewReader(tt.body), tt.size)
+			got, err := readBody(nil, strings.NewReader(tt.body), tt.size)
 			if (err != nil) != tt.wantErr || !tt.wantErr && (len(got) != tt.wantLen || !strings.HasPrefix(tt.body, string(got))) {
 				t.Errorf("readBody(%d bytes, size %d) = %d bytes, %v; want %d bytes of it, error %v", len(tt.body), tt.size, len(got), err, tt.wantLen, tt.wantErr)
 			}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"strconv"
 
 	"github.com/plughost/plughost/sdk/idem"
 )
@@ -83,11 +84,7 @@ func (mb *mailbox) sendBatch(w http.ResponseWriter, r *http.Request, run *runnin
 		run.fail(w, err)
 		return
 	}
-	type answer struct {
-		*sendAnswer
-		Error *entryError `json:"error,omitempty"`
-	}
-	out := make([]answer, len(entries))
+	out := make([]entryResult, len(entries))
 	wait := newOutcomes(len(entries))
 	for i, raw := range entries {
 		o, err := decodeSendEntry(raw, run.s.maxMessageBytes)
@@ -98,21 +95,19 @@ func (mb *mailbox) sendBatch(w http.ResponseWriter, r *http.Request, run *runnin
 			err = run.startSend(o, wait.to(i))
 		}
 		if err != nil {
-			out[i].Error = newEntryError(err)
+			out[i].err = newEntryError(err)
 			continue
 		}
 		wait.submitted(i)
 	}
 	wait.each(r.Context(), func(i int, res result, err error) {
 		if err != nil {
-			out[i].Error = newEntryError(err)
+			out[i].err = newEntryError(err)
 			return
 		}
-		out[i].sendAnswer = &sendAnswer{MsgID: MsgID(res.id), Duplicate: res.duplicate}
+		out[i].id, out[i].duplicate = res.id, res.duplicate
 	})
-	writeJSON(w, struct {
-		Results []answer `json:"results"`
-	}{out})
+	writeResults(w, out, true)
 }
 
 // ackBatch acks up to maxBatchEntries deliveries, each answered on its own.
@@ -122,35 +117,81 @@ func (mb *mailbox) ackBatch(w http.ResponseWriter, r *http.Request, run *running
 		run.fail(w, err)
 		return
 	}
-	type answer struct {
-		MsgID string      `json:"msg_id,omitempty"`
-		Error *entryError `json:"error,omitempty"`
-	}
-	out := make([]answer, len(entries))
+	out := make([]entryResult, len(entries))
 	wait := newOutcomes(len(entries))
 	for i, raw := range entries {
 		o, err := decodeSettle(raw, opAck, run.s)
 		if err == nil {
-			out[i].MsgID = MsgID(o.id)
+			out[i].id = o.id
 			err = run.allowMessage(r, o.id, "ack")
 		}
 		if err == nil {
 			err = run.c.Submit(o, wait.to(i))
 		}
 		if err != nil {
-			out[i].Error = newEntryError(err)
+			out[i].err = newEntryError(err)
 			continue
 		}
 		wait.submitted(i)
 	}
 	wait.each(r.Context(), func(i int, _ result, err error) {
 		if err != nil {
-			out[i].Error = newEntryError(err)
+			out[i].err = newEntryError(err)
 		}
 	})
-	writeJSON(w, struct {
-		Results []answer `json:"results"`
-	}{out})
+	writeResults(w, out, false)
+}
+
+// entryResult is a batch entry's answer: its message (0 if none: an
+// entry that named no message, or a send refused), a send's duplicate,
+// or its error.
+type entryResult struct {
+	id        uint64
+	duplicate bool
+	err       *entryError
+}
+
+// writeResults answers a batch: appendResults' JSON, in a buffer from
+// answers.
+func writeResults(w http.ResponseWriter, rs []entryResult, send bool) {
+	bp := answers.Get().(*[]byte)
+	defer answers.Put(bp)
+	b := appendResults((*bp)[:0], rs, send)
+	*bp = b[:0] // a Writer does not keep what it is given
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(b)
+}
+
+// appendResults appends a batch's answer, {"results":[...]} and a
+// newline, as encoding/json writes it: an entry of a send batch is
+// {"msg_id","duplicate"} or {"error"}, one of an ack batch
+// {"msg_id"?,"error"?}. Only an error's message needs encoding/json's
+// escaping. FuzzBatchResults checks it against encoding/json byte for
+// byte.
+func appendResults(b []byte, rs []entryResult, send bool) []byte {
+	b = append(b, `{"results":[`...)
+	for i, r := range rs {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, '{')
+		if r.id != 0 && (!send || r.err == nil) {
+			b = append(b, `"msg_id":"`...)
+			b = append(appendHex16(b, r.id), '"')
+			if send {
+				b = strconv.AppendBool(append(b, `,"duplicate":`...), r.duplicate)
+			}
+		}
+		if r.err != nil {
+			if b[len(b)-1] != '{' {
+				b = append(b, ',')
+			}
+			eb, _ := json.Marshal(r.err)
+			b = append(append(b, `"error":`...), eb...)
+		}
+		b = append(b, '}')
+	}
+	return append(b, "]}\n"...)
 }
 
 // outcomes collects the outcomes of a batch's entries, each submitted to

@@ -300,3 +300,35 @@ func rss(b *testing.B) (anon, file int64) {
 	}
 	return anon, file
 }
+
+// BenchmarkHashOf is the hash of a 1 KiB payload, computed at its send
+// and again at each of its deliveries.
+func BenchmarkHashOf(b *testing.B) {
+	p := make([]byte, 1024)
+	b.SetBytes(int64(len(p)))
+	for b.Loop() {
+		HashOf(p)
+	}
+}
+
+// BenchmarkDecodeSendBatch reads a batch of ten 1 KiB sends as
+// /v1/send/batch does: its entries, then each entry's send, payload
+// hashed. One op is one batch.
+func BenchmarkDecodeSendBatch(b *testing.B) {
+	payload, _ := json.Marshal(bytes.Repeat([]byte("x"), 1024))
+	one := `{"topic":"bench","payload":` + string(payload) + `}`
+	body := []byte(`{"entries":[` + strings.Repeat(one+",", 9) + one + `]}`)
+	b.SetBytes(int64(len(body)))
+	b.ReportAllocs()
+	for b.Loop() {
+		entries, err := batchEntries(body)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, raw := range entries {
+			if _, err := decodeSendEntry(raw, 1<<20); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+}

@@ -2,10 +2,13 @@ package main
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"net/url"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 )
@@ -264,6 +267,126 @@ func FuzzRecvAnswer(f *testing.F) {
 		}
 		if ok && !bytes.Equal(got, want.Bytes()) {
 			t.Errorf("appendRecvAnswer = %s\nencoding/json  = %s", got, want.Bytes())
+		}
+	})
+}
+
+// TestPlain8 checks str's word-at-a-time test against the byte-at-a-time
+// rule: every byte value at every place of a word, and words of bytes
+// next to the rule's edges, where a borrow or carry between bytes could
+// hide one.
+func TestPlain8(t *testing.T) {
+	plain := func(c byte) bool { return c >= ' ' && c < 0x7f && c != '"' && c != '\\' }
+	check := func(w [8]byte) {
+		want := true
+		for _, c := range w {
+			want = want && plain(c)
+		}
+		if got := plain8(binary.LittleEndian.Uint64(w[:])); got != want {
+			t.Errorf("plain8(%q) = %v, want %v", w[:], got, want)
+		}
+	}
+	for c := range 256 {
+		for i := range 8 {
+			w := [8]byte{'A', 'A', 'A', 'A', 'A', 'A', 'A', 'A'}
+			w[i] = byte(c)
+			check(w)
+		}
+	}
+	edges := []byte{0x00, 0x01, 0x1f, ' ', '!', '"', '#', '[', '\\', ']', '~', 0x7f, 0x80, 0xfe, 0xff, 'A'}
+	r := rand.New(rand.NewPCG(1, 2))
+	for range 200000 {
+		var w [8]byte
+		for i := range w {
+			w[i] = edges[r.IntN(len(edges))]
+		}
+		check(w)
+	}
+	// Through str: a long string with one byte out of the subset at each
+	// place is refused, and a long plain one read whole.
+	for i := range 40 {
+		b := []byte(`"` + strings.Repeat("A", 40) + `"`)
+		b[1+i] = '\\'
+		if _, ok := (&lexer{b: b}).str(); ok {
+			t.Errorf("str(%q) = ok, want refused", b)
+		}
+	}
+	b := `"` + strings.Repeat("YWJj", 10) + `" `
+	if s, ok := (&lexer{b: []byte(b)}).str(); !ok || string(s) != b[1:len(b)-2] {
+		t.Errorf("str(%q) = %q, %v, want %q", b, s, ok, b[1:len(b)-2])
+	}
+}
+
+// FuzzBatchResults checks appendResults against encoding/json writing the
+// batch routes' answers as structs, byte for byte: entries that succeed,
+// fail, and (in an ack batch) fail naming their message.
+func FuzzBatchResults(f *testing.F) {
+	f.Add(uint64(1), true, "", 0, 3)
+	f.Add(uint64(1<<64-1), false, "topic \"a<b>&c\"\n\u2028 \xff", 409, 7)
+	f.Add(uint64(0), false, "bad", 400, 1)
+	f.Fuzz(func(t *testing.T, id uint64, dup bool, msg string, status, n int) {
+		type sendAnswer struct {
+			MsgID     string `json:"msg_id"`
+			Duplicate bool   `json:"duplicate"`
+		}
+		type sendEntry struct {
+			*sendAnswer
+			Error *entryError `json:"error,omitempty"`
+		}
+		type ackEntry struct {
+			MsgID string      `json:"msg_id,omitempty"`
+			Error *entryError `json:"error,omitempty"`
+		}
+		var rs []entryResult
+		var sends []sendEntry
+		var acks []ackEntry
+		for i := range 1 + (n%8+8)%8 { // 1 to 8 entries: a batch has at least one
+			e := &entryError{Status: status, Code: "code", Message: msg}
+			switch i % 3 {
+			case 0: // succeeded
+				rs = append(rs, entryResult{id: id, duplicate: dup})
+				if id != 0 {
+					sends = append(sends, sendEntry{sendAnswer: &sendAnswer{MsgID: MsgID(id), Duplicate: dup}})
+					acks = append(acks, ackEntry{MsgID: MsgID(id)})
+				} else { // an ack entry that named no message has an error
+					sends = append(sends, sendEntry{sendAnswer: &sendAnswer{MsgID: MsgID(id), Duplicate: dup}})
+					acks = append(acks, ackEntry{})
+				}
+			case 1: // refused before it named a message
+				rs = append(rs, entryResult{err: e})
+				sends = append(sends, sendEntry{Error: e})
+				acks = append(acks, ackEntry{Error: e})
+			default: // an ack refused after it named its message
+				rs = append(rs, entryResult{id: id, err: e})
+				sends = append(sends, sendEntry{Error: e})
+				ack := ackEntry{Error: e}
+				if id != 0 {
+					ack.MsgID = MsgID(id)
+				}
+				acks = append(acks, ack)
+			}
+		}
+		for _, c := range []struct {
+			send bool
+			v    any
+		}{
+			{true, struct {
+				Results []sendEntry `json:"results"`
+			}{sends}},
+			{false, struct {
+				Results []ackEntry `json:"results"`
+			}{acks}},
+		} {
+			if c.send && id == 0 && len(rs) > 0 {
+				continue // a send's id is never 0
+			}
+			var want bytes.Buffer
+			if err := json.NewEncoder(&want).Encode(c.v); err != nil {
+				t.Fatal(err)
+			}
+			if got := appendResults(nil, rs, c.send); !bytes.Equal(got, want.Bytes()) {
+				t.Errorf("appendResults(send %v) = %s\nencoding/json = %s", c.send, got, want.Bytes())
+			}
 		}
 	})
 }

@@ -11,9 +11,10 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
-	"lukechampine.com/blake3"
+	"github.com/zeebo/blake3"
 
 	"github.com/plughost/plughost/sdk/idem"
 	"github.com/plughost/plughost/sdk/store"
@@ -105,7 +106,11 @@ const envelopeVersion = 1
 // encodeEnvelope: version(1) ‖ hash(32) ‖ enqueued_at(8) ‖ nattrs(2) ‖
 // (klen(2) ‖ k ‖ vlen(4) ‖ v)* ‖ payload.
 func encodeEnvelope(e envelope) []byte {
-	b := make([]byte, 0, 43+len(e.Payload)+64*len(e.Attrs))
+	return appendEnvelope(make([]byte, 0, 43+len(e.Payload)+64*len(e.Attrs)), e)
+}
+
+// appendEnvelope appends e to b as encodeEnvelope encodes it.
+func appendEnvelope(b []byte, e envelope) []byte {
 	b = append(b, envelopeVersion)
 	b = append(b, e.Hash[:]...)
 	b = binary.BigEndian.AppendUint64(b, uint64(e.EnqueuedAt))
@@ -202,6 +207,10 @@ func decodeMeta(b []byte) (meta, error) {
 	return m, nil
 }
 
+// envelopes are the buffers sends encode their envelopes into, reused:
+// Tx.Put copies what it is given.
+var envelopes = sync.Pool{New: func() any { return new([]byte) }}
+
 func idKey(id uint64) []byte { return binary.BigEndian.AppendUint64(nil, id) }
 
 // visKey is the visibility index's key of message id in topic.
@@ -224,7 +233,10 @@ func topicRange(topic string, until int64) (from, to []byte) {
 }
 
 // MsgID renders a message id: 16 lowercase hex digits.
-func MsgID(id uint64) string { return string(appendHex16(nil, id)) }
+func MsgID(id uint64) string {
+	var b [16]byte
+	return string(appendHex16(b[:0], id))
+}
 
 // appendHex16 appends v as 16 lowercase hex digits.
 func appendHex16(b []byte, v uint64) []byte {
@@ -240,7 +252,8 @@ func ParseMsgID(s string) (uint64, error) {
 	}
 	id, err := strconv.ParseUint(s, 16, 64)
 	// One spelling per id: lowercase, as MsgID renders it.
-	if err != nil || id == 0 || MsgID(id) != s {
+	var b [16]byte
+	if err != nil || id == 0 || string(appendHex16(b[:0], id)) != s {
 		return 0, fmt.Errorf("msg_id %q: want 16 hex digits", s)
 	}
 	return id, nil
@@ -455,7 +468,11 @@ func (r rules) send(tx *store.Tx, now time.Time, o op) (result, error) {
 	env := o.env
 	env.EnqueuedAt = now.UnixMilli()
 	at := now.Add(o.delay).UnixMilli()
-	if err := tx.Put(bucketEnvelopes, idKey(id), encodeEnvelope(env)); err != nil {
+	eb := envelopes.Get().(*[]byte)
+	*eb = appendEnvelope((*eb)[:0], env)
+	err := tx.Put(bucketEnvelopes, idKey(id), *eb)
+	envelopes.Put(eb)
+	if err != nil {
 		return result{}, err
 	}
 	if err := tx.Put(bucketMeta, idKey(id), encodeMeta(meta{Topic: o.topic, VisibleAt: at})); err != nil {
@@ -534,8 +551,9 @@ func (r rules) recv(tx *store.Tx, now time.Time, o op) (result, error) {
 	// past now if it took every key up to now, else at the last key it
 	// took.
 	floor, last := nowMs+1, int64(-1)
+	ids := make([]uint64, 0, o.max)
 	for len(res.msgs) < o.max {
-		var ids []uint64
+		ids = ids[:0]
 		tx.Ascend(bucketVisible, from, to, func(k, _ []byte) bool {
 			ids = append(ids, binary.BigEndian.Uint64(k[len(k)-8:]))
 			last = int64(binary.BigEndian.Uint64(k[len(k)-16 : len(k)-8]))
@@ -604,6 +622,9 @@ func (r rules) recv(tx *store.Tx, now time.Time, o op) (result, error) {
 			}
 			if m.Attempts > 0 {
 				res.redeliv++
+			}
+			if res.msgs == nil { // room for all at once, not grown by doubling
+				res.msgs, res.held = make([]delivery, 0, o.max), make([]hold, 0, o.max)
 			}
 			res.msgs = append(res.msgs, delivery{ID: id, Receipt: n.Receipt, Env: env, Attempts: n.Attempts})
 			res.held = append(res.held, hold{id, n.VisibleAt})

@@ -469,3 +469,39 @@ func TestIntegrityOneAttemptPerReceive(t *testing.T) {
 		t.Errorf("first receive: %d integrity failures, %d to the DLQ; want 1 and 0", res.integ, res.dlq)
 	}
 }
+
+// TestHashOfVectors pins HashOf to BLAKE3-256 as the official test
+// vectors give it (github.com/BLAKE3-team/BLAKE3, test_vectors.json: the
+// input is bytes 0, 1, ..., 250, 0, 1, ... of each length, and the
+// digest is the first 32 bytes of the extended output): stored hashes
+// and clients' payload_hash are verified against it, so its digests must
+// never change, whatever implementation computes them. The lengths
+// cross a chunk (1024 bytes) and the batches the assembly hashes at once.
+func TestHashOfVectors(t *testing.T) {
+	for _, v := range []struct {
+		n    int
+		hash string
+	}{
+		{0, "af1349b9f5f9a1a6a0404dea36dcc9499bcb25c9adc112b7cc9a93cae41f3262"},
+		{1, "2d3adedff11b61f14c886e35afa036736dcd87a74d27b5c1510225d0f592e213"},
+		{1023, "10108970eeda3eb932baac1428c7a2163b0e924c9a9e25b35bba72b28f70bd11"},
+		{1024, "42214739f095a406f3fc83deb889744ac00df831c10daa55189b5d121c855af7"},
+		{1025, "d00278ae47eb27b34faecf67b4fe263f82d5412916c1ffd97c8cb7fb814b8444"},
+		{2048, "e776b6028c7cd22a4d0ba182a8bf62205d2ef576467e838ed6f2529b85fba24a"},
+		{2049, "5f4d72f40d7a5f82b15ca2b2e44b1de3c2ef86c426c95c1af0b6879522563030"},
+		{3072, "b98cb0ff3623be03326b373de6b9095218513e64f1ee2edd2525c7ad1e5cffd2"},
+		{4096, "015094013f57a5277b59d8475c0501042c0b642e531b0a1c8f58d2163229e969"},
+		{8193, "bab6c09cb8ce8cf459261398d2e7aef35700bf488116ceb94a36d0f5f1b7bc3b"},
+		{16384, "f875d6646de28985646f34ee13be9a576fd515f76b5b0a26bb324735041ddde4"},
+		{31744, "62b6960e1a44bcc1eb1a611a8d6235b6b4b78f32e7abc4fb4c6cdcce94895c47"},
+		{100000, "d93c23eedaf165a7e0be908ba86f1a7a520d568d2d13cde787c8580c5c72cc54"},
+	} {
+		p := make([]byte, v.n)
+		for i := range p {
+			p[i] = byte(i % 251)
+		}
+		if got := hexHash(HashOf(p)); got != v.hash {
+			t.Errorf("HashOf(%d bytes) = %s, want %s", v.n, got, v.hash)
+		}
+	}
+}

@@ -173,7 +173,8 @@ func (l *Loader) begin() error {
 	if l.w == nil {
 		l.w = l.d.newWriter(tx, nil, nil)
 	}
-	l.tx, l.w.tx, l.n = tx, tx, 0
+	l.w.use(tx)
+	l.tx, l.n = tx, 0
 	return nil
 }
 

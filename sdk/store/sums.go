@@ -135,11 +135,21 @@ type writer struct {
 	// seq is the sequence counter the writes leave, 0 if none ever
 	// moved it.
 	seq uint64
-	// last is, by bucket index, the greatest key the bucket holds, read
-	// at the bucket's first write and raised by every write after it:
-	// a key past it is new, and needs no lookup of an old value.
-	last    [][]byte
-	lastSet []bool
+	// open are, by bucket index, the buckets written so far; nil until
+	// the first write of each.
+	open []*openBucket
+}
+
+// openBucket is a bucket of a writer's transaction.
+type openBucket struct {
+	b *bolt.Bucket
+	// c looks up old values: one cursor per bucket, whose stack a
+	// lookup fills, grown once rather than per write.
+	c *bolt.Cursor
+	// last is the greatest key the bucket holds, read at its first
+	// write and raised by every write after it: a key past it is new,
+	// and needs no lookup of an old value.
+	last []byte
 }
 
 // newWriter starts writing into tx, with the buckets' sums as sums holds
@@ -152,6 +162,17 @@ func (d *DB) newWriter(tx *bolt.Tx, sums map[string]bucketSum, scrub *scrubber) 
 	return w
 }
 
+// use moves w on to tx, the next transaction of the same writes, as an
+// import makes them: the buckets' last keys stay what the writes left.
+func (w *writer) use(tx *bolt.Tx) {
+	w.tx = tx
+	for _, wb := range w.open {
+		if wb != nil {
+			wb.b, wb.c = nil, nil
+		}
+	}
+}
+
 // apply writes e, with the value's checksum, and keeps the sums.
 func (w *writer) apply(e entry) error {
 	if e.b == entrySeq {
@@ -159,32 +180,47 @@ func (w *writer) apply(e entry) error {
 		return nil
 	}
 	name := w.d.buckets[e.b]
-	b := w.tx.Bucket(name)
 	scrubbed := w.scrub != nil && w.scrub.bucket == e.b && w.scrub.after != nil && bytes.Compare(e.k, w.scrub.after) <= 0
-	if w.last == nil {
-		w.last, w.lastSet = make([][]byte, len(w.d.buckets)), make([]bool, len(w.d.buckets))
+	if w.open == nil {
+		w.open = make([]*openBucket, len(w.d.buckets))
 	}
-	if !w.lastSet[e.b] {
-		k, _ := b.Cursor().Last()
-		w.last[e.b], w.lastSet[e.b] = bytes.Clone(k), true
+	wb := w.open[e.b]
+	if wb == nil {
+		wb = &openBucket{b: w.tx.Bucket(name)}
+		wb.c = wb.b.Cursor()
+		k, _ := wb.c.Last()
+		wb.last = bytes.Clone(k)
+		w.open[e.b] = wb
+	} else if wb.b == nil {
+		wb.b = w.tx.Bucket(name)
+		wb.c = wb.b.Cursor()
 	}
+	b := wb.b
 	// Appends (sequence numbers, times: most checkpointed keys of a
 	// sequential bucket) are past the bucket's last key: no old value.
-	if bytes.Compare(e.k, w.last[e.b]) > 0 {
+	found := false
+	if bytes.Compare(e.k, wb.last) > 0 {
 		if !e.del {
-			w.last[e.b] = e.k
+			wb.last = e.k
 		}
-	} else if k, old := b.Cursor().Seek(e.k); k != nil && bytes.Equal(k, e.k) {
+	} else if k, old := wb.c.Seek(e.k); k != nil && bytes.Equal(k, e.k) {
 		if _, ok := unframe(k, old); old == nil || !ok {
 			return fileCorruptf(w.d.name, fmt.Sprintf("bucket %s key %q", name, e.k), "checksum mismatch")
 		}
+		found = true
 		w.sums[e.b].sub(old)
 		if scrubbed {
 			w.delta.sub(old)
 		}
 	}
 	if e.del {
-		if err := b.Delete(e.k); err != nil {
+		// A key the file does not hold (most often one written and
+		// deleted again before this checkpoint) needs no deletion; one
+		// it does is where the lookup left the cursor.
+		if !found {
+			return nil
+		}
+		if err := wb.c.Delete(); err != nil {
 			return fmt.Errorf("%s %q: %w", name, e.k, w.d.mapErr(err))
 		}
 		return nil
