@@ -24,7 +24,6 @@ require (
 	google.golang.org/grpc v1.85.0
 	google.golang.org/protobuf v1.36.12
 	gopkg.in/macaroon.v2 v2.1.0
-	lukechampine.com/blake3 v1.4.1
 )
 
 require (

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"lukechampine.com/blake3"
+	"github.com/zeebo/blake3"
 )
 
 func TestCommitAtQuorum(t *testing.T) {

@@ -13,9 +13,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/zeebo/blake3"
 	"golang.org/x/mod/sumdb/note"
 	"golang.org/x/mod/sumdb/tlog"
-	"lukechampine.com/blake3"
 
 	"github.com/plughost/plughost/sdk/store"
 )
@@ -145,7 +145,7 @@ func canonicalEntry(e entry) []byte {
 
 // entryHash is the chain hash of e after prev.
 func entryHash(prev [32]byte, e entry) [32]byte {
-	h := blake3.New(32, nil)
+	h := blake3.New()
 	h.Write(prev[:])
 	h.Write(canonicalEntry(e))
 	var out [32]byte

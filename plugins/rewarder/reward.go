@@ -12,7 +12,7 @@ import (
 	"strings"
 	"sync"
 
-	"lukechampine.com/blake3"
+	"github.com/zeebo/blake3"
 
 	"github.com/plughost/plughost/sdk"
 )
