@@ -9,7 +9,6 @@ package admin
 
 import (
 	"context"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -291,15 +290,16 @@ func (s *Server) auth(next http.Handler) http.Handler {
 	}
 	want := []byte("Bearer " + s.token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if wait := s.guard.wait(r); wait > 0 {
+		got := []byte(r.Header.Get("Authorization"))
+		ok, wait := false, time.Duration(0)
+		if len(got) > 0 {
+			ok, wait = s.guard.check(r, got, want)
+		}
+		if wait > 0 {
 			sdk.WriteError(w, http.StatusTooManyRequests, "too_many_attempts", tooManyGuesses(retryAfter(w, wait)))
 			return
 		}
-		got := []byte(r.Header.Get("Authorization"))
-		if subtle.ConstantTimeCompare(got, want) != 1 {
-			if len(got) > 0 {
-				s.guard.failed(r)
-			}
+		if !ok {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="plughost admin"`)
 			sdk.WriteError(w, http.StatusUnauthorized, "unauthorized", "admin API requests need Authorization: Bearer <token>")
 			return

@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"crypto/subtle"
 	"fmt"
 	"math"
 	"net"
@@ -17,7 +18,8 @@ import (
 // refilled one per guessEvery, and once they are spent its requests that
 // carry a token, right or wrong, get 429 with Retry-After without the
 // token being compared. A right token costs nothing, so an operator who
-// mistypes once is not held up; a script trying tokens gets ten a minute.
+// mistypes once is not held up; a script trying tokens gets ten a minute,
+// however many it sends at once.
 const (
 	guessBurst = 10
 	guessEvery = 6 * time.Second
@@ -50,11 +52,10 @@ func clientOf(r *http.Request) string {
 	return r.RemoteAddr
 }
 
-// allowance returns the limiter of r's address, or nil if it has none
-// yet and add is false. g.mu is held.
-func (g *guard) allowance(r *http.Request, add bool) *rate.Limiter {
+// allowance returns the limiter of r's address. g.mu is held.
+func (g *guard) allowance(r *http.Request) *rate.Limiter {
 	key := clientOf(r)
-	if l := g.m[key]; l != nil || !add {
+	if l := g.m[key]; l != nil {
 		return l
 	}
 	if len(g.m) >= maxGuessers {
@@ -73,29 +74,26 @@ func (g *guard) allowance(r *http.Request, add bool) *rate.Limiter {
 	return l
 }
 
-// wait returns how long r's address must wait before its next token is
-// compared: 0 if it may try now.
-func (g *guard) wait(r *http.Request) time.Duration {
+// check compares got with want, if r's address has a wrong token left:
+// it takes one first, under the lock, so that requests at once cannot
+// all be compared on the last one, and gives it back if got is right.
+// It returns whether got is want, and how long the address must wait
+// when it had none left (got then unread).
+func (g *guard) check(r *http.Request, got, want []byte) (ok bool, wait time.Duration) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	l := g.allowance(r, false)
-	if l == nil && len(g.m) >= maxGuessers {
-		l = g.overflow
+	now := g.now()
+	l := g.allowance(r)
+	res := l.ReserveN(now, 1)
+	if d := res.DelayFrom(now); !res.OK() || d > 0 {
+		res.CancelAt(now)
+		return false, max(d, time.Nanosecond)
 	}
-	if l == nil {
-		return 0
+	if subtle.ConstantTimeCompare(got, want) == 1 {
+		res.CancelAt(now) // a right token costs nothing
+		return true, 0
 	}
-	if t := l.TokensAt(g.now()); t < 1 {
-		return time.Duration((1 - t) * float64(guessEvery))
-	}
-	return 0
-}
-
-// failed spends one of r's address's wrong tokens.
-func (g *guard) failed(r *http.Request) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.allowance(r, true).AllowN(g.now(), 1)
+	return false, 0
 }
 
 // retryAfter sets Retry-After to wait in whole seconds, rounded up, and

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -91,5 +92,27 @@ func TestWrongTokensLimited(t *testing.T) {
 	}
 	if !strings.Contains(p.log.String(), "too many wrong tokens") || strings.Contains(p.log.String(), pageToken) {
 		t.Errorf("the log should say the login was refused for too many wrong tokens, without the token:\n%s", p.log)
+	}
+}
+
+// TestWrongTokensLimitedAtOnce checks that wrong tokens sent at once are
+// compared no more often than one after another would be.
+func TestWrongTokensLimitedAtOnce(t *testing.T) {
+	p := newPage(t, pageToken, nil)
+	c := p.fromAddr("127.0.0.1")
+	const n = 50
+	codes := make(chan int, n)
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() { codes <- p.api(t, c, "Bearer guess").code })
+	}
+	wg.Wait()
+	close(codes)
+	counts := map[int]int{}
+	for code := range codes {
+		counts[code]++
+	}
+	if counts[http.StatusUnauthorized] != 10 || counts[http.StatusTooManyRequests] != n-10 {
+		t.Errorf("%d wrong tokens at once answered %v, want 10 × 401 and the rest 429", n, counts)
 	}
 }

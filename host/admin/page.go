@@ -3,7 +3,6 @@ package admin
 import (
 	"bytes"
 	"crypto/rand"
-	"crypto/subtle"
 	"embed"
 	"encoding/base64"
 	"fmt"
@@ -159,15 +158,15 @@ func (s *Server) pageRoutes(mux *http.ServeMux, cop *http.CrossOriginProtection)
 // admin token. If not, it has answered with the login form: 401, or 429
 // once r's address has spent its wrong tokens (guard).
 func (s *Server) checkToken(w http.ResponseWriter, r *http.Request, got string) bool {
-	if wait := s.guard.wait(r); wait > 0 {
+	ok, wait := s.guard.check(r, []byte(got), []byte(s.token))
+	if wait > 0 {
 		s.logger.Warn("status page login refused: too many wrong tokens", "remote", r.RemoteAddr)
 		w.Header().Set("WWW-Authenticate", `Bearer realm="plughost admin"`)
 		msg := tooManyGuesses(retryAfter(w, wait))
 		s.render(w, http.StatusTooManyRequests, pageData{Message: strings.ToUpper(msg[:1]) + msg[1:] + "."})
 		return false
 	}
-	if subtle.ConstantTimeCompare([]byte(got), []byte(s.token)) != 1 {
-		s.guard.failed(r)
+	if !ok {
 		s.logger.Warn("status page login refused", "remote", r.RemoteAddr)
 		s.renderLogin(w, "That is not the admin token.")
 		return false
