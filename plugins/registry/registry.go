@@ -193,7 +193,7 @@ func (rg *registry) configure(_ context.Context, rt *sdk.Runtime) error {
 	}
 	signer, vkey, err := loadSigner(rt.DataDir, s.signingKeyFile, s.origin)
 	if err != nil {
-		return &sdk.ConfigError{Attribute: "signing_key_file", Message: err.Error()}
+		return sdk.FileConfigError("signing_key_file", err)
 	}
 	path := filepath.Join(rt.DataDir, storeFile)
 	db, err := store.Open(path, storeOpts)

@@ -4,13 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -126,12 +124,7 @@ func (rw *rewarder) configure(_ context.Context, rt *sdk.Runtime) (err error) {
 		return err
 	}
 	if err := os.MkdirAll(s.artifactDir, 0o755); err != nil {
-		if pathRefused(err) {
-			// The operator's path: the same config would fail again.
-			return &sdk.ConfigError{Attribute: "artifact_dir", Message: err.Error()}
-		}
-		// A full or failing disk: the host retries the start.
-		return &sdk.ConfigError{Message: "artifact_dir: " + err.Error()}
+		return sdk.FileConfigError("artifact_dir", err)
 	}
 	r := &running{s: s, log: rt.Logger, host: rt.Host, now: rw.now, jitter: rw.jitter,
 		active: map[string]bool{}, stop: make(chan struct{}), results: make(chan result, resultsCapacity)}
@@ -528,11 +521,4 @@ func newMetrics(reg prometheus.Registerer, r *running) (metrics, error) {
 		}
 	}
 	return m, nil
-}
-
-// pathRefused reports whether err says that a path cannot be a directory
-// the plugin may write, as opposed to a passing failure of the disk.
-func pathRefused(err error) bool {
-	return errors.Is(err, fs.ErrPermission) || errors.Is(err, fs.ErrExist) ||
-		errors.Is(err, syscall.ENOTDIR) || errors.Is(err, syscall.EROFS) || errors.Is(err, syscall.ENAMETOOLONG)
 }
