@@ -19,7 +19,7 @@ type Fault struct {
 	// Point names the fault point, e.g. "ledger.commit".
 	Point string
 	// Delay holds each call at the point this long, or until its context
-	// is done.
+	// is done or the faults are set again.
 	Delay time.Duration
 	// Error, when not empty, makes each call at the point fail with it
 	// (after Delay).
@@ -34,17 +34,25 @@ type Fault struct {
 type Faults struct {
 	mu sync.RWMutex
 	m  map[string]Fault
+	// changed is closed, and replaced, by each Set: it releases the
+	// calls held by a delay.
+	changed chan struct{}
 }
 
 // Inject applies the fault set at point, if any: it waits out the delay
 // (returning ctx's error if ctx ends first) and then returns the fault's
-// error, wrapping ErrInjected. It returns nil when no fault is set.
+// error, wrapping ErrInjected. It returns nil when no fault is set. A
+// call held by a delay is released when Set changes the faults, and then
+// applies what is set at point by then: nothing once the faults are
+// cleared, so a test can hold calls for as long as it needs and let them
+// go at once.
 func (f *Faults) Inject(ctx context.Context, point string) error {
 	if f == nil {
 		return nil
 	}
 	f.mu.RLock()
 	ft, ok := f.m[point]
+	changed := f.changed
 	f.mu.RUnlock()
 	if !ok {
 		return nil
@@ -56,6 +64,8 @@ func (f *Faults) Inject(ctx context.Context, point string) error {
 		case <-t.C:
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-changed:
+			return f.Inject(ctx, point)
 		}
 	}
 	if ft.Error != "" {
@@ -65,6 +75,7 @@ func (f *Faults) Inject(ctx context.Context, point string) error {
 }
 
 // Set replaces every fault with list; an empty list clears them all.
+// Calls held by a delay are released (see Inject).
 func (f *Faults) Set(list []Fault) {
 	m := make(map[string]Fault, len(list))
 	for _, ft := range list {
@@ -72,6 +83,10 @@ func (f *Faults) Set(list []Fault) {
 	}
 	f.mu.Lock()
 	f.m = m
+	if f.changed != nil {
+		close(f.changed)
+	}
+	f.changed = make(chan struct{})
 	f.mu.Unlock()
 }
 

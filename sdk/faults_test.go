@@ -3,8 +3,10 @@ package sdk
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/plughost/plughost/host/dataplane"
@@ -35,6 +37,38 @@ func TestFaultsInject(t *testing.T) {
 	f.Set(nil)
 	if got := f.List(); len(got) != 0 {
 		t.Errorf("List after Set(nil) = %v, want none", got)
+	}
+}
+
+// TestFaultsSetReleases checks that a call held by a delay is released
+// when the faults change, and applies what is set at its point then.
+func TestFaultsSetReleases(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		then []Fault
+		want string // the error Inject returns, "" for nil
+	}{
+		{"cleared", nil, ""},
+		{"replaced by an error", []Fault{{Point: "slow", Error: "boom"}}, "sdk: injected fault at slow: boom"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				f := &Faults{}
+				f.Set([]Fault{{Point: "slow", Delay: time.Hour}})
+				start := time.Now()
+				done := make(chan error, 1)
+				go func() { done <- f.Inject(t.Context(), "slow") }()
+				synctest.Wait() // Inject waits out its delay
+				f.Set(tt.then)
+				err := <-done
+				if held := time.Since(start); held > 0 {
+					t.Errorf("Inject was held %v after Set changed its fault, want released at once", held)
+				}
+				if got := fmt.Sprint(err); err == nil && tt.want != "" || err != nil && got != tt.want {
+					t.Errorf("Inject released by Set = %v, want %q", err, tt.want)
+				}
+			})
+		})
 	}
 }
 

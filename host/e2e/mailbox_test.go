@@ -423,7 +423,8 @@ func TestMailboxShardFull(t *testing.T) {
 	cfg := strings.Replace(baseConfig("5s"), `request_timeout = "5s"`, `request_timeout = "30s"`, 1) + faultsOn +
 		pluginBlock("mailbox", "mailbox", fmt.Sprintf("  config {\n    ready_shards = 1\n    shard_capacity = %d\n    commit_timeout = \"30s\"\n  }", capacity))
 	h, c := startMailbox(t, cfg)
-	setFaults(t, h, "mailbox", `{"faults":[{"point":"store.commit","delay":"3s"}]}`)
+	// Held until the fault is cleared below (within commit_timeout).
+	setFaults(t, h, "mailbox", `{"faults":[{"point":"store.commit","delay":"25s"}]}`)
 	held := make(chan int, capacity)
 	for i := range capacity {
 		go func() {

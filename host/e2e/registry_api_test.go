@@ -215,9 +215,10 @@ func TestRegistryThroughHost(t *testing.T) {
 		}
 	}
 
-	// A full queue: commits held for 3s at the store, twelve proposals at
-	// once against a queue of four.
-	setFaults(t, h, "registry", `{"faults":[{"point":"store.commit","delay":"3s"}]}`)
+	// A full queue: commits held at the store until the fault is cleared
+	// (within commit_timeout), twelve proposals at once against a queue
+	// of four.
+	setFaults(t, h, "registry", `{"faults":[{"point":"store.commit","delay":"9s"}]}`)
 	var busy, accepted int
 	wg = sync.WaitGroup{}
 	for i := range 12 {
