@@ -284,8 +284,9 @@ func (cl *call) roundTrip(req *Request) (*Response, error) {
 }
 
 // send sends the request's head with its body, or the body's first piece
-// and then the rest in Body frames. The head goes out in one write with
-// the frames that follow it within a piece's worth of body (most bodies
+// and then the rest in Body frames. The head goes out under one hold of
+// the send lock, with one flush, with the frames that follow it within a
+// piece's worth of body (most bodies
 // are smaller than a piece and arrive in a few pieces: see the ingress's
 // firstPiece); each later frame takes the send lock on its own, so that
 // other requests' frames go out between them.
@@ -369,7 +370,8 @@ func (cl *call) finished() bool {
 	return cl.end || cl.err != nil
 }
 
-// sendFrames sends frames of the request in one write. started says the
+// sendFrames sends frames of the request under one hold of the send
+// lock, with one flush. started says the
 // plugin has its head already, so a request given up here must be
 // cancelled there.
 func (cl *call) sendFrames(fs []*pluginv1.Frame, started bool) error {

@@ -219,7 +219,8 @@ func (w *writer) flush(end bool) error {
 		piece := body[:min(len(body), w.c.piece)]
 		body = body[len(piece):]
 		last := end && len(body) == 0
-		// Encoding copies the piece, so the buffer may be reused.
+		// sendPiece returns once the frame is in the connection's
+		// write buffer or on the socket, so the buffer may be reused.
 		f := &pluginv1.Frame{Id: w.c.id, Kind: &pluginv1.Frame_Body{Body: &pluginv1.Body{Data: piece, End: last}}}
 		if err := w.sendPiece(f, len(piece)); err != nil {
 			return err
