@@ -68,10 +68,9 @@ func MaxBody(n int64) RouteOption { return func(r *route.Route) { r.MaxBody = n 
 // read, so it must not block: no network or disk I/O, no waiting on a
 // lock another request holds, on a group commit or on other requests. A
 // request whose body comes in more than one frame (over 64 KiB) and a
-// streaming route are handed to a worker anyway, and a response must fit
-// the response window (256 KiB): an inline handler that writes more has
-// its response aborted, as one that panics after writing has, and the SDK
-// logs it.
+// streaming route are handed to a worker anyway, and so is the sending of
+// a response larger than the response window (256 KiB), whose credit
+// comes in frames the reader must be free to read.
 func Inline() RouteOption { return func(r *route.Route) { r.Inline = true } }
 
 // Handle declares the route pattern, "[METHOD ]/path" as in ServeMux, and

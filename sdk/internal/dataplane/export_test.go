@@ -14,3 +14,7 @@ func WaitedForCredit(w http.ResponseWriter) bool {
 	defer c.mu.Unlock()
 	return c.more != nil
 }
+
+// RunsInline reports whether the handler given w runs on its
+// connection's reader (Options.Inline) rather than on a worker.
+func RunsInline(w http.ResponseWriter) bool { return w.(*writer).c.inline }

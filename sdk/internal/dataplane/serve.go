@@ -167,7 +167,8 @@ type call struct {
 	// costs no allocation of its own.
 	w writer
 	// inline says the handler runs on the connection's reader, which
-	// cannot read the Window frames a wait for credit needs.
+	// cannot read the Window frames a wait for credit needs: a response
+	// larger than its credit is handed to a worker (handle).
 	inline bool
 
 	mu     sync.Mutex
@@ -191,10 +192,12 @@ func (c *call) grant(n int64) {
 	}
 }
 
-// errInlineWindow is the error of an inline handler's response that
-// outgrows the window: the credit it would wait for comes in frames its
-// own goroutine would have to read.
-var errInlineWindow = errors.New("an inline route's response is larger than the response window")
+// covers reports whether c's credit covers n more bytes of response.
+func (c *call) covers(n int64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.credit >= n
+}
 
 // spend waits until n bytes of credit are available, or the request's
 // context ends, and takes them.
@@ -205,10 +208,6 @@ func (c *call) spend(n int64) error {
 			c.credit -= n
 			c.mu.Unlock()
 			return nil
-		}
-		if c.inline {
-			c.mu.Unlock()
-			return errInlineWindow
 		}
 		if c.more == nil {
 			c.more = make(chan struct{}, 1)
@@ -289,12 +288,18 @@ func (s *server) worker(c *call) {
 // handle runs the handler for c and sends its response.
 func (s *server) handle(c *call) {
 	w := &c.w
-	defer func() {
+	done := func() {
 		s.mu.Lock()
 		delete(s.calls, c.id)
 		s.mu.Unlock()
 		c.rctx.cancel()
 		w.release()
+	}
+	handedOff := false
+	defer func() {
+		if !handedOff {
+			done()
+		}
 	}()
 	*w = writer{s: s, c: c, header: http.Header{}, status: http.StatusOK}
 	w.buf = *bytes.NewBuffer(w.small[:0])
@@ -310,6 +315,17 @@ func (s *server) handle(c *call) {
 	}
 	if w.refused && !w.wroteHeader {
 		w.refuse()
+		return
+	}
+	if c.inline && !c.covers(int64(w.buf.Len())) {
+		// The response needs more credit than it has, and the Window
+		// frames that bring it are read by this goroutine: a worker
+		// sends it while this one goes back to reading.
+		handedOff = true
+		s.workers.Go(func() {
+			defer done()
+			w.finish()
+		})
 		return
 	}
 	w.finish()

@@ -159,11 +159,6 @@ func (w *writer) finish() {
 	if w.err == nil {
 		_ = w.flush(true)
 	}
-	if errors.Is(w.err, errInlineWindow) {
-		w.s.opts.Logger.Error("aborted the response of an inline route: it outgrew the response window",
-			"path", w.c.req.GetPath(), "pattern", w.c.req.GetPattern(), "window", wire.ResponseWindow)
-		w.abort()
-	}
 }
 
 // abort ends the response unfinished: the host answers 503 if it had no
