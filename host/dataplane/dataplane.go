@@ -385,8 +385,10 @@ func (cl *call) sendFrames(fs []*pluginv1.Frame, started bool) error {
 	for i, f := range fs {
 		fr, err := c.c.Encode(f)
 		if err != nil {
-			// Nothing of fs has gone out (the frames encoded so far
-			// are garbage).
+			// Nothing of fs has gone out.
+			for j := range i {
+				frs[j].Discard()
+			}
 			cl.c.forget(cl.id)
 			if started {
 				c.sendCancel(cl.id)
@@ -418,6 +420,9 @@ func (cl *call) sendFrames(fs []*pluginv1.Frame, started bool) error {
 		// went out (select picks at random when both are ready).
 		if locked {
 			<-c.sendLock
+		}
+		for j := range fs {
+			frs[j].Discard()
 		}
 		if c.forget(cl.id) && started {
 			c.sendCancel(cl.id)

@@ -263,7 +263,10 @@ func (mb *mailbox) handle(name string, h func(http.ResponseWriter, *http.Request
 		bp := bodies.Get().(*[]byte)
 		body, err := readBody((*bp)[:0], r.Body, r.ContentLength)
 		defer func() {
-			if cap(body) <= maxPooledBody {
+			switch {
+			case body == nil: // a failed read: *bp is as it was
+				bodies.Put(bp)
+			case cap(body) <= maxPooledBody:
 				*bp = body[:0]
 				bodies.Put(bp)
 			}

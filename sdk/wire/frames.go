@@ -143,6 +143,10 @@ func (c *Conn) Encode(f *pluginv1.Frame) (Frame, error) {
 	return fr, nil
 }
 
+// Discard gives up on sending fr, returning its buffer for reuse: for a
+// frame Encode made that Send will not take.
+func (fr *Frame) Discard() { fr.release() }
+
 // release returns fr's buffer to framePool, if it came from there.
 func (fr *Frame) release() {
 	if fr.pooled != nil {
