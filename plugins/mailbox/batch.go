@@ -79,6 +79,42 @@ func decodeSendEntry(raw []byte, maxBytes int) (op, error) {
 // own, as SQS's SendMessageBatch: the entries are submitted together, so
 // that they share group commits.
 func (mb *mailbox) sendBatch(w http.ResponseWriter, r *http.Request, run *running, body []byte) {
+	runBatch(w, r, run, body, true, func(raw []byte, _ *entryResult, done func(result, error)) error {
+		o, err := decodeSendEntry(raw, run.s.maxMessageBytes)
+		if err == nil {
+			err = run.allow(r, o.topic, "send")
+		}
+		if err == nil {
+			err = run.startSend(o, done)
+		}
+		return err
+	}, func(out *entryResult, res result) {
+		out.id, out.duplicate = res.id, res.duplicate
+	})
+}
+
+// ackBatch acks up to maxBatchEntries deliveries, each answered on its own.
+func (mb *mailbox) ackBatch(w http.ResponseWriter, r *http.Request, run *running, body []byte) {
+	runBatch(w, r, run, body, false, func(raw []byte, out *entryResult, done func(result, error)) error {
+		o, err := decodeSettle(raw, opAck, run.s)
+		if err == nil {
+			out.id = o.id
+			err = run.allowMessage(r, o.id, "ack")
+		}
+		if err == nil {
+			err = run.c.Submit(o, done)
+		}
+		return err
+	}, func(*entryResult, result) {})
+}
+
+// runBatch answers a batch call: start begins each entry, submitting it
+// with done or saying why it cannot; the submitted entries are awaited
+// together and finish records each one's result; every entry is answered
+// on its own (writeResults, send as there).
+func runBatch(w http.ResponseWriter, r *http.Request, run *running, body []byte, send bool,
+	start func(raw []byte, out *entryResult, done func(result, error)) error,
+	finish func(out *entryResult, res result)) {
 	entries, err := batchEntries(body)
 	if err != nil {
 		run.fail(w, err)
@@ -87,14 +123,7 @@ func (mb *mailbox) sendBatch(w http.ResponseWriter, r *http.Request, run *runnin
 	out := make([]entryResult, len(entries))
 	wait := newOutcomes(len(entries))
 	for i, raw := range entries {
-		o, err := decodeSendEntry(raw, run.s.maxMessageBytes)
-		if err == nil {
-			err = run.allow(r, o.topic, "send")
-		}
-		if err == nil {
-			err = run.startSend(o, wait.to(i))
-		}
-		if err != nil {
+		if err := start(raw, &out[i], wait.to(i)); err != nil {
 			out[i].err = newEntryError(err)
 			continue
 		}
@@ -105,41 +134,9 @@ func (mb *mailbox) sendBatch(w http.ResponseWriter, r *http.Request, run *runnin
 			out[i].err = newEntryError(err)
 			return
 		}
-		out[i].id, out[i].duplicate = res.id, res.duplicate
+		finish(&out[i], res)
 	})
-	writeResults(w, out, true)
-}
-
-// ackBatch acks up to maxBatchEntries deliveries, each answered on its own.
-func (mb *mailbox) ackBatch(w http.ResponseWriter, r *http.Request, run *running, body []byte) {
-	entries, err := batchEntries(body)
-	if err != nil {
-		run.fail(w, err)
-		return
-	}
-	out := make([]entryResult, len(entries))
-	wait := newOutcomes(len(entries))
-	for i, raw := range entries {
-		o, err := decodeSettle(raw, opAck, run.s)
-		if err == nil {
-			out[i].id = o.id
-			err = run.allowMessage(r, o.id, "ack")
-		}
-		if err == nil {
-			err = run.c.Submit(o, wait.to(i))
-		}
-		if err != nil {
-			out[i].err = newEntryError(err)
-			continue
-		}
-		wait.submitted(i)
-	}
-	wait.each(r.Context(), func(i int, _ result, err error) {
-		if err != nil {
-			out[i].err = newEntryError(err)
-		}
-	})
-	writeResults(w, out, false)
+	writeResults(w, out, send)
 }
 
 // entryResult is a batch entry's answer: its message (0 if none: an
