@@ -5,6 +5,7 @@ package dataplane_test
 import (
 	"bytes"
 	"net"
+	"runtime"
 	"sync/atomic"
 	"testing"
 
@@ -60,5 +61,39 @@ func TestHeadGoesWithItsBody(t *testing.T) {
 				res.resp.Close()
 			}
 		})
+	}
+}
+
+// TestRequestsTogetherShareAWrite checks that the heads of requests made
+// at once go out in fewer writes than there are requests: the flusher
+// yields to the requests already runnable before it writes. One P makes
+// the order fixed: the eight goroutines are all runnable before the first
+// of them wakes the flusher.
+func TestRequestsTogetherShareAWrite(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	const n = 8
+	var writes atomic.Int64
+	h := newWrappedHarness(t, 1, func(c net.Conn) net.Conn { return writeCounter{Conn: c, n: &writes} })
+	var rts []<-chan result
+	for range n {
+		rts = append(rts, h.goRoundTrip(t.Context(), &dataplane.Request{Method: "GET", Path: "/"}))
+	}
+	var ids []uint64
+	for range n {
+		id, _, _ := h.fakes[0].recvRequest()
+		ids = append(ids, id)
+	}
+	if got := writes.Load(); got >= n {
+		t.Errorf("%d requests made at once took %d writes to the socket, want fewer", n, got)
+	}
+	for _, id := range ids {
+		h.fakes[0].answer(id, "ok")
+	}
+	for _, rt := range rts {
+		if res := await(t, rt, "RoundTrip"); res.err != nil {
+			t.Fatalf("RoundTrip() = %v", res.err)
+		} else {
+			res.resp.Close()
+		}
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -130,7 +131,8 @@ func New(conns []*wire.Conn) Transport {
 	t := &transport{done: make(chan struct{}), wake: make(chan struct{}, 1)}
 	for _, c := range conns {
 		c.LimitRecv(maxPluginFrame)
-		t.conns = append(t.conns, &conn{t: t, c: c, sendLock: make(chan struct{}, 1), calls: map[uint64]*call{}})
+		t.conns = append(t.conns, &conn{t: t, c: c, sendLock: make(chan struct{}, 1), flush: make(chan struct{}, 1),
+			broken: make(chan struct{}), calls: map[uint64]*call{}})
 	}
 	t.live.Store(int64(len(conns)))
 	if len(conns) == 0 {
@@ -139,6 +141,7 @@ func New(conns []*wire.Conn) Transport {
 	for _, c := range t.conns {
 		t.receivers.Add(1)
 		go c.receive()
+		t.receivers.Go(c.flusher)
 	}
 	if len(conns) > 0 {
 		t.receivers.Go(t.sweep)
@@ -151,7 +154,7 @@ type transport struct {
 	next      atomic.Uint64 // picks the connection for the next request
 	live      atomic.Int64
 	done      chan struct{}
-	receivers sync.WaitGroup // and the sweeper
+	receivers sync.WaitGroup // and the flushers and the sweeper
 
 	// parked says the sweeper waits on wake for a request with a
 	// Deadline (sweep).
@@ -191,6 +194,11 @@ type conn struct {
 	// sendLock serialises sends, so that a request's frames go out one
 	// after another and a sender can stop waiting when its context ends.
 	sendLock chan struct{}
+	// flush asks the flusher to write out the request heads that
+	// sendFrames held in the connection's buffer.
+	flush chan struct{}
+	// broken is closed when the connection fails.
+	broken chan struct{}
 	// cancels counts the ids queued in cancelIDs, read without mu.
 	cancels atomic.Int32
 
@@ -429,7 +437,21 @@ func (cl *call) sendFrames(fs []*pluginv1.Frame, started bool) error {
 		}
 		return err
 	}
-	err := c.c.SendAll(frs[:len(fs)])
+	var err error
+	if started {
+		err = c.c.SendAll(frs[:len(fs)])
+	} else {
+		// A request's head (with the body that goes with it) waits in
+		// the buffer for the flusher, so that the requests arriving
+		// together share a write.
+		var first bool
+		if first, err = c.c.SendHeld(frs[:len(fs)]); first {
+			select {
+			case c.flush <- struct{}{}:
+			default: // the flusher has a request to flush already
+			}
+		}
+	}
 	<-c.sendLock
 	if err != nil {
 		// The connection is broken; its receiver fails every request
@@ -441,6 +463,28 @@ func (cl *call) sendFrames(fs []*pluginv1.Frame, started bool) error {
 		c.flushCancels()
 	}
 	return nil
+}
+
+// flusher writes out the request heads that sendFrames held in the
+// connection's buffer. It yields once before it flushes, so that the
+// goroutines already runnable (the other requests of the same poll of the
+// network, most often) hold theirs first: requests that arrive together
+// cost one write and one wake-up of the plugin's reader rather than one
+// each. With nothing else runnable it flushes at once. It ends when the
+// connection does.
+func (c *conn) flusher() {
+	for {
+		select {
+		case <-c.flush:
+		case <-c.broken:
+			return
+		}
+		runtime.Gosched()
+		if err := c.c.Flush(); err != nil {
+			c.fail(err)
+			return
+		}
+	}
 }
 
 // result returns cl's error once its connection has failed it.
@@ -733,6 +777,7 @@ func (c *conn) fail(err error) {
 	calls := c.calls
 	c.calls, c.err = nil, err
 	c.mu.Unlock()
+	close(c.broken)
 	_ = c.c.Close()
 	for _, cl := range calls {
 		cl.mu.Lock()

@@ -89,9 +89,10 @@ type Conn struct {
 	r       *bufio.Reader
 	maxRecv uint32 // the largest frame Recv accepts
 
-	wmu  sync.Mutex // guards w and werr; held across a write to c
+	wmu  sync.Mutex // guards w, werr and held; held across a write to c
 	w    *bufio.Writer
 	werr error // sticky: after a failed write the stream is broken
+	held bool  // w holds frames that SendHeld wrote and no flush has sent
 }
 
 // NewConn returns a Conn over c, which it owns from now on.
@@ -168,6 +169,7 @@ func (c *Conn) Send(fr Frame, flush bool) error {
 	err := c.write(&fr)
 	if err == nil && flush {
 		err = c.w.Flush()
+		c.held = false
 	}
 	if err != nil {
 		c.werr = err
@@ -190,11 +192,62 @@ func (c *Conn) SendAll(frs []Frame) error {
 	}
 	if err == nil {
 		err = c.w.Flush()
+		c.held = false
 	}
 	if err != nil {
 		c.werr = err
 	}
 	return err
+}
+
+// SendHeld writes frs into the write buffer without flushing it, for a
+// caller that expects more frames to follow soon and wants them to share
+// a write. first reports that no frame was held before these: the caller
+// must then see to it that Flush runs. Any flush sends the held frames
+// too. frs are of no use after, as with Send.
+func (c *Conn) SendHeld(frs []Frame) (first bool, err error) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	for i := range frs {
+		if err == nil {
+			err = c.write(&frs[i])
+		}
+		frs[i].release()
+	}
+	if err != nil {
+		c.werr = err
+		return false, err
+	}
+	first = !c.held
+	c.held = true
+	return first, nil
+}
+
+// Flush writes out what the write buffer holds. With nothing in it, it
+// makes no system call.
+func (c *Conn) Flush() error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if c.werr != nil {
+		return c.werr
+	}
+	c.held = false
+	if err := c.w.Flush(); err != nil {
+		c.werr = err
+	}
+	return c.werr
+}
+
+// FrameBuffered reports whether a whole frame waits in the read buffer, so
+// that the next Recv returns without reading from the socket. Call it
+// only from Recv's caller.
+func (c *Conn) FrameBuffered() bool {
+	n := c.r.Buffered()
+	if n < frameHeaderBytes {
+		return false
+	}
+	hdr, _ := c.r.Peek(frameHeaderBytes)
+	return uint64(binary.BigEndian.Uint32(hdr))+frameHeaderBytes <= uint64(n)
 }
 
 // write writes fr into the write buffer, or fails with the error that

@@ -158,6 +158,11 @@ func TestConnSendAfterPeerClosed(t *testing.T) {
 	if first == nil {
 		t.Fatal("Send() to a closed peer = nil, want an error")
 	}
+	// A frame is of no use after its Send: sending it again would put
+	// its pooled buffer back twice.
+	if fr, err = c.Encode(frames()[1]); err != nil {
+		t.Fatal(err)
+	}
 	if err := c.Send(fr, true); err == nil {
 		t.Errorf("second Send() after %v = nil, want the error again", first)
 	}

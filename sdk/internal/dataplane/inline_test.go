@@ -3,13 +3,22 @@ package dataplane_test
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"io"
+	"net"
 	"net/http"
 	"strconv"
+	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"google.golang.org/protobuf/proto"
 
 	host "github.com/plughost/plughost/host/dataplane"
+	pluginv1 "github.com/plughost/plughost/proto/pluginv1"
 	"github.com/plughost/plughost/sdk/internal/dataplane"
+	"github.com/plughost/plughost/sdk/internal/wiretest"
 	"github.com/plughost/plughost/sdk/wire"
 )
 
@@ -103,5 +112,111 @@ func TestInlineOverWindow(t *testing.T) {
 	}
 	if r.status != http.StatusOK || r.header.Get("X-Where") != "reader" {
 		t.Errorf("the next request = %d on the %q, want 200 on the reader", r.status, r.header.Get("X-Where"))
+	}
+}
+
+// countWrites counts the writes to the socket under it.
+type countWrites struct {
+	net.Conn
+	n *atomic.Int64
+}
+
+func (c countWrites) Write(p []byte) (int, error) {
+	c.n.Add(1)
+	return c.Conn.Write(p)
+}
+
+// rawPlane serves h, every route inline, on one end of a socket pair
+// whose writes it counts, and returns the host's end as a bare Conn.
+func rawPlane(t *testing.T, h http.Handler) (hostEnd net.Conn, c *wire.Conn, writes *atomic.Int64) {
+	t.Helper()
+	hc, pc := wiretest.SocketPair(t)
+	writes = &atomic.Int64{}
+	served := make(chan error, 1)
+	go func() {
+		served <- dataplane.Serve(context.Background(), wire.NewConn(countWrites{Conn: pc, n: writes}), dataplane.Options{
+			Handler: h,
+			Error:   writeError,
+			Logger:  hclog.NewNullLogger(),
+			Inline:  func(string) bool { return true },
+		})
+	}()
+	t.Cleanup(func() {
+		_ = hc.Close()
+		if err := await(t, served, "Serve to return"); err != nil {
+			t.Errorf("Serve = %v", err)
+		}
+	})
+	if err := hc.SetReadDeadline(time.Now().Add(waitTime)); err != nil {
+		t.Fatal(err)
+	}
+	return hc, wire.NewConn(hc), writes
+}
+
+// requestBytes returns a GET request's frame as it goes on the wire.
+func requestBytes(t *testing.T, id uint64) []byte {
+	t.Helper()
+	p, err := proto.Marshal(&pluginv1.Frame{Id: id, Kind: &pluginv1.Frame_Request{Request: &pluginv1.RequestHead{
+		Request: &pluginv1.HTTPRequest{Method: "GET", Path: "/", Pattern: "GET /"},
+	}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return append(binary.BigEndian.AppendUint32(nil, uint32(len(p))), p...)
+}
+
+// recvAnswer reads one whole answer and returns its id.
+func recvAnswer(t *testing.T, c *wire.Conn) uint64 {
+	t.Helper()
+	f, err := c.Recv()
+	if err != nil {
+		t.Fatalf("Recv = %v", err)
+	}
+	if f.GetResponse().GetMore() || f.GetResponse().GetResponse().GetStatus() != http.StatusOK {
+		t.Fatalf("answer %d = %v, want a whole 200", f.GetId(), f)
+	}
+	return f.GetId()
+}
+
+// TestInlineAnswersShareAWrite checks that the reader holds the answers to
+// the requests that arrived together until it has read them all, and
+// sends them in one write.
+func TestInlineAnswersShareAWrite(t *testing.T) {
+	const n = 6
+	hc, c, writes := rawPlane(t, whereHandler(10))
+	var batch []byte
+	for id := range uint64(n) {
+		batch = append(batch, requestBytes(t, id+1)...)
+	}
+	if _, err := hc.Write(batch); err != nil {
+		t.Fatal(err)
+	}
+	for want := range uint64(n) {
+		if got := recvAnswer(t, c); got != want+1 {
+			t.Fatalf("answer for request %d came where request %d's was due", got, want+1)
+		}
+	}
+	if got := writes.Load(); got != 1 {
+		t.Errorf("the answers to %d requests that arrived together took %d writes, want 1", n, got)
+	}
+}
+
+// TestInlineAnswerNotHeldForPartOfAFrame checks that an answer is not held
+// back for a request whose frame has only partly arrived: the reader
+// would block reading the rest with the answer unsent.
+func TestInlineAnswerNotHeldForPartOfAFrame(t *testing.T) {
+	hc, c, _ := rawPlane(t, whereHandler(10))
+	next := requestBytes(t, 2)
+	if _, err := hc.Write(append(requestBytes(t, 1), next[:len(next)/2]...)); err != nil {
+		t.Fatal(err)
+	}
+	if got := recvAnswer(t, c); got != 1 {
+		t.Fatalf("answer for request %d, want 1", got)
+	}
+	if _, err := hc.Write(next[len(next)/2:]); err != nil {
+		t.Fatal(err)
+	}
+	if got := recvAnswer(t, c); got != 2 {
+		t.Fatalf("answer for request %d, want 2", got)
 	}
 }

@@ -72,6 +72,9 @@ func Serve(ctx context.Context, c *wire.Conn, opts Options) error {
 		s.workers.Wait()
 	}()
 	for {
+		if err := s.flushHeld(); err != nil {
+			return err
+		}
 		f, err := c.Recv()
 		if err == io.EOF {
 			return nil
@@ -107,6 +110,10 @@ type server struct {
 	// knows another follows leaves its frame in the connection's buffer
 	// for that one to flush.
 	sending atomic.Int32
+	// held says the reader left an inline answer in the connection's
+	// buffer, because another request waited in the read buffer. Only
+	// the reader uses it.
+	held bool
 
 	mu    sync.Mutex
 	calls map[uint64]*call // requests being served, by id
@@ -170,6 +177,9 @@ type call struct {
 	// cannot read the Window frames a wait for credit needs: a response
 	// larger than its credit is handed to a worker (handle).
 	inline bool
+	// onReader says the handler's answer is being sent by the reader
+	// (the one goroutine that reads and writes it).
+	onReader bool
 
 	mu     sync.Mutex
 	credit int64 // response bytes the plugin may still send
@@ -255,7 +265,7 @@ func (s *server) start(ctx context.Context, id uint64, head *pluginv1.RequestHea
 	if c.body == nil && !c.streaming && s.opts.Inline != nil && s.opts.Inline(c.req.GetPattern()) {
 		// No frame of this request is still to come that the reader
 		// would have to read while the handler runs.
-		c.inline = true
+		c.inline, c.onReader = true, true
 		s.handle(c)
 		return nil
 	}
@@ -322,6 +332,7 @@ func (s *server) handle(c *call) {
 		// frames that bring it are read by this goroutine: a worker
 		// sends it while this one goes back to reading.
 		handedOff = true
+		c.onReader = false
 		s.workers.Go(func() {
 			defer done()
 			w.finish()
@@ -362,28 +373,49 @@ func (s *server) run(w *writer, r *http.Request) (ok bool) {
 // is broken (the receive loop then ends too), or f cannot be encoded (a
 // header value that is not UTF-8, say), in which case the request is
 // aborted so that the host answers at once rather than at its deadline.
-func (s *server) send(f *pluginv1.Frame) bool {
+func (s *server) send(f *pluginv1.Frame) bool { return s.sendFrom(f, false) }
+
+// sendFrom is send; onReader says the reader sends f, so that it may hold
+// f back while another request waits in the read buffer: the answers to
+// requests that arrived together go out in one write (see flushHeld).
+func (s *server) sendFrom(f *pluginv1.Frame, onReader bool) bool {
 	fr, err := s.c.Encode(f)
 	if err != nil {
 		s.opts.Logger.Error("cannot send a response frame; aborting the response", "id", f.GetId(), "error", err)
 		fr, err = s.c.Encode(&pluginv1.Frame{Id: f.GetId(), Kind: &pluginv1.Frame_Abort{Abort: &pluginv1.Abort{}}})
 		if err == nil {
-			s.write(fr)
+			s.write(fr, false)
 		}
 		return false
 	}
-	return s.write(fr)
+	return s.write(fr, onReader)
 }
 
 // write writes an encoded frame; see send.
-func (s *server) write(fr wire.Frame) bool {
+func (s *server) write(fr wire.Frame, onReader bool) bool {
 	s.sending.Add(1)
 	s.sendMu.Lock()
 	defer s.sendMu.Unlock()
 	// Every goroutine counted in sending takes the lock after this one;
 	// the last of them flushes.
 	flush := s.sending.Add(-1) == 0
+	if flush && onReader && s.c.FrameBuffered() {
+		flush, s.held = false, true
+	}
 	return s.c.Send(fr, flush) == nil
+}
+
+// flushHeld writes out the answers the reader held back, once no whole
+// frame waits in the read buffer: the reader never blocks on a read with
+// an answer of its own unsent.
+func (s *server) flushHeld() error {
+	if !s.held || s.c.FrameBuffered() {
+		return nil
+	}
+	s.held = false
+	s.sendMu.Lock()
+	defer s.sendMu.Unlock()
+	return s.c.Flush()
 }
 
 // newRequest builds the handler's request from the host's. The empty URL

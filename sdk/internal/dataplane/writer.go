@@ -239,7 +239,7 @@ func (w *writer) sendPiece(f *pluginv1.Frame, n int) error {
 		w.err = err
 		return err
 	}
-	if !w.s.send(f) {
+	if !w.s.sendFrom(f, w.c.onReader) {
 		w.err = errBroken
 		return w.err
 	}
