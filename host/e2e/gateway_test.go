@@ -413,16 +413,17 @@ const noisyService = 10 * time.Millisecond
 // noisyNeighbourBlock returns the gateway's plugin block of the
 // noisy-neighbour figure: two workers and a scheduler queue of two in
 // front of upstream, tenants a ("a-key", max_queue 32) and b ("b-key")
-// with equal quanta and buckets that never refuse, and the default
-// reserved worker.
-func noisyNeighbourBlock(upstream string) string {
+// with equal quanta and buckets that never refuse, and reserved
+// reserved workers.
+func noisyNeighbourBlock(upstream string, reserved int) string {
 	sumA := sha256.Sum256([]byte("a-key"))
 	sumB := sha256.Sum256([]byte("b-key"))
 	return pluginBlock("gateway", "gateway", fmt.Sprintf(`  mount = "/gw"
   max_inflight = 2048
   config {
-    workers     = 2
-    sched_queue = 2
+    workers          = 2
+    sched_queue      = 2
+    reserved_workers = %d
     upstream "web" {
       url = %q
     }
@@ -440,7 +441,7 @@ func noisyNeighbourBlock(upstream string) string {
       rate_per_s     = 100000
       burst          = 100000
     }
-  }`, upstream, hex.EncodeToString(sumA[:]), hex.EncodeToString(sumB[:])))
+  }`, reserved, upstream, hex.EncodeToString(sumA[:]), hex.EncodeToString(sumB[:])))
 }
 
 // noisyNeighbour loads the gateway at base (the host's ingress) with the
@@ -482,7 +483,7 @@ func (l tenantLoad) servedShare() float64 {
 func TestGatewayNoisyNeighbour(t *testing.T) {
 	srv := httptest.NewServer(sleepyUpstream{noisyService})
 	t.Cleanup(srv.Close)
-	h := startHost(t, baseConfig("5s")+noisyNeighbourBlock(srv.URL))
+	h := startHost(t, baseConfig("5s")+noisyNeighbourBlock(srv.URL, 1))
 	readyPlugin(t, h, "gateway")
 
 	alone, shared, noisy := noisyNeighbour(t, h.ingress, 20, 3*time.Second)
