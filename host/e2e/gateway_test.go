@@ -361,7 +361,7 @@ type tenantLoad struct {
 // tenantOpenLoop sends GET url with key at rate per second for d, each request
 // on its own goroutine whatever the answers (open loop), and waits for
 // all of them.
-func tenantOpenLoop(t *testing.T, c *http.Client, url, key string, rate int, d time.Duration) tenantLoad {
+func tenantOpenLoop(t testing.TB, c *http.Client, url, key string, rate int, d time.Duration) tenantLoad {
 	t.Helper()
 	var mu sync.Mutex
 	var lat []time.Duration
@@ -406,23 +406,24 @@ func tenantOpenLoop(t *testing.T, c *http.Client, url, key string, rate int, d t
 	return res
 }
 
-// TestGatewayNoisyNeighbour offers tenant B a light load alone, then the
-// same load while tenant A, with the same quantum, offers 20 times as
-// much, twice what the workers can serve. B must keep its served share
-// within 10% of what it got alone. Its p99 alone and beside A is logged:
-// the issue's target for it (within 10%, plus one service time, since a
-// worker is not pre-empted) is a timing figure for the benchmark's runs.
-func TestGatewayNoisyNeighbour(t *testing.T) {
-	const service = 10 * time.Millisecond
-	srv := httptest.NewServer(sleepyUpstream{service})
-	t.Cleanup(srv.Close)
+// noisyService is the upstream's service time in the noisy-neighbour
+// figure: most of a request's latency, as for a real backend.
+const noisyService = 10 * time.Millisecond
+
+// noisyNeighbourBlock returns the gateway's plugin block of the
+// noisy-neighbour figure: two workers and a scheduler queue of two in
+// front of upstream, tenants a ("a-key", max_queue 32) and b ("b-key")
+// with equal quanta and buckets that never refuse, and reserved
+// reserved workers.
+func noisyNeighbourBlock(upstream string, reserved int) string {
 	sumA := sha256.Sum256([]byte("a-key"))
 	sumB := sha256.Sum256([]byte("b-key"))
-	block := pluginBlock("gateway", "gateway", fmt.Sprintf(`  mount = "/gw"
+	return pluginBlock("gateway", "gateway", fmt.Sprintf(`  mount = "/gw"
   max_inflight = 2048
   config {
-    workers     = 2
-    sched_queue = 2
+    workers          = 2
+    sched_queue      = 2
+    reserved_workers = %d
     upstream "web" {
       url = %q
     }
@@ -440,35 +441,57 @@ func TestGatewayNoisyNeighbour(t *testing.T) {
       rate_per_s     = 100000
       burst          = 100000
     }
-  }`, srv.URL, hex.EncodeToString(sumA[:]), hex.EncodeToString(sumB[:])))
-	h := startHost(t, baseConfig("5s")+block)
-	readyPlugin(t, h, "gateway")
-	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 1024}}
-	t.Cleanup(c.CloseIdleConnections)
-	url := h.ingress + "/gw/x"
+  }`, reserved, upstream, hex.EncodeToString(sumA[:]), hex.EncodeToString(sumB[:])))
+}
 
-	const rateB, d = 20, 3 * time.Second
-	alone := tenantOpenLoop(t, c, url, "b-key", rateB, d)
-	var shared, noisy tenantLoad
+// noisyNeighbour loads the gateway at base (the host's ingress) with the
+// noisyNeighbourBlock: tenant B alone at rateB for d, then B at rateB
+// beside A at 20 times that, both open loops. The two workers serve
+// 200 requests a second of noisyService, so A's load exceeds them from
+// rateB 10 on.
+func noisyNeighbour(tb testing.TB, base string, rateB int, d time.Duration) (alone, beside, noisy tenantLoad) {
+	tb.Helper()
+	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 1024}}
+	tb.Cleanup(c.CloseIdleConnections)
+	url := base + "/gw/x"
+	alone = tenantOpenLoop(tb, c, url, "b-key", rateB, d)
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		noisy = tenantOpenLoop(t, c, url, "a-key", 20*rateB, d)
+		noisy = tenantOpenLoop(tb, c, url, "a-key", 20*rateB, d)
 	}()
-	shared = tenantOpenLoop(t, c, url, "b-key", rateB, d)
+	beside = tenantOpenLoop(tb, c, url, "b-key", rateB, d)
 	wg.Wait()
+	return alone, beside, noisy
+}
 
+// servedShare is the share of l's requests answered 200.
+func (l tenantLoad) servedShare() float64 {
+	if l.sent == 0 {
+		return 0
+	}
+	return float64(l.served) / float64(l.sent)
+}
+
+// TestGatewayNoisyNeighbour offers tenant B a light load alone, then the
+// same load while tenant A, with the same quantum, offers 20 times as
+// much, twice what the workers can serve. B must keep its served
+// share within 10% of what it got alone. Its p99 alone and beside A is
+// logged: the issue's target for it (within 10%) is a timing figure,
+// judged by BenchmarkGatewayNoisyNeighbour's runs.
+func TestGatewayNoisyNeighbour(t *testing.T) {
+	srv := httptest.NewServer(sleepyUpstream{noisyService})
+	t.Cleanup(srv.Close)
+	h := startHost(t, baseConfig("5s")+noisyNeighbourBlock(srv.URL, 1))
+	readyPlugin(t, h, "gateway")
+
+	alone, shared, noisy := noisyNeighbour(t, h.ingress, 20, 3*time.Second)
 	t.Logf("B alone: %d/%d served, p99 %v; B beside A: %d/%d served, p99 %v; A: %d/%d served",
 		alone.served, alone.sent, alone.p99, shared.served, shared.sent, shared.p99, noisy.served, noisy.sent)
-	shareAlone := float64(alone.served) / float64(alone.sent)
-	shareShared := float64(shared.served) / float64(shared.sent)
-	if shareShared < 0.9*shareAlone {
-		t.Errorf("B's served share beside A = %.2f, alone %.2f: want within 10%%", shareShared, shareAlone)
+	if shared.servedShare() < 0.9*alone.servedShare() {
+		t.Errorf("B's served share beside A = %.2f, alone %.2f: want within 10%%", shared.servedShare(), alone.servedShare())
 	}
-	// B's p99 beside A against alone is a timing target, and a loaded
-	// machine moves it: it is logged above, and judged in the benchmark's
-	// runs, not here.
 	if noisy.served >= noisy.sent {
 		t.Errorf("A got all %d requests served; its load was meant to exceed the workers", noisy.sent)
 	}
@@ -514,6 +537,9 @@ func TestGatewayLimits(t *testing.T) {
     workers     = 1
     sched_queue = 1
     shedding    = false
+    # b's request must meet the full scheduler queue, not start on a
+    # reserved worker.
+    reserved_workers = 0
     upstream "held" {
       url = %q
     }

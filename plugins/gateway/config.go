@@ -29,6 +29,7 @@ const (
 // float64 so that check can say what is wrong with 1.5.
 type config struct {
 	Workers       float64          `json:"workers"`
+	Reserved      float64          `json:"reserved_workers"`
 	WorkQueue     float64          `json:"work_queue"`
 	SchedQueue    float64          `json:"sched_queue"`
 	Shedding      bool             `json:"shedding"`
@@ -112,6 +113,7 @@ func schema() sdk.Schema {
 	return sdk.Schema{
 		Attrs: []sdk.Attr{
 			{Name: "workers", Type: sdk.TypeNumber, Default: 0, Description: "upstream calls in flight at once; 0 means min(CPUs × 4, 64)"},
+			{Name: "reserved_workers", Type: sdk.TypeNumber, Default: 1, Description: "workers besides workers that start at once a request of a tenant with nothing running or waiting, when every worker is busy; 0 turns them off"},
 			{Name: "work_queue", Type: sdk.TypeNumber, Default: 512, Description: "requests waiting in all tenant queues together; beyond it 429"},
 			{Name: "sched_queue", Type: sdk.TypeNumber, Default: 512, Description: "requests dispatched, waiting for a worker; beyond it the oldest is dropped with 503"},
 			{Name: "shedding", Type: sdk.TypeBool, Default: true, Description: "shed load by grades as the queues fill (with more than one tenant)"},
@@ -153,17 +155,18 @@ func schema() sdk.Schema {
 
 // settings are the checked config.
 type settings struct {
-	workers, workQueue, schedQueue int
-	shedding                       bool
-	shedHold                       time.Duration
-	upstreams                      []upstreamSettings
-	routes                         []routeSettings // longest prefix first
-	tenants                        []tenantSettings
-	defaultTenant                  *tenantSettings
-	decode                         inflate.Limits
-	maxTries                       int
-	backoff, backoffCap            time.Duration
-	breaker                        breakerConfig
+	workers, reserved     int
+	workQueue, schedQueue int
+	shedding              bool
+	shedHold              time.Duration
+	upstreams             []upstreamSettings
+	routes                []routeSettings // longest prefix first
+	tenants               []tenantSettings
+	defaultTenant         *tenantSettings
+	decode                inflate.Limits
+	maxTries              int
+	backoff, backoffCap   time.Duration
+	breaker               breakerConfig
 }
 
 type upstreamSettings struct {
@@ -198,6 +201,7 @@ func (cfg config) check() (settings, error) {
 	if s.workers == 0 {
 		s.workers = min(runtime.NumCPU()*4, 64)
 	}
+	s.reserved = c.Whole("reserved_workers", cfg.Reserved, 0, maxWorkers)
 	s.workQueue = c.Whole("work_queue", cfg.WorkQueue, 1, maxQueue)
 	s.schedQueue = c.Whole("sched_queue", cfg.SchedQueue, 1, maxQueue)
 	s.shedding = cfg.Shedding

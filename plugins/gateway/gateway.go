@@ -104,7 +104,7 @@ func (p *gatewayPlugin) configure(_ context.Context, rt *sdk.Runtime) error {
 		if d := g.tenancy.deflt; d != nil {
 			ts = append(ts, drr.Tenant{Name: d.name, Quantum: d.quantum, MaxQueue: d.mq})
 		}
-		g.sched, err = drr.New(drr.Options{Tenants: ts, Workers: s.workers, IntakeCap: s.workQueue, SchedCap: s.schedQueue})
+		g.sched, err = drr.New(drr.Options{Tenants: ts, Workers: s.workers, Reserved: s.reserved, IntakeCap: s.workQueue, SchedCap: s.schedQueue})
 		if err != nil {
 			return err
 		}
@@ -122,7 +122,7 @@ func (p *gatewayPlugin) configure(_ context.Context, rt *sdk.Runtime) error {
 	}
 	p.running.Store(g)
 	rt.Logger.Info("configured", "routes", len(s.routes), "upstreams", len(s.upstreams),
-		"tenants", g.tenancy.count(), "workers", s.workers, "fair_queuing", g.sched != nil)
+		"tenants", g.tenancy.count(), "workers", s.workers, "reserved_workers", s.reserved, "fair_queuing", g.sched != nil)
 	return nil
 }
 

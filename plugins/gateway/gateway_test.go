@@ -348,6 +348,7 @@ upstream "web" {
 		{"prefix without slash", valid("route \"a\" {\n upstream = \"web\"\n}"), `route["a"]`, "start with /"},
 		{"route cost", valid("route \"/\" {\n upstream = \"web\"\n cost = 0\n}"), `route["/"].cost`, "whole number from 1"},
 		{"fractional workers", "workers = 1.5", "workers", "whole number"},
+		{"negative reserved_workers", "reserved_workers = -1", "reserved_workers", "whole number from 0"},
 		{"zero work_queue", "work_queue = 0", "work_queue", "whole number"},
 		{"zero rate", "default_tenant {\n rate_per_s = 0\n}", "default_tenant.rate_per_s", "above 0"},
 		{"ratio below 1", "decode {\n ratio_max = 0.5\n}", "decode.ratio_max", "from 1"},

@@ -122,6 +122,9 @@ workers     = 1
 work_queue  = 3
 sched_queue = 1
 shedding    = false
+# The default tenant's request must meet the full scheduler queue,
+# not start on a reserved worker.
+reserved_workers = 0
 upstream "web" {
   url = %q
 }
@@ -235,6 +238,8 @@ workers     = 1
 work_queue  = 4
 sched_queue = 2
 shed_hold   = "200ms"
+# Every request but the first must queue, not start on a reserved worker.
+reserved_workers = 0
 upstream "held" {
   url = %q
 }
@@ -327,5 +332,39 @@ default_tenant {
 	t.Logf("levels seen while recovering: %v", seen)
 	if got := metric(t, h, `rejected_total{reason="shed"}`); got != 3 {
 		t.Errorf(`rejected_total{reason="shed"} = %v, want 3`, got)
+	}
+}
+
+// TestReservedWorker holds the one worker with acme's request: the
+// default tenant's, with nothing running or waiting, starts at once on
+// the reserved worker, while acme's second waits in the scheduler queue.
+func TestReservedWorker(t *testing.T) {
+	up := newGate()
+	h := start(t, optionsFor(twoTenants(newUpstreamServer(t, up), "workers = 1\nsched_queue = 1\nshedding = false")))
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	a1 := sendAsync(t, h, "acme-key", &wg)
+	waitUntil(t, "the worker to hold acme's request", func() bool { return up.waiting.Load() == 1 })
+	d1 := sendAsync(t, h, "", &wg)
+	waitUntil(t, "the default tenant's request upstream beside acme's", func() bool { return up.waiting.Load() == 2 })
+	a2 := sendAsync(t, h, "acme-key", &wg)
+	waitUntil(t, "acme's second request dispatched", func() bool { return metric(t, h, `queue_depth{queue="sched"}`) == 1 })
+	if got := up.waiting.Load(); got != 2 {
+		t.Errorf("%d requests upstream with acme's second dispatched, want 2: acme has one running, so no reserved worker for it", got)
+	}
+	close(up.open)
+	for name, q := range map[string]queued{"a1": a1, "a2": a2, "d1": d1} {
+		if code, body := q.code(t); code != http.StatusOK {
+			t.Errorf("%s = %d %s, want 200", name, code, body)
+		}
+	}
+	for series, want := range map[string]float64{
+		`gateway_reserved_total`:             1,
+		`tasks_spawned_total{kind="worker"}`: 2,
+		`queue_dropped_total{queue="sched"}`: 0,
+	} {
+		if got := metric(t, h, series); got != want {
+			t.Errorf("%s = %v, want %v", series, got, want)
+		}
 	}
 }

@@ -1,6 +1,11 @@
 // Package drr is the gateway's fair scheduler: one bounded queue per
 // tenant, a deficit round-robin that moves their jobs, in fair order, to a
 // bounded scheduler queue, and a pool of workers that run the jobs from it.
+// A few reserved workers (Options.Reserved) run only the job of a tenant
+// with nothing running and nothing waiting, when no regular worker is idle:
+// that job skips the queues and starts at once, so a light tenant does not
+// wait one service time behind a heavy tenant's running jobs. These are
+// the guaranteed seats of Kubernetes' API Priority and Fairness.
 //
 // The lifecycle is New → Submit (from any goroutine) → Close. There is no
 // scheduler goroutine: Submit and the workers move jobs under one mutex, so
@@ -15,7 +20,8 @@
 //     with nothing in it submits, the tenant's job goes in and the oldest
 //     job there is dropped: its Cancel gets ErrDropped.
 //
-// Every job leaves exactly once: Run on a worker, or Cancel. The package
+// Every job leaves exactly once: Run on a worker (regular or reserved), or
+// Cancel. The package
 // must not block a submitter, hold its mutex while a job runs or is
 // cancelled, or leave a goroutine running after Close returns.
 package drr
@@ -69,13 +75,18 @@ type Options struct {
 	Workers   int // at least 1
 	IntakeCap int // at least 1
 	SchedCap  int // at least 1
+	// Reserved is how many workers, besides Workers, run only a job of a
+	// tenant that has nothing running, in the scheduler queue or in its
+	// own queue, when no regular worker is idle. 0 turns them off.
+	Reserved int
 }
 
 // Stats are the scheduler's counters and gauges, read atomically.
 type Stats struct {
 	Intake, Sched          int64 // jobs waiting in the tenant queues, and in the scheduler queue
 	Dropped                int64 // jobs dropped from the scheduler queue
-	Spawned                int64 // worker goroutines started
+	Spawned                int64 // worker goroutines started, regular and reserved
+	Reserved               int64 // jobs handed to a reserved worker
 	Aborted                int64 // jobs running when Close gave up waiting
 	CanceledOnClose        int64 // jobs still queued when Close began
 	BusyIntake, BusyTenant int64 // Submits refused with ErrBusy and ErrTenantBusy
@@ -85,11 +96,15 @@ type Stats struct {
 type Scheduler struct {
 	mu       sync.Mutex
 	cond     *sync.Cond // signalled when ring gains a job or closed is set
+	rcond    *sync.Cond // signalled when seats gains a job or closed is set
 	flows    map[string]*flow
 	active   []*flow // flows with queued jobs, in round-robin order
 	cur      int     // index in active of the flow whose turn it is
 	queued   int     // jobs in all flows
 	ring     deque   // the scheduler queue
+	idle     int     // regular workers not running a job
+	seats    deque   // jobs handed to a reserved worker, not yet taken
+	free     int     // reserved workers neither running a job nor handed one
 	closed   bool
 	intake   int
 	schedCap int
@@ -101,7 +116,7 @@ type Scheduler struct {
 
 	intakeDepth, schedDepth             atomic.Int64
 	dropped, spawned, aborted, canceled atomic.Int64
-	busyIntake, busyTenant              atomic.Int64
+	busyIntake, busyTenant, reserved    atomic.Int64
 }
 
 // flow is one tenant's queue and its DRR state.
@@ -111,6 +126,7 @@ type flow struct {
 	deficit int
 	turn    bool // its quantum was added for the current visit
 	inRing  int  // its jobs in the scheduler queue
+	running int  // its jobs taken by a worker (or handed to one) and not yet returned
 }
 
 // item is a queued job.
@@ -122,11 +138,11 @@ type item struct {
 
 // New starts the workers. It fails on an invalid Options.
 func New(opts Options) (*Scheduler, error) {
-	if opts.Workers < 1 || opts.IntakeCap < 1 || opts.SchedCap < 1 {
-		return nil, fmt.Errorf("drr: workers, intake and scheduler capacities must be at least 1, got %d, %d, %d",
-			opts.Workers, opts.IntakeCap, opts.SchedCap)
+	if opts.Workers < 1 || opts.IntakeCap < 1 || opts.SchedCap < 1 || opts.Reserved < 0 {
+		return nil, fmt.Errorf("drr: workers, intake and scheduler capacities must be at least 1 and reserved workers at least 0, got %d, %d, %d, %d",
+			opts.Workers, opts.IntakeCap, opts.SchedCap, opts.Reserved)
 	}
-	s := &Scheduler{flows: map[string]*flow{}, intake: opts.IntakeCap, schedCap: opts.SchedCap}
+	s := &Scheduler{flows: map[string]*flow{}, intake: opts.IntakeCap, schedCap: opts.SchedCap, idle: opts.Workers, free: opts.Reserved}
 	for _, t := range opts.Tenants {
 		if t.Quantum < 1 || t.MaxQueue < 1 {
 			return nil, fmt.Errorf("drr: tenant %q: quantum and max queue must be at least 1", t.Name)
@@ -137,18 +153,24 @@ func New(opts Options) (*Scheduler, error) {
 		s.flows[t.Name] = &flow{Tenant: t}
 	}
 	s.cond = sync.NewCond(&s.mu)
+	s.rcond = sync.NewCond(&s.mu)
 	s.abortCx, s.abort = context.WithCancel(context.Background())
 	for range opts.Workers {
 		s.wg.Add(1)
 		s.spawned.Add(1)
-		go s.work()
+		go s.work(s.take)
+	}
+	for range opts.Reserved {
+		s.wg.Add(1)
+		s.spawned.Add(1)
+		go s.work(s.takeSeat)
 	}
 	return s, nil
 }
 
-// Submit queues job for tenant at cost (at least 1). It never blocks; it
-// fails with ErrBusy, ErrTenantBusy, ErrClosed or ErrUnknownTenant, and
-// then the job is not the scheduler's.
+// Submit queues job for tenant at cost (at least 1), or hands it to a
+// reserved worker. It never blocks; it fails with ErrBusy, ErrTenantBusy,
+// ErrClosed or ErrUnknownTenant, and then the job is not the scheduler's.
 func (s *Scheduler) Submit(tenant string, cost int, job Job) error {
 	cost = max(cost, 1)
 	s.mu.Lock()
@@ -160,6 +182,18 @@ func (s *Scheduler) Submit(tenant string, cost int, job Job) error {
 	case f == nil:
 		s.mu.Unlock()
 		return fmt.Errorf("%w: %q", ErrUnknownTenant, tenant)
+	case s.free > 0 && f.running == 0 && f.inRing == 0 && f.q.len() == 0 && s.ring.len() >= s.idle:
+		// The tenant has nothing running or waiting, and every regular
+		// worker is busy or has a job of the ring to take: rather than
+		// wait for one, the job starts on a reserved worker. It never
+		// waits in a queue, so no queue bound applies to it.
+		s.free--
+		f.running++
+		s.seats.push(item{job: job, cost: cost, flow: f})
+		s.rcond.Signal()
+		s.mu.Unlock()
+		s.reserved.Add(1)
+		return nil
 	case s.queued >= s.intake:
 		s.mu.Unlock()
 		s.busyIntake.Add(1)
@@ -248,10 +282,16 @@ func (s *Scheduler) publishLocked() {
 	s.schedDepth.Store(int64(s.ring.len()))
 }
 
-// take waits for the next job of the scheduler queue; false once closed.
-func (s *Scheduler) take() (item, bool) {
+// take is a regular worker's: it accounts for prev, the job it ran
+// last (nil at first), and waits for the next job of the scheduler queue;
+// false once closed.
+func (s *Scheduler) take(prev *flow) (item, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if prev != nil {
+		prev.running--
+		s.idle++
+	}
 	for s.ring.len() == 0 && !s.closed {
 		s.cond.Wait()
 	}
@@ -260,22 +300,45 @@ func (s *Scheduler) take() (item, bool) {
 	}
 	it := s.ring.pop()
 	it.flow.inRing--
+	it.flow.running++
+	s.idle--
 	s.pumpLocked()
 	s.publishLocked()
 	return it, true
 }
 
-// work is one worker: it runs jobs until the scheduler closes.
-func (s *Scheduler) work() {
+// takeSeat is a reserved worker's take: it waits for a job handed to
+// the reserved workers by Submit.
+func (s *Scheduler) takeSeat(prev *flow) (item, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if prev != nil {
+		prev.running--
+		s.free++
+	}
+	for s.seats.len() == 0 && !s.closed {
+		s.rcond.Wait()
+	}
+	if s.closed {
+		return item{}, false
+	}
+	return s.seats.pop(), true
+}
+
+// work is one worker, regular or reserved by its take: it runs jobs until
+// the scheduler closes.
+func (s *Scheduler) work(take func(prev *flow) (item, bool)) {
 	defer s.wg.Done()
+	var prev *flow
 	for {
-		it, ok := s.take()
+		it, ok := take(prev)
 		if !ok {
 			return
 		}
 		s.running.Add(1)
 		it.job.Run(s.abortCx)
 		s.running.Add(-1)
+		prev = it.flow
 	}
 }
 
@@ -296,6 +359,9 @@ func (s *Scheduler) Close(ctx context.Context) (aborted int) {
 	for s.ring.len() > 0 {
 		left = append(left, s.ring.pop())
 	}
+	for s.seats.len() > 0 {
+		left = append(left, s.seats.pop())
+	}
 	for _, f := range s.active {
 		for f.q.len() > 0 {
 			left = append(left, f.q.pop())
@@ -305,6 +371,7 @@ func (s *Scheduler) Close(ctx context.Context) (aborted int) {
 	s.active, s.queued, s.cur = nil, 0, 0
 	s.publishLocked()
 	s.cond.Broadcast()
+	s.rcond.Broadcast()
 	s.mu.Unlock()
 	s.canceled.Add(int64(len(left)))
 	for _, it := range left {
@@ -351,6 +418,7 @@ func (s *Scheduler) Stats() Stats {
 		Sched:           s.schedDepth.Load(),
 		Dropped:         s.dropped.Load(),
 		Spawned:         s.spawned.Load(),
+		Reserved:        s.reserved.Load(),
 		Aborted:         s.aborted.Load(),
 		CanceledOnClose: s.canceled.Load(),
 		BusyIntake:      s.busyIntake.Load(),

@@ -55,7 +55,7 @@ func (j *recJob) Cancel(err error) {
 }
 
 // blocked returns a scheduler whose one worker is held by a job until the
-// returned func is called.
+// returned func is called, or the test's cleanup aborts it.
 func blocked(t *testing.T, opts Options) (*Scheduler, func()) {
 	t.Helper()
 	s, err := New(opts)
@@ -70,7 +70,12 @@ func blocked(t *testing.T, opts Options) (*Scheduler, func()) {
 		t.Fatal(err)
 	}
 	<-holder.started
-	t.Cleanup(func() { s.Close(context.Background()) })
+	t.Cleanup(func() {
+		// A test that failed may leave jobs held: the deadline aborts them.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		s.Close(ctx)
+	})
 	return s, func() { close(holder.hold) }
 }
 
@@ -209,16 +214,22 @@ func TestCloseAbortsAtDeadline(t *testing.T) {
 	}
 }
 
-// TestStress submits from many goroutines, with random tenants, costs and
-// run times, while Close races them. Every accepted job must leave exactly
+// TestStress submits from many goroutines, with random tenants, costs,
+// run times and reserved workers, while Close races them. Every accepted job must leave exactly
 // once, nothing may deadlock, and no goroutine may be left (goleak).
 func TestStress(t *testing.T) {
+	var reservedJobs atomic.Int64 // over all rounds: the reserved path must be raced too
+	t.Cleanup(func() {
+		if reservedJobs.Load() == 0 {
+			t.Error("no round handed a job to a reserved worker: the stress misses that path")
+		}
+	})
 	for round := range 20 {
 		t.Run(fmt.Sprint(round), func(t *testing.T) {
 			t.Parallel()
 			rng := rand.New(rand.NewPCG(uint64(round), 19))
 			tenants := []Tenant{{"a", 1 + rng.IntN(3), 1 + rng.IntN(8)}, {"b", 1, 1 + rng.IntN(8)}, {"c", 2, 4}}
-			s, err := New(Options{Tenants: tenants, Workers: 1 + rng.IntN(4), IntakeCap: 1 + rng.IntN(16), SchedCap: 1 + rng.IntN(4)})
+			s, err := New(Options{Tenants: tenants, Workers: 1 + rng.IntN(4), IntakeCap: 1 + rng.IntN(16), SchedCap: 1 + rng.IntN(4), Reserved: rng.IntN(3)})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -256,6 +267,7 @@ func TestStress(t *testing.T) {
 			s.Close(ctx)
 			cancel()
 			wg.Wait()
+			reservedJobs.Add(s.Stats().Reserved)
 			accepted.Range(func(k, _ any) bool {
 				j := k.(*recJob)
 				select {
@@ -270,5 +282,145 @@ func TestStress(t *testing.T) {
 				return true
 			})
 		})
+	}
+}
+
+// startedWithin reports whether j's Run begins within d.
+func startedWithin(j *recJob, d time.Duration) bool {
+	select {
+	case <-j.started:
+		return true
+	case <-time.After(d):
+		return false
+	}
+}
+
+// TestReservedWorker holds the one regular worker with tenant a's job.
+// b, with nothing running or waiting, starts at once on a reserved
+// worker; b's second job waits in the scheduler queue, though a reserved
+// worker is free, since b has a job running; c starts on the other
+// reserved worker; d, arriving with both busy, displaces the oldest job
+// of the scheduler queue as without a reserve.
+func TestReservedWorker(t *testing.T) {
+	s, release := blocked(t, Options{
+		Tenants:   []Tenant{{"a", 1, 10}, {"b", 1, 10}, {"c", 1, 10}, {"d", 1, 10}},
+		Workers:   1,
+		Reserved:  2,
+		IntakeCap: 100,
+		SchedCap:  1,
+	})
+	var mu sync.Mutex
+	var log []string
+	submit := func(tenant string, hold bool) *recJob {
+		t.Helper()
+		j := newJob(tenant, &log, &mu)
+		if hold {
+			j.hold = make(chan struct{})
+		}
+		if err := s.Submit(tenant, 1, j); err != nil {
+			t.Fatalf("Submit(%s) = %v, want nil", tenant, err)
+		}
+		return j
+	}
+	b1 := submit("b", true)
+	if !startedWithin(b1, 10*time.Second) {
+		t.Fatal("b's first job did not start while the regular worker was held: want it on a reserved worker")
+	}
+	b2 := submit("b", false)
+	if startedWithin(b2, 50*time.Millisecond) {
+		t.Fatal("b's second job started while b's first runs: want it to wait in the scheduler queue")
+	}
+	c1 := submit("c", true)
+	if !startedWithin(c1, 10*time.Second) {
+		t.Fatal("c's job did not start with a reserved worker free: want it on that worker")
+	}
+	if st := s.Stats(); st.Reserved != 2 || st.Sched != 1 || st.Intake != 0 {
+		t.Errorf("Stats() = %+v, want 2 reserved, 1 in the scheduler queue, none in the intake", st)
+	}
+	d1 := submit("d", false)
+	<-b2.ran
+	if r, _ := b2.reason.Load().(error); !errors.Is(r, ErrDropped) {
+		t.Errorf("b2 left with %v, want ErrDropped: with the reserve busy, d displaces it", r)
+	}
+	close(b1.hold)
+	close(c1.hold)
+	release()
+	for _, j := range []*recJob{b1, c1, d1} {
+		<-j.ran
+		if r, _ := j.reason.Load().(error); r != nil {
+			t.Errorf("%s left with %v, want it run", j.name, r)
+		}
+	}
+	if st := s.Stats(); st.Reserved != 2 || st.Spawned != 3 {
+		t.Errorf("Stats() = %+v, want 2 reserved and 3 workers spawned", st)
+	}
+}
+
+// TestReserveWaitsForIdleWorker: with a regular worker idle, a tenant
+// with nothing running goes to it, not to the reserved worker.
+func TestReserveWaitsForIdleWorker(t *testing.T) {
+	s, release := blocked(t, Options{
+		Tenants:   []Tenant{{"a", 1, 10}, {"b", 1, 10}},
+		Workers:   2,
+		Reserved:  1,
+		IntakeCap: 100,
+		SchedCap:  1,
+	})
+	defer release()
+	var mu sync.Mutex
+	var log []string
+	b1 := newJob("b1", &log, &mu)
+	b1.hold = make(chan struct{})
+	defer close(b1.hold)
+	if err := s.Submit("b", 1, b1); err != nil {
+		t.Fatal(err)
+	}
+	if !startedWithin(b1, 10*time.Second) {
+		t.Fatal("b's job did not start with a regular worker idle")
+	}
+	if st := s.Stats(); st.Reserved != 0 {
+		t.Errorf("Stats().Reserved = %d with a regular worker idle, want 0", st.Reserved)
+	}
+}
+
+// TestCloseAbortsReservedJob: a job that runs on a reserved worker at the
+// deadline is aborted and counted, like one on a regular worker.
+func TestCloseAbortsReservedJob(t *testing.T) {
+	s, err := New(Options{Tenants: []Tenant{{"a", 1, 10}, {"b", 1, 10}}, Workers: 1, Reserved: 1, IntakeCap: 10, SchedCap: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { // after a failure: a second Close only waits
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		s.Close(ctx)
+	})
+	var mu sync.Mutex
+	var log []string
+	var jobs []*recJob
+	for _, tenant := range []string{"a", "b"} {
+		j := newJob(tenant, &log, &mu)
+		j.hold = make(chan struct{}) // never released: only the abort ends them
+		jobs = append(jobs, j)
+		if err := s.Submit(tenant, 1, j); err != nil {
+			t.Fatal(err)
+		}
+		if !startedWithin(j, 10*time.Second) {
+			t.Fatalf("%s's job did not start: want a's on the regular worker, b's on the reserved one", tenant)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if got := s.Close(ctx); got != 2 {
+		t.Errorf("Close aborted %d jobs, want 2: the regular and the reserved one", got)
+	}
+	for _, j := range jobs {
+		<-j.ran
+		if n := j.left.Load(); n != 1 {
+			t.Errorf("job %s left %d times, want once", j.name, n)
+		}
+	}
+	if st := s.Stats(); st.Aborted != 2 || st.Reserved != 1 || st.CanceledOnClose != 0 {
+		t.Errorf("Stats() = %+v, want 2 aborted, 1 reserved, none cancelled", st)
 	}
 }
