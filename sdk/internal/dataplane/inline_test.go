@@ -220,3 +220,25 @@ func TestInlineAnswerNotHeldForPartOfAFrame(t *testing.T) {
 		t.Fatalf("answer for request %d, want 2", got)
 	}
 }
+
+// TestCleanCloseWithHeldAnswers checks that a host that sends inline
+// requests and closes its end still gets Serve's nil for a clean close,
+// though the answers the reader held back cannot be written.
+func TestCleanCloseWithHeldAnswers(t *testing.T) {
+	hc, pc := wiretest.SocketPair(t)
+	if _, err := hc.Write(append(requestBytes(t, 1), requestBytes(t, 2)...)); err != nil {
+		t.Fatal(err)
+	}
+	if err := hc.Close(); err != nil {
+		t.Fatal(err)
+	}
+	err := dataplane.Serve(context.Background(), wire.NewConn(pc), dataplane.Options{
+		Handler: whereHandler(10),
+		Error:   writeError,
+		Logger:  hclog.NewNullLogger(),
+		Inline:  func(string) bool { return true },
+	})
+	if err != nil {
+		t.Errorf("Serve after the host closed its end cleanly = %v, want nil", err)
+	}
+}

@@ -72,9 +72,7 @@ func Serve(ctx context.Context, c *wire.Conn, opts Options) error {
 		s.workers.Wait()
 	}()
 	for {
-		if err := s.flushHeld(); err != nil {
-			return err
-		}
+		s.flushHeld()
 		f, err := c.Recv()
 		if err == io.EOF {
 			return nil
@@ -407,15 +405,17 @@ func (s *server) write(fr wire.Frame, onReader bool) bool {
 
 // flushHeld writes out the answers the reader held back, once no whole
 // frame waits in the read buffer: the reader never blocks on a read with
-// an answer of its own unsent.
-func (s *server) flushHeld() error {
+// an answer of its own unsent. A failed write is no reason to stop, as in
+// write: the next read tells how the connection ended, which may be the
+// host closing it cleanly.
+func (s *server) flushHeld() {
 	if !s.held || s.c.FrameBuffered() {
-		return nil
+		return
 	}
 	s.held = false
 	s.sendMu.Lock()
 	defer s.sendMu.Unlock()
-	return s.c.Flush()
+	_ = s.c.Flush()
 }
 
 // newRequest builds the handler's request from the host's. The empty URL
