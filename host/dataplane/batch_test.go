@@ -97,3 +97,32 @@ func TestRequestsTogetherShareAWrite(t *testing.T) {
 		}
 	}
 }
+
+// TestLoneRequestNotHeldBack checks that the flusher writes a request
+// alone on its connection out at once, without yielding to the goroutines
+// already runnable (which could hold it for a time slice each), and
+// yields when others are in flight.
+func TestLoneRequestNotHeldBack(t *testing.T) {
+	yields := dataplane.CountYields(t)
+	h := newHarness(t, 1)
+	rt := h.goRoundTrip(t.Context(), &dataplane.Request{Method: "GET", Path: "/"})
+	id, _, _ := h.fakes[0].recvRequest()
+	if n := yields.Load(); n != 0 {
+		t.Errorf("the flusher yielded %d times before writing a lone request, want 0", n)
+	}
+	// A second request while the first awaits its answer.
+	rt2 := h.goRoundTrip(t.Context(), &dataplane.Request{Method: "GET", Path: "/"})
+	id2, _, _ := h.fakes[0].recvRequest()
+	if n := yields.Load(); n != 1 {
+		t.Errorf("the flusher yielded %d times before writing a request beside another, want 1", n)
+	}
+	h.fakes[0].answer(id, "ok")
+	h.fakes[0].answer(id2, "ok")
+	for _, ch := range []<-chan result{rt, rt2} {
+		if res := await(t, ch, "RoundTrip"); res.err != nil {
+			t.Fatalf("RoundTrip() = %v", res.err)
+		} else {
+			res.resp.Close()
+		}
+	}
+}

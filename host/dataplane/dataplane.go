@@ -292,9 +292,9 @@ func (cl *call) roundTrip(req *Request) (*Response, error) {
 }
 
 // send sends the request's head with its body, or the body's first piece
-// and then the rest in Body frames. The head goes out under one hold of
-// the send lock, with one flush, with the frames that follow it within a
-// piece's worth of body (most bodies
+// and then the rest in Body frames. The head goes under one hold of the
+// send lock into the connection's buffer, for the flusher to write out,
+// with the frames that follow it within a piece's worth of body (most bodies
 // are smaller than a piece and arrive in a few pieces: see the ingress's
 // firstPiece); each later frame takes the send lock on its own, so that
 // other requests' frames go out between them.
@@ -379,9 +379,10 @@ func (cl *call) finished() bool {
 }
 
 // sendFrames sends frames of the request under one hold of the send
-// lock, with one flush. started says the
-// plugin has its head already, so a request given up here must be
-// cancelled there.
+// lock: the first frames (the head, started false) into the connection's
+// buffer for the flusher, later ones with a flush of their own. started
+// says the plugin has its head already, so a request given up here must
+// be cancelled there.
 func (cl *call) sendFrames(fs []*pluginv1.Frame, started bool) error {
 	c := cl.c
 	// Encode before taking the send lock, so the lock covers only the
@@ -466,12 +467,13 @@ func (cl *call) sendFrames(fs []*pluginv1.Frame, started bool) error {
 }
 
 // flusher writes out the request heads that sendFrames held in the
-// connection's buffer. It yields once before it flushes, so that the
-// goroutines already runnable (the other requests of the same poll of the
-// network, most often) hold theirs first: requests that arrive together
-// cost one write and one wake-up of the plugin's reader rather than one
-// each. With nothing else runnable it flushes at once. It ends when the
-// connection does.
+// connection's buffer. With other requests in flight on the connection it
+// yields once before it flushes, so that the goroutines already runnable
+// (the other requests of the same poll of the network, most often) hold
+// theirs first: requests that arrive together cost one write and one
+// wake-up of the plugin's reader rather than one each. A lone request's
+// head goes out at once, without waiting behind whatever else is
+// runnable. It ends when the connection does.
 func (c *conn) flusher() {
 	for {
 		select {
@@ -479,12 +481,24 @@ func (c *conn) flusher() {
 		case <-c.broken:
 			return
 		}
-		runtime.Gosched()
+		if c.inFlight() > 1 {
+			yield()
+		}
 		if err := c.c.Flush(); err != nil {
 			c.fail(err)
 			return
 		}
 	}
+}
+
+// yield is runtime.Gosched; tests count the flusher's calls.
+var yield = runtime.Gosched
+
+// inFlight returns how many requests on c await (part of) an answer.
+func (c *conn) inFlight() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.calls)
 }
 
 // result returns cl's error once its connection has failed it.
