@@ -337,10 +337,11 @@ default_tenant {
 
 // TestReservedWorker holds the one worker with acme's request: the
 // default tenant's, with nothing running or waiting, starts at once on
-// the reserved worker, while acme's second waits in the scheduler queue.
+// a reserved worker, while acme's second waits in the scheduler queue
+// though the other reserved worker is free.
 func TestReservedWorker(t *testing.T) {
 	up := newGate()
-	h := start(t, optionsFor(twoTenants(newUpstreamServer(t, up), "workers = 1\nsched_queue = 1\nshedding = false")))
+	h := start(t, optionsFor(twoTenants(newUpstreamServer(t, up), "workers = 1\nreserved_workers = 2\nsched_queue = 1\nshedding = false")))
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	a1 := sendAsync(t, h, "acme-key", &wg)
@@ -360,7 +361,7 @@ func TestReservedWorker(t *testing.T) {
 	}
 	for series, want := range map[string]float64{
 		`gateway_reserved_total`:             1,
-		`tasks_spawned_total{kind="worker"}`: 2,
+		`tasks_spawned_total{kind="worker"}`: 3,
 		`queue_dropped_total{queue="sched"}`: 0,
 	} {
 		if got := metric(t, h, series); got != want {

@@ -5,7 +5,8 @@
 // with nothing running and nothing waiting, when no regular worker is idle:
 // that job skips the queues and starts at once, so a light tenant does not
 // wait one service time behind a heavy tenant's running jobs. These are
-// the guaranteed seats of Kubernetes' API Priority and Fairness.
+// akin to the seats that Kubernetes' API Priority and Fairness guarantees
+// each priority level.
 //
 // The lifecycle is New → Submit (from any goroutine) → Close. There is no
 // scheduler goroutine: Submit and the workers move jobs under one mutex, so
