@@ -303,6 +303,7 @@ func (s *Scheduler) take(prev *flow) (item, bool) {
 	it.flow.inRing--
 	it.flow.running++
 	s.idle--
+	s.running.Add(1) // under mu, so that a Close that follows counts it
 	s.pumpLocked()
 	s.publishLocked()
 	return it, true
@@ -323,6 +324,7 @@ func (s *Scheduler) takeSeat(prev *flow) (item, bool) {
 	if s.closed {
 		return item{}, false
 	}
+	s.running.Add(1)
 	return s.seats.pop(), true
 }
 
@@ -336,8 +338,7 @@ func (s *Scheduler) work(take func(prev *flow) (item, bool)) {
 		if !ok {
 			return
 		}
-		s.running.Add(1)
-		it.job.Run(s.abortCx)
+		it.job.Run(s.abortCx) // take counted it in running
 		s.running.Add(-1)
 		prev = it.flow
 	}
