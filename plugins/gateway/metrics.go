@@ -133,6 +133,8 @@ func (m *metrics) register(reg prometheus.Registerer, s settings, sched *drr.Sch
 				ConstLabels: prometheus.Labels{"queue": "sched"}}, stat(func(s drr.Stats) int64 { return s.Dropped })),
 			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "gateway_reserved_total", Help: "Requests started at once on a reserved worker: their tenant had nothing running or waiting, and every worker was busy."},
 				stat(func(s drr.Stats) int64 { return s.Reserved })),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "gateway_reserve_full_total", Help: "Requests queued that a free reserved worker would have started: their tenant had nothing running or waiting, every worker was busy, and so was every reserved worker. Raise reserved_workers if it grows."},
+				stat(func(s drr.Stats) int64 { return s.ReserveFull })),
 			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tasks_spawned_total", Help: "Goroutines started, by kind: worker (the workers and the reserved workers).",
 				ConstLabels: prometheus.Labels{"kind": "worker"}}, stat(func(s drr.Stats) int64 { return s.Spawned })),
 			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tasks_aborted_total", Help: "Requests still running on a worker at the drain deadline, whose upstream calls were cancelled, by kind: worker.",

@@ -88,6 +88,7 @@ type Stats struct {
 	Dropped                int64 // jobs dropped from the scheduler queue
 	Spawned                int64 // worker goroutines started, regular and reserved
 	Reserved               int64 // jobs handed to a reserved worker
+	ReserveFull            int64 // jobs queued that a free reserved worker would have started
 	Aborted                int64 // jobs running when Close gave up waiting
 	CanceledOnClose        int64 // jobs still queued when Close began
 	BusyIntake, BusyTenant int64 // Submits refused with ErrBusy and ErrTenantBusy
@@ -118,6 +119,8 @@ type Scheduler struct {
 	intakeDepth, schedDepth             atomic.Int64
 	dropped, spawned, aborted, canceled atomic.Int64
 	busyIntake, busyTenant, reserved    atomic.Int64
+	reserveFull                         atomic.Int64
+	reserveCap                          int
 }
 
 // flow is one tenant's queue and its DRR state.
@@ -143,7 +146,7 @@ func New(opts Options) (*Scheduler, error) {
 		return nil, fmt.Errorf("drr: workers, intake and scheduler capacities must be at least 1 and reserved workers at least 0, got %d, %d, %d, %d",
 			opts.Workers, opts.IntakeCap, opts.SchedCap, opts.Reserved)
 	}
-	s := &Scheduler{flows: map[string]*flow{}, intake: opts.IntakeCap, schedCap: opts.SchedCap, idle: opts.Workers, free: opts.Reserved}
+	s := &Scheduler{flows: map[string]*flow{}, intake: opts.IntakeCap, schedCap: opts.SchedCap, idle: opts.Workers, free: opts.Reserved, reserveCap: opts.Reserved}
 	for _, t := range opts.Tenants {
 		if t.Quantum < 1 || t.MaxQueue < 1 {
 			return nil, fmt.Errorf("drr: tenant %q: quantum and max queue must be at least 1", t.Name)
@@ -176,6 +179,9 @@ func (s *Scheduler) Submit(tenant string, cost int, job Job) error {
 	cost = max(cost, 1)
 	s.mu.Lock()
 	f := s.flows[tenant]
+	// quiet says the tenant has nothing running or waiting, and every
+	// regular worker is busy or has a job of the ring to take.
+	quiet := f != nil && f.running == 0 && f.inRing == 0 && f.q.len() == 0 && s.ring.len() >= s.idle
 	switch {
 	case s.closed:
 		s.mu.Unlock()
@@ -183,11 +189,10 @@ func (s *Scheduler) Submit(tenant string, cost int, job Job) error {
 	case f == nil:
 		s.mu.Unlock()
 		return fmt.Errorf("%w: %q", ErrUnknownTenant, tenant)
-	case s.free > 0 && f.running == 0 && f.inRing == 0 && f.q.len() == 0 && s.ring.len() >= s.idle:
-		// The tenant has nothing running or waiting, and every regular
-		// worker is busy or has a job of the ring to take: rather than
-		// wait for one, the job starts on a reserved worker. It never
-		// waits in a queue, so no queue bound applies to it.
+	case quiet && s.free > 0:
+		// Rather than wait for a regular worker, the job starts on a
+		// reserved worker. It never waits in a queue, so no queue bound
+		// applies to it.
 		s.free--
 		f.running++
 		s.seats.push(item{job: job, cost: cost, flow: f})
@@ -203,6 +208,9 @@ func (s *Scheduler) Submit(tenant string, cost int, job Job) error {
 		s.mu.Unlock()
 		s.busyTenant.Add(1)
 		return ErrTenantBusy
+	}
+	if quiet && s.reserveCap > 0 {
+		s.reserveFull.Add(1)
 	}
 	f.q.push(item{job: job, cost: cost, flow: f})
 	s.queued++
@@ -421,6 +429,7 @@ func (s *Scheduler) Stats() Stats {
 		Dropped:         s.dropped.Load(),
 		Spawned:         s.spawned.Load(),
 		Reserved:        s.reserved.Load(),
+		ReserveFull:     s.reserveFull.Load(),
 		Aborted:         s.aborted.Load(),
 		CanceledOnClose: s.canceled.Load(),
 		BusyIntake:      s.busyIntake.Load(),

@@ -363,8 +363,8 @@ func TestReservedWorker(t *testing.T) {
 			t.Errorf("%s left with %v, want it run", j.name, r)
 		}
 	}
-	if st := s.Stats(); st.Reserved != 2 || st.Spawned != 3 {
-		t.Errorf("Stats() = %+v, want 2 reserved and 3 workers spawned", st)
+	if st := s.Stats(); st.Reserved != 2 || st.Spawned != 3 || st.ReserveFull != 1 {
+		t.Errorf("Stats() = %+v, want 2 reserved, 3 workers spawned and d's job counted as finding the reserve full", st)
 	}
 }
 
