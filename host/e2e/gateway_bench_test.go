@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"runtime"
 	"strconv"
 	"strings"
@@ -23,8 +24,11 @@ const targetGatewayRatio = 0.6
 // BenchmarkHelloIngress, and prints requests/s and p99 for both and their
 // ratio against the target. The gateway has two tenants, so requests
 // without a key (the default tenant's) go through its scheduler and
-// workers. It fails only when requests fail, never on a missed target.
-// PLUGHOST_BENCH_* as for BenchmarkHelloIngress.
+// workers. When nginx is installed, nginx proxying to the same upstream
+// (startNginx, as in BenchmarkPeers) takes its turn in each round too, and
+// the gateway's figure is also given against it. It fails only when
+// requests fail, never on a missed target. PLUGHOST_BENCH_* as for
+// BenchmarkHelloIngress.
 func BenchmarkGateway(b *testing.B) {
 	warmup := envDuration(b, "PLUGHOST_BENCH_WARMUP", time.Second)
 	measure := envDuration(b, "PLUGHOST_BENCH_DURATION", 5*time.Second)
@@ -57,64 +61,96 @@ func BenchmarkGateway(b *testing.B) {
 }
 `, upstream, hex.EncodeToString(sum[:])))
 
-	direct, via := upstream+"/hello/", h.ingress+"/gw/hello/"
-	if a, g := getBody(b, direct), getBody(b, via); a != g {
-		b.Fatalf("GET: direct body %q, through the gateway %q; want the same", a, g)
+	type side struct {
+		name string
+		url  string
+		cpu  func() time.Duration
+		load *loader
+		res  loadResult
 	}
 	gwPid := h.pluginPid(b, "gateway")
-	dLoad, gLoad := newLoader(direct, conns), newLoader(via, conns)
-	defer dLoad.close()
-	defer gLoad.close()
-	dCPU := func() time.Duration { return selfCPU(b) }
-	gCPU := func() time.Duration { return selfCPU(b) + procCPU(b, h.cmd.Process.Pid) + procCPU(b, gwPid) }
-	var d, g loadResult
+	sides := []*side{
+		{name: "direct", url: upstream + "/hello/", cpu: func() time.Duration { return selfCPU(b) }},
+		{name: "gateway", url: h.ingress + "/gw/hello/", cpu: func() time.Duration {
+			return selfCPU(b) + procCPU(b, h.cmd.Process.Pid) + procCPU(b, gwPid)
+		}},
+	}
+	// nginx in front of the same upstream, when it is installed (make
+	// bench-peers installs it): a proxy of one hop, measured in the same
+	// rounds, for the gateway's figure against a peer's.
+	if _, err := exec.LookPath("nginx"); err == nil {
+		ng := startNginx(b, strings.TrimPrefix(upstream, "http://"))
+		sides = append(sides, &side{name: "nginx", url: "http://" + ng.addr + "/hello/", cpu: func() time.Duration {
+			var t time.Duration
+			for _, pid := range ng.tree() {
+				t += procCPU(b, pid)
+			}
+			return selfCPU(b) + t
+		}})
+	}
+	want := getBody(b, sides[0].url)
+	for _, sd := range sides[1:] {
+		if got := getBody(b, sd.url); got != want {
+			b.Fatalf("GET: direct body %q, %s %q; want the same", want, sd.name, got)
+		}
+	}
+	for _, sd := range sides {
+		sd.load = newLoader(sd.url, conns)
+		defer sd.load.close()
+	}
 	b.ResetTimer()
-	dLoad.run(b.Context(), warmup, nil)
-	gLoad.run(b.Context(), warmup, nil)
+	for _, sd := range sides {
+		sd.load.run(b.Context(), warmup, nil)
+	}
 	round := measure / time.Duration(rounds)
 	m0, machineOK := machineCPU()
 	var ratios []float64
 	for range rounds {
-		dr := measureRound(b.Context(), dLoad, round, dCPU, &d)
-		gr := measureRound(b.Context(), gLoad, round, gCPU, &g)
-		ratios = append(ratios, gr/dr)
+		var rps [3]float64
+		for i, sd := range sides {
+			rps[i] = measureRound(b.Context(), sd.load, round, sd.cpu, &sd.res)
+		}
+		ratios = append(ratios, rps[1]/rps[0])
 	}
 	machine := machineLine(m0, machineOK)
 	b.StopTimer()
-	d.sort()
-	g.sort()
-	for _, r := range []struct {
-		side string
-		res  loadResult
-	}{{"direct", d}, {"gateway", g}} {
-		if r.res.errors > 0 || r.res.n() == 0 {
-			b.Errorf("%s: %d of %d requests failed (first: %v)", r.side, r.res.errors, r.res.n()+r.res.errors, r.res.firstErr)
+	for _, sd := range sides {
+		sd.res.sort()
+		if sd.res.errors > 0 || sd.res.n() == 0 {
+			b.Errorf("%s: %d of %d requests failed (first: %v)", sd.name, sd.res.errors, sd.res.n()+sd.res.errors, sd.res.firstErr)
 		}
 	}
+	d, g := &sides[0].res, &sides[1].res
 	ratio := g.rps() / d.rps()
 	b.ReportMetric(d.rps(), "direct-req/s")
 	b.ReportMetric(g.rps(), "gateway-req/s")
 	b.ReportMetric(ratio, "gateway/direct-req/s")
 	b.ReportMetric(micros(d.quantile(0.99)), "direct-p99-µs")
 	b.ReportMetric(micros(g.quantile(0.99)), "gateway-p99-µs")
+	if len(sides) == 3 {
+		n := &sides[2].res
+		b.ReportMetric(n.rps()/d.rps(), "nginx/direct-req/s")
+		b.ReportMetric(g.rps()/n.rps(), "gateway/nginx-req/s")
+	}
 
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "\nGET through host and gateway (two tenants, scheduler on) vs the upstream directly, %d connections; %v warm-up, %v in %d alternating rounds\n",
 		conns, warmup, measure, rounds)
 	fmt.Fprintf(&sb, "GOMAXPROCS=%d, %d CPUs; load average %s\n", runtime.GOMAXPROCS(0), runtime.NumCPU(), loadavg())
 	fmt.Fprintf(&sb, "%-8s %12s %10s %10s %12s %10s\n", "side", "requests/s", "p50", "p99", "CPU/request", "requests")
-	for _, r := range []struct {
-		side string
-		res  loadResult
-	}{{"direct", d}, {"gateway", g}} {
-		fmt.Fprintf(&sb, "%-8s %12.0f %10v %10v %10.1fµs %10d\n", r.side, r.res.rps(), roundDur(r.res.quantile(0.50)),
-			roundDur(r.res.quantile(0.99)), micros(r.res.cpuPerRequest()), r.res.n())
+	for _, sd := range sides {
+		fmt.Fprintf(&sb, "%-8s %12.0f %10v %10v %10.1fµs %10d\n", sd.name, sd.res.rps(), roundDur(sd.res.quantile(0.50)),
+			roundDur(sd.res.quantile(0.99)), micros(sd.res.cpuPerRequest()), sd.res.n())
 	}
-	fmt.Fprintf(&sb, "ratio per round:")
+	fmt.Fprintf(&sb, "gateway/direct per round:")
 	for _, r := range ratios {
 		fmt.Fprintf(&sb, " %.3f", r)
 	}
 	fmt.Fprintln(&sb)
+	if len(sides) == 3 {
+		n := &sides[2].res
+		fmt.Fprintf(&sb, "nginx/direct %.3f, gateway/nginx %.3f (req/s)\n", n.rps()/d.rps(), g.rps()/n.rps())
+	}
 	sb.WriteString(machine)
 	fmt.Fprintf(&sb, "target: gateway req/s ≥ %.1f× direct: %.3f, %s\n", targetGatewayRatio, ratio, verdict(ratio >= targetGatewayRatio))
 	fmt.Print(sb.String())
