@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -23,20 +22,13 @@ import (
 func BenchmarkRewarder(b *testing.B) {
 	n := envInt(b, "PLUGHOST_BENCH_REWARDER_CONTRIBUTIONS", 100_000, 200_000)
 	dir := b.TempDir()
-	h := startBenchHost(b, fmt.Sprintf(`
-listen     = "127.0.0.1:0"
-data_dir   = %q
-plugin_dir = %q
-admin {
-  listen = "127.0.0.1:0"
-}
-plugin "wallet" {
+	h := startBenchHost(b, benchBase(dir)+`plugin "wallet" {
   path = "wallet"
 }
 plugin "rewarder" {
   path = "rewarder"
 }
-`, filepath.Join(dir, "data"), bins.plugins))
+`)
 	post := func(path string, body []byte, key string) (int, string) {
 		req, _ := http.NewRequest("POST", h.ingress+path, bytes.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")

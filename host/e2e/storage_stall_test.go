@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -80,7 +79,6 @@ func startIssueLoad(t *testing.T, h *hostProc, name string, workers int, pace ti
 	return l
 }
 
-// snapshot returns the ops answered so far.
 // freeSpace removes filler, the file that fills a data dir's disk, and
 // waits for a POST of load sent after that to be answered 200, with
 // whatever more what says.
@@ -101,6 +99,7 @@ func freeSpace(t *testing.T, filler string, load *issueLoad, what string) {
 	t.Logf("POSTs succeed %v after the space was freed", time.Since(freed).Round(time.Millisecond))
 }
 
+// snapshot returns the ops answered so far.
 func (l *issueLoad) snapshot() []issueOp {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -458,22 +457,7 @@ func TestStorageDiskFull(t *testing.T) {
 	}
 
 	// Fill the tmpfs to the last byte.
-	filler := filepath.Join(mnt, "filler")
-	f, err := os.OpenFile(filler, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
-	chunk := make([]byte, 4096)
-	for {
-		if _, err := f.Write(chunk); err != nil {
-			if !errors.Is(err, syscall.ENOSPC) {
-				t.Fatalf("fill the tmpfs: %v", err)
-			}
-			break
-		}
-	}
-	f.Close()
-	t.Cleanup(func() { _ = os.Remove(filler) })
+	filler := fillTmpfs(t, filepath.Join(mnt, "filler"))
 
 	load := startIssueLoad(t, h, "full", 4, 20*time.Millisecond, 3000)
 	stopGets := getsOK(t, h, "full-00")

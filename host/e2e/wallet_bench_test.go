@@ -11,7 +11,6 @@ import (
 	"math"
 	"net/http"
 	"os"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
@@ -192,21 +191,14 @@ func sha256Time() time.Duration {
 // the env block of the repository's config.hcl, under the host's
 // defaults, both listeners on ephemeral 127.0.0.1 ports.
 func walletBenchHostConfig(dir string) string {
-	return fmt.Sprintf(`
-listen     = "127.0.0.1:0"
-data_dir   = %q
-plugin_dir = %q
-admin {
-  listen = "127.0.0.1:0"
-}
-plugin "wallet" {
+	return benchBase(dir) + `plugin "wallet" {
   path     = "wallet"
   required = true
   env {
     GOGC = "800"
   }
 }
-`, filepath.Join(dir, "data"), bins.plugins)
+`
 }
 
 // transferPath is where BenchmarkWalletTransfers POSTs.
