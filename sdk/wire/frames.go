@@ -166,15 +166,14 @@ func (c *Conn) Send(fr Frame, flush bool) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	defer fr.release()
-	err := c.write(&fr)
-	if err == nil && flush {
-		err = c.w.Flush()
-		c.held = false
-	}
-	if err != nil {
+	if err := c.write(&fr); err != nil {
 		c.werr = err
+		return err
 	}
-	return err
+	if flush {
+		return c.flushLocked()
+	}
+	return nil
 }
 
 // SendAll writes frs and flushes the write buffer once, after the last:
@@ -183,21 +182,10 @@ func (c *Conn) Send(fr Frame, flush bool) error {
 func (c *Conn) SendAll(frs []Frame) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	var err error
-	for i := range frs {
-		if err == nil {
-			err = c.write(&frs[i])
-		}
-		frs[i].release()
+	if err := c.writeAll(frs); err != nil {
+		return err
 	}
-	if err == nil {
-		err = c.w.Flush()
-		c.held = false
-	}
-	if err != nil {
-		c.werr = err
-	}
-	return err
+	return c.flushLocked()
 }
 
 // SendHeld writes frs into the write buffer without flushing it, for a
@@ -208,14 +196,7 @@ func (c *Conn) SendAll(frs []Frame) error {
 func (c *Conn) SendHeld(frs []Frame) (first bool, err error) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	for i := range frs {
-		if err == nil {
-			err = c.write(&frs[i])
-		}
-		frs[i].release()
-	}
-	if err != nil {
-		c.werr = err
+	if err := c.writeAll(frs); err != nil {
 		return false, err
 	}
 	first = !c.held
@@ -228,6 +209,28 @@ func (c *Conn) SendHeld(frs []Frame) (first bool, err error) {
 func (c *Conn) Flush() error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
+	return c.flushLocked()
+}
+
+// writeAll writes frs into the write buffer, releasing each, and makes a
+// failure the stream's error. c.wmu is held.
+func (c *Conn) writeAll(frs []Frame) error {
+	var err error
+	for i := range frs {
+		if err == nil {
+			err = c.write(&frs[i])
+		}
+		frs[i].release()
+	}
+	if err != nil {
+		c.werr = err
+	}
+	return err
+}
+
+// flushLocked writes the buffer out, held frames too, or returns the
+// error that broke the stream. c.wmu is held.
+func (c *Conn) flushLocked() error {
 	if c.werr != nil {
 		return c.werr
 	}
