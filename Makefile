@@ -56,7 +56,7 @@ test:
 # target at least 0.7), then the registry's inclusion proofs in a log of a
 # million entries, in-process (p99 target at most 2 ms).
 bench: build
-	$(GO) test -run '^$$' -bench '^Benchmark(HelloIngress|WalletTransfers|Mailbox|Registry|Rewarder|Reload|PluginLogFlood|Gateway)$$' -benchtime 1x -count 1 -timeout 10m ./host/e2e
+	$(GO) test -run '^$$' -bench '^Benchmark(HelloIngress|WalletTransfers|Mailbox|Registry|Rewarder|Reload|PluginLogFlood|Gateway|GatewayNoisyNeighbour)$$' -benchtime 1x -count 1 -timeout 10m ./host/e2e
 	$(GO) test -run '^$$' -bench '^BenchmarkAscendFirst$$' -count 1 -timeout 5m ./sdk/store
 	$(GO) test -run '^$$' -bench '^BenchmarkCommitter$$' -benchtime 1x -count 1 -timeout 5m ./sdk/durable
 	$(GO) test -run '^$$' -bench '^BenchmarkInclusionProof$$' -benchtime 1x -count 1 -timeout 5m ./plugins/registry
