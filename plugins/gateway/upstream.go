@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/plughost/plughost/plugins/gateway/internal/h1"
 	"github.com/plughost/plughost/sdk"
 	"github.com/plughost/plughost/sdk/backoff"
 	"github.com/plughost/plughost/sdk/breaker"
@@ -219,21 +220,50 @@ func newUpstream(us upstreamSettings, host sdk.Host, transport http.RoundTripper
 // keeps as many as the calls it had in flight at once, which the workers
 // bound with the scheduler and the host's max_inflight without it (the
 // single-tenant bypass, exempt routes), so that a steady load reuses its
-// connections rather than closing and dialling them; IdleConnTimeout
+// connections rather than closing and dialling them; idleTimeout
 // closes what a peak left.
 const maxIdlePerUpstream = 1024
 
-// newTransport is the connection pool of the URL upstreams.
-func newTransport() *http.Transport {
-	return &http.Transport{
-		Proxy:                 nil, // the gateway is the proxy
-		DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-		MaxIdleConns:          0, // no bound across upstreams: each has its own
-		MaxIdleConnsPerHost:   maxIdlePerUpstream,
-		IdleConnTimeout:       60 * time.Second,
-		TLSHandshakeTimeout:   5 * time.Second,
-		ExpectContinueTimeout: time.Second,
-		ForceAttemptHTTP2:     true,
-		DisableCompression:    true, // pass the upstream's encoding through untouched
+// dialer dials the url upstreams.
+var dialer = &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
+
+// idleTimeout closes an upstream connection left idle that long.
+const idleTimeout = 60 * time.Second
+
+// transport is the connection pool of the url upstreams: h1's for
+// http://, where the request's goroutine writes the request and reads the
+// answer itself, and net/http's for https://, for TLS and HTTP/2.
+type transport struct {
+	plain *h1.Client
+	tls   *http.Transport
+}
+
+func newTransport() *transport {
+	return &transport{
+		plain: &h1.Client{Dial: dialer.DialContext, MaxIdlePerHost: maxIdlePerUpstream, IdleTimeout: idleTimeout},
+		tls: &http.Transport{
+			Proxy:                 nil, // the gateway is the proxy
+			DialContext:           dialer.DialContext,
+			MaxIdleConns:          0, // no bound across upstreams: each has its own
+			MaxIdleConnsPerHost:   maxIdlePerUpstream,
+			IdleConnTimeout:       idleTimeout,
+			TLSHandshakeTimeout:   5 * time.Second,
+			ExpectContinueTimeout: time.Second,
+			ForceAttemptHTTP2:     true,
+			DisableCompression:    true, // pass the upstream's encoding through untouched
+		},
 	}
+}
+
+func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.URL.Scheme == "http" {
+		return t.plain.RoundTrip(req)
+	}
+	return t.tls.RoundTrip(req)
+}
+
+// CloseIdleConnections closes both pools' idle connections.
+func (t *transport) CloseIdleConnections() {
+	t.plain.CloseIdleConnections()
+	t.tls.CloseIdleConnections()
 }
