@@ -45,9 +45,24 @@ type upstream struct {
 }
 
 // hopByHop are the headers of one connection that a proxy does not pass
-// on (RFC 9110 section 7.6.1), with the gateway's own X-Api-Key.
+// on (RFC 9110 section 7.6.1), with the gateway's own X-Api-Key. They are
+// in canonical form, so that dropHopByHop deletes them without
+// canonicalizing them again for every request.
 var hopByHop = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
 	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade", "X-Api-Key"}
+
+// dropHopByHop deletes from h the hop-by-hop headers and those its
+// Connection header names.
+func dropHopByHop(h http.Header) {
+	for _, f := range h["Connection"] {
+		for name := range strings.SplitSeq(f, ",") {
+			h.Del(strings.TrimSpace(name))
+		}
+	}
+	for _, name := range hopByHop {
+		delete(h, name)
+	}
+}
 
 // outbound is a request ready to send upstream, any number of times.
 type outbound struct {
@@ -78,10 +93,13 @@ func (u *upstream) request(ctx context.Context, o *outbound) (*http.Request, err
 		t.RawQuery = o.query
 		target = &t
 	}
-	req, err := http.NewRequestWithContext(ctx, o.method, target.String(), bytes.NewReader(o.body))
+	// The URL is set after, rather than printed for NewRequest to parse
+	// back into the same URL.
+	req, err := http.NewRequestWithContext(ctx, o.method, "", bytes.NewReader(o.body))
 	if err != nil {
 		return nil, err
 	}
+	req.URL, req.Host = target, target.Host
 	req.Header = o.header
 	if u.plugin != "" {
 		// A RoundTripper must leave the request as it is; the host's
