@@ -135,7 +135,7 @@ func (c *Client) RoundTrip(req *http.Request) (*http.Response, error) {
 			}
 			return nil, err
 		}
-		if !reused || !retryable(req, &pc.cr) {
+		if !reused || !retryable(req, &pc.cr, err) {
 			return nil, err
 		}
 		// The upstream closed a kept-alive connection before it took
@@ -152,11 +152,16 @@ func (c *Client) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 }
 
-// retryable says whether a request that failed on a kept-alive
+// retryable says whether a request that failed with err on a kept-alive
 // connection may go again on another, by net/http's rule: the upstream
 // got none of it, or it read none of the answer and the request can be
-// sent twice.
-func retryable(req *http.Request, cr *countedConn) bool {
+// sent twice. A timeout is the request's deadline, which the connection
+// may reach a moment before the context's own timer: trying again would
+// only spend the pool's idle connections on a call already over.
+func retryable(req *http.Request, cr *countedConn, err error) bool {
+	if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
+		return false
+	}
 	if cr.written == 0 {
 		return resendable(req)
 	}

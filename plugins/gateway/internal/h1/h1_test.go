@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -217,13 +218,15 @@ func TestRetryable(t *testing.T) {
 		method        string
 		idempotent    bool
 		written, read int64
+		err           error
 		want          bool
 	}{
-		{"nothing written", "POST", false, 0, 0, true},
-		{"GET, nothing read", "GET", false, 10, 0, true},
-		{"GET, answer begun", "GET", false, 10, 1, false},
-		{"POST, nothing read", "POST", false, 10, 0, false},
-		{"POST with Idempotency-Key", "POST", true, 10, 0, true},
+		{"nothing written", "POST", false, 0, 0, io.EOF, true},
+		{"GET, nothing read", "GET", false, 10, 0, io.EOF, true},
+		{"GET, answer begun", "GET", false, 10, 1, io.ErrUnexpectedEOF, false},
+		{"POST, nothing read", "POST", false, 10, 0, io.EOF, false},
+		{"POST with Idempotency-Key", "POST", true, 10, 0, io.EOF, true},
+		{"GET past its deadline", "GET", false, 10, 0, &net.OpError{Op: "read", Err: os.ErrDeadlineExceeded}, false},
 	}
 	for _, tt := range tests {
 		req, _ := http.NewRequest(tt.method, "http://h/", nil)
@@ -232,7 +235,7 @@ func TestRetryable(t *testing.T) {
 		if tt.idempotent {
 			req.Header.Set("Idempotency-Key", "1")
 		}
-		if got := retryable(req, &countedConn{written: tt.written, read: tt.read}); got != tt.want {
+		if got := retryable(req, &countedConn{written: tt.written, read: tt.read}, tt.err); got != tt.want {
 			t.Errorf("%s: retryable = %v, want %v", tt.name, got, tt.want)
 		}
 	}
