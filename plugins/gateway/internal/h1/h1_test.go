@@ -102,9 +102,9 @@ func newClient(t *testing.T) *Client {
 
 const okAnswer = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
 
-// get sends method with body to u through c and returns the status and
-// body, read to the end.
-func get(t *testing.T, c *Client, ctx context.Context, method, url string, body []byte, hdr http.Header) (int, string, error) {
+// get sends method with body to url through c and returns the status
+// and the body, read to its end.
+func get(t *testing.T, c *Client, ctx context.Context, method, url string, body []byte) (int, string, error) {
 	t.Helper()
 	var rd io.Reader
 	if body != nil {
@@ -113,9 +113,6 @@ func get(t *testing.T, c *Client, ctx context.Context, method, url string, body 
 	req, err := http.NewRequestWithContext(ctx, method, url, rd)
 	if err != nil {
 		t.Fatal(err)
-	}
-	for k, v := range hdr {
-		req.Header[k] = v
 	}
 	resp, err := c.RoundTrip(req)
 	if err != nil {
@@ -144,7 +141,7 @@ func TestReuse(t *testing.T) {
 			u := newUpstream(t, func(int64) string { return tt.answer }, nil)
 			c := newClient(t)
 			for range 3 {
-				if code, _, err := get(t, c, t.Context(), "GET", u.url()+"/x", nil, nil); err != nil || code/100 != 2 {
+				if code, _, err := get(t, c, t.Context(), "GET", u.url()+"/x", nil); err != nil || code/100 != 2 {
 					t.Fatalf("GET = %d, %v; want 2xx", code, err)
 				}
 			}
@@ -170,7 +167,7 @@ func TestBodyClosedEarly(t *testing.T) {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	if code, body, err := get(t, c, t.Context(), "GET", u.url()+"/x", nil, nil); err != nil || body != "0123456789" {
+	if code, body, err := get(t, c, t.Context(), "GET", u.url()+"/x", nil); err != nil || body != "0123456789" {
 		t.Fatalf("GET after a body closed early = %d %q, %v; want 200 0123456789", code, body, err)
 	}
 	if got := u.dials.Load(); got != 2 {
@@ -196,7 +193,7 @@ func TestClosedIdleConnection(t *testing.T) {
 			u := newUpstream(t, func(int64) string { return okAnswer }, func(int64) bool { return true })
 			c := newClient(t)
 			for i := range 2 {
-				if code, body, err := get(t, c, t.Context(), tt.method, u.url()+"/x", tt.body, nil); err != nil || code != 200 || body != "ok" {
+				if code, body, err := get(t, c, t.Context(), tt.method, u.url()+"/x", tt.body); err != nil || code != 200 || body != "ok" {
 					t.Fatalf("%s #%d = %d %q, %v; want 200 ok", tt.method, i, code, body, err)
 				}
 				<-u.closed
@@ -247,7 +244,7 @@ func TestInformationalSkipped(t *testing.T) {
 		return "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </s.css>\r\n\r\n" + okAnswer
 	}, nil)
 	c := newClient(t)
-	if code, body, err := get(t, c, t.Context(), "POST", u.url()+"/x", []byte("b"), nil); err != nil || code != 200 || body != "ok" {
+	if code, body, err := get(t, c, t.Context(), "POST", u.url()+"/x", []byte("b")); err != nil || code != 200 || body != "ok" {
 		t.Fatalf("POST = %d %q, %v; want 200 ok", code, body, err)
 	}
 }
@@ -261,7 +258,7 @@ func TestHeadersBounded(t *testing.T) {
 	c := newClient(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 	defer cancel()
-	if _, _, err := get(t, c, ctx, "GET", u.url()+"/x", nil, nil); !errors.Is(err, errHeaderTooLong) {
+	if _, _, err := get(t, c, ctx, "GET", u.url()+"/x", nil); !errors.Is(err, errHeaderTooLong) {
 		t.Fatalf("GET of an answer with %d bytes of headers: err = %v, want %v", maxHeaderBytes+1, err, errHeaderTooLong)
 	}
 }
@@ -277,13 +274,13 @@ func TestContextEndsCall(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(t.Context())
 	time.AfterFunc(50*time.Millisecond, cancel)
-	if _, _, err := get(t, c, ctx, "GET", u.url()+"/x", nil, nil); !errors.Is(err, context.Canceled) {
+	if _, _, err := get(t, c, ctx, "GET", u.url()+"/x", nil); !errors.Is(err, context.Canceled) {
 		t.Errorf("GET cancelled while the upstream stalls: err = %v, want context.Canceled", err)
 	}
 
 	ctx, cancel = context.WithTimeout(t.Context(), 50*time.Millisecond)
 	defer cancel()
-	_, _, err := get(t, c, ctx, "GET", u.url()+"/x", nil, nil)
+	_, _, err := get(t, c, ctx, "GET", u.url()+"/x", nil)
 	var op *net.OpError
 	if !errors.As(err, &op) || op.Op != "read" || !op.Timeout() {
 		t.Errorf("GET past its deadline while the upstream stalls: err = %v, want a read timeout", err)
@@ -296,7 +293,7 @@ func TestIdleTimeout(t *testing.T) {
 	u := newUpstream(t, func(int64) string { return okAnswer }, nil)
 	c := newClient(t)
 	c.IdleTimeout = 10 * time.Millisecond
-	if _, _, err := get(t, c, t.Context(), "GET", u.url()+"/x", nil, nil); err != nil {
+	if _, _, err := get(t, c, t.Context(), "GET", u.url()+"/x", nil); err != nil {
 		t.Fatal(err)
 	}
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
@@ -310,7 +307,7 @@ func TestIdleTimeout(t *testing.T) {
 			t.Fatal("the idle connection was still pooled 5s after its idle timeout")
 		}
 	}
-	if _, _, err := get(t, c, t.Context(), "GET", u.url()+"/x", nil, nil); err != nil {
+	if _, _, err := get(t, c, t.Context(), "GET", u.url()+"/x", nil); err != nil {
 		t.Fatal(err)
 	}
 	if got := u.dials.Load(); got != 2 {
