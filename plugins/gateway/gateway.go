@@ -45,7 +45,7 @@ type gateway struct {
 	shed      *shed.Shedder
 	shedLevel atomic.Int32 // the last level logged
 	// transport pools the connections of the url upstreams.
-	transport *http.Transport
+	transport *transport
 	// now is the clock of the token buckets and of the shedder.
 	now func() time.Time
 }

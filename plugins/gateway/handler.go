@@ -178,17 +178,10 @@ func outboundFor(r *http.Request, rt routeSettings, tenant string, body []byte) 
 		path = "/" + strings.TrimPrefix(strings.TrimPrefix(path, rt.prefix), "/")
 	}
 	h := r.Header.Clone()
-	for _, f := range h.Values("Connection") {
-		for name := range strings.SplitSeq(f, ",") {
-			h.Del(strings.TrimSpace(name))
-		}
-	}
-	for _, name := range hopByHop {
-		h.Del(name)
-	}
-	h.Del("Content-Encoding") // the body goes decoded
-	h.Del("Content-Length")
-	h.Set("X-Gateway-Tenant", tenant)
+	dropHopByHop(h)
+	delete(h, "Content-Encoding") // the body goes decoded
+	delete(h, "Content-Length")
+	h["X-Gateway-Tenant"] = []string{tenant}
 	if ip, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
 		if prior := h.Values("X-Forwarded-For"); len(prior) > 0 {
 			ip = strings.Join(prior, ", ") + ", " + ip
@@ -218,15 +211,8 @@ func (g *gateway) respond(w http.ResponseWriter, tn *tenant, resp *http.Response
 	for k, vs := range resp.Header {
 		h[k] = vs
 	}
-	for _, f := range resp.Header.Values("Connection") {
-		for name := range strings.SplitSeq(f, ",") {
-			h.Del(strings.TrimSpace(name))
-		}
-	}
-	for _, name := range hopByHop {
-		h.Del(name)
-	}
-	h.Del("Content-Length") // the host sets it from what is written
+	dropHopByHop(h)
+	delete(h, "Content-Length") // the host sets it from what is written
 	w.WriteHeader(resp.StatusCode)
 	// A copy cut short means the caller or the upstream went away: the
 	// status is out, so there is nothing left to tell anyone.

@@ -39,8 +39,9 @@ func (e *rateLimitedError) Error() string {
 type tenant struct {
 	tenantSettings
 	limiter *rate.Limiter
-	// policy is the RateLimit-Policy value, the same for every answer.
-	policy string
+	// policy is the RateLimit-Policy field, the same for every answer;
+	// answers share it, and nothing changes it.
+	policy []string
 	// served is gateway_tenant_requests_total{tenant,outcome="served"},
 	// looked up once rather than per request.
 	served prometheus.Counter
@@ -50,7 +51,7 @@ func newTenant(ts tenantSettings) *tenant {
 	// The window is the time the bucket takes to fill from empty.
 	window := max(int(math.Ceil(float64(ts.burst)/ts.rate)), 1)
 	return &tenant{tenantSettings: ts, limiter: rate.NewLimiter(rate.Limit(ts.rate), ts.burst),
-		policy: `"tenant";q=` + strconv.Itoa(ts.burst) + ";w=" + strconv.Itoa(window)}
+		policy: []string{`"tenant";q=` + strconv.Itoa(ts.burst) + ";w=" + strconv.Itoa(window)}}
 }
 
 // tenancy finds a request's tenant. It is read-only after newTenancy.
@@ -125,8 +126,9 @@ func (tn *tenant) admit(h http.Header, now time.Time) error {
 		wait = max(time.Duration(missing/tn.rate*float64(time.Second)), time.Nanosecond)
 	}
 	remaining := max(int(math.Floor(lim.TokensAt(now))), 0)
-	h.Set("RateLimit-Policy", tn.policy)
-	h.Set("RateLimit", `"tenant";r=`+strconv.Itoa(remaining)+";t="+strconv.Itoa(ceilSeconds(wait)))
+	// The keys in canonical form, set without canonicalizing them.
+	h["Ratelimit-Policy"] = tn.policy
+	h["Ratelimit"] = []string{`"tenant";r=` + strconv.Itoa(remaining) + ";t=" + strconv.Itoa(ceilSeconds(wait))}
 	if wait > 0 {
 		h.Set("Retry-After", strconv.Itoa(ceilSeconds(wait)))
 		return &rateLimitedError{tenant: tn.name, wait: wait}

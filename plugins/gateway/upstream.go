@@ -14,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/plughost/plughost/plugins/gateway/internal/h1"
 	"github.com/plughost/plughost/sdk"
 	"github.com/plughost/plughost/sdk/backoff"
 	"github.com/plughost/plughost/sdk/breaker"
@@ -44,9 +45,24 @@ type upstream struct {
 }
 
 // hopByHop are the headers of one connection that a proxy does not pass
-// on (RFC 9110 section 7.6.1), with the gateway's own X-Api-Key.
+// on (RFC 9110 section 7.6.1), with the gateway's own X-Api-Key. They are
+// in canonical form, so that dropHopByHop deletes them without
+// canonicalizing them again for every request.
 var hopByHop = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
 	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade", "X-Api-Key"}
+
+// dropHopByHop deletes from h the hop-by-hop headers and those its
+// Connection header names.
+func dropHopByHop(h http.Header) {
+	for _, f := range h["Connection"] {
+		for name := range strings.SplitSeq(f, ",") {
+			h.Del(strings.TrimSpace(name))
+		}
+	}
+	for _, name := range hopByHop {
+		delete(h, name)
+	}
+}
 
 // outbound is a request ready to send upstream, any number of times.
 type outbound struct {
@@ -77,10 +93,13 @@ func (u *upstream) request(ctx context.Context, o *outbound) (*http.Request, err
 		t.RawQuery = o.query
 		target = &t
 	}
-	req, err := http.NewRequestWithContext(ctx, o.method, target.String(), bytes.NewReader(o.body))
+	// The URL is set after, rather than printed for NewRequest to parse
+	// back into the same URL.
+	req, err := http.NewRequestWithContext(ctx, o.method, "", bytes.NewReader(o.body))
 	if err != nil {
 		return nil, err
 	}
+	req.URL, req.Host = target, target.Host
 	req.Header = o.header
 	if u.plugin != "" {
 		// A RoundTripper must leave the request as it is; the host's
@@ -219,21 +238,50 @@ func newUpstream(us upstreamSettings, host sdk.Host, transport http.RoundTripper
 // keeps as many as the calls it had in flight at once, which the workers
 // bound with the scheduler and the host's max_inflight without it (the
 // single-tenant bypass, exempt routes), so that a steady load reuses its
-// connections rather than closing and dialling them; IdleConnTimeout
+// connections rather than closing and dialling them; idleTimeout
 // closes what a peak left.
 const maxIdlePerUpstream = 1024
 
-// newTransport is the connection pool of the URL upstreams.
-func newTransport() *http.Transport {
-	return &http.Transport{
-		Proxy:                 nil, // the gateway is the proxy
-		DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-		MaxIdleConns:          0, // no bound across upstreams: each has its own
-		MaxIdleConnsPerHost:   maxIdlePerUpstream,
-		IdleConnTimeout:       60 * time.Second,
-		TLSHandshakeTimeout:   5 * time.Second,
-		ExpectContinueTimeout: time.Second,
-		ForceAttemptHTTP2:     true,
-		DisableCompression:    true, // pass the upstream's encoding through untouched
+// dialer dials the url upstreams.
+var dialer = &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
+
+// idleTimeout closes an upstream connection left idle that long.
+const idleTimeout = 60 * time.Second
+
+// transport is the connection pool of the url upstreams: h1's for
+// http://, where the request's goroutine writes the request and reads the
+// answer itself, and net/http's for https://, for TLS and HTTP/2.
+type transport struct {
+	plain *h1.Client
+	tls   *http.Transport
+}
+
+func newTransport() *transport {
+	return &transport{
+		plain: &h1.Client{Dial: dialer.DialContext, MaxIdlePerHost: maxIdlePerUpstream, IdleTimeout: idleTimeout},
+		tls: &http.Transport{
+			Proxy:                 nil, // the gateway is the proxy
+			DialContext:           dialer.DialContext,
+			MaxIdleConns:          0, // no bound across upstreams: each has its own
+			MaxIdleConnsPerHost:   maxIdlePerUpstream,
+			IdleConnTimeout:       idleTimeout,
+			TLSHandshakeTimeout:   5 * time.Second,
+			ExpectContinueTimeout: time.Second,
+			ForceAttemptHTTP2:     true,
+			DisableCompression:    true, // pass the upstream's encoding through untouched
+		},
 	}
+}
+
+func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.URL.Scheme == "http" {
+		return t.plain.RoundTrip(req)
+	}
+	return t.tls.RoundTrip(req)
+}
+
+// CloseIdleConnections closes both pools' idle connections.
+func (t *transport) CloseIdleConnections() {
+	t.plain.CloseIdleConnections()
+	t.tls.CloseIdleConnections()
 }

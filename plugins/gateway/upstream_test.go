@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -270,5 +271,16 @@ func TestUpstreamConnectionsReused(t *testing.T) {
 	}
 	if got := dials.Load(); got > concurrent {
 		t.Errorf("%d rounds of %d concurrent calls opened %d upstream connections, want at most %d", rounds, concurrent, got, concurrent)
+	}
+}
+
+// TestDropHopByHop: the hop-by-hop headers, and those Connection names,
+// go; the end-to-end ones stay.
+func TestDropHopByHop(t *testing.T) {
+	h := http.Header{"Connection": {"X-Hop, keep-alive"}, "X-Hop": {"1"}, "Keep-Alive": {"timeout=5"}, "Te": {"trailers"},
+		"Proxy-Authorization": {"Basic eA=="}, "Transfer-Encoding": {"chunked"}, "Upgrade": {"h2c"}, "X-Api-Key": {"k"}, "X-End": {"2"}}
+	dropHopByHop(h)
+	if want := (http.Header{"X-End": {"2"}}); !reflect.DeepEqual(h, want) {
+		t.Errorf("dropHopByHop left %v, want %v", h, want)
 	}
 }
