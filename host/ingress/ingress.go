@@ -317,6 +317,18 @@ func (g *Ingress) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// Direct reports whether the front may serve a request without a body
+// for path itself (Front): any but one to a plugin route that streams,
+// whose answer needs net/http's flushing and deadlines as it goes.
+func (g *Ingress) Direct(method, path string) bool {
+	e, rest := g.table.Load().match(path)
+	if e == nil || e.routes == nil {
+		return true
+	}
+	rt, _, err := e.routes.Match(method, rest)
+	return err != nil || !rt.Streaming
+}
+
 // match finds the plugin whose mount is a path prefix of p on a segment
 // boundary, and returns p relative to that mount.
 func (t *table) match(p string) (*entry, string) {
