@@ -55,13 +55,17 @@ func parseHead(b []byte) (r directRequest, n int, ok bool) {
 			}
 		}
 	}
-	line, rest, _ := bytes.Cut(head, []byte("\r\n"))
-	method, line, ok1 := bytes.Cut(line, []byte(" "))
-	target, proto, ok2 := bytes.Cut(line, []byte(" "))
-	if !ok1 || !ok2 || string(proto) != "HTTP/1.1" || len(target) == 0 || target[0] != '/' {
+	// One string holds the head; the target, names and values are parts
+	// of it, and one slice holds every header's values, as net/http's
+	// reader does.
+	hs := string(head)
+	line, rest, _ := strings.Cut(hs, "\r\n")
+	method, line, ok1 := strings.Cut(line, " ")
+	target, proto, ok2 := strings.Cut(line, " ")
+	if !ok1 || !ok2 || proto != "HTTP/1.1" || len(target) == 0 || target[0] != '/' {
 		return r, 0, false
 	}
-	switch string(method) {
+	switch method {
 	case http.MethodGet:
 		r.method = http.MethodGet
 	case http.MethodHead:
@@ -69,33 +73,35 @@ func parseHead(b []byte) (r directRequest, n int, ok bool) {
 	default:
 		return r, 0, false
 	}
-	for _, c := range target {
-		if c <= ' ' || c >= 0x7f {
+	for i := range len(target) {
+		if c := target[i]; c <= ' ' || c >= 0x7f {
 			return r, 0, false
 		}
 	}
-	r.target = string(target)
+	r.target = target
 	u, err := url.ParseRequestURI(r.target)
 	if err != nil {
 		return r, 0, false
 	}
 	r.url = u
-	r.header = make(http.Header, bytes.Count(rest, []byte("\r\n")))
+	lines := strings.Count(rest, "\r\n")
+	if lines > maxDirectHeaders {
+		return r, 0, false
+	}
+	r.header = make(http.Header, lines)
+	values := make([]string, lines)
 	hosts := 0
-	for lines := 0; len(rest) > 0; lines++ {
-		if lines == maxDirectHeaders {
+	for len(rest) > 0 {
+		line, rest, _ = strings.Cut(rest, "\r\n")
+		name, value, found := strings.Cut(line, ":")
+		if !found || !httpguts.ValidHeaderFieldName(name) {
 			return r, 0, false
 		}
-		line, rest, _ = bytes.Cut(rest, []byte("\r\n"))
-		name, value, found := bytes.Cut(line, []byte(":"))
-		if !found || !httpguts.ValidHeaderFieldName(string(name)) {
-			return r, 0, false
-		}
-		v := textproto.TrimString(string(value))
+		v := textproto.TrimString(value)
 		if !httpguts.ValidHeaderFieldValue(v) {
 			return r, 0, false
 		}
-		key := textproto.CanonicalMIMEHeaderKey(string(name))
+		key := textproto.CanonicalMIMEHeaderKey(name)
 		switch key {
 		case "Host":
 			if hosts++; hosts > 1 || !httpguts.ValidHostHeader(v) {
@@ -116,7 +122,13 @@ func parseHead(b []byte) (r directRequest, n int, ok bool) {
 				}
 			}
 		}
-		r.header[key] = append(r.header[key], v)
+		if vv := r.header[key]; vv == nil && len(values) > 0 {
+			values[0] = v
+			r.header[key] = values[:1:1]
+			values = values[1:]
+		} else {
+			r.header[key] = append(vv, v)
+		}
 	}
 	if hosts == 0 {
 		return r, 0, false
