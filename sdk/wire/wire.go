@@ -84,7 +84,8 @@ func PluginSets(impl func(*plugin.GRPCBroker) pluginv1.PluginServer) map[int]plu
 }
 
 // smallHeaders is how many header names, and values, HeadersToProto and
-// the frame decoder allocate in one block.
+// the frame decoder keep in one block, which the decoder makes a part of
+// the frame's.
 const smallHeaders = 2
 
 // HeadersToProto converts an http.Header. The messages share h's value
