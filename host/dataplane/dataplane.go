@@ -229,12 +229,14 @@ type call struct {
 	// resp is the Response roundTrip returns, a part of the call so that
 	// it costs no allocation of its own.
 	resp Response
-	// headFrame is the request's head, sent once, also a part of the call.
+	// headFrame is the request's head, sent once, also a part of the call,
+	// with the messages of its headers if they are few.
 	headFrame struct {
-		f pluginv1.Frame
-		k pluginv1.Frame_Request
-		r pluginv1.RequestHead
-		h pluginv1.HTTPRequest
+		f  pluginv1.Frame
+		k  pluginv1.Frame_Request
+		r  pluginv1.RequestHead
+		h  pluginv1.HTTPRequest
+		hm wire.HeaderMessages
 	}
 }
 
@@ -328,7 +330,7 @@ func (cl *call) send(req *Request) error {
 	first, more := next()
 	hf := &cl.headFrame
 	hf.h.Method, hf.h.Path, hf.h.RawQuery = req.Method, req.Path, req.RawQuery
-	hf.h.Headers, hf.h.Body = wire.HeadersToProto(req.Header), first
+	hf.h.Headers, hf.h.Body = hf.hm.Convert(req.Header), first
 	hf.h.RemoteAddr, hf.h.Host, hf.h.Pattern, hf.h.RequestId = req.RemoteAddr, req.Host, req.Pattern, req.RequestID
 	hf.r.Request, hf.r.More, hf.r.Streaming, hf.r.Window = &hf.h, more, req.Streaming, req.Window
 	if dl, ok := cl.ctx.Deadline(); ok && (cl.deadline.IsZero() || dl.Before(cl.deadline)) {
@@ -520,7 +522,8 @@ func (cl *call) response(head *pluginv1.ResponseHead, h http.Header) *Response {
 	hr := head.GetResponse()
 	cl.resp = Response{Status: int(hr.GetStatus()), Header: h, Size: -1, c: cl, window: cl.window}
 	r := &cl.resp
-	wire.HeadersFromProto(r.Header, hr.GetHeaders())
+	// The frame is the call's alone: its headers' values need no copy.
+	wire.AdoptHeaders(r.Header, hr.GetHeaders())
 	switch {
 	case !head.GetMore():
 		r.Size = int64(len(hr.GetBody()))
