@@ -25,7 +25,8 @@ const shareMax = 8 << 10
 // (or one per string in a frame over shareMax; none for the common names
 // and values in interned), one block for the nested messages and up to
 // smallHeaders headers and values (and beyond, one for the headers and
-// one for their values), and the body's copy. Anything else (unknown or repeated message fields, which proto
+// one for their values), and the body's copy unless it is a response's of
+// up to smallBody bytes, which that block holds too. Anything else (unknown or repeated message fields, which proto
 // merges, or a malformed frame) goes to proto.Unmarshal, so the result,
 // and every error, is what proto.Unmarshal gives; FuzzDecodeFrame checks
 // that.
@@ -56,7 +57,15 @@ type responseFrame struct {
 	r pluginv1.ResponseHead
 	h pluginv1.HTTPResponse
 	s smallHeaderBlock
+	// body holds a body of up to smallBody bytes: most responses carry
+	// one, and a JSON answer is often that small.
+	body [smallBody]byte
 }
+
+// smallBody is the largest response body that a response head's decoding
+// copies into the frame's own block rather than an allocation of its own:
+// a small JSON answer's.
+const smallBody = 64
 
 // smallHeaderBlock holds up to smallHeaders headers and values of a
 // decoded frame.
@@ -220,7 +229,7 @@ func fastDecode(b []byte) (*pluginv1.Frame, bool) {
 		return &pluginv1.Frame{Id: id, Kind: &pluginv1.Frame_Abort{Abort: &pluginv1.Abort{}}}, true
 	default:
 		rf := &responseFrame{}
-		if !d.response(kind, &rf.r, &rf.h, &rf.s) {
+		if !d.response(kind, &rf.r, &rf.h, &rf.s, rf.body[:]) {
 			return nil, false
 		}
 		rf.f.Id, rf.k.Response, rf.f.Kind = id, &rf.r, &rf.k
@@ -320,14 +329,14 @@ func (d *frameDecoder) request(m field, r *pluginv1.RequestHead, h *pluginv1.HTT
 		return ok
 	})
 	if ok {
-		h.Body, h.Headers, ok = d.finish(h.Body, headers, small)
+		h.Body, h.Headers, ok = d.finish(h.Body, headers, small, nil)
 	}
 	return ok
 }
 
 // response decodes the ResponseHead m into r, and its HTTPResponse, if
-// any, into h, its headers into small if they fit.
-func (d *frameDecoder) response(m field, r *pluginv1.ResponseHead, h *pluginv1.HTTPResponse, small *smallHeaderBlock) bool {
+// any, into h, its headers into small and its body into room if they fit.
+func (d *frameDecoder) response(m field, r *pluginv1.ResponseHead, h *pluginv1.HTTPResponse, small *smallHeaderBlock, room []byte) bool {
 	resp, ok := inner(m, func(num protowire.Number, v uint64) bool {
 		switch num {
 		case 3:
@@ -359,17 +368,21 @@ func (d *frameDecoder) response(m field, r *pluginv1.ResponseHead, h *pluginv1.H
 		return true
 	})
 	if ok {
-		h.Body, h.Headers, ok = d.finish(h.Body, headers, small)
+		h.Body, h.Headers, ok = d.finish(h.Body, headers, small, room)
 	}
 	return ok
 }
 
 // finish copies an HTTP message's body out of the read buffer (nil for
-// none, as proto.Unmarshal leaves an absent field) and decodes its
-// headers, into small if they fit.
-func (d *frameDecoder) finish(body []byte, headers []field, small *smallHeaderBlock) ([]byte, []*pluginv1.Header, bool) {
+// none, as proto.Unmarshal leaves an absent field), into room if it fits,
+// and decodes its headers, into small if they fit.
+func (d *frameDecoder) finish(body []byte, headers []field, small *smallHeaderBlock, room []byte) ([]byte, []*pluginv1.Header, bool) {
 	hs, ok := d.headers(headers, small)
-	if body != nil {
+	switch {
+	case body == nil:
+	case len(body) <= len(room):
+		body = append(room[:0:len(body)], body...)
+	default:
 		body = append([]byte{}, body...)
 	}
 	return body, hs, ok
