@@ -300,7 +300,8 @@ func (cl *call) roundTrip(req *Request) (*Response, error) {
 // are smaller than a piece and arrive in a few pieces: see the ingress's
 // firstPiece); each later frame takes the send lock on its own, so that
 // other requests' frames go out between them. Frames are encoded as they
-// are built, so the Body frames of a request share one set of messages.
+// are built, so the Body frames of a request share one set of messages
+// (bodyCursor.frame).
 func (cl *call) send(req *Request) error {
 	body := bodyCursor{pieces: req.Body}
 	first, more := body.next()
@@ -322,19 +323,16 @@ func (cl *call) send(req *Request) error {
 		return err
 	}
 	frs[0] = fr
-	var bf *bodyFrame // made for the first Body frame
 	n, held := 1, len(first)
 	for more && n < headBatch && held+min(len(body.rest), wire.PieceBytes) <= wire.PieceBytes {
-		if bf == nil {
-			bf = new(bodyFrame)
-		}
-		var piece []byte
-		piece, more = body.next()
-		if frs[n], err = cl.encode(bf.set(cl.id, piece, !more), frs[:n], false); err != nil {
+		var f *pluginv1.Frame
+		var size int
+		f, size, more = body.frame(cl.id)
+		if frs[n], err = cl.encode(f, frs[:n], false); err != nil {
 			return err
 		}
 		n++
-		held += len(piece)
+		held += size
 	}
 	if err := cl.sendFrames(frs[:n], false); err != nil {
 		return err
@@ -347,12 +345,9 @@ func (cl *call) send(req *Request) error {
 			// stream its answer while it reads.)
 			return nil
 		}
-		if bf == nil {
-			bf = new(bodyFrame)
-		}
-		var piece []byte
-		piece, more = body.next()
-		if frs[0], err = cl.encode(bf.set(cl.id, piece, !more), nil, true); err != nil {
+		var f *pluginv1.Frame
+		f, _, more = body.frame(cl.id)
+		if frs[0], err = cl.encode(f, nil, true); err != nil {
 			return err
 		}
 		if err := cl.sendFrames(frs[:1], true); err != nil {
@@ -366,7 +361,23 @@ func (cl *call) send(req *Request) error {
 // wire.PieceBytes.
 type bodyCursor struct {
 	pieces [][]byte
-	rest   []byte // what is left to send of the current piece
+	rest   []byte     // what is left to send of the current piece
+	bf     *bodyFrame // every Body frame's messages, made for the first
+}
+
+// frame returns the Body frame of request id with the body's next data,
+// the data's length, and whether more follows it. Each frame reuses the
+// messages of the one before: an encoded frame keeps none of them.
+func (b *bodyCursor) frame(id uint64) (*pluginv1.Frame, int, bool) {
+	data, more := b.next()
+	if b.bf == nil {
+		b.bf = new(bodyFrame)
+	}
+	bf := b.bf
+	bf.b.Data, bf.b.End = data, !more
+	bf.k.Body = &bf.b
+	bf.f.Id, bf.f.Kind = id, &bf.k
+	return &bf.f, len(data), more
 }
 
 // next returns the body's next frame of data, and whether more follows
@@ -386,19 +397,11 @@ func (b *bodyCursor) skip() {
 	}
 }
 
-// bodyFrame is the messages of a Body frame, set anew for each frame: an
-// encoded frame keeps none of them.
+// bodyFrame is the messages of a Body frame.
 type bodyFrame struct {
 	f pluginv1.Frame
 	k pluginv1.Frame_Body
 	b pluginv1.Body
-}
-
-func (bf *bodyFrame) set(id uint64, data []byte, end bool) *pluginv1.Frame {
-	bf.b.Data, bf.b.End = data, end
-	bf.k.Body = &bf.b
-	bf.f.Id, bf.f.Kind = id, &bf.k
-	return &bf.f
 }
 
 // headBatch is the most frames a request's head goes out with.
