@@ -299,9 +299,11 @@ func (g *Ingress) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	var body *trackedBody
 	if r.Body != nil && r.Body != http.NoBody {
-		body = &trackedBody{ReadCloser: r.Body}
+		wb := &withBody{body: trackedBody{ReadCloser: r.Body}}
+		body = &wb.body
 		r.Body = body
-		w = &earlyAnswer{ResponseWriter: w, body: body}
+		wb.w = earlyAnswer{ResponseWriter: w, body: body}
+		w = &wb.w
 	}
 	start := time.Now()
 	code, cut := g.forward(w, r, e, rest)
