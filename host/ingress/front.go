@@ -27,8 +27,8 @@ const watchAfter = 50 * time.Millisecond
 type FrontOptions struct {
 	// ReadHeaderTimeout bounds the arrival of a request's head; IdleTimeout
 	// the wait for the next request on a kept-alive connection;
-	// WriteTimeout the writing of an answer, from its first byte unless the
-	// handler sets the deadline itself (http.ResponseController).
+	// WriteTimeout the writing of an answer, from the end of its request's
+	// head unless the handler moves the deadline (http.ResponseController).
 	ReadHeaderTimeout, IdleTimeout, WriteTimeout time.Duration
 	// Direct reports whether a request the front parsed may be served
 	// by it; the others go to net/http with their connection.
@@ -423,7 +423,13 @@ func (c *frontConn) serveOne(r directRequest) (keep bool) {
 	c.mu.Lock()
 	c.cancel = cancel
 	c.mu.Unlock()
-	c.since.Store(time.Now().UnixNano())
+	now := time.Now()
+	c.since.Store(now.UnixNano())
+	if c.f.opts.WriteTimeout > 0 {
+		// As net/http's: from the end of the head, unless the handler
+		// moves it (http.ResponseController).
+		c.rwc.SetWriteDeadline(now.Add(c.f.opts.WriteTimeout))
+	}
 	defer func() {
 		c.since.Store(0)
 		cancel()

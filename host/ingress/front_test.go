@@ -497,3 +497,30 @@ func BenchmarkFront(b *testing.B) {
 		run(b, srv.Listener.Addr().String())
 	})
 }
+
+// TestFrontWriteTimeout checks that an answer to a client that does not
+// read fails once WriteTimeout has passed since the request's head,
+// rather than block its handler.
+func TestFrontWriteTimeout(t *testing.T) {
+	failed := make(chan error, 1)
+	f := startFront(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		piece := make([]byte, 64<<10)
+		for range 1024 { // 64 MiB: more than the socket buffers hold
+			if _, err := w.Write(piece); err != nil {
+				failed <- err
+				return
+			}
+		}
+		failed <- nil
+	}), FrontOptions{WriteTimeout: 100 * time.Millisecond})
+	c := f.dial(t)
+	io.WriteString(c, "GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+	select {
+	case err := <-failed:
+		if err == nil {
+			t.Fatal("64 MiB went to a client that reads nothing")
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the handler's writes to a client that reads nothing still block 30s on")
+	}
+}

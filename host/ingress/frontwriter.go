@@ -166,7 +166,6 @@ func (w *frontWriter) FlushError() error {
 
 // SetWriteDeadline is for http.ResponseController.
 func (w *frontWriter) SetWriteDeadline(t time.Time) error {
-	w.deadline = true
 	return w.c.rwc.SetWriteDeadline(t)
 }
 
@@ -244,15 +243,11 @@ func (w *frontWriter) sendHead(done bool) {
 	w.write(out)
 }
 
-// write writes b to the connection, under the write timeout unless the
-// handler set a deadline, and keeps the buffer for the next answer.
+// write writes b to the connection, and keeps the buffer for the next
+// answer.
 func (w *frontWriter) write(b []byte) {
 	if w.err != nil {
 		return
-	}
-	if !w.deadline && w.c.f.opts.WriteTimeout > 0 {
-		w.deadline = true
-		w.c.rwc.SetWriteDeadline(time.Now().Add(w.c.f.opts.WriteTimeout))
 	}
 	_, w.err = w.c.rwc.Write(b)
 	if cap(b) <= frontFlushAt*2 {
