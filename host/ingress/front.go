@@ -7,6 +7,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -55,8 +56,9 @@ type Front struct {
 	opts    FrontOptions
 
 	handoff  chan net.Conn
-	done     chan struct{} // closed by Shutdown or Close
+	done     chan struct{} // closed by Shutdown, Close or a failed Accept
 	doneOnce sync.Once
+	err      error // the failed Accept's, set before done is closed
 
 	mu       sync.Mutex
 	conns    map[*frontConn]struct{}
@@ -99,8 +101,7 @@ func (f *Front) Serve() error {
 			}
 			// As net/http does: a temporary failure (out of descriptors)
 			// is waited out, not fatal.
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, errTemporary(err)) {
+			if isTemporary(err) {
 				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
 				f.opts.Logger.Warn("accept failed; retrying", "error", err, "in", backoff)
 				select {
@@ -110,6 +111,7 @@ func (f *Front) Serve() error {
 				}
 				continue
 			}
+			f.err = err
 			f.stop()
 			return err
 		}
@@ -128,14 +130,14 @@ func (f *Front) Serve() error {
 	}
 }
 
-// errTemporary returns err itself when it is one that accepting again may
-// get past (EMFILE, ENFILE, ECONNABORTED), and nil otherwise.
-func errTemporary(err error) error {
-	var t interface{ Temporary() bool }
-	if errors.As(err, &t) && t.Temporary() {
-		return err
+// isTemporary reports whether accepting again may get past err: a
+// timeout, or EMFILE, ENFILE or ECONNABORTED.
+func isTemporary(err error) bool {
+	var t interface {
+		Timeout() bool
+		Temporary() bool
 	}
-	return nil
+	return errors.As(err, &t) && (t.Timeout() || t.Temporary())
 }
 
 // stop ends Serve and the handoff listener.
@@ -193,6 +195,9 @@ func (l *handoffListener) Accept() (net.Conn, error) {
 	case c := <-l.handoff:
 		return c, nil
 	case <-l.done:
+		if l.err != nil {
+			return nil, l.err
+		}
 		return nil, net.ErrClosed
 	}
 }
@@ -436,7 +441,7 @@ func (c *frontConn) serveOne(r directRequest) (keep bool) {
 		c.endWatch()
 		if p := recover(); p != nil {
 			if p != http.ErrAbortHandler {
-				c.f.opts.Logger.Error("panic serving a request", "remote", c.remote, "panic", p)
+				c.f.opts.Logger.Error("panic serving a request", "remote", c.remote, "panic", p, "stack", string(debug.Stack()))
 			}
 			keep = false
 		}
