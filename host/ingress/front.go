@@ -63,7 +63,17 @@ type Front struct {
 	mu       sync.Mutex
 	conns    map[*frontConn]struct{}
 	draining atomic.Bool
-	wg       sync.WaitGroup
+	wg       sync.WaitGroup // the connections' goroutines
+
+	// active are the connections serving a request, which the sweeper
+	// looks at; it runs until quit is closed, once no connection is left
+	// (or at Close), and closes swept.
+	amu        sync.Mutex
+	active     map[*frontConn]struct{}
+	quit       chan struct{}
+	quitOnce   sync.Once
+	swept      chan struct{}
+	sweepStart sync.Once
 
 	date atomic.Pointer[dateLine]
 }
@@ -78,6 +88,9 @@ func NewFront(ln net.Listener, h http.Handler, opts FrontOptions) *Front {
 		handoff: make(chan net.Conn),
 		done:    make(chan struct{}),
 		conns:   map[*frontConn]struct{}{},
+		active:  map[*frontConn]struct{}{},
+		quit:    make(chan struct{}),
+		swept:   make(chan struct{}),
 	}
 }
 
@@ -88,7 +101,6 @@ func (f *Front) Listener() net.Listener { return (*handoffListener)(f) }
 // Serve accepts connections until the listener fails or the front is shut
 // down, and then returns the listener's error.
 func (f *Front) Serve() error {
-	f.wg.Add(1)
 	go f.sweep()
 	var backoff time.Duration
 	for {
@@ -168,10 +180,21 @@ func (f *Front) Shutdown(ctx context.Context) error {
 	}()
 	select {
 	case <-waited:
+		f.stopSweep()
 		return nil
 	case <-ctx.Done():
 		f.Close()
 		return ctx.Err()
+	}
+}
+
+// stopSweep ends the sweeper and waits for it, if it ran.
+func (f *Front) stopSweep() {
+	f.quitOnce.Do(func() { close(f.quit) })
+	started := true
+	f.sweepStart.Do(func() { started = false; close(f.swept) })
+	if started {
+		<-f.swept
 	}
 }
 
@@ -184,6 +207,7 @@ func (f *Front) Close() error {
 		c.rwc.Close()
 	}
 	f.mu.Unlock()
+	f.stopSweep()
 	return nil
 }
 
@@ -240,9 +264,8 @@ type frontConn struct {
 	out, fields, body []byte
 
 	// mu guards state, and the watcher's fields below.
-	// since is when the request being served began, in Unix
-	// nanoseconds, and 0 between requests: the sweeper reads it without
-	// the lock.
+	// since is when the request being served began (monoNow), for the
+	// sweeper.
 	since atomic.Int64
 
 	mu     sync.Mutex
@@ -257,7 +280,10 @@ type frontConn struct {
 type connState int
 
 const (
-	stateIdle connState = iota // waiting for a request
+	// stateNew: waiting for its first request. Shutdown leaves it to
+	// send one, as net/http does, within the head's timeout.
+	stateNew connState = iota
+	stateIdle // waiting for a later request
 	stateActive
 	stateClosed
 )
@@ -306,8 +332,8 @@ func (c *frontConn) readHead(first bool) (r directRequest, n int, ok bool, err e
 		if !first && c.f.opts.IdleTimeout > 0 {
 			wait = c.f.opts.IdleTimeout
 		}
-		if wait > 0 {
-			c.rwc.SetReadDeadline(time.Now().Add(wait))
+		if !c.armRead(wait) {
+			return r, 0, false, net.ErrClosed
 		}
 		// After an idle wait, the head gets its own deadline if it does
 		// not arrive with its first bytes.
@@ -362,6 +388,10 @@ func plainStart(b []byte) bool {
 
 // handOff gives the connection, with what it has read of it, to net/http.
 func (c *frontConn) handOff() bool {
+	// From now on the connection is net/http's: Close leaves it alone.
+	c.f.mu.Lock()
+	delete(c.f.conns, c)
+	c.f.mu.Unlock()
 	c.rwc.SetReadDeadline(time.Time{})
 	pending, _ := c.br.Peek(c.br.Buffered())
 	// The bytes a watcher read come after those buffered.
@@ -384,6 +414,23 @@ func (c *frontConn) setState(s connState) bool {
 		return false
 	}
 	c.state = s
+	return true
+}
+
+// armRead sets the read deadline d from now (none if d is 0) for the
+// wait for a request, unless Shutdown has closed the connection: under
+// the lock, so that closeIfIdle's deadline is never overwritten.
+func (c *frontConn) armRead(d time.Duration) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.state == stateClosed {
+		return false
+	}
+	var t time.Time
+	if d > 0 {
+		t = time.Now().Add(d)
+	}
+	c.rwc.SetReadDeadline(t)
 	return true
 }
 
@@ -418,25 +465,29 @@ func (c *frontConn) serveOne(r directRequest) (keep bool) {
 	w := &frontWriter{c: c, head: r.method == http.MethodHead, header: make(http.Header, 4), cl: -1, closeAfter: r.close,
 		fields: c.fields[:0], body: c.body[:0]}
 	defer func() {
-		if cap(w.fields) <= frontFlushAt {
+		if cap(w.fields) <= frontKeep {
 			c.fields = w.fields[:0]
 		}
-		if cap(w.body) <= frontFlushAt*2 {
+		if cap(w.body) <= frontKeep {
 			c.body = w.body[:0]
 		}
 	}()
 	c.mu.Lock()
 	c.cancel = cancel
 	c.mu.Unlock()
-	now := time.Now()
-	c.since.Store(now.UnixNano())
+	c.since.Store(int64(monoNow()))
+	c.f.amu.Lock()
+	c.f.active[c] = struct{}{}
+	c.f.amu.Unlock()
 	if c.f.opts.WriteTimeout > 0 {
 		// As net/http's: from the end of the head, unless the handler
 		// moves it (http.ResponseController).
-		c.rwc.SetWriteDeadline(now.Add(c.f.opts.WriteTimeout))
+		c.rwc.SetWriteDeadline(time.Now().Add(c.f.opts.WriteTimeout))
 	}
 	defer func() {
-		c.since.Store(0)
+		c.f.amu.Lock()
+		delete(c.f.active, c)
+		c.f.amu.Unlock()
 		cancel()
 		c.endWatch()
 		if p := recover(); p != nil {
@@ -458,8 +509,8 @@ func (c *frontConn) serveOne(r directRequest) (keep bool) {
 // runs yet: it cancels the request if the client goes away, as net/http
 // does, and keeps a byte it reads as the start of the next request. The
 // front's sweeper calls it, so an answer within watchAfter costs nothing.
-func (c *frontConn) watch(now time.Time) {
-	if since := c.since.Load(); since == 0 || now.UnixNano()-since < int64(watchAfter) {
+func (c *frontConn) watch(now time.Duration) {
+	if now-time.Duration(c.since.Load()) < watchAfter {
 		return
 	}
 	c.mu.Lock()
@@ -510,24 +561,36 @@ func (c *frontConn) endWatch() {
 }
 
 // sweep starts the watchers of requests that have run for watchAfter,
-// until the front stops.
+// until stopSweep: through a drain too, so that a client leaving then
+// still cancels its request.
 func (f *Front) sweep() {
-	defer f.wg.Done()
+	run := false
+	f.sweepStart.Do(func() { run = true })
+	if !run {
+		return
+	}
+	defer close(f.swept)
 	t := time.NewTicker(watchAfter / 2)
 	defer t.Stop()
 	for {
 		select {
-		case <-f.done:
+		case <-f.quit:
 			return
-		case now := <-t.C:
-			f.mu.Lock()
-			for c := range f.conns {
+		case <-t.C:
+			now := monoNow()
+			f.amu.Lock()
+			for c := range f.active {
 				c.watch(now)
 			}
-			f.mu.Unlock()
+			f.amu.Unlock()
 		}
 	}
 }
+
+// monoEpoch and monoNow give the front's times on the monotonic clock.
+var monoEpoch = time.Now()
+
+func monoNow() time.Duration { return time.Since(monoEpoch) }
 
 var aLongTimeAgo = time.Unix(1, 0)
 

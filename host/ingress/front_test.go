@@ -2,6 +2,7 @@ package ingress
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -228,6 +229,25 @@ var answerCases = map[string]http.HandlerFunc{
 		if _, err := io.WriteString(w, "more"); !errors.Is(err, http.ErrContentLength) {
 			panic(fmt.Sprintf("Write past Content-Length = %v", err))
 		}
+	},
+	"not modified, typed": func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		w.Header().Set("Content-Length", "5")
+		w.WriteHeader(304)
+	},
+	"early hints": func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Link", "</a.css>; rel=preload")
+		w.Header().Set("Content-Length", "2")
+		w.WriteHeader(103)
+		io.WriteString(w, "ok")
+	},
+	"type set after WriteHeader": func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(200)
+		w.Header().Set("Content-Type", "text/x")
+		io.WriteString(w, "<html>")
+	},
+	"one large write": func(w http.ResponseWriter, r *http.Request) {
+		w.Write(make([]byte, 100<<10))
 	},
 	"aborted": func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "partial")
@@ -522,5 +542,119 @@ func TestFrontWriteTimeout(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("the handler's writes to a client that reads nothing still block 30s on")
+	}
+}
+
+// TestFrontKeepsNoHandlerSlice checks that the front keeps none of the
+// slices a handler writes: a handler may reuse its buffer once Write
+// returns, and the next answer on the connection must not be built in it.
+func TestFrontKeepsNoHandlerSlice(t *testing.T) {
+	var mine []byte
+	f := startFront(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/mine" {
+			w.Write(make([]byte, 40<<10)) // the head goes out with it
+			mine = make([]byte, 8<<10)
+			w.Write(mine)
+			return
+		}
+		io.WriteString(w, "next")
+	}), FrontOptions{})
+	c := f.dial(t)
+	br := bufio.NewReader(c)
+	io.WriteString(c, "GET /mine HTTP/1.1\r\nHost: a\r\n\r\n")
+	readAnswer(t, br, "GET")
+	io.WriteString(c, "GET /next HTTP/1.1\r\nHost: a\r\n\r\n")
+	readAnswer(t, br, "GET")
+	if !bytes.Equal(mine, make([]byte, 8<<10)) {
+		t.Fatalf("the handler's buffer was written into after its Write: %q...", mine[:40])
+	}
+}
+
+// TestFrontIdleConnHoldsLittle checks that a connection idle after a large
+// answer keeps at most frontKeep of each of its buffers.
+func TestFrontIdleConnHoldsLittle(t *testing.T) {
+	f := startFront(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Big", strings.Repeat("h", 20<<10))
+		io.WriteString(w, strings.Repeat("b", 30<<10))
+	}), FrontOptions{})
+	c := f.dial(t)
+	br := bufio.NewReader(c)
+	io.WriteString(c, "GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+	readAnswer(t, br, "GET")
+	// The answer is read, so the connection has gone idle or is about to.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		f.front.mu.Lock()
+		var held []int
+		idle := false
+		for fc := range f.front.conns {
+			fc.mu.Lock()
+			idle = fc.state == stateIdle
+			fc.mu.Unlock()
+			held = []int{cap(fc.out), cap(fc.fields), cap(fc.body)}
+		}
+		f.front.mu.Unlock()
+		if idle {
+			for _, n := range held {
+				if n > frontKeep {
+					t.Fatalf("an idle connection holds buffers of %v bytes, want each at most %d", held, frontKeep)
+				}
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the connection did not go idle within 10s of its answer")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestFrontShutdownClosesEveryIdleConn checks that Shutdown closes every
+// idle connection, including one going idle as it runs, and returns.
+func TestFrontShutdownClosesEveryIdleConn(t *testing.T) {
+	f := startFront(t, servedBy, FrontOptions{IdleTimeout: time.Hour, ReadHeaderTimeout: time.Hour})
+	var conns []*bufio.Reader
+	for range 100 {
+		c := f.dial(t)
+		br := bufio.NewReader(c)
+		io.WriteString(c, "GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+		conns = append(conns, br)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	shut := make(chan error, 1)
+	go func() { shut <- f.front.Shutdown(ctx) }()
+	for _, br := range conns {
+		readAnswer(t, br, "GET")
+	}
+	if err := <-shut; err != nil {
+		t.Fatalf("Shutdown = %v, want every idle connection closed well before the idle timeout", err)
+	}
+}
+
+// TestFrontCancelsDuringDrain checks that a request still running during
+// Shutdown is cancelled when its client goes away, as before it.
+func TestFrontCancelsDuringDrain(t *testing.T) {
+	started, cancelled := make(chan struct{}), make(chan struct{})
+	f := startFront(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		close(started)
+		select {
+		case <-r.Context().Done():
+			close(cancelled)
+		case <-time.After(time.Minute):
+		}
+	}), FrontOptions{})
+	c := f.dial(t)
+	io.WriteString(c, "GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+	<-started
+	go f.front.Shutdown(context.Background())
+	for !f.front.draining.Load() {
+		time.Sleep(time.Millisecond)
+	}
+	c.Close()
+	select {
+	case <-cancelled:
+	case <-time.After(30 * time.Second):
+		t.Fatal("a request was not cancelled 30s after its client went away during a drain")
 	}
 }

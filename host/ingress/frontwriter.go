@@ -1,6 +1,7 @@
 package ingress
 
 import (
+	"net"
 	"net/http"
 	"slices"
 	"strconv"
@@ -25,28 +26,55 @@ const frontFlushAt = 32 << 10
 // frontWriter is the http.ResponseWriter of a request the front serves.
 // It writes what net/http's would for the same calls: the same status
 // line, headers (sorted, values with CR and LF made spaces, invalid names
-// left out), Date, Content-Length or chunked framing, sniffed
-// Content-Type, and the body, which a HEAD request's answer leaves out.
+// left out, those a status must not carry dropped), Date, Content-Length
+// or chunked framing, sniffed Content-Type, and the body, which a HEAD
+// request's answer leaves out. It keeps no slice a handler passes it.
 type frontWriter struct {
 	c      *frontConn
 	head   bool // a HEAD request: the body is counted, not sent
 	header http.Header
 
-	code       int   // 0 until WriteHeader
-	cl         int64 // the Content-Length the handler set, -1 if none
-	written    int64 // body bytes the handler wrote
-	fields     []byte
-	body       []byte // held until the head goes out
-	sent       bool   // the head went out
-	chunked    bool
-	closeAfter bool
+	code    int   // 0 until WriteHeader
+	cl      int64 // the Content-Length the handler set, -1 if none
+	written int64 // body bytes the handler wrote
+	fields  []byte
+	body    []byte // held until the head goes out
+	sent    bool   // the head went out
+	chunked bool
+	// What the headers said at WriteHeader, as net/http snapshots them.
+	hasDate, hasType, encoded bool
+	closeAfter                bool
 	// handlerClose: the handler's own header says Connection: close.
 	handlerClose bool
-	deadline     bool // the handler set the write deadline
 	err          error
 }
 
 func (w *frontWriter) Header() http.Header { return w.header }
+
+// dropSet is a set of the headers the front may leave out of the
+// handler's.
+type dropSet uint8
+
+const (
+	dropLength dropSet = 1 << iota // Content-Length
+	dropTE                         // Transfer-Encoding: the front frames the answer
+	dropType                       // Content-Type
+	dropConn                       // Connection
+)
+
+func (d dropSet) has(key string) bool {
+	switch key {
+	case "Content-Length":
+		return d&dropLength != 0
+	case "Transfer-Encoding":
+		return d&dropTE != 0
+	case "Content-Type":
+		return d&dropType != 0
+	case "Connection":
+		return d&dropConn != 0
+	}
+	return false
+}
 
 // WriteHeader snapshots the headers as net/http does: later changes to
 // the map are not sent.
@@ -63,49 +91,50 @@ func (w *frontWriter) WriteHeader(code int) {
 			return
 		}
 		out := appendStatus(w.c.out[:0], code)
-		out = appendFields(out, w.header, nil)
-		out = append(out, "\r\n"...)
-		w.write(out)
+		out = appendFields(out, w.header, dropTE|dropLength)
+		w.writeOut(append(out, "\r\n"...))
 		return
 	}
 	w.code = code
-	if v := w.header.Get("Content-Length"); v != "" {
-		if n, err := strconv.ParseInt(v, 10, 64); err == nil && n >= 0 {
-			w.cl = n
-		} else {
-			w.c.f.opts.Logger.Warn("invalid Content-Length in an answer; leaving it out", "value", v)
-			w.header.Del("Content-Length")
+	_, w.hasDate = w.header["Date"]
+	_, w.hasType = w.header["Content-Type"]
+	w.encoded = w.header.Get("Content-Encoding") != ""
+	// As net/http: no Content-Length or Transfer-Encoding on an answer
+	// that has no body (RFC 9110 section 8.6), nor Content-Type on a 304
+	// (section 15.4.5).
+	drop := dropTE
+	switch {
+	case code == http.StatusNotModified:
+		drop |= dropLength | dropType
+	case !bodyAllowed(code):
+		drop |= dropLength
+	default:
+		if v := w.header.Get("Content-Length"); v != "" {
+			if n, err := strconv.ParseInt(v, 10, 64); err == nil && n >= 0 {
+				w.cl = n
+			} else {
+				w.c.f.opts.Logger.Warn("invalid Content-Length in an answer; leaving it out", "value", v)
+				drop |= dropLength
+			}
 		}
-	}
-	if !bodyAllowed(code) {
-		w.header.Del("Transfer-Encoding")
-		w.header.Del("Content-Length")
-		w.cl = -1
 	}
 	// As net/http: a handler's Connection: close is sent as it is; the
 	// front's own reasons to close replace the handler's Connection.
-	exclude := frontOwnHeaders
 	if w.handlerClose = hasToken(w.header["Connection"], "close"); w.handlerClose {
 		w.closeAfter = true
-		exclude = frontTE
 	} else if w.closeAfter || w.c.f.draining.Load() {
 		w.closeAfter = true
-	} else {
-		exclude = frontTE
+		drop |= dropConn
 	}
-	w.fields = appendFields(w.fields[:0], w.header, exclude)
+	w.fields = appendFields(w.fields[:0], w.header, drop)
 }
-
-// frontOwnHeaders are the handler's headers the front writes itself, and
-// frontTE the one it always does.
-var (
-	frontOwnHeaders = map[string]bool{"Connection": true, "Transfer-Encoding": true}
-	frontTE         = map[string]bool{"Transfer-Encoding": true}
-)
 
 func (w *frontWriter) Write(p []byte) (int, error) {
 	if w.code == 0 {
 		w.WriteHeader(http.StatusOK)
+	}
+	if len(p) == 0 {
+		return 0, nil
 	}
 	if !bodyAllowed(w.code) {
 		return 0, http.ErrBodyNotAllowed
@@ -125,21 +154,15 @@ func (w *frontWriter) Write(p []byte) (int, error) {
 		return len(p), nil
 	}
 	switch {
-	case !w.sent:
+	case !w.sent && len(w.body)+len(p) < frontFlushAt:
 		w.body = append(w.body, p...)
-		if w.cl < 0 && len(w.body) > frontBodyBuffer || len(w.body) >= frontFlushAt {
-			w.sendHead(false)
+		if w.cl < 0 && len(w.body) > frontBodyBuffer {
+			w.sendHead(false, nil)
 		}
-	case w.chunked:
-		if len(p) > 0 {
-			out := strconv.AppendInt(w.c.out[:0], int64(len(p)), 16)
-			out = append(out, "\r\n"...)
-			out = append(out, p...)
-			out = append(out, "\r\n"...)
-			w.write(out)
-		}
+	case !w.sent:
+		w.sendHead(false, p)
 	default:
-		w.write(p)
+		w.writeBody(nil, p)
 	}
 	if w.err != nil {
 		return 0, w.err
@@ -159,7 +182,7 @@ func (w *frontWriter) FlushError() error {
 		w.WriteHeader(http.StatusOK)
 	}
 	if !w.sent {
-		w.sendHead(false)
+		w.sendHead(false, nil)
 	}
 	return w.err
 }
@@ -181,9 +204,9 @@ func (w *frontWriter) finish() bool {
 		w.WriteHeader(http.StatusOK)
 	}
 	if !w.sent {
-		w.sendHead(true)
+		w.sendHead(true, nil)
 	} else if w.chunked && w.err == nil {
-		w.write(append(w.c.out[:0], "0\r\n\r\n"...))
+		w.writeOut(append(w.c.out[:0], "0\r\n\r\n"...))
 	}
 	if w.cl >= 0 && w.written != w.cl && !w.head {
 		// The answer is shorter than it said: the client cannot tell
@@ -193,13 +216,14 @@ func (w *frontWriter) finish() bool {
 	return w.err == nil
 }
 
-// sendHead writes the head with what body is held: done says the handler
-// has returned, so that a body of unknown length is all there is.
-func (w *frontWriter) sendHead(done bool) {
+// sendHead writes the head with the body held and then tail: done says
+// the handler has returned, so that a body of unknown length is all
+// there is.
+func (w *frontWriter) sendHead(done bool, tail []byte) {
 	w.sent = true
 	out := appendStatus(w.c.out[:0], w.code)
 	out = append(out, w.fields...)
-	if _, ok := w.header["Date"]; !ok {
+	if !w.hasDate {
 		out = append(out, w.c.f.dateHeader(time.Now())...)
 	}
 	allowed := bodyAllowed(w.code)
@@ -213,9 +237,13 @@ func (w *frontWriter) sendHead(done bool) {
 	case !done && !w.head:
 		w.chunked = true
 	}
-	if _, ok := w.header["Content-Type"]; !ok && allowed && len(w.body) > 0 && w.header.Get("Content-Encoding") == "" {
+	sniff := w.body
+	if len(sniff) == 0 {
+		sniff = tail
+	}
+	if !w.hasType && allowed && w.code != http.StatusNotModified && len(sniff) > 0 && !w.encoded {
 		out = append(out, "Content-Type: "...)
-		out = append(out, http.DetectContentType(w.body)...)
+		out = append(out, http.DetectContentType(sniff)...)
 		out = append(out, "\r\n"...)
 	}
 	if w.closeAfter && !w.handlerClose {
@@ -225,35 +253,83 @@ func (w *frontWriter) sendHead(done bool) {
 		out = append(out, "Transfer-Encoding: chunked\r\n"...)
 	}
 	out = append(out, "\r\n"...)
-	switch {
-	case len(w.body) == 0 || w.head:
-	case w.chunked:
-		out = strconv.AppendInt(out, int64(len(w.body)), 16)
-		out = append(out, "\r\n"...)
-		out = append(out, w.body...)
-		out = append(out, "\r\n"...)
-		if done {
+	if w.head {
+		w.body = w.body[:0]
+		w.writeOut(out)
+		return
+	}
+	body := w.body
+	w.body = w.body[:0]
+	if len(body) > 0 {
+		// The head's buffer takes the held body, framed as a chunk if the
+		// answer is chunked.
+		out = w.appendChunk(out, body)
+		if done && w.chunked && tail == nil {
 			out = append(out, "0\r\n\r\n"...)
 			w.chunked = false
 		}
-	default:
-		out = append(out, w.body...)
 	}
-	w.body = w.body[:0]
-	w.write(out)
+	w.writeBody(out, tail)
 }
 
-// write writes b to the connection, and keeps the buffer for the next
-// answer.
-func (w *frontWriter) write(b []byte) {
+// appendChunk appends p to out, framed as a chunk if the answer is
+// chunked.
+func (w *frontWriter) appendChunk(out, p []byte) []byte {
+	if !w.chunked {
+		return append(out, p...)
+	}
+	out = strconv.AppendInt(out, int64(len(p)), 16)
+	out = append(out, "\r\n"...)
+	out = append(out, p...)
+	return append(out, "\r\n"...)
+}
+
+// writeBody writes out (built in the connection's buffer, possibly empty)
+// and then p, the handler's, framed as a chunk if the answer is chunked,
+// without copying p.
+func (w *frontWriter) writeBody(out, p []byte) {
+	if len(p) == 0 {
+		w.writeOut(out)
+		return
+	}
+	if w.chunked {
+		out = strconv.AppendInt(out, int64(len(p)), 16)
+		out = append(out, "\r\n"...)
+	}
 	if w.err != nil {
 		return
 	}
-	_, w.err = w.c.rwc.Write(b)
-	if cap(b) <= frontFlushAt*2 {
-		w.c.out = b[:0]
+	bufs := net.Buffers{out, p}
+	if w.chunked {
+		bufs = append(bufs, crlf2[:2])
+	}
+	_, w.err = bufs.WriteTo(w.c.rwc)
+	w.keep(out)
+}
+
+// writeOut writes out, which was built in the connection's buffer, and
+// keeps that buffer for the next answer.
+func (w *frontWriter) writeOut(out []byte) {
+	if w.err != nil || len(out) == 0 {
+		return
+	}
+	_, w.err = w.c.rwc.Write(out)
+	w.keep(out)
+}
+
+// keep keeps out, built in the connection's buffer, for the next answer,
+// unless it has grown past what an idle connection should hold.
+func (w *frontWriter) keep(out []byte) {
+	if cap(out) <= frontKeep {
+		w.c.out = out[:0]
+	} else {
+		w.c.out = nil
 	}
 }
+
+// frontKeep is the most of each of its buffers a connection keeps between
+// requests.
+const frontKeep = 4 << 10
 
 // appendStatus appends the status line of code.
 func appendStatus(b []byte, code int) []byte {
@@ -268,13 +344,13 @@ func appendStatus(b []byte, code int) []byte {
 	return append(b, "\r\n"...)
 }
 
-// appendFields appends the header lines of h but those in exclude, as
+// appendFields appends the header lines of h but those in drop, as
 // net/http's Header.Write does: keys sorted, invalid names left out,
 // values with CR and LF made spaces and trimmed.
-func appendFields(b []byte, h http.Header, exclude map[string]bool) []byte {
+func appendFields(b []byte, h http.Header, drop dropSet) []byte {
 	keys := make([]string, 0, len(h))
 	for k := range h {
-		if !exclude[k] && httpguts.ValidHeaderFieldName(k) {
+		if !drop.has(k) && httpguts.ValidHeaderFieldName(k) {
 			keys = append(keys, k)
 		}
 	}
