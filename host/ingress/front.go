@@ -282,8 +282,8 @@ type connState int
 const (
 	// stateNew: waiting for its first request. Shutdown leaves it to
 	// send one, as net/http does, within the head's timeout.
-	stateNew connState = iota
-	stateIdle // waiting for a later request
+	stateNew  connState = iota
+	stateIdle           // waiting for a later request
 	stateActive
 	stateClosed
 )

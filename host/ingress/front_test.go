@@ -343,25 +343,34 @@ func exchange(t *testing.T, addr, req, method string) exchanged {
 }
 
 // TestFrontCancelsWhenClientGoes checks that a request the front serves
-// is cancelled when its client goes away while it runs.
+// is cancelled when its client goes away while it runs, during a drain
+// too.
 func TestFrontCancelsWhenClientGoes(t *testing.T) {
-	started, cancelled := make(chan struct{}), make(chan struct{})
-	f := startFront(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		close(started)
-		select {
-		case <-r.Context().Done():
-			close(cancelled)
-		case <-time.After(time.Minute):
+	for _, drain := range []bool{false, true} {
+		started, cancelled := make(chan struct{}), make(chan struct{})
+		f := startFront(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			close(started)
+			select {
+			case <-r.Context().Done():
+				close(cancelled)
+			case <-time.After(time.Minute):
+			}
+		}), FrontOptions{})
+		c := f.dial(t)
+		io.WriteString(c, "GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+		<-started
+		if drain {
+			go f.front.Shutdown(context.Background())
+			for !f.front.draining.Load() {
+				time.Sleep(time.Millisecond)
+			}
 		}
-	}), FrontOptions{})
-	c := f.dial(t)
-	io.WriteString(c, "GET / HTTP/1.1\r\nHost: a\r\n\r\n")
-	<-started
-	c.Close()
-	select {
-	case <-cancelled:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the request was not cancelled 30s after its client went away")
+		c.Close()
+		select {
+		case <-cancelled:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("the request was not cancelled 30s after its client went away (during a drain: %v)", drain)
+		}
 	}
 }
 
@@ -629,32 +638,5 @@ func TestFrontShutdownClosesEveryIdleConn(t *testing.T) {
 	}
 	if err := <-shut; err != nil {
 		t.Fatalf("Shutdown = %v, want every idle connection closed well before the idle timeout", err)
-	}
-}
-
-// TestFrontCancelsDuringDrain checks that a request still running during
-// Shutdown is cancelled when its client goes away, as before it.
-func TestFrontCancelsDuringDrain(t *testing.T) {
-	started, cancelled := make(chan struct{}), make(chan struct{})
-	f := startFront(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		close(started)
-		select {
-		case <-r.Context().Done():
-			close(cancelled)
-		case <-time.After(time.Minute):
-		}
-	}), FrontOptions{})
-	c := f.dial(t)
-	io.WriteString(c, "GET / HTTP/1.1\r\nHost: a\r\n\r\n")
-	<-started
-	go f.front.Shutdown(context.Background())
-	for !f.front.draining.Load() {
-		time.Sleep(time.Millisecond)
-	}
-	c.Close()
-	select {
-	case <-cancelled:
-	case <-time.After(30 * time.Second):
-		t.Fatal("a request was not cancelled 30s after its client went away during a drain")
 	}
 }
