@@ -216,8 +216,16 @@ func serve(ctx context.Context, logger hclog.Logger, path string, stderr io.Writ
 		IdleTimeout:       adminIdleTimeout,
 		ErrorLog:          logger.Named("admin").StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),
 	}
-	errc := make(chan error, 2)
-	go func() { errc <- srv.Serve(ln) }()
+	front := ingress.NewFront(ln, h.ingress, ingress.FrontOptions{
+		ReadHeaderTimeout: cfg.Limits.ReadTimeout,
+		IdleTimeout:       cfg.Limits.IdleTimeout,
+		WriteTimeout:      cfg.Limits.WriteTimeout,
+		Direct:            h.ingress.Direct,
+		Logger:            logger.Named("http"),
+	})
+	errc := make(chan error, 3)
+	go func() { errc <- front.Serve() }()
+	go func() { errc <- srv.Serve(front.Listener()) }()
 	go func() { errc <- adminSrv.Serve(adminLn) }()
 	logger.Info("plughost running", "version", version, "listen", ln.Addr().String(),
 		"admin", adminLn.Addr().String(), "plugins", len(cfg.Plugins), "pid", os.Getpid())
@@ -263,7 +271,7 @@ func serve(ctx context.Context, logger hclog.Logger, path string, stderr io.Writ
 			}
 			logger.Info("shutting down", "signal", sig.String(), "drain_deadline", h.drainDeadlineNow())
 			sd.stopping()
-			h.shutdown(srv, adminSrv)
+			h.shutdown(front, srv, adminSrv)
 			h.background.Wait()
 			logger.Info("shutdown complete")
 			return nil
@@ -272,7 +280,7 @@ func serve(ctx context.Context, logger hclog.Logger, path string, stderr io.Writ
 			// are already being stopped.
 			logger.Info("shutting down", "reason", "context done", "drain_deadline", h.drainDeadlineNow())
 			sd.stopping()
-			h.shutdown(srv, adminSrv)
+			h.shutdown(front, srv, adminSrv)
 			h.background.Wait()
 			logger.Info("shutdown complete")
 			return nil
@@ -298,7 +306,7 @@ func (h *host) setConfig(cfg *config.Config) {
 // requests it abandoned are answered with 503. A process that was already
 // draining, replaced or removed by a reload, keeps the deadline it was
 // given then.
-func (h *host) shutdown(srv, adminSrv *http.Server) {
+func (h *host) shutdown(front *ingress.Front, srv, adminSrv *http.Server) {
 	h.cancelChanges()
 	deadline := time.Now().Add(h.drainDeadlineNow())
 	h.ingress.SetDraining()
@@ -307,10 +315,17 @@ func (h *host) shutdown(srv, adminSrv *http.Server) {
 	srvDone := make(chan struct{})
 	go func() {
 		defer close(srvDone)
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			if err := front.Shutdown(ctx); err != nil {
+				h.logger.Warn("ingress did not close in time", "error", err)
+			}
+		})
 		if err := srv.Shutdown(ctx); err != nil {
 			h.logger.Warn("ingress did not close in time", "error", err)
 			_ = srv.Close()
 		}
+		wg.Wait()
 	}()
 	// The change in progress, cancelled, lets go of the lock soon.
 	h.stopAll(deadline)

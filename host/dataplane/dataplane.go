@@ -229,12 +229,14 @@ type call struct {
 	// resp is the Response roundTrip returns, a part of the call so that
 	// it costs no allocation of its own.
 	resp Response
-	// headFrame is the request's head, sent once, also a part of the call.
+	// headFrame is the request's head, sent once, also a part of the call,
+	// with the messages of its headers if they are few.
 	headFrame struct {
-		f pluginv1.Frame
-		k pluginv1.Frame_Request
-		r pluginv1.RequestHead
-		h pluginv1.HTTPRequest
+		f  pluginv1.Frame
+		k  pluginv1.Frame_Request
+		r  pluginv1.RequestHead
+		h  pluginv1.HTTPRequest
+		hm wire.HeaderMessages
 	}
 }
 
@@ -297,38 +299,15 @@ func (cl *call) roundTrip(req *Request) (*Response, error) {
 // with the frames that follow it within a piece's worth of body (most bodies
 // are smaller than a piece and arrive in a few pieces: see the ingress's
 // firstPiece); each later frame takes the send lock on its own, so that
-// other requests' frames go out between them.
+// other requests' frames go out between them. Frames are encoded as they
+// are built, so the Body frames of a request share one set of messages
+// (bodyCursor.frame).
 func (cl *call) send(req *Request) error {
-	// rest is what is left to send of the piece at index i of req.Body.
-	var (
-		i    int
-		rest []byte
-	)
-	skip := func() {
-		for len(rest) == 0 && i < len(req.Body) {
-			rest = req.Body[i]
-			i++
-		}
-	}
-	// next returns the body's next frame of data, and whether more
-	// follows it.
-	next := func() ([]byte, bool) {
-		skip()
-		data := rest[:min(len(rest), wire.PieceBytes)]
-		rest = rest[len(data):]
-		skip()
-		return data, len(rest) > 0
-	}
-	bodyFrame := func() *pluginv1.Frame {
-		var piece []byte
-		var more bool
-		piece, more = next()
-		return &pluginv1.Frame{Id: cl.id, Kind: &pluginv1.Frame_Body{Body: &pluginv1.Body{Data: piece, End: !more}}}
-	}
-	first, more := next()
+	body := bodyCursor{pieces: req.Body}
+	first, more := body.next()
 	hf := &cl.headFrame
 	hf.h.Method, hf.h.Path, hf.h.RawQuery = req.Method, req.Path, req.RawQuery
-	hf.h.Headers, hf.h.Body = wire.HeadersToProto(req.Header), first
+	hf.h.Headers, hf.h.Body = hf.hm.Convert(req.Header), first
 	hf.h.RemoteAddr, hf.h.Host, hf.h.Pattern, hf.h.RequestId = req.RemoteAddr, req.Host, req.Pattern, req.RequestID
 	hf.r.Request, hf.r.More, hf.r.Streaming, hf.r.Window = &hf.h, more, req.Streaming, req.Window
 	if dl, ok := cl.ctx.Deadline(); ok && (cl.deadline.IsZero() || dl.Before(cl.deadline)) {
@@ -338,16 +317,24 @@ func (cl *call) send(req *Request) error {
 	}
 	hf.k.Request = &hf.r
 	hf.f.Id, hf.f.Kind = cl.id, &hf.k
-	batch := [headBatch]*pluginv1.Frame{&hf.f}
-	n, held := 1, len(first)
-	for more && n < headBatch && held+min(len(rest), wire.PieceBytes) <= wire.PieceBytes {
-		f := bodyFrame()
-		batch[n] = f
-		n++
-		held += len(f.GetBody().GetData())
-		more = !f.GetBody().GetEnd()
+	var frs [headBatch]wire.Frame
+	fr, err := cl.encode(&hf.f, nil, false)
+	if err != nil {
+		return err
 	}
-	if err := cl.sendFrames(batch[:n], false); err != nil {
+	frs[0] = fr
+	n, held := 1, len(first)
+	for more && n < headBatch && held+min(len(body.rest), wire.PieceBytes) <= wire.PieceBytes {
+		var f *pluginv1.Frame
+		var size int
+		f, size, more = body.frame(cl.id)
+		if frs[n], err = cl.encode(f, frs[:n], false); err != nil {
+			return err
+		}
+		n++
+		held += size
+	}
+	if err := cl.sendFrames(frs[:n], false); err != nil {
 		return err
 	}
 	for more {
@@ -358,13 +345,63 @@ func (cl *call) send(req *Request) error {
 			// stream its answer while it reads.)
 			return nil
 		}
-		f := bodyFrame()
-		more = !f.GetBody().GetEnd()
-		if err := cl.sendFrames([]*pluginv1.Frame{f}, true); err != nil {
+		var f *pluginv1.Frame
+		f, _, more = body.frame(cl.id)
+		if frs[0], err = cl.encode(f, nil, true); err != nil {
+			return err
+		}
+		if err := cl.sendFrames(frs[:1], true); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// bodyCursor walks a request body's pieces in frames of at most
+// wire.PieceBytes.
+type bodyCursor struct {
+	pieces [][]byte
+	rest   []byte     // what is left to send of the current piece
+	bf     *bodyFrame // every Body frame's messages, made for the first
+}
+
+// frame returns the Body frame of request id with the body's next data,
+// the data's length, and whether more follows it. Each frame reuses the
+// messages of the one before: an encoded frame keeps none of them.
+func (b *bodyCursor) frame(id uint64) (*pluginv1.Frame, int, bool) {
+	data, more := b.next()
+	if b.bf == nil {
+		b.bf = new(bodyFrame)
+	}
+	bf := b.bf
+	bf.b.Data, bf.b.End = data, !more
+	bf.k.Body = &bf.b
+	bf.f.Id, bf.f.Kind = id, &bf.k
+	return &bf.f, len(data), more
+}
+
+// next returns the body's next frame of data, and whether more follows
+// it.
+func (b *bodyCursor) next() ([]byte, bool) {
+	b.skip()
+	data := b.rest[:min(len(b.rest), wire.PieceBytes)]
+	b.rest = b.rest[len(data):]
+	b.skip()
+	return data, len(b.rest) > 0
+}
+
+// skip moves past empty pieces.
+func (b *bodyCursor) skip() {
+	for len(b.rest) == 0 && len(b.pieces) > 0 {
+		b.rest, b.pieces = b.pieces[0], b.pieces[1:]
+	}
+}
+
+// bodyFrame is the messages of a Body frame.
+type bodyFrame struct {
+	f pluginv1.Frame
+	k pluginv1.Frame_Body
+	b pluginv1.Body
 }
 
 // headBatch is the most frames a request's head goes out with.
@@ -378,34 +415,36 @@ func (cl *call) finished() bool {
 	return cl.end || cl.err != nil
 }
 
-// sendFrames sends frames of the request under one hold of the send
-// lock: the first frames (the head, started false) into the connection's
-// buffer for the flusher, later ones with a flush of their own. started
-// says the plugin has its head already, so a request given up here must
-// be cancelled there.
-func (cl *call) sendFrames(fs []*pluginv1.Frame, started bool) error {
-	c := cl.c
-	// Encode before taking the send lock, so the lock covers only the
-	// write, and so that a frame that cannot be encoded fails this
-	// request alone. Frames stay far below the message limit: bodies go
-	// in pieces, and headers are capped by the HTTP server and, for
-	// Host.Call, by the Host service's message limit.
-	var frs [headBatch]wire.Frame
-	for i, f := range fs {
-		fr, err := c.c.Encode(f)
-		if err != nil {
-			// Nothing of fs has gone out.
-			for j := range i {
-				frs[j].Discard()
-			}
-			cl.c.forget(cl.id)
-			if started {
-				c.sendCancel(cl.id)
-			}
-			return fmt.Errorf("encode request: %w", err)
-		}
-		frs[i] = fr
+// encode encodes f, a frame of the request. If it cannot be, which
+// leaves nothing of the request's frames sent, it discards the frames
+// encoded before it, pending, and gives up on the request: started says
+// the plugin has its head already, so it must be cancelled there. Frames
+// stay far below the message limit: bodies go in pieces, and headers are
+// capped by the HTTP server and, for Host.Call, by the Host service's
+// message limit.
+func (cl *call) encode(f *pluginv1.Frame, pending []wire.Frame, started bool) (wire.Frame, error) {
+	fr, err := cl.c.c.Encode(f)
+	if err == nil {
+		return fr, nil
 	}
+	for i := range pending {
+		pending[i].Discard()
+	}
+	cl.c.forget(cl.id)
+	if started {
+		cl.c.sendCancel(cl.id)
+	}
+	return wire.Frame{}, fmt.Errorf("encode request: %w", err)
+}
+
+// sendFrames sends encoded frames of the request under one hold of the
+// send lock: the first frames (the head, started false) into the
+// connection's buffer for the flusher, later ones with a flush of their
+// own. started says the plugin has its head already, so a request given
+// up here must be cancelled there. Frames are encoded (encode) before the
+// lock is taken, so that it covers only the write.
+func (cl *call) sendFrames(frs []wire.Frame, started bool) error {
+	c := cl.c
 	// The wait for the lock ends too when the request fails meanwhile:
 	// the sweeper's Deadline (which ctx does not carry), a broken
 	// connection. ready also says the plugin answered, which is no reason
@@ -430,7 +469,7 @@ func (cl *call) sendFrames(fs []*pluginv1.Frame, started bool) error {
 		if locked {
 			<-c.sendLock
 		}
-		for j := range fs {
+		for j := range frs {
 			frs[j].Discard()
 		}
 		if c.forget(cl.id) && started {
@@ -440,13 +479,13 @@ func (cl *call) sendFrames(fs []*pluginv1.Frame, started bool) error {
 	}
 	var err error
 	if started {
-		err = c.c.SendAll(frs[:len(fs)])
+		err = c.c.SendAll(frs)
 	} else {
 		// A request's head (with the body that goes with it) waits in
 		// the buffer for the flusher, so that the requests arriving
 		// together share a write.
 		var first bool
-		if first, err = c.c.SendHeld(frs[:len(fs)]); first {
+		if first, err = c.c.SendHeld(frs); first {
 			select {
 			case c.flush <- struct{}{}:
 			default: // the flusher has a request to flush already
@@ -520,7 +559,8 @@ func (cl *call) response(head *pluginv1.ResponseHead, h http.Header) *Response {
 	hr := head.GetResponse()
 	cl.resp = Response{Status: int(hr.GetStatus()), Header: h, Size: -1, c: cl, window: cl.window}
 	r := &cl.resp
-	wire.HeadersFromProto(r.Header, hr.GetHeaders())
+	// The frame is the call's alone: its headers' values need no copy.
+	wire.AdoptHeaders(r.Header, hr.GetHeaders())
 	switch {
 	case !head.GetMore():
 		r.Size = int64(len(hr.GetBody()))

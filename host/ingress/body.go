@@ -226,7 +226,7 @@ func receiveBody(w http.ResponseWriter, r *http.Request, limit int64, charge *bo
 	}
 	src := http.MaxBytesReader(w, r.Body, limit)
 	var (
-		pieces [][]byte
+		pieces [][]byte // nil for a body that turns out empty
 		got    int64
 	)
 	for {
@@ -253,6 +253,11 @@ func receiveBody(w http.ResponseWriter, r *http.Request, limit int64, charge *bo
 		n, err := io.ReadFull(src, piece)
 		got += int64(n)
 		if n > 0 {
+			if pieces == nil {
+				// Room for the pieces of a body up to 32 KiB (4, 4,
+				// 8 and 16 KiB), rather than a list per doubling.
+				pieces = make([][]byte, 0, 4)
+			}
 			pieces = append(pieces, piece[:n])
 		}
 		switch {
@@ -278,6 +283,13 @@ func (b *trackedBody) Read(p []byte) (int, error) {
 		b.done = true
 	}
 	return n, err
+}
+
+// withBody is the trackedBody and the earlyAnswer of a request with a
+// body, allocated together.
+type withBody struct {
+	body trackedBody
+	w    earlyAnswer
 }
 
 // earlyAnswer is the ResponseWriter of a request with a body. An error

@@ -299,9 +299,11 @@ func (g *Ingress) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	var body *trackedBody
 	if r.Body != nil && r.Body != http.NoBody {
-		body = &trackedBody{ReadCloser: r.Body}
+		wb := &withBody{body: trackedBody{ReadCloser: r.Body}}
+		body = &wb.body
 		r.Body = body
-		w = &earlyAnswer{ResponseWriter: w, body: body}
+		wb.w = earlyAnswer{ResponseWriter: w, body: body}
+		w = &wb.w
 	}
 	start := time.Now()
 	code, cut := g.forward(w, r, e, rest)
@@ -315,6 +317,18 @@ func (g *Ingress) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// Answered before the body arrived (413, 404, 429, ...).
 		linger(w, body.ReadCloser)
 	}
+}
+
+// Direct reports whether the front may serve a request without a body
+// for path itself (Front): any but one to a plugin route that streams,
+// whose answer needs net/http's flushing and deadlines as it goes.
+func (g *Ingress) Direct(method, path string) bool {
+	e, rest := g.table.Load().match(path)
+	if e == nil || e.routes == nil {
+		return true
+	}
+	rt, _, err := e.routes.Match(method, rest)
+	return err != nil || !rt.Streaming
 }
 
 // match finds the plugin whose mount is a path prefix of p on a segment

@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"net/http"
 	"unicode/utf8"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -21,9 +22,11 @@ const shareMax = 8 << 10
 // this package's peers encode them (each known field once with its wire
 // type, strings valid UTF-8, no unknown fields) are decoded by fastDecode,
 // with a handful of allocations: one string that all string fields share
-// (or one per string in a frame over shareMax), one block for the nested
-// messages, one for the headers and one for their values, and the body's
-// copy. Anything else (unknown or repeated message fields, which proto
+// (or one per string in a frame over shareMax; none for the common names
+// and values in interned), one block for the nested messages and up to
+// smallHeaders headers and values (and beyond, one for the headers and
+// one for their values), and the body's copy unless it is a response's of
+// up to smallBody bytes, which that block holds too. Anything else (unknown or repeated message fields, which proto
 // merges, or a malformed frame) goes to proto.Unmarshal, so the result,
 // and every error, is what proto.Unmarshal gives; FuzzDecodeFrame checks
 // that.
@@ -39,12 +42,13 @@ func decodeFrame(b []byte) (*pluginv1.Frame, error) {
 }
 
 // requestFrame and responseFrame are the messages of a frame, allocated
-// together.
+// together with the headers of most requests and responses.
 type requestFrame struct {
 	f pluginv1.Frame
 	k pluginv1.Frame_Request
 	r pluginv1.RequestHead
 	h pluginv1.HTTPRequest
+	s smallHeaderBlock
 }
 
 type responseFrame struct {
@@ -52,7 +56,60 @@ type responseFrame struct {
 	k pluginv1.Frame_Response
 	r pluginv1.ResponseHead
 	h pluginv1.HTTPResponse
+	s smallHeaderBlock
+	// body holds a body of up to smallBody bytes: most responses carry
+	// one, and a JSON answer is often that small.
+	body [smallBody]byte
 }
+
+// smallBody is the largest response body that a response head's decoding
+// copies into the frame's own block rather than an allocation of its own:
+// a small JSON answer's.
+const smallBody = 64
+
+// smallHeaderBlock holds up to smallHeaders headers and values of a
+// decoded frame.
+type smallHeaderBlock struct {
+	hs   [smallHeaders]pluginv1.Header
+	out  [smallHeaders]*pluginv1.Header
+	vals [smallHeaders]string
+}
+
+// bodyFrame is the messages of a Body frame, allocated together.
+type bodyFrame struct {
+	f pluginv1.Frame
+	k pluginv1.Frame_Body
+	b pluginv1.Body
+}
+
+// interned are strings that most frames carry: methods, the common
+// header names in canonical form, and common header values. The decoder
+// returns these rather than a copy, so that a frame whose strings are all
+// among them (a JSON response's head) needs no string of its own, and a
+// frame over shareMax, whose strings are copied one by one, copies fewer.
+var interned = func() map[string]string {
+	m := map[string]string{}
+	for _, s := range []string{
+		http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+		http.MethodDelete, http.MethodOptions, http.MethodConnect, http.MethodTrace,
+		"Accept", "Accept-Encoding", "Accept-Language", "Authorization", "Cache-Control",
+		"Content-Encoding", "Content-Length", "Content-Type", "Cookie", "Date", "Etag",
+		"Idempotency-Key", "If-Modified-Since", "If-None-Match", "Last-Modified", "Location",
+		"Origin", "Pragma", "Referer", "Retry-After", "Server", "Set-Cookie", "Traceparent",
+		"User-Agent", "Vary", "X-Content-Type-Options", "X-Forwarded-For", "X-Forwarded-Host",
+		"X-Forwarded-Proto", "X-Real-Ip", "X-Request-Id",
+		"*/*", "application/json", "application/json; charset=utf-8", "application/octet-stream",
+		"text/plain; charset=utf-8", "text/html; charset=utf-8", "text/event-stream",
+		"gzip", "gzip, deflate", "gzip, deflate, br", "identity", "no-cache", "no-store", "nosniff",
+	} {
+		m[s] = s
+	}
+	return m
+}()
+
+// maxInterned is the length of the longest string in interned: a longer
+// field is not looked up.
+const maxInterned = len("application/json; charset=utf-8")
 
 // frameDecoder holds the frame's bytes and, up to shareMax, the one
 // string copy of them that string fields are cut from.
@@ -66,6 +123,11 @@ type frameDecoder struct {
 func (d *frameDecoder) str(off, n int) (string, bool) {
 	if n == 0 {
 		return "", true
+	}
+	if n <= maxInterned {
+		if s, ok := interned[string(d.b[off:off+n])]; ok {
+			return s, true
+		}
 	}
 	if !utf8.Valid(d.b[off : off+n]) {
 		return "", false
@@ -146,7 +208,7 @@ func fastDecode(b []byte) (*pluginv1.Frame, bool) {
 		return &pluginv1.Frame{Id: id}, true
 	case 2:
 		rf := &requestFrame{}
-		if !d.request(kind, &rf.r, &rf.h) {
+		if !d.request(kind, &rf.r, &rf.h, &rf.s) {
 			return nil, false
 		}
 		rf.f.Id, rf.k.Request, rf.f.Kind = id, &rf.r, &rf.k
@@ -167,7 +229,7 @@ func fastDecode(b []byte) (*pluginv1.Frame, bool) {
 		return &pluginv1.Frame{Id: id, Kind: &pluginv1.Frame_Abort{Abort: &pluginv1.Abort{}}}, true
 	default:
 		rf := &responseFrame{}
-		if !d.response(kind, &rf.r, &rf.h) {
+		if !d.response(kind, &rf.r, &rf.h, &rf.s, rf.body[:]) {
 			return nil, false
 		}
 		rf.f.Id, rf.k.Response, rf.f.Kind = id, &rf.r, &rf.k
@@ -178,7 +240,8 @@ func fastDecode(b []byte) (*pluginv1.Frame, bool) {
 // body decodes a Body frame: its data, copied out of the read buffer, and
 // its end flag.
 func body(id uint64, m field) (*pluginv1.Frame, bool) {
-	b := &pluginv1.Body{}
+	bf := &bodyFrame{}
+	b := &bf.b
 	ok := fields(m.b, m.off, func(f field) bool {
 		switch {
 		case f.num == 1 && f.typ == protowire.BytesType:
@@ -190,7 +253,9 @@ func body(id uint64, m field) (*pluginv1.Frame, bool) {
 		}
 		return true
 	})
-	return &pluginv1.Frame{Id: id, Kind: &pluginv1.Frame_Body{Body: b}}, ok
+	bf.k.Body = b
+	bf.f.Id, bf.f.Kind = id, &bf.k
+	return &bf.f, ok
 }
 
 // window decodes a Window frame.
@@ -207,8 +272,8 @@ func window(id uint64, m field) (*pluginv1.Frame, bool) {
 }
 
 // request decodes the RequestHead m into r, and its HTTPRequest, if any,
-// into h.
-func (d *frameDecoder) request(m field, r *pluginv1.RequestHead, h *pluginv1.HTTPRequest) bool {
+// into h, its headers into small if they fit.
+func (d *frameDecoder) request(m field, r *pluginv1.RequestHead, h *pluginv1.HTTPRequest, small *smallHeaderBlock) bool {
 	req, ok := inner(m, func(num protowire.Number, v uint64) bool {
 		switch num {
 		case 2:
@@ -264,14 +329,14 @@ func (d *frameDecoder) request(m field, r *pluginv1.RequestHead, h *pluginv1.HTT
 		return ok
 	})
 	if ok {
-		h.Body, h.Headers, ok = d.finish(h.Body, headers)
+		h.Body, h.Headers, ok = d.finish(h.Body, headers, small, nil)
 	}
 	return ok
 }
 
 // response decodes the ResponseHead m into r, and its HTTPResponse, if
-// any, into h.
-func (d *frameDecoder) response(m field, r *pluginv1.ResponseHead, h *pluginv1.HTTPResponse) bool {
+// any, into h, its headers into small and its body into room if they fit.
+func (d *frameDecoder) response(m field, r *pluginv1.ResponseHead, h *pluginv1.HTTPResponse, small *smallHeaderBlock, room []byte) bool {
 	resp, ok := inner(m, func(num protowire.Number, v uint64) bool {
 		switch num {
 		case 3:
@@ -303,17 +368,21 @@ func (d *frameDecoder) response(m field, r *pluginv1.ResponseHead, h *pluginv1.H
 		return true
 	})
 	if ok {
-		h.Body, h.Headers, ok = d.finish(h.Body, headers)
+		h.Body, h.Headers, ok = d.finish(h.Body, headers, small, room)
 	}
 	return ok
 }
 
 // finish copies an HTTP message's body out of the read buffer (nil for
-// none, as proto.Unmarshal leaves an absent field) and decodes its
-// headers.
-func (d *frameDecoder) finish(body []byte, headers []field) ([]byte, []*pluginv1.Header, bool) {
-	hs, ok := d.headers(headers)
-	if body != nil {
+// none, as proto.Unmarshal leaves an absent field), into room if it fits,
+// and decodes its headers, into small if they fit.
+func (d *frameDecoder) finish(body []byte, headers []field, small *smallHeaderBlock, room []byte) ([]byte, []*pluginv1.Header, bool) {
+	hs, ok := d.headers(headers, small)
+	switch {
+	case body == nil:
+	case len(body) <= len(room):
+		body = append(room[:0:len(body)], body...)
+	default:
 		body = append([]byte{}, body...)
 	}
 	return body, hs, ok
@@ -339,9 +408,9 @@ func inner(m field, set func(protowire.Number, uint64) bool) (field, bool) {
 }
 
 // headers decodes Header messages, in two passes: one to count their
-// values, one to fill one block of headers and one of values, or a
-// single block for up to smallHeaders of each.
-func (d *frameDecoder) headers(ms []field) ([]*pluginv1.Header, bool) {
+// values, one to fill one block of headers and one of values, or small
+// for up to smallHeaders of each.
+func (d *frameDecoder) headers(ms []field, small *smallHeaderBlock) ([]*pluginv1.Header, bool) {
 	if len(ms) == 0 {
 		return nil, true
 	}
@@ -362,12 +431,7 @@ func (d *frameDecoder) headers(ms []field) ([]*pluginv1.Header, bool) {
 		vals []string
 	)
 	if len(ms) <= smallHeaders && n <= smallHeaders {
-		b := &struct {
-			hs   [smallHeaders]pluginv1.Header
-			out  [smallHeaders]*pluginv1.Header
-			vals [smallHeaders]string
-		}{}
-		hs, out, vals = b.hs[:len(ms)], b.out[:len(ms)], b.vals[:0:n]
+		hs, out, vals = small.hs[:len(ms)], small.out[:len(ms)], small.vals[:0:n]
 	} else {
 		hs, out, vals = make([]pluginv1.Header, len(ms)), make([]*pluginv1.Header, len(ms)), make([]string, 0, n)
 	}

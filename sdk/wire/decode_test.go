@@ -108,6 +108,42 @@ func TestFastDecodeCanonical(t *testing.T) {
 	}
 }
 
+// TestDecodeFrameAllocs checks what decoding the frames of most exchanges
+// allocates: the frame's messages with its headers in one block, the one
+// string its strings share, and the body's copy. A JSON answer's head
+// carries only interned strings, and so needs no string of its own, and
+// a small body goes in the frame's block.
+func TestDecodeFrameAllocs(t *testing.T) {
+	req, resp := transferFrames()
+	req.GetRequest().Request.Headers = req.GetRequest().Request.Headers[:smallHeaders]
+	resp.GetResponse().Response.Body = []byte(`{"greeting":"hello"}` + "\n")
+	_, largeResp := transferFrames()
+	largeResp.GetResponse().Response.Body = bytes.Repeat([]byte("a"), smallBody+1)
+	for _, tt := range []struct {
+		name string
+		f    *pluginv1.Frame
+		want float64
+	}{
+		{"request head", req, 3},
+		{"JSON response head", resp, 1},
+		{"JSON response head with a larger body", largeResp, 2},
+		{"body", &pluginv1.Frame{Id: 6, Kind: &pluginv1.Frame_Body{Body: &pluginv1.Body{Data: []byte("piece")}}}, 2},
+	} {
+		b, err := proto.Marshal(tt.f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := testing.AllocsPerRun(100, func() {
+			if _, err := decodeFrame(b); err != nil {
+				t.Fatal(err)
+			}
+		})
+		if got != tt.want {
+			t.Errorf("decodeFrame(%s) allocates %v times, want %v", tt.name, got, tt.want)
+		}
+	}
+}
+
 // FuzzDecodeFrame checks decodeFrame against proto.Unmarshal: the same
 // frame or an error where it fails, for any input, and the fast path only
 // ever with proto.Unmarshal's result.

@@ -89,6 +89,10 @@ type Conn struct {
 	r       *bufio.Reader
 	maxRecv uint32 // the largest frame Recv accepts
 
+	// hdr receives a frame's length prefix: a part of the Conn, read by
+	// Recv's one caller, rather than an allocation per frame.
+	hdr [frameHeaderBytes]byte
+
 	wmu  sync.Mutex // guards w, werr and held; held across a write to c
 	w    *bufio.Writer
 	werr error // sticky: after a failed write the stream is broken
@@ -279,14 +283,14 @@ func (c *Conn) write(fr *Frame) error {
 // MaxMessageBytes, is an error after which the connection is of no use.
 // A connection that ends between frames gives io.EOF.
 func (c *Conn) Recv() (*pluginv1.Frame, error) {
-	var hdr [frameHeaderBytes]byte
-	if _, err := io.ReadFull(c.r, hdr[:]); err != nil {
+	hdr := c.hdr[:]
+	if _, err := io.ReadFull(c.r, hdr); err != nil {
 		if errors.Is(err, io.ErrUnexpectedEOF) {
 			return nil, fmt.Errorf("read frame length: %w", err)
 		}
 		return nil, err
 	}
-	n := binary.BigEndian.Uint32(hdr[:])
+	n := binary.BigEndian.Uint32(hdr)
 	if n > c.maxRecv {
 		return nil, fmt.Errorf("frame of %d bytes: %w", n, ErrFrameTooLarge)
 	}

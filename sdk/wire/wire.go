@@ -84,27 +84,43 @@ func PluginSets(impl func(*plugin.GRPCBroker) pluginv1.PluginServer) map[int]plu
 }
 
 // smallHeaders is how many header names, and values, HeadersToProto and
-// the frame decoder allocate in one block.
+// the frame decoder keep in one block, which the decoder makes a part of
+// the frame's.
 const smallHeaders = 2
 
 // HeadersToProto converts an http.Header. The messages share h's value
 // slices.
 func HeadersToProto(h http.Header) []*pluginv1.Header {
-	if len(h) == 0 {
-		return nil
+	if len(h) == 0 || len(h) > smallHeaders {
+		return headersToProto(h, nil)
 	}
 	// One allocation for the messages and the pointers of up to
 	// smallHeaders names, which is most requests' and responses', and two
-	// beyond, rather than one per header: this runs twice for every
-	// request.
+	// beyond, rather than one per header.
+	return headersToProto(h, new(HeaderMessages))
+}
+
+// HeaderMessages holds the messages of up to smallHeaders headers, so that
+// a caller that converts headers for every request can make them a part
+// of an allocation it makes anyway.
+type HeaderMessages struct {
+	msgs [smallHeaders]pluginv1.Header
+	ptrs [smallHeaders]*pluginv1.Header
+}
+
+// Convert is HeadersToProto, its messages in m when h has up to
+// smallHeaders names: they hold until the next Convert.
+func (m *HeaderMessages) Convert(h http.Header) []*pluginv1.Header { return headersToProto(h, m) }
+
+// headersToProto converts h into m, if it fits, or new blocks.
+func headersToProto(h http.Header, m *HeaderMessages) []*pluginv1.Header {
+	if len(h) == 0 {
+		return nil
+	}
 	var msgs []pluginv1.Header
 	var out []*pluginv1.Header
-	if len(h) <= smallHeaders {
-		b := &struct {
-			msgs [smallHeaders]pluginv1.Header
-			ptrs [smallHeaders]*pluginv1.Header
-		}{}
-		msgs, out = b.msgs[:len(h)], b.ptrs[:0:len(h)]
+	if m != nil && len(h) <= smallHeaders {
+		msgs, out = m.msgs[:len(h)], m.ptrs[:0:len(h)]
 	} else {
 		msgs, out = make([]pluginv1.Header, len(h)), make([]*pluginv1.Header, 0, len(h))
 	}
@@ -119,18 +135,37 @@ func HeadersToProto(h http.Header) []*pluginv1.Header {
 // HeadersFromProto converts wire headers into dst, which must not be nil.
 // Names are canonicalised as net/http would. The values are copied.
 func HeadersFromProto(dst http.Header, hs []*pluginv1.Header) {
-	n := 0
-	for _, h := range hs {
-		n += len(h.GetValues())
+	headersFromProto(dst, hs, false)
+}
+
+// AdoptHeaders is HeadersFromProto for headers that nothing uses after
+// it, such as a frame's from Conn.Recv: dst takes their value slices,
+// each capped so that an append to it copies, rather than copies of them.
+func AdoptHeaders(dst http.Header, hs []*pluginv1.Header) {
+	headersFromProto(dst, hs, true)
+}
+
+func headersFromProto(dst http.Header, hs []*pluginv1.Header, adopt bool) {
+	var vals []string
+	if !adopt {
+		n := 0
+		for _, h := range hs {
+			n += len(h.GetValues())
+		}
+		// One backing array for the values of every name new to dst,
+		// each name capped to its own part so that appending to it
+		// copies.
+		vals = make([]string, 0, n)
 	}
-	// One backing array for the values of every name new to dst, each name
-	// capped to its own part so that appending to it copies.
-	vals := make([]string, 0, n)
 	for _, h := range hs {
 		k := http.CanonicalHeaderKey(h.GetName())
 		v := h.GetValues()
 		if old, ok := dst[k]; ok || len(v) == 0 {
 			dst[k] = append(old, v...)
+			continue
+		}
+		if adopt {
+			dst[k] = v[:len(v):len(v)]
 			continue
 		}
 		i := len(vals)

@@ -2,6 +2,7 @@ package wire_test
 
 import (
 	"net/http"
+	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -79,17 +80,39 @@ func TestHeadersFromProto(t *testing.T) {
 			want: http.Header{"x header": {"v"}},
 		},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got := tt.dst
-			if got == nil {
-				got = http.Header{}
-			}
-			wire.HeadersFromProto(got, tt.in)
-			if diff := cmp.Diff(tt.want, got); diff != "" {
-				t.Errorf("HeadersFromProto(%v) mismatch (-want +got):\n%s", tt.in, diff)
-			}
-		})
+	for _, conv := range []struct {
+		name string
+		fn   func(http.Header, []*pluginv1.Header)
+	}{{"HeadersFromProto", wire.HeadersFromProto}, {"AdoptHeaders", wire.AdoptHeaders}} {
+		for _, tt := range tests {
+			t.Run(conv.name+"/"+tt.name, func(t *testing.T) {
+				got := http.Header{}
+				for k, v := range tt.dst {
+					got[k] = slices.Clip(slices.Clone(v))
+				}
+				conv.fn(got, tt.in)
+				if diff := cmp.Diff(tt.want, got); diff != "" {
+					t.Errorf("%s(%v) mismatch (-want +got):\n%s", conv.name, tt.in, diff)
+				}
+			})
+		}
+	}
+}
+
+// TestAdoptHeadersCapped checks that appending to an adopted header
+// leaves the wire header's spare capacity alone.
+func TestAdoptHeadersCapped(t *testing.T) {
+	vals := make([]string, 1, 2)
+	vals[0] = "1"
+	in := []*pluginv1.Header{{Name: "X-A", Values: vals}}
+	got := http.Header{}
+	wire.AdoptHeaders(got, in)
+	got.Add("X-A", "2")
+	if v := vals[:2][1]; v != "" {
+		t.Errorf("after adding to the adopted header, the wire header's spare capacity holds %q, want nothing", v)
+	}
+	if want := []string{"1", "2"}; !slices.Equal(got["X-A"], want) {
+		t.Errorf("adopted header after Add = %q, want %q", got["X-A"], want)
 	}
 }
 

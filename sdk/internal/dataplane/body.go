@@ -17,10 +17,14 @@ type pipe struct {
 	pieces [][]byte
 	end    bool
 	ready  chan struct{} // signalled when a piece or the end arrives
+	// small is the first storage of pieces: most bodies that come in
+	// pieces come in a few, and their list then costs no allocation.
+	small [4][]byte
 }
 
 func newPipe(ctx context.Context, first []byte) *pipe {
 	p := &pipe{ctx: ctx, ready: make(chan struct{}, 1)}
+	p.pieces = p.small[:0]
 	if len(first) > 0 {
 		p.pieces = append(p.pieces, first)
 	}

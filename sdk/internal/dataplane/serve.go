@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"runtime"
 	"runtime/debug"
 	"strconv"
@@ -163,6 +164,11 @@ type call struct {
 	req       *pluginv1.HTTPRequest
 	streaming bool
 	body      *pipe // the rest of the body, when it comes in pieces
+	// whole is the body when it came whole in the head, and url the
+	// request's URL: parts of the call so that they cost no allocations
+	// of their own.
+	whole wholeBody
+	url   url.URL
 	// piece is the most body a response frame carries: wire.PieceBytes,
 	// or the request's window when that is smaller, so that a piece never
 	// waits for more credit than the window holds.
@@ -296,17 +302,10 @@ func (s *server) worker(c *call) {
 // handle runs the handler for c and sends its response.
 func (s *server) handle(c *call) {
 	w := &c.w
-	done := func() {
-		s.mu.Lock()
-		delete(s.calls, c.id)
-		s.mu.Unlock()
-		c.rctx.cancel()
-		w.release()
-	}
 	handedOff := false
 	defer func() {
 		if !handedOff {
-			done()
+			s.done(c)
 		}
 	}()
 	*w = writer{s: s, c: c, header: http.Header{}, status: http.StatusOK}
@@ -332,12 +331,21 @@ func (s *server) handle(c *call) {
 		handedOff = true
 		c.onReader = false
 		s.workers.Go(func() {
-			defer done()
+			defer s.done(c)
 			w.finish()
 		})
 		return
 	}
 	w.finish()
+}
+
+// done ends c once its response has been sent or given up.
+func (s *server) done(c *call) {
+	s.mu.Lock()
+	delete(s.calls, c.id)
+	s.mu.Unlock()
+	c.rctx.cancel()
+	c.w.release()
 }
 
 // run calls the handler and reports whether its response may be sent:
@@ -418,12 +426,14 @@ func (s *server) flushHeld() {
 	_ = s.c.Flush()
 }
 
-// newRequest builds the handler's request from the host's. The empty URL
-// costs NewRequestWithContext no parsing; the path and query are set
-// directly rather than formatted into a URL only to be parsed again.
+// newRequest builds the handler's request from the host's, as
+// http.NewRequestWithContext with an empty URL would, its path and query
+// then set directly rather than formatted into a URL only to be parsed
+// again. It fills the Request itself, the URL a part of c, so that the
+// only allocations are the Request WithContext makes and its Header.
 func newRequest(c *call) (*http.Request, error) {
 	req := c.req
-	r, err := http.NewRequestWithContext(c.ctx, req.GetMethod(), "", nil)
+	method, err := requestMethod(req.GetMethod())
 	if err != nil {
 		return nil, fmt.Errorf("build request: %w", err)
 	}
@@ -431,27 +441,64 @@ func newRequest(c *call) (*http.Request, error) {
 		// What url.Parse refuses; net/http refuses such a request line.
 		return nil, errors.New("build request: invalid control character in query")
 	}
-	r.URL.Path = req.GetPath()
-	r.URL.RawQuery = req.GetRawQuery()
-	r.RequestURI = r.URL.RequestURI()
-	wire.HeadersFromProto(r.Header, req.GetHeaders())
-	r.Host = req.GetHost()
-	r.RemoteAddr = req.GetRemoteAddr()
+	c.url = url.URL{Path: req.GetPath(), RawQuery: req.GetRawQuery()}
+	r := http.Request{
+		Method:     method,
+		URL:        &c.url,
+		Proto:      "HTTP/1.1",
+		ProtoMajor: 1,
+		ProtoMinor: 1,
+		Header:     make(http.Header, len(req.GetHeaders())),
+		Host:       req.GetHost(),
+		RemoteAddr: req.GetRemoteAddr(),
+		RequestURI: c.url.RequestURI(),
+	}
+	// The frame is the call's alone: its headers' values need no copy.
+	wire.AdoptHeaders(r.Header, req.GetHeaders())
 	switch body := req.GetBody(); {
 	case c.body != nil:
 		r.Body = c.body
 		r.ContentLength = -1
-		if n, err := strconv.ParseInt(r.Header.Get("Content-Length"), 10, 64); err == nil && n >= 0 {
-			r.ContentLength = n
+		if v := r.Header.Get("Content-Length"); v != "" {
+			if n, err := strconv.ParseInt(v, 10, 64); err == nil && n >= 0 {
+				r.ContentLength = n
+			}
 		}
 	case len(body) > 0:
-		r.Body = io.NopCloser(bytes.NewReader(body))
+		c.whole.r.Reset(body)
+		r.Body = &c.whole
 		r.ContentLength = int64(len(body))
 	default:
 		r.Body = http.NoBody
 	}
-	return r, nil
+	return r.WithContext(c.ctx), nil
 }
+
+// requestMethod returns the method http.NewRequestWithContext gives a
+// request for method, or its error: GET for none, and an error for one
+// that is not a token.
+func requestMethod(method string) (string, error) {
+	switch method {
+	case "":
+		return http.MethodGet, nil
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+		http.MethodDelete, http.MethodOptions, http.MethodConnect, http.MethodTrace:
+		return method, nil
+	}
+	// Rare enough that net/http's own check, and its allocations, do.
+	if _, err := http.NewRequest(method, "", nil); err != nil {
+		return "", err
+	}
+	return method, nil
+}
+
+// wholeBody is a request body that came whole in the request's head: what
+// io.NopCloser makes of a bytes.Reader, without allocations of its own.
+type wholeBody struct{ r bytes.Reader }
+
+func (b *wholeBody) Read(p []byte) (int, error)         { return b.r.Read(p) }
+func (b *wholeBody) WriteTo(w io.Writer) (int64, error) { return b.r.WriteTo(w) }
+func (b *wholeBody) Close() error                       { return nil }
 
 // isCTL reports an ASCII control character.
 func isCTL(r rune) bool { return r < ' ' || r == 0x7f }

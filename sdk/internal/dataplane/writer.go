@@ -37,13 +37,15 @@ type writer struct {
 	sentHead bool
 	err      error // the first send failure; later writes fail with it
 	refused  bool  // Refuse was called: no handler ran
-	// headFrame is the response's head, sent once: its messages are a
-	// part of the writer rather than allocations of their own.
+	// headFrame is the response's head, sent once: its messages, and
+	// those of a few headers, are a part of the writer rather than
+	// allocations of their own.
 	headFrame struct {
-		f pluginv1.Frame
-		k pluginv1.Frame_Response
-		r pluginv1.ResponseHead
-		h pluginv1.HTTPResponse
+		f  pluginv1.Frame
+		k  pluginv1.Frame_Response
+		r  pluginv1.ResponseHead
+		h  pluginv1.HTTPResponse
+		hm wire.HeaderMessages
 	}
 }
 
@@ -193,7 +195,7 @@ func (w *writer) flush(end bool) error {
 		piece := body[:min(len(body), w.c.piece)]
 		more := !end || len(piece) < len(body)
 		hf := &w.headFrame
-		hf.h.Status, hf.h.Headers, hf.h.Body = int32(w.status), wire.HeadersToProto(w.header), piece
+		hf.h.Status, hf.h.Headers, hf.h.Body = int32(w.status), hf.hm.Convert(w.header), piece
 		hf.r.Response, hf.r.More = &hf.h, more
 		if end && more {
 			hf.r.Size = int64(len(body))
