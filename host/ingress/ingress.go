@@ -569,6 +569,7 @@ func noBodyMessage(method, pattern string, route bool) string {
 // must be cut short: its body failed after the head was out.
 func (g *Ingress) answer(w http.ResponseWriter, e *entry, ep *supervisor.Endpoint, resp *dataplane.Response) (int, bool) {
 	defer resp.Close()
+	dropHopHeaders(w.Header())
 	if resp.Size >= 0 {
 		w.Header().Set("Content-Length", strconv.FormatInt(resp.Size, 10))
 	}
@@ -698,6 +699,18 @@ func forwardHeader(h http.Header) http.Header {
 		}
 	}
 	return out
+}
+
+// dropHopHeaders deletes from h, a plugin's answer's headers, the
+// hop-by-hop ones and those its Connection header names: they are about a
+// connection the plugin does not have (RFC 9110 section 7.6.1), and the
+// host frames its answers and keeps its clients' connections itself, as
+// a proxy does with its upstream's.
+func dropHopHeaders(h http.Header) {
+	if kept := forwardHeader(h); len(kept) != len(h) {
+		clear(h)
+		maps.Copy(h, kept)
+	}
 }
 
 // stateReplacing is the state /readyz shows for a single-instance plugin

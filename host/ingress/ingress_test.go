@@ -776,3 +776,19 @@ func TestCallCancelled(t *testing.T) {
 		t.Errorf("Call returned %v before the caller's deadline", time.Until(deadline))
 	}
 }
+
+// TestHopHeadersDropped checks that a plugin's hop-by-hop answer headers,
+// and those its Connection header names, do not reach the client, and
+// that its other headers do.
+func TestHopHeadersDropped(t *testing.T) {
+	f := newFixture(t, defaultLimits, faulty())
+	r := f.get(t, "/faulty/hop")
+	if r.code != http.StatusOK || r.header.Get("X-Kept") != "1" {
+		t.Fatalf("GET /faulty/hop = %d %v, want 200 with X-Kept", r.code, r.header)
+	}
+	for _, k := range []string{"X-Named", "Keep-Alive", "Upgrade", "Trailer", "Proxy-Authenticate", "Connection"} {
+		if v, ok := r.header[k]; ok {
+			t.Errorf("the answer carries the plugin's %s: %q", k, v)
+		}
+	}
+}

@@ -33,6 +33,19 @@ func main() {
 	mux.HandleFunc("GET /ok", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintln(w, "ok")
 	})
+	// hop answers with headers about a connection the plugin does not
+	// have, beside one of its own.
+	mux.HandleFunc("GET /hop", func(w http.ResponseWriter, _ *http.Request) {
+		h := w.Header()
+		h.Set("Connection", "x-named, close")
+		h.Set("X-Named", "1")
+		h.Set("Keep-Alive", "timeout=5")
+		h.Set("Upgrade", "h2c")
+		h.Set("Trailer", "X-Trailing")
+		h.Set("Proxy-Authenticate", "Basic")
+		h.Set("X-Kept", "1")
+		fmt.Fprintln(w, "hop")
+	})
 	mux.HandleFunc("GET /print", func(w http.ResponseWriter, r *http.Request) {
 		msg := r.URL.Query().Get("msg")
 		fmt.Println("stdout:", msg)
