@@ -678,6 +678,11 @@ func (mb *mailbox) stream(w http.ResponseWriter, r *http.Request, run *running, 
 			o.max = room
 			res, err := run.do(ctx, o, run.releaser(room))
 			if err != nil {
+				if isClosed(run.stop) {
+					// The drain began during the receive, and ends
+					// the stream as it would have ended its wait.
+					run.m.canceled["recv_stream"].Inc()
+				}
 				return // the stream has no status left to give
 			}
 			for _, d := range res.msgs {
