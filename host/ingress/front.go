@@ -464,14 +464,6 @@ func (c *frontConn) serveOne(r directRequest) (keep bool) {
 	req = req.WithContext(ctx)
 	w := &frontWriter{c: c, head: r.method == http.MethodHead, header: make(http.Header, 4), cl: -1, closeAfter: r.close,
 		fields: c.fields[:0], body: c.body[:0]}
-	defer func() {
-		if cap(w.fields) <= frontKeep {
-			c.fields = w.fields[:0]
-		}
-		if cap(w.body) <= frontKeep {
-			c.body = w.body[:0]
-		}
-	}()
 	c.mu.Lock()
 	c.cancel = cancel
 	c.mu.Unlock()
@@ -498,7 +490,16 @@ func (c *frontConn) serveOne(r directRequest) (keep bool) {
 		}
 	}()
 	c.f.handler.ServeHTTP(w, req)
-	if !w.finish() || w.closeAfter {
+	ok := w.finish()
+	// The buffers are kept before the connection goes idle, so that
+	// whoever sees it idle (under c.mu) sees them settled.
+	if cap(w.fields) <= frontKeep {
+		c.fields = w.fields[:0]
+	}
+	if cap(w.body) <= frontKeep {
+		c.body = w.body[:0]
+	}
+	if !ok || w.closeAfter {
 		return false
 	}
 	return c.setState(stateIdle)
