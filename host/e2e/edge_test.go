@@ -123,6 +123,65 @@ func TestMalformedRequests(t *testing.T) {
 	}
 }
 
+// TestFrontDoorOneConnection sends, pipelined on one connection to the
+// host binary, requests its front door serves itself (GET and HEAD
+// without a body) and then one it hands to net/http with the connection
+// (a POST with a body), and one more after it: every answer comes back
+// whole and in order, and a plugin's hop-by-hop headers are in none.
+func TestFrontDoorOneConnection(t *testing.T) {
+	h := startHost(t, baseConfig("2s")+pluginBlock("hello", "hello", "")+pluginBlock("faulty", "faulty", ""))
+	u, err := url.Parse(h.ingress)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := net.DialTimeout("tcp", u.Host, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(30 * time.Second))
+	reqs := []struct {
+		raw, method string
+		want        int
+		body        string // a part of the answer's body
+	}{
+		{"GET /hello/ HTTP/1.1\r\nHost: plughost\r\n\r\n", "GET", 200, "greeting"},
+		{"HEAD /hello/ HTTP/1.1\r\nHost: plughost\r\n\r\n", "HEAD", 200, ""},
+		{"GET /faulty/hop HTTP/1.1\r\nHost: plughost\r\n\r\n", "GET", 200, "hop"},
+		{"POST /faulty/echo HTTP/1.1\r\nHost: plughost\r\nContent-Length: 4\r\n\r\nping", "POST", 200, "ping"},
+		{"GET /hello/ HTTP/1.1\r\nHost: plughost\r\n\r\n", "GET", 200, "greeting"},
+	}
+	var all strings.Builder
+	for _, r := range reqs {
+		all.WriteString(r.raw)
+	}
+	if _, err := io.WriteString(conn, all.String()); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(conn)
+	for i, r := range reqs {
+		resp, err := http.ReadResponse(br, &http.Request{Method: r.method})
+		if err != nil {
+			t.Fatalf("answer %d (%s): %v", i, strings.Fields(r.raw)[1], err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatalf("answer %d's body: %v", i, err)
+		}
+		if resp.StatusCode != r.want || !strings.Contains(string(body), r.body) {
+			t.Errorf("answer %d (%s %s) = %d %q, want %d with %q", i, r.method, strings.Fields(r.raw)[1], resp.StatusCode, body, r.want, r.body)
+		}
+		for _, k := range []string{"X-Named", "Keep-Alive", "Upgrade", "Trailer", "Proxy-Authenticate"} {
+			if v, ok := resp.Header[k]; ok {
+				t.Errorf("answer %d carries the plugin's %s: %q", i, k, v)
+			}
+		}
+		if resp.Close {
+			t.Fatalf("answer %d closes the connection; want it kept for the next", i)
+		}
+	}
+}
+
 // edgeConfig is baseConfig with the limits block replaced by limits.
 func edgeConfig(limits string) string {
 	return fmt.Sprintf(`
