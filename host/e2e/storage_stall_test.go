@@ -26,8 +26,10 @@ type issueOp struct {
 	err        error
 }
 
-// issueLoad is a steady load of issues of 1, each with a new key, to one
-// account per worker, from workers each sending one every pace.
+// issueLoad is a load of issues of 1, each with a new key, to one account
+// per worker, from workers each sending one every pace, or, with pace 0,
+// one after another (a closed loop, to keep the wallet's commit queue
+// full).
 type issueLoad struct {
 	accounts []string
 	stop     func()
@@ -51,13 +53,24 @@ func startIssueLoad(t *testing.T, h *hostProc, name string, workers int, pace ti
 		acct := fmt.Sprintf("%s-%02d", name, i)
 		l.accounts = append(l.accounts, acct)
 		wg.Go(func() {
-			tick := time.NewTicker(pace)
-			defer tick.Stop()
+			var tick <-chan time.Time // nil with pace 0: no waiting
+			if pace > 0 {
+				ticker := time.NewTicker(pace)
+				defer ticker.Stop()
+				tick = ticker.C
+			}
 			for n := range maxPerWorker {
 				select {
 				case <-stop:
 					return
-				case <-tick.C:
+				default:
+				}
+				if tick != nil {
+					select {
+					case <-stop:
+						return
+					case <-tick:
+					}
 				}
 				op := issueOp{key: fmt.Sprintf("%s-%d", acct, n), body: fmt.Sprintf(`{"to":%q,"amount":1}`, acct), start: time.Now()}
 				op.r, op.err = walletPost(t.Context(), lc, h.ingress+"/wallet/v1/issue", op.key, op.body)
@@ -99,6 +112,17 @@ func freeSpace(t *testing.T, filler string, load *issueLoad, what string) {
 	t.Logf("POSTs succeed %v after the space was freed", time.Since(freed).Round(time.Millisecond))
 }
 
+// wait waits up to d for every request of the stopped load to be
+// answered.
+func (l *issueLoad) wait(t *testing.T, d time.Duration) {
+	t.Helper()
+	select {
+	case <-l.done:
+	case <-time.After(d):
+		t.Fatalf("load requests still unanswered %v after it stopped", d)
+	}
+}
+
 // snapshot returns the ops answered so far.
 func (l *issueLoad) snapshot() []issueOp {
 	l.mu.Lock()
@@ -116,11 +140,7 @@ func (l *issueLoad) snapshot() []issueOp {
 func (l *issueLoad) finish(t *testing.T, h *hostProc, base uint64) map[string]int {
 	t.Helper()
 	l.stop()
-	select {
-	case <-l.done:
-	case <-time.After(30 * time.Second):
-		t.Fatal("load requests still unanswered 30s after it stopped")
-	}
+	l.wait(t, 30*time.Second)
 	counts := map[string]int{}
 	var maxSeq uint64
 	for _, op := range l.ops {

@@ -421,76 +421,10 @@ func TestWalletLedgerStall(t *testing.T) {
 	}
 }
 
-// floodResult is one POST of a flood.
-type floodResult struct {
-	key        string
-	start, end time.Time
-	r          walletResp
-	err        error
-}
-
-// flood is closed-loop load of issues of 1, each with a new key, from
-// many goroutines, meant to keep the wallet's commit queue full.
-type flood struct {
-	stop    func() // stops sending; the requests in flight go on
-	done    chan struct{}
-	mu      sync.Mutex
-	results []floodResult
-}
-
-// startFlood starts workers flooding h with issues, each sending at most
-// maxPerWorker. It is stopped and waited for on cleanup.
-func startFlood(t *testing.T, h *hostProc, name string, workers, maxPerWorker int) *flood {
-	tr := &http.Transport{MaxIdleConnsPerHost: workers}
-	t.Cleanup(tr.CloseIdleConnections)
-	lc := &http.Client{Transport: tr, Timeout: 15 * time.Second}
-	f := &flood{done: make(chan struct{})}
-	stop := make(chan struct{})
-	f.stop = sync.OnceFunc(func() { close(stop) })
-	var wg sync.WaitGroup
-	for i := range workers {
-		wg.Go(func() {
-			for n := range maxPerWorker {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				res := floodResult{key: fmt.Sprintf("%s-%d-%d", name, i, n), start: time.Now()}
-				res.r, res.err = walletPost(t.Context(), lc, h.ingress+"/wallet/v1/issue", res.key, fmt.Sprintf(`{"to":"%s-%d","amount":1}`, name, i))
-				res.end = time.Now()
-				f.mu.Lock()
-				f.results = append(f.results, res)
-				f.mu.Unlock()
-			}
-		})
-	}
-	go func() {
-		wg.Wait()
-		close(f.done)
-	}()
-	t.Cleanup(func() {
-		f.stop()
-		<-f.done
-	})
-	return f
-}
-
-// wait waits up to d for every request of the stopped flood to be
-// answered.
-func (f *flood) wait(t *testing.T, d time.Duration) {
-	t.Helper()
-	select {
-	case <-f.done:
-	case <-time.After(d):
-		t.Fatalf("flood requests still unanswered after %v", d)
-	}
-}
-
 // floodOutcome sorts a flood's answers.
 type floodOutcome struct {
-	acked   []floodResult // 200
-	unknown []floodResult // no answer
+	acked   []issueOp // 200
+	unknown []issueOp // no answer
 	counts  map[string]int
 	// okAfter: 200s answered after the drain began.
 	okAfter int
@@ -499,11 +433,11 @@ type floodOutcome struct {
 // check sorts the flood's answers and checks each is a 200, a 429 or 503
 // with Retry-After, or, only if it ended after drainAt and connErrOK, a
 // failed connection.
-func (f *flood) check(t *testing.T, name string, drainAt time.Time, connErrOK bool) floodOutcome {
+func (l *issueLoad) check(t *testing.T, name string, drainAt time.Time, connErrOK bool) floodOutcome {
 	t.Helper()
-	<-f.done
+	<-l.done
 	o := floodOutcome{counts: map[string]int{}}
-	for _, res := range f.results {
+	for _, res := range l.ops {
 		switch {
 		case res.err != nil:
 			o.counts["no answer"]++
@@ -529,7 +463,7 @@ func (f *flood) check(t *testing.T, name string, drainAt time.Time, connErrOK bo
 			t.Errorf("%s POST %s = %v, want 200, 429 or 503", name, res.key, res.r)
 		}
 	}
-	t.Logf("%s: %d POSTs: %v; %d answered 200 after the drain began", name, len(f.results), o.counts, o.okAfter)
+	t.Logf("%s: %d POSTs: %v; %d answered 200 after the drain began", name, len(l.ops), o.counts, o.okAfter)
 	if o.counts["429 busy"] == 0 {
 		t.Errorf("%s: no POST was answered 429 busy, want the full queue to refuse some", name)
 	}
@@ -567,11 +501,11 @@ func TestWalletBackpressureAndDrain(t *testing.T) {
 
 	// fill floods the wallet until its queue is full and POSTs are
 	// refused with 429, and returns the flood, still running.
-	fill := func(name string) *flood {
+	fill := func(name string) *issueLoad {
 		t.Helper()
 		setFaults(t, h, "wallet", hold)
 		busy0, _ := h.metric(`busy_rejections_total{endpoint="issue",plugin="wallet"}`)
-		f := startFlood(t, h, name, floodWorkers, maxPerWorker)
+		f := startIssueLoad(t, h, name, floodWorkers, 0, maxPerWorker)
 		waitFor(t, 10*time.Second, name+": the commit queue to be full and POSTs refused with 429", func() bool {
 			q, _ := h.metric(`queue_depth{plugin="wallet",queue="commit"}`)
 			b, _ := h.metric(`busy_rejections_total{endpoint="issue",plugin="wallet"}`)
@@ -594,7 +528,7 @@ func TestWalletBackpressureAndDrain(t *testing.T) {
 	waitFor(t, 5*time.Second, "the wallet to begin draining", func() bool { return drains() > before })
 	held := &http.Client{Timeout: drainDeadline + 10*time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 	r, err := walletPost(t.Context(), held, h.ingress+"/wallet/v1/issue", "during-restart", `{"to":"late","amount":1}`)
-	duringRestart := floodResult{key: "during-restart", r: r, err: err, end: time.Now()}
+	duringRestart := issueOp{key: "during-restart", r: r, err: err, end: time.Now()}
 	switch {
 	case err != nil:
 		t.Errorf("POST while the wallet drains for a restart: %v, want 200 from the new process", err)
