@@ -262,6 +262,13 @@ type frontConn struct {
 	// bytes to write, fields the handler's header lines, body what is
 	// held of the body until the head goes out.
 	out, fields, body []byte
+	// Memory of each request, reused for the next once it has been served:
+	// the head's, the answer's writer and header map, and the Request the
+	// handler's is a copy of (WithContext).
+	space  headSpace
+	w      frontWriter
+	header http.Header
+	req    http.Request
 
 	// mu guards state, and the watcher's fields below.
 	// since is when the request being served began (monoNow), for the
@@ -348,7 +355,7 @@ func (c *frontConn) readHead(first bool) (r directRequest, n int, ok bool, err e
 	for {
 		buf, _ := c.br.Peek(c.br.Buffered())
 		if bytes.Contains(buf, crlf2) {
-			r, n, ok = parseHead(buf)
+			r, n, ok = parseHead(buf, &c.space)
 			return r, n, ok, nil
 		}
 		if len(buf) == frontBuffer || !plainStart(buf) {
@@ -448,7 +455,7 @@ func (c *frontConn) closeIfIdle() {
 // whether the connection serves another request.
 func (c *frontConn) serveOne(r directRequest) (keep bool) {
 	ctx, cancel := context.WithCancel(context.Background())
-	req := &http.Request{
+	c.req = http.Request{
 		Method:     r.method,
 		URL:        r.url,
 		Proto:      "HTTP/1.1",
@@ -461,8 +468,12 @@ func (c *frontConn) serveOne(r directRequest) (keep bool) {
 		RequestURI: r.target,
 		Close:      r.close,
 	}
-	req = req.WithContext(ctx)
-	w := &frontWriter{c: c, head: r.method == http.MethodHead, header: make(http.Header, 4), cl: -1, closeAfter: r.close,
+	req := c.req.WithContext(ctx)
+	if c.header == nil {
+		c.header = make(http.Header, 4)
+	}
+	w := &c.w
+	*w = frontWriter{c: c, head: r.method == http.MethodHead, header: c.header, cl: -1, closeAfter: r.close,
 		fields: c.fields[:0], body: c.body[:0]}
 	c.mu.Lock()
 	c.cancel = cancel
@@ -482,6 +493,7 @@ func (c *frontConn) serveOne(r directRequest) (keep bool) {
 		c.f.amu.Unlock()
 		cancel()
 		c.endWatch()
+		c.clearRequest()
 		if p := recover(); p != nil {
 			if p != http.ErrAbortHandler {
 				c.f.opts.Logger.Error("panic serving a request", "remote", c.remote, "panic", p, "stack", string(debug.Stack()))
@@ -503,6 +515,16 @@ func (c *frontConn) serveOne(r directRequest) (keep bool) {
 		return false
 	}
 	return c.setState(stateIdle)
+}
+
+// clearRequest lets go of what the request served last referred to, so
+// that an idle connection holds none of it, and keeps the maps for the
+// next unless they grew large.
+func (c *frontConn) clearRequest() {
+	c.req = http.Request{}
+	c.w = frontWriter{}
+	c.space.reset()
+	c.header = keepHeader(c.header)
 }
 
 // watch starts the goroutine that reads from the connection while its

@@ -331,6 +331,10 @@ func (w *frontWriter) keep(out []byte) {
 // requests.
 const frontKeep = 4 << 10
 
+// frontKeepHeaders is the most header names of an answer whose map a
+// connection keeps for the next.
+const frontKeepHeaders = 8
+
 // appendStatus appends the status line of code.
 func appendStatus(b []byte, code int) []byte {
 	b = append(b, "HTTP/1.1 "...)

@@ -29,14 +29,39 @@ type directRequest struct {
 	close  bool // Connection: close
 }
 
+// headSpace is memory a connection lends parseHead for each request,
+// reused once the request has been served: the header map, cleared, and
+// the URL.
+type headSpace struct {
+	header http.Header
+	url    url.URL
+}
+
+// reset clears sp for the next request.
+func (sp *headSpace) reset() {
+	sp.header = keepHeader(sp.header)
+	sp.url = url.URL{}
+}
+
+// keepHeader returns h cleared to be used again, or nil if it grew past
+// frontKeepHeaders names.
+func keepHeader(h http.Header) http.Header {
+	if len(h) > frontKeepHeaders {
+		return nil
+	}
+	clear(h)
+	return h
+}
+
 // parseHead parses the request head that b begins with, ending at its
 // first CRLF CRLF, if it is one the front serves itself: GET or HEAD of an
 // origin-form target over HTTP/1.1, with one valid Host and no body, no
 // Expect, no Upgrade, no obsolete line folding and no bare CR or LF. For
 // any other head (including one net/http would refuse) ok is false, and
 // the connection goes to net/http, which answers it as it always has.
-// n is the length of the head.
-func parseHead(b []byte) (r directRequest, n int, ok bool) {
+// n is the length of the head. The header map and the URL are sp's, if sp
+// is not nil.
+func parseHead(b []byte, sp *headSpace) (r directRequest, n int, ok bool) {
 	end := bytes.Index(b, crlf2)
 	if end < 0 {
 		return r, 0, false
@@ -79,16 +104,27 @@ func parseHead(b []byte) (r directRequest, n int, ok bool) {
 		}
 	}
 	r.target = target
-	u, err := url.ParseRequestURI(r.target)
-	if err != nil {
-		return r, 0, false
+	if sp != nil && plainTarget(&sp.url, target) {
+		r.url = &sp.url
+	} else {
+		u, err := url.ParseRequestURI(r.target)
+		if err != nil {
+			return r, 0, false
+		}
+		r.url = u
 	}
-	r.url = u
 	lines := strings.Count(rest, "\r\n")
 	if lines > maxDirectHeaders {
 		return r, 0, false
 	}
-	r.header = make(http.Header, lines)
+	if sp != nil && sp.header != nil {
+		r.header = sp.header // cleared by the connection
+	} else {
+		r.header = make(http.Header, lines)
+		if sp != nil {
+			sp.header = r.header
+		}
+	}
 	values := make([]string, lines)
 	hosts := 0
 	for len(rest) > 0 {
@@ -140,4 +176,25 @@ func parseHead(b []byte) (r directRequest, n int, ok bool) {
 		}
 	}
 	return r, n, true
+}
+
+// plainTarget sets u to what url.ParseRequestURI makes of target, and
+// reports true, if its path has only characters a URL's path never
+// escapes, so that its URL is the path and the query as they are.
+func plainTarget(u *url.URL, target string) bool {
+	path, query, hasQuery := strings.Cut(target, "?")
+	for i := range len(path) {
+		switch c := path[i]; {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9',
+			c == '/', c == '-', c == '.', c == '_', c == '~':
+		default:
+			return false
+		}
+	}
+	*u = url.URL{Path: path, RawQuery: query}
+	// As net/url: a lone '?' at the end is kept as ForceQuery.
+	if hasQuery && query == "" {
+		u.ForceQuery = true
+	}
+	return true
 }

@@ -23,6 +23,12 @@ var heads = []struct {
 	{"GET / HTTP/1.1\r\nHost:\r\nX-Empty:\r\nX-Pad:   v  \t\r\n\r\n", true},
 	{"GET / HTTP/1.1\r\nHost: a\r\n\r\nGET /next HTTP/1.1\r\n", true},
 	{"GET / HTTP/1.1\r\nHost: a\r\nX-Obs: \x80\xff\r\n\r\n", true},
+	{"GET /a? HTTP/1.1\r\nHost: a\r\n\r\n", true},
+	{"GET /a?? HTTP/1.1\r\nHost: a\r\n\r\n", true},
+	{"GET /a?b?c#d HTTP/1.1\r\nHost: a\r\n\r\n", true},
+	{"GET //a/./b~_-.c HTTP/1.1\r\nHost: a\r\n\r\n", true},
+	{"GET /a;b,c:d@e$f&g+h=i!j*k'l(m)n HTTP/1.1\r\nHost: a\r\n\r\n", true},
+	{"GET /a{b}|c^d`e\"f<g>h\\i#j HTTP/1.1\r\nHost: a\r\n\r\n", true},
 
 	{"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\n\r\nx", false},
 	{"GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n", false},
@@ -55,9 +61,13 @@ var heads = []struct {
 // TestParseHead checks which heads the front serves, and that it reads
 // each of those exactly as net/http's server does.
 func TestParseHead(t *testing.T) {
+	// A connection's space, used by each head in turn as a connection's is.
+	var sp headSpace
 	for _, tc := range heads {
-		r, n, ok := parseHead([]byte(tc.head))
+		parseTwice(t, []byte(tc.head), &sp)
+		r, n, ok := parseHead([]byte(tc.head), &sp)
 		if ok != tc.direct {
+			sp.reset()
 			t.Errorf("parseHead(%q) ok = %v, want %v", tc.head, ok, tc.direct)
 			continue
 		}
@@ -67,6 +77,7 @@ func TestParseHead(t *testing.T) {
 			}
 			sameAsNetHTTP(t, []byte(tc.head), r)
 		}
+		sp.reset()
 	}
 }
 
@@ -93,8 +104,27 @@ func sameAsNetHTTP(t *testing.T, head []byte, r directRequest) {
 	if !reflect.DeepEqual(got, exp) {
 		t.Fatalf("parseHead(%q) = %+v; net/http reads %+v", head, got, exp)
 	}
-	if r.url.Path != want.URL.Path || r.url.RawPath != want.URL.RawPath || r.url.RawQuery != want.URL.RawQuery {
+	if *r.url != *want.URL {
 		t.Fatalf("parseHead(%q) URL = %#v; net/http reads %#v", head, r.url, want.URL)
+	}
+}
+
+// parseTwice fails t unless parseHead reads b the same with a
+// connection's used space, sp, as with none.
+func parseTwice(t *testing.T, b []byte, sp *headSpace) {
+	t.Helper()
+	r1, n1, ok1 := parseHead(b, nil)
+	r2, n2, ok2 := parseHead(b, sp)
+	defer sp.reset()
+	if ok1 != ok2 || n1 != n2 {
+		t.Fatalf("parseHead(%q) = n %d, ok %v without space; n %d, ok %v with it", b, n1, ok1, n2, ok2)
+	}
+	if !ok1 {
+		return
+	}
+	if *r1.url != *r2.url || !reflect.DeepEqual(r1.header, r2.header) || r1.method != r2.method ||
+		r1.target != r2.target || r1.host != r2.host || r1.close != r2.close {
+		t.Fatalf("parseHead(%q) = %+v (URL %#v) without space; %+v (URL %#v) with it", b, r1, r1.url, r2, r2.url)
 	}
 }
 
@@ -105,8 +135,11 @@ func FuzzParseHead(f *testing.F) {
 	for _, tc := range heads {
 		f.Add([]byte(tc.head))
 	}
+	var sp headSpace
 	f.Fuzz(func(t *testing.T, b []byte) {
-		r, n, ok := parseHead(b)
+		parseTwice(t, b, &sp)
+		r, n, ok := parseHead(b, &sp)
+		defer sp.reset()
 		if !ok {
 			return
 		}
