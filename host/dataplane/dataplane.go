@@ -229,16 +229,20 @@ type call struct {
 	// resp is the Response roundTrip returns, a part of the call so that
 	// it costs no allocation of its own.
 	resp Response
-	// headFrame is the request's head, sent once, also a part of the call,
-	// with the messages of its headers if they are few.
-	headFrame struct {
-		f  pluginv1.Frame
-		k  pluginv1.Frame_Request
-		r  pluginv1.RequestHead
-		h  pluginv1.HTTPRequest
-		hm wire.HeaderMessages
-	}
 }
+
+// headFrame is the messages of a request's head, with those of its
+// headers if they are few: taken from headFrames to encode a head, and
+// given back cleared, since an encoded frame keeps none of them.
+type headFrame struct {
+	f  pluginv1.Frame
+	k  pluginv1.Frame_Request
+	r  pluginv1.RequestHead
+	h  pluginv1.HTTPRequest
+	hm wire.HeaderMessages
+}
+
+var headFrames = sync.Pool{New: func() any { return new(headFrame) }}
 
 // register allocates a request id on c. It fails once c has broken.
 func (c *conn) register(ctx context.Context, deadline time.Time) (*call, error) {
@@ -305,7 +309,7 @@ func (cl *call) roundTrip(req *Request) (*Response, error) {
 func (cl *call) send(req *Request) error {
 	body := bodyCursor{pieces: req.Body}
 	first, more := body.next()
-	hf := &cl.headFrame
+	hf := headFrames.Get().(*headFrame)
 	hf.h.Method, hf.h.Path, hf.h.RawQuery = req.Method, req.Path, req.RawQuery
 	hf.h.Headers, hf.h.Body = hf.hm.Convert(req.Header), first
 	hf.h.RemoteAddr, hf.h.Host, hf.h.Pattern, hf.h.RequestId = req.RemoteAddr, req.Host, req.Pattern, req.RequestID
@@ -319,6 +323,8 @@ func (cl *call) send(req *Request) error {
 	hf.f.Id, hf.f.Kind = cl.id, &hf.k
 	var frs [headBatch]wire.Frame
 	fr, err := cl.encode(&hf.f, nil, false)
+	*hf = headFrame{}
+	headFrames.Put(hf)
 	if err != nil {
 		return err
 	}
