@@ -467,7 +467,14 @@ func (g *Ingress) forwardTo(w http.ResponseWriter, r *http.Request, e *entry, re
 	ep.StartCall()
 	defer func() { ep.EndCall() }()
 
-	req := &dataplane.Request{
+	// The Request is the data plane's only until RoundTrip (or a resend)
+	// returns: it comes from a pool, and goes back cleared.
+	req := dataplaneRequests.Get().(*dataplane.Request)
+	defer func() {
+		*req = dataplane.Request{}
+		dataplaneRequests.Put(req)
+	}()
+	*req = dataplane.Request{
 		Method:     r.Method,
 		Path:       rest,
 		RawQuery:   r.URL.RawQuery,
@@ -541,6 +548,8 @@ func (g *Ingress) forwardTo(w http.ResponseWriter, r *http.Request, e *entry, re
 	*cut = c
 	return code
 }
+
+var dataplaneRequests = sync.Pool{New: func() any { return new(dataplane.Request) }}
 
 // TakesBody reports whether the ingress passes a request body on for a
 // request of method to a route: not for GET and HEAD, nor for a route
