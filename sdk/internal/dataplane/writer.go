@@ -37,17 +37,20 @@ type writer struct {
 	sentHead bool
 	err      error // the first send failure; later writes fail with it
 	refused  bool  // Refuse was called: no handler ran
-	// headFrame is the response's head, sent once: its messages, and
-	// those of a few headers, are a part of the writer rather than
-	// allocations of their own.
-	headFrame struct {
-		f  pluginv1.Frame
-		k  pluginv1.Frame_Response
-		r  pluginv1.ResponseHead
-		h  pluginv1.HTTPResponse
-		hm wire.HeaderMessages
-	}
 }
+
+// headFrame is the messages of a response's head, with those of its
+// headers if they are few: taken from headFrames to send a head, and
+// given back cleared, since an encoded frame keeps none of them.
+type headFrame struct {
+	f  pluginv1.Frame
+	k  pluginv1.Frame_Response
+	r  pluginv1.ResponseHead
+	h  pluginv1.HTTPResponse
+	hm wire.HeaderMessages
+}
+
+var headFrames = sync.Pool{New: func() any { return new(headFrame) }}
 
 // Refuser is implemented by the http.ResponseWriter Serve hands its
 // Handler. Refuse, called instead of writing anything, answers the host
@@ -194,7 +197,7 @@ func (w *writer) flush(end bool) error {
 	if !w.sentHead {
 		piece := body[:min(len(body), w.c.piece)]
 		more := !end || len(piece) < len(body)
-		hf := &w.headFrame
+		hf := headFrames.Get().(*headFrame)
 		hf.h.Status, hf.h.Headers, hf.h.Body = int32(w.status), hf.hm.Convert(w.header), piece
 		hf.r.Response, hf.r.More = &hf.h, more
 		if end && more {
@@ -202,7 +205,10 @@ func (w *writer) flush(end bool) error {
 		}
 		hf.k.Response = &hf.r
 		hf.f.Id, hf.f.Kind = w.c.id, &hf.k
-		if err := w.sendPiece(&hf.f, len(piece)); err != nil {
+		err := w.sendPiece(&hf.f, len(piece))
+		*hf = headFrame{}
+		headFrames.Put(hf)
+		if err != nil {
 			return err
 		}
 		w.sentHead = true
