@@ -270,6 +270,10 @@ type frontConn struct {
 	header http.Header
 	req    http.Request
 
+	// headBy is when the head being read is due, zero if no deadline
+	// runs for it (yet).
+	headBy time.Time
+
 	// mu guards state, and the watcher's fields below.
 	// since is when the request being served began (monoNow), for the
 	// sweeper.
@@ -334,17 +338,22 @@ func (c *frontConn) serve() {
 // answer either.
 func (c *frontConn) readHead(first bool) (r directRequest, n int, ok bool, err error) {
 	timed := false // the head's deadline is set
+	c.headBy = time.Time{}
 	if c.br.Buffered() == 0 {
 		wait := c.f.opts.ReadHeaderTimeout
 		if !first && c.f.opts.IdleTimeout > 0 {
 			wait = c.f.opts.IdleTimeout
 		}
-		if !c.armRead(wait) {
+		at, armed := c.armRead(wait)
+		if !armed {
 			return r, 0, false, net.ErrClosed
 		}
 		// After an idle wait, the head gets its own deadline if it does
 		// not arrive with its first bytes.
 		timed = first || c.f.opts.IdleTimeout <= 0
+		if timed {
+			c.headBy = at
+		}
 		if _, err := c.br.Peek(1); err != nil {
 			return r, 0, false, err
 		}
@@ -364,7 +373,8 @@ func (c *frontConn) readHead(first bool) (r directRequest, n int, ok bool, err e
 		if !timed {
 			timed = true
 			if c.f.opts.ReadHeaderTimeout > 0 {
-				c.rwc.SetReadDeadline(time.Now().Add(c.f.opts.ReadHeaderTimeout))
+				c.headBy = time.Now().Add(c.f.opts.ReadHeaderTimeout)
+				c.rwc.SetReadDeadline(c.headBy)
 			} else {
 				c.rwc.SetReadDeadline(time.Time{})
 			}
@@ -402,7 +412,7 @@ func (c *frontConn) handOff() bool {
 	c.rwc.SetReadDeadline(time.Time{})
 	pending, _ := c.br.Peek(c.br.Buffered())
 	// The bytes a watcher read come after those buffered.
-	hc := &prefixConn{Conn: c.rwc, pending: append(append([]byte(nil), pending...), c.src.pending...)}
+	hc := &prefixConn{Conn: c.rwc, pending: append(append([]byte(nil), pending...), c.src.pending...), headBy: c.headBy}
 	select {
 	case c.f.handoff <- hc:
 		return true
@@ -425,20 +435,21 @@ func (c *frontConn) setState(s connState) bool {
 }
 
 // armRead sets the read deadline d from now (none if d is 0) for the
-// wait for a request, unless Shutdown has closed the connection: under
-// the lock, so that closeIfIdle's deadline is never overwritten.
-func (c *frontConn) armRead(d time.Duration) bool {
+// wait for a request, and returns it, unless Shutdown has closed the
+// connection: under the lock, so that closeIfIdle's deadline is never
+// overwritten.
+func (c *frontConn) armRead(d time.Duration) (time.Time, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.state == stateClosed {
-		return false
+		return time.Time{}, false
 	}
 	var t time.Time
 	if d > 0 {
 		t = time.Now().Add(d)
 	}
 	c.rwc.SetReadDeadline(t)
-	return true
+	return t, true
 }
 
 // closeIfIdle closes the connection if it waits for a request.
@@ -628,6 +639,21 @@ var frontWatchHook func(event string)
 type prefixConn struct {
 	net.Conn
 	pending []byte
+	// headBy is when the head the front began to read is due, zero if
+	// none is: net/http's first read deadline, the one for that head, is
+	// kept no later, so that a head read partly by the front and partly
+	// by net/http gets one read_timeout in all, not one each.
+	headBy time.Time
+}
+
+func (c *prefixConn) SetReadDeadline(t time.Time) error {
+	if by := c.headBy; !by.IsZero() {
+		c.headBy = time.Time{}
+		if t.IsZero() || t.After(by) {
+			t = by
+		}
+	}
+	return c.Conn.SetReadDeadline(t)
 }
 
 func (c *prefixConn) Read(p []byte) (int, error) {

@@ -467,6 +467,41 @@ func TestFrontHeadTimeout(t *testing.T) {
 	}
 }
 
+// TestFrontHeadTimeoutAcrossHandOff checks that a head the front began
+// to read and handed to net/http unfinished (longer than the front's
+// buffer) is due when it was due at the front, not a new timeout later:
+// net/http here would wait an hour for it.
+func TestFrontHeadTimeoutAcrossHandOff(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	front := NewFront(ln, servedBy, FrontOptions{ReadHeaderTimeout: time.Second, Direct: func(string, string) bool { return true }})
+	srv := &http.Server{Handler: servedBy, ReadHeaderTimeout: time.Hour}
+	served := make(chan error, 2)
+	go func() { served <- front.Serve() }()
+	go func() { served <- srv.Serve(front.Listener()) }()
+	t.Cleanup(func() {
+		srv.Close()
+		front.Close()
+		for range 2 {
+			<-served
+		}
+	})
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	// A GET head the front would serve, but longer than its buffer: it
+	// goes to net/http once the buffer is full, and never ends.
+	io.WriteString(c, "GET / HTTP/1.1\r\nHost: a\r\nX-Long: "+strings.Repeat("x", frontBuffer)+"\r\n")
+	c.SetReadDeadline(time.Now().Add(time.Minute))
+	if _, err := io.ReadAll(c); err != nil {
+		t.Fatalf("reading the connection after a head left unfinished: %v, want it closed at the front's head timeout", err)
+	}
+}
+
 // TestFrontDropsInvalidLength checks that a handler's Content-Length that
 // is not a length is left out, and the answer framed by its real one.
 func TestFrontDropsInvalidLength(t *testing.T) {
