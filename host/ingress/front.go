@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"runtime/debug"
@@ -334,8 +335,8 @@ func (c *frontConn) serve() {
 // readHead waits for the next request's head and parses it, reading
 // nothing past what the buffer holds. ok is false for a request the front
 // does not serve itself; err is set when the connection is to be closed:
-// it closed, or a head did not arrive in time, which net/http would not
-// answer either.
+// it closed before a head began, or a head did not arrive in time, which
+// net/http would not answer either.
 func (c *frontConn) readHead(first bool) (r directRequest, n int, ok bool, err error) {
 	timed := false // the head's deadline is set
 	c.headBy = time.Time{}
@@ -380,6 +381,11 @@ func (c *frontConn) readHead(first bool) (r directRequest, n int, ok bool, err e
 			}
 		}
 		if _, err := c.br.Peek(len(buf) + 1); err != nil {
+			if err == io.EOF {
+				// The client ended its side within a head: net/http
+				// answers that 400, and so gets it.
+				return r, 0, false, nil
+			}
 			return r, 0, false, err
 		}
 	}

@@ -502,6 +502,32 @@ func TestFrontHeadTimeoutAcrossHandOff(t *testing.T) {
 	}
 }
 
+// TestFrontHeadCutShort checks that a head the client ends its side
+// within is answered as net/http answers it, a 400, on a first request
+// and on one after another on the same connection.
+func TestFrontHeadCutShort(t *testing.T) {
+	f := startFront(t, servedBy, FrontOptions{})
+	for _, before := range []string{"", "GET / HTTP/1.1\r\nHost: a\r\n\r\n"} {
+		c := f.dial(t)
+		io.WriteString(c, before+"GET / HTTP/1.1\r\nHo")
+		c.(*net.TCPConn).CloseWrite()
+		br := bufio.NewReader(c)
+		if before != "" {
+			if _, body := readAnswer(t, br, "GET"); !strings.HasPrefix(body, "front ") {
+				t.Fatalf("first answer %q, want the front's", body)
+			}
+		}
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("after a head cut short (following %q): %v, want a 400", before, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest {
+			t.Fatalf("after a head cut short (following %q): %s, want 400", before, resp.Status)
+		}
+	}
+}
+
 // TestFrontDropsInvalidLength checks that a handler's Content-Length that
 // is not a length is left out, and the answer framed by its real one.
 func TestFrontDropsInvalidLength(t *testing.T) {
