@@ -8,16 +8,16 @@
 // small requests over loopback spends more on those hand-offs than on
 // the HTTP itself; this client has none. It keeps what the gateway
 // relies on from the Transport: requests are written as Request.Write
-// writes them (the common ones by writeRequest, straight into the
-// connection's buffer) and responses parsed by ReadResponse; a request's
-// context bounds the whole call, its end (cancellation or deadline)
-// ending a blocked read or write; errors are those of the
-// net package (*net.OpError with Op "dial", "write" or "read"), or the
-// context's when it was cancelled; a request that meets a kept-alive
-// connection the upstream has closed is sent again on another connection
-// when net/http would (nothing of it was written, or it is replayable);
-// response headers are bounded; informational (1xx) responses are
-// skipped.
+// writes them and responses read as ReadResponse reads them (the common
+// ones by writeRequest and readResponse, in the connection's buffers,
+// the rest by net/http); a request's context bounds the whole call, its
+// end (cancellation or deadline) ending a blocked read or write; errors
+// are those of the net package (*net.OpError with Op "dial", "write" or
+// "read"), or the context's when it was cancelled; a request that meets
+// a kept-alive connection the upstream has closed is sent again on
+// another connection when net/http would (nothing of it was written, or
+// it is replayable); response headers are bounded; informational (1xx)
+// responses are skipped.
 //
 // It must not be used for https:// upstreams (it speaks neither TLS nor
 // HTTP/2) nor follow redirects, and it starts no goroutine.
@@ -219,7 +219,7 @@ func (pc *conn) roundTrip(ctx context.Context, req *http.Request) (*http.Respons
 	pc.cr.limit = maxHeaderBytes
 	var resp *http.Response
 	for n := 0; ; n++ {
-		r, err := http.ReadResponse(pc.br, req)
+		r, err := readResponse(pc.br, req)
 		if err != nil {
 			return nil, err
 		}
