@@ -51,6 +51,7 @@ func TestWriteRequestAsNetHTTP(t *testing.T) {
 		{name: "user agent empty", method: "GET", url: "http://up/", header: http.Header{"User-Agent": {""}}},
 		{name: "user agent no values", method: "GET", url: "http://up/", header: http.Header{"User-Agent": nil}},
 		{name: "user agent several", method: "GET", url: "http://up/", header: http.Header{"User-Agent": {" a\r\nb ", "c"}}},
+		{name: "user agent white space", method: "GET", url: "http://up/", header: http.Header{"User-Agent": {" "}}},
 		{name: "values with line breaks and spaces", method: "GET", url: "http://up/", header: http.Header{
 			"X-Evil": {"a\r\nInjected: yes", "  padded\t"}, "X-Empty": {""}}},
 		{name: "invalid names dropped", method: "GET", url: "http://up/", header: http.Header{
