@@ -17,9 +17,9 @@ const defaultUserAgent = "Go-http-client/1.1"
 // a body, no Connection: close, no Transfer-Encoding or trailers and a
 // plain ASCII host (every request the gateway sends but those with a
 // body) is written here, into the connection's buffer, with the same
-// bytes; the rest goes through Request.Write. keys is the connection's
-// scratch slice for the sorted header names; writeRequest returns it for
-// the next request.
+// bytes but no httptrace hooks called (the gateway sets none); the rest
+// goes through Request.Write. keys is the connection's scratch slice for
+// the sorted header names; writeRequest returns it for the next request.
 func writeRequest(bw *bufio.Writer, req *http.Request, keys []string) ([]string, error) {
 	host, ruri, ok := plainHead(req)
 	if !ok {
