@@ -21,14 +21,14 @@ const targetGatewayRatio = 0.6
 // BenchmarkGateway loads GET through the host and the gateway plugin to a
 // loopback upstream (greet, served in-process), and the same upstream
 // directly, in alternating rounds with the same closed-loop loader as
-// BenchmarkHelloIngress, and prints requests/s and p99 for both and their
-// ratio against the target. The gateway has two tenants, so requests
-// without a key (the default tenant's) go through its scheduler and
-// workers. When nginx is installed, nginx proxying to the same upstream
-// (startNginx, as in BenchmarkPeers) takes its turn in each round too, and
-// the gateway's figure is also given against it. It fails only when
-// requests fail, never on a missed target. PLUGHOST_BENCH_* as for
-// BenchmarkHelloIngress.
+// BenchmarkHelloIngress, and prints requests/s and p99 for both, their
+// ratio against the target, and the gateway process's own CPU time per
+// request. The gateway has two tenants, so requests without a key (the
+// default tenant's) go through its scheduler and workers. When nginx is
+// installed, nginx proxying to the same upstream (startNginx, as in
+// BenchmarkPeers) takes its turn in each round too, and the gateway's
+// figure is also given against it. It fails only when requests fail,
+// never on a missed target. PLUGHOST_BENCH_* as for BenchmarkHelloIngress.
 func BenchmarkGateway(b *testing.B) {
 	warmup := envDuration(b, "PLUGHOST_BENCH_WARMUP", time.Second)
 	measure := envDuration(b, "PLUGHOST_BENCH_DURATION", 5*time.Second)
@@ -105,10 +105,17 @@ func BenchmarkGateway(b *testing.B) {
 	round := measure / time.Duration(rounds)
 	m0, machineOK := machineCPU()
 	var ratios []float64
+	// The gateway process's own CPU time over the gateway's rounds: the
+	// plugin's cost per request, without the host's and the loader's.
+	var gwProc time.Duration
 	for range rounds {
 		var rps [3]float64
 		for i, sd := range sides {
+			g0 := procCPU(b, gwPid)
 			rps[i] = measureRound(b.Context(), sd.load, round, sd.cpu, &sd.res)
+			if sd.name == "gateway" {
+				gwProc += procCPU(b, gwPid) - g0
+			}
 		}
 		ratios = append(ratios, rps[1]/rps[0])
 	}
@@ -127,6 +134,11 @@ func BenchmarkGateway(b *testing.B) {
 	b.ReportMetric(ratio, "gateway/direct-req/s")
 	b.ReportMetric(micros(d.quantile(0.99)), "direct-p99-µs")
 	b.ReportMetric(micros(g.quantile(0.99)), "gateway-p99-µs")
+	gwProcPerRequest := time.Duration(0)
+	if g.n() > 0 {
+		gwProcPerRequest = gwProc / time.Duration(g.n())
+	}
+	b.ReportMetric(micros(gwProcPerRequest), "gateway-process-CPU-µs/req")
 	if len(sides) == 3 {
 		n := &sides[2].res
 		b.ReportMetric(n.rps()/d.rps(), "nginx/direct-req/s")
@@ -142,6 +154,7 @@ func BenchmarkGateway(b *testing.B) {
 		fmt.Fprintf(&sb, "%-8s %12.0f %10v %10v %10.1fµs %10d\n", sd.name, sd.res.rps(), roundDur(sd.res.quantile(0.50)),
 			roundDur(sd.res.quantile(0.99)), micros(sd.res.cpuPerRequest()), sd.res.n())
 	}
+	fmt.Fprintf(&sb, "the gateway process alone: %.1fµs CPU/request\n", micros(gwProcPerRequest))
 	fmt.Fprintf(&sb, "gateway/direct per round:")
 	for _, r := range ratios {
 		fmt.Fprintf(&sb, " %.3f", r)

@@ -93,11 +93,19 @@ func (u *upstream) request(ctx context.Context, o *outbound) (*http.Request, err
 		t.RawQuery = o.query
 		target = &t
 	}
-	// The URL is set after, rather than printed for NewRequest to parse
-	// back into the same URL.
-	req, err := http.NewRequestWithContext(ctx, o.method, "", bytes.NewReader(o.body))
-	if err != nil {
-		return nil, err
+	var req *http.Request
+	if len(o.body) == 0 {
+		// What NewRequestWithContext makes of a request without a body,
+		// without parsing a URL only to replace it.
+		req = (&http.Request{Method: o.method, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1, Body: http.NoBody}).WithContext(ctx)
+	} else {
+		// The URL is set after, rather than printed for NewRequest to
+		// parse back into the same URL.
+		var err error
+		req, err = http.NewRequestWithContext(ctx, o.method, "", bytes.NewReader(o.body))
+		if err != nil {
+			return nil, err
+		}
 	}
 	req.URL, req.Host = target, target.Host
 	req.Header = o.header
@@ -107,9 +115,6 @@ func (u *upstream) request(ctx context.Context, o *outbound) (*http.Request, err
 		req.Header = o.header.Clone()
 	}
 	req.ContentLength = int64(len(o.body))
-	if len(o.body) == 0 {
-		req.Body = http.NoBody
-	}
 	return req, nil
 }
 

@@ -7,16 +7,17 @@
 // caller's, and parks its caller until they answer. A proxy that sends
 // small requests over loopback spends more on those hand-offs than on
 // the HTTP itself; this client has none. It keeps what the gateway
-// relies on from the Transport: requests and responses are written and
-// parsed by net/http (Request.Write, ReadResponse); a request's context
-// bounds the whole call, its deadline becoming the connection's and its
-// cancellation ending a blocked read or write; errors are those of the
-// net package (*net.OpError with Op "dial", "write" or "read"), or the
-// context's when it was cancelled; a request that meets a kept-alive
-// connection the upstream has closed is sent again on another connection
-// when net/http would (nothing of it was written, or it is replayable);
-// response headers are bounded; informational (1xx) responses are
-// skipped.
+// relies on from the Transport: requests are written as Request.Write
+// writes them and responses read as ReadResponse reads them (the common
+// ones by writeRequest and readResponse, in the connection's buffers,
+// the rest by net/http); a request's context bounds the whole call, its
+// end (cancellation or deadline) ending a blocked read or write; errors
+// are those of the net package (*net.OpError with Op "dial", "write" or
+// "read"), or the context's when it was cancelled; a request that meets
+// a kept-alive connection the upstream has closed is sent again on
+// another connection when net/http would (nothing of it was written, or
+// it is replayable); response headers are bounded; informational (1xx)
+// responses are skipped.
 //
 // It must not be used for https:// upstreams (it speaks neither TLS nor
 // HTTP/2) nor follow redirects, and it starts no goroutine.
@@ -72,6 +73,7 @@ type conn struct {
 	bw    *bufio.Writer
 	cr    countedConn
 	timer *time.Timer // closes it when idle past IdleTimeout
+	keys  []string    // writeRequest's scratch space
 	// stop unhooks the request's context from the connection; false if
 	// the context was done first and poisoned its deadline.
 	stop func() bool
@@ -155,8 +157,7 @@ func (c *Client) RoundTrip(req *http.Request) (*http.Response, error) {
 // retryable says whether a request that failed with err on a kept-alive
 // connection may go again on another, by net/http's rule: the upstream
 // got none of it, or it read none of the answer and the request can be
-// sent twice. A timeout is the request's deadline, which the connection
-// may reach a moment before the context's own timer: trying again would
+// sent twice. A timeout is the request's deadline: trying again would
 // only spend the pool's idle connections on a call already over.
 func retryable(req *http.Request, cr *countedConn, err error) bool {
 	if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
@@ -193,16 +194,23 @@ func replayable(req *http.Request) bool {
 // its blocked reads and writes at once.
 var aLongTimeAgo = time.Unix(1, 0)
 
-// roundTrip writes req and reads the head of its response.
+// roundTrip writes req and reads the head of its response. The context's
+// end sets a deadline in the past on the connection, which fails the
+// blocked read or write with a timeout of that step; the connection's
+// own deadline is otherwise left unset, which spares the poller two
+// timers a request. A deadline already past when the call starts is the
+// connection's at once, so that the write is the step that times out.
 func (pc *conn) roundTrip(ctx context.Context, req *http.Request) (*http.Response, error) {
-	dl, _ := ctx.Deadline() // zero: none
-	if err := pc.nc.SetDeadline(dl); err != nil {
-		return nil, err
+	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+		if err := pc.nc.SetDeadline(dl); err != nil {
+			return nil, err
+		}
 	}
 	nc := pc.nc
 	pc.stop = context.AfterFunc(ctx, func() { _ = nc.SetDeadline(aLongTimeAgo) })
 	pc.cr.written, pc.cr.read = 0, 0
-	if err := req.Write(pc.bw); err != nil {
+	var err error
+	if pc.keys, err = writeRequest(pc.bw, req, pc.keys); err != nil {
 		return nil, err
 	}
 	if err := pc.bw.Flush(); err != nil {
@@ -211,7 +219,7 @@ func (pc *conn) roundTrip(ctx context.Context, req *http.Request) (*http.Respons
 	pc.cr.limit = maxHeaderBytes
 	var resp *http.Response
 	for n := 0; ; n++ {
-		r, err := http.ReadResponse(pc.br, req)
+		r, err := readResponse(pc.br, req)
 		if err != nil {
 			return nil, err
 		}
@@ -238,7 +246,7 @@ func (pc *conn) roundTrip(ctx context.Context, req *http.Request) (*http.Respons
 func (pc *conn) done(reuse bool) {
 	stopped := pc.stop()
 	pc.stop = nil
-	if stopped && reuse && pc.nc.SetDeadline(time.Time{}) == nil {
+	if stopped && reuse {
 		pc.c.put(pc)
 		return
 	}
