@@ -264,12 +264,24 @@ type frontConn struct {
 	// held of the body until the head goes out.
 	out, fields, body []byte
 	// Memory of each request, reused for the next once it has been served:
-	// the head's, the answer's writer and header map, and the Request the
-	// handler's is a copy of (WithContext).
+	// the head's, the answer's writer and header map, and the Request.
 	space  headSpace
 	w      frontWriter
 	header http.Header
-	req    http.Request
+	// ctx is the context of every request the front serves on the
+	// connection, and end ends it: when the client goes away (watch) or
+	// the connection closes. A request's context does not end when its
+	// handler returns, as net/http's does; the front's handler, the
+	// ingress, leaves nothing waiting on it once it returns, and one
+	// context for the connection spares every request a context, its
+	// channel and the Request WithContext makes. base is a Request with
+	// only ctx set, and req the handler's, made anew from base for each
+	// request, so that nothing a handler set on one (SetPathValue) is
+	// seen by the next.
+	ctx  context.Context
+	end  context.CancelFunc
+	base *http.Request
+	req  *http.Request
 
 	// headBy is when the head being read is due, zero if no deadline
 	// runs for it (yet).
@@ -310,6 +322,9 @@ func (c *frontConn) serve() {
 		c.f.mu.Unlock()
 		if !handed {
 			c.rwc.Close()
+		}
+		if c.end != nil {
+			c.end()
 		}
 	}()
 	c.src = &prefixConn{Conn: c.rwc}
@@ -471,21 +486,16 @@ func (c *frontConn) closeIfIdle() {
 // serveOne calls the handler for r and writes its answer; it reports
 // whether the connection serves another request.
 func (c *frontConn) serveOne(r directRequest) (keep bool) {
-	ctx, cancel := context.WithCancel(context.Background())
-	c.req = http.Request{
-		Method:     r.method,
-		URL:        r.url,
-		Proto:      "HTTP/1.1",
-		ProtoMajor: 1,
-		ProtoMinor: 1,
-		Header:     r.header,
-		Body:       http.NoBody,
-		Host:       r.host,
-		RemoteAddr: c.remote,
-		RequestURI: r.target,
-		Close:      r.close,
+	if c.ctx == nil {
+		c.ctx, c.end = context.WithCancel(context.Background())
+		c.base = new(http.Request).WithContext(c.ctx)
+		c.req = new(http.Request)
 	}
-	req := c.req.WithContext(ctx)
+	req := c.req
+	*req = *c.base
+	req.Method, req.URL, req.Header, req.Body = r.method, r.url, r.header, http.NoBody
+	req.Proto, req.ProtoMajor, req.ProtoMinor = "HTTP/1.1", 1, 1
+	req.Host, req.RemoteAddr, req.RequestURI, req.Close = r.host, c.remote, r.target, r.close
 	if c.header == nil {
 		c.header = make(http.Header, 4)
 	}
@@ -493,7 +503,7 @@ func (c *frontConn) serveOne(r directRequest) (keep bool) {
 	*w = frontWriter{c: c, head: r.method == http.MethodHead, header: c.header, cl: -1, closeAfter: r.close,
 		fields: c.fields[:0], body: c.body[:0]}
 	c.mu.Lock()
-	c.cancel = cancel
+	c.cancel = c.end
 	c.mu.Unlock()
 	c.since.Store(int64(monoNow()))
 	c.f.amu.Lock()
@@ -508,7 +518,6 @@ func (c *frontConn) serveOne(r directRequest) (keep bool) {
 		c.f.amu.Lock()
 		delete(c.f.active, c)
 		c.f.amu.Unlock()
-		cancel()
 		c.endWatch()
 		c.clearRequest()
 		if p := recover(); p != nil {
@@ -528,7 +537,8 @@ func (c *frontConn) serveOne(r directRequest) (keep bool) {
 	if cap(w.body) <= frontKeep {
 		c.body = w.body[:0]
 	}
-	if !ok || w.closeAfter {
+	if !ok || w.closeAfter || c.ctx.Err() != nil {
+		// Written in vain, or to a client that has gone away.
 		return false
 	}
 	return c.setState(stateIdle)
@@ -538,7 +548,7 @@ func (c *frontConn) serveOne(r directRequest) (keep bool) {
 // that an idle connection holds none of it, and keeps the maps for the
 // next unless they grew large.
 func (c *frontConn) clearRequest() {
-	c.req = http.Request{}
+	*c.req = http.Request{}
 	c.w = frontWriter{}
 	c.space.reset()
 	c.header = keepHeader(c.header)

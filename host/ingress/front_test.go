@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"reflect"
 	"strings"
 	"testing"
@@ -524,6 +525,25 @@ func TestFrontHeadCutShort(t *testing.T) {
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusBadRequest {
 			t.Fatalf("after a head cut short (following %q): %s, want 400", before, resp.Status)
+		}
+	}
+}
+
+// TestFrontRequestsStartClean checks that what a handler sets on one
+// request (a path value, a field) is not seen by the next on the same
+// connection, whose Request the front makes from the same memory.
+func TestFrontRequestsStartClean(t *testing.T) {
+	f := startFront(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "%q %q %q %d", r.PathValue("x"), r.Pattern, r.Form.Get("y"), r.ContentLength)
+		r.SetPathValue("x", "set")
+		r.Pattern, r.Form, r.ContentLength = "/set", url.Values{"y": {"set"}}, 5
+	}), FrontOptions{})
+	c := f.dial(t)
+	io.WriteString(c, "GET / HTTP/1.1\r\nHost: a\r\n\r\nGET / HTTP/1.1\r\nHost: a\r\n\r\n")
+	br := bufio.NewReader(c)
+	for i := range 2 {
+		if _, body := readAnswer(t, br, "GET"); body != `"" "" "" 0` {
+			t.Fatalf("request %d saw %s, want nothing the first set", i+1, body)
 		}
 	}
 }
