@@ -31,6 +31,10 @@ type FrontOptions struct {
 	// the wait for the next request on a kept-alive connection;
 	// WriteTimeout the writing of an answer, from the end of its request's
 	// head unless the handler moves the deadline (http.ResponseController).
+	// A head the front hands to net/http unfinished keeps its deadline as
+	// the first read deadline net/http sets, which is the head's when the
+	// http.Server has a ReadHeaderTimeout or ReadTimeout of its own (the
+	// host sets both).
 	ReadHeaderTimeout, IdleTimeout, WriteTimeout time.Duration
 	// Direct reports whether a request the front parsed may be served
 	// by it; the others go to net/http with their connection.
@@ -79,7 +83,12 @@ type Front struct {
 	date atomic.Pointer[dateLine]
 }
 
-// NewFront returns a Front that accepts on ln and serves h.
+// NewFront returns a Front that accepts on ln and serves h. Unlike
+// net/http's, the requests the front serves on one connection share a
+// context, which ends when the client goes away or the connection
+// closes, not when h returns; and the front reuses each Request and
+// ResponseWriter for the next request. h must leave neither, nor anything
+// waiting on the context, behind when it returns, as the ingress does.
 func NewFront(ln net.Listener, h http.Handler, opts FrontOptions) *Front {
 	if opts.Logger == nil {
 		opts.Logger = hclog.NewNullLogger()
@@ -537,6 +546,10 @@ func (c *frontConn) serveOne(r directRequest) (keep bool) {
 	if cap(w.body) <= frontKeep {
 		c.body = w.body[:0]
 	}
+	// The watcher stops before the context is looked at: one that saw the
+	// client go away after the look would leave the next request, already
+	// buffered, to be served with an ended context.
+	c.endWatch()
 	if !ok || w.closeAfter || c.ctx.Err() != nil {
 		// Written in vain, or to a client that has gone away.
 		return false

@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -32,10 +33,17 @@ func startFront(t testing.TB, h http.Handler, opts FrontOptions) *frontFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return serveFront(t, ln, h, opts, &http.Server{Handler: h})
+}
+
+// serveFront serves h on ln behind a Front, with srv serving what it
+// hands over, until the test ends.
+func serveFront(t testing.TB, ln net.Listener, h http.Handler, opts FrontOptions, srv *http.Server) *frontFixture {
+	t.Helper()
 	if opts.Direct == nil {
 		opts.Direct = func(string, string) bool { return true }
 	}
-	f := &frontFixture{front: NewFront(ln, h, opts), srv: &http.Server{Handler: h}, addr: ln.Addr().String()}
+	f := &frontFixture{front: NewFront(ln, h, opts), srv: srv, addr: ln.Addr().String()}
 	served := make(chan error, 2)
 	go func() { served <- f.front.Serve() }()
 	go func() { served <- f.srv.Serve(f.front.Listener()) }()
@@ -477,27 +485,11 @@ func TestFrontHeadTimeoutAcrossHandOff(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	front := NewFront(ln, servedBy, FrontOptions{ReadHeaderTimeout: time.Second, Direct: func(string, string) bool { return true }})
-	srv := &http.Server{Handler: servedBy, ReadHeaderTimeout: time.Hour}
-	served := make(chan error, 2)
-	go func() { served <- front.Serve() }()
-	go func() { served <- srv.Serve(front.Listener()) }()
-	t.Cleanup(func() {
-		srv.Close()
-		front.Close()
-		for range 2 {
-			<-served
-		}
-	})
-	c, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	f := serveFront(t, ln, servedBy, FrontOptions{ReadHeaderTimeout: time.Second}, &http.Server{Handler: servedBy, ReadHeaderTimeout: time.Hour})
+	c := f.dial(t)
 	// A GET head the front would serve, but longer than its buffer: it
 	// goes to net/http once the buffer is full, and never ends.
 	io.WriteString(c, "GET / HTTP/1.1\r\nHost: a\r\nX-Long: "+strings.Repeat("x", frontBuffer)+"\r\n")
-	c.SetReadDeadline(time.Now().Add(time.Minute))
 	if _, err := io.ReadAll(c); err != nil {
 		t.Fatalf("reading the connection after a head left unfinished: %v, want it closed at the front's head timeout", err)
 	}
@@ -526,6 +518,83 @@ func TestFrontHeadCutShort(t *testing.T) {
 		if resp.StatusCode != http.StatusBadRequest {
 			t.Fatalf("after a head cut short (following %q): %s, want 400", before, resp.Status)
 		}
+	}
+}
+
+// finConn is an accepted connection whose client ends its side just as
+// the front stops the connection's watcher (the read deadline in the
+// past), and which waits for the watcher to see it.
+type finConn struct {
+	net.Conn
+	once sync.Once
+	fin  func()
+}
+
+func (c *finConn) SetReadDeadline(t time.Time) error {
+	if t.Equal(aLongTimeAgo) {
+		c.once.Do(c.fin)
+	}
+	return c.Conn.SetReadDeadline(t)
+}
+
+type finListener struct {
+	net.Listener
+	fin func()
+}
+
+func (l finListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &finConn{Conn: c, fin: l.fin}, nil
+}
+
+// TestFrontEndedContextServesNoMore checks that a request buffered behind
+// one whose client went away as its answer was written is not served
+// with the connection's ended context: the connection closes instead.
+func TestFrontEndedContextServesNoMore(t *testing.T) {
+	watching := make(chan struct{}, 1)
+	frontWatchHook = func(event string) {
+		if event == "watching" {
+			watching <- struct{}{}
+		}
+	}
+	t.Cleanup(func() { frontWatchHook = nil })
+	client := make(chan *net.TCPConn, 1)
+	slowCtx := make(chan context.Context, 1)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The client's end reaches the watcher, which cancels the context,
+	// before the front goes on.
+	fin := func() {
+		(<-client).CloseWrite()
+		select {
+		case ctx := <-slowCtx:
+			<-ctx.Done()
+		case <-time.After(time.Minute):
+		}
+	}
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/slow" {
+			slowCtx <- r.Context()
+			<-watching
+		}
+		fmt.Fprintf(w, "%s %v", r.URL.Path, r.Context().Err())
+	})
+	f := serveFront(t, finListener{Listener: ln, fin: fin}, h, FrontOptions{}, &http.Server{Handler: h})
+	c := f.dial(t)
+	client <- c.(*net.TCPConn)
+	io.WriteString(c, "GET /slow HTTP/1.1\r\nHost: a\r\n\r\nGET /next HTTP/1.1\r\nHost: a\r\n\r\n")
+	br := bufio.NewReader(c)
+	if _, body := readAnswer(t, br, "GET"); body != "/slow <nil>" {
+		t.Fatalf("first answer %q, want /slow served", body)
+	}
+	if resp, err := http.ReadResponse(br, nil); err == nil {
+		b, _ := io.ReadAll(resp.Body)
+		t.Fatalf("the request after the client went away was served: %q; want the connection closed", b)
 	}
 }
 

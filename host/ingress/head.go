@@ -120,7 +120,7 @@ func parseHead(b []byte, sp *headSpace) (r directRequest, n int, ok bool) {
 	if sp != nil && sp.header != nil {
 		r.header = sp.header // cleared by the connection
 	} else {
-		r.header = make(http.Header, lines)
+		r.header = make(http.Header, min(lines, frontKeepHeaders))
 		if sp != nil {
 			sp.header = r.header
 		}

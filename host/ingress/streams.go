@@ -205,7 +205,15 @@ func (g *Ingress) answerStream(ctx context.Context, w http.ResponseWriter, r *ht
 			_ = rc.SetWriteDeadline(time.Now())
 		}
 	})
-	defer stop()
+	defer func() {
+		// stop does not wait for a callback already started: taking mu
+		// does, and ended keeps one not yet in from touching a writer
+		// that is no longer the handler's (the front reuses its own).
+		stop()
+		mu.Lock()
+		ended = true
+		mu.Unlock()
+	}()
 	end := func() int {
 		mu.Lock()
 		ended = true
