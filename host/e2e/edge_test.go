@@ -182,6 +182,65 @@ func TestFrontDoorOneConnection(t *testing.T) {
 	}
 }
 
+// TestFrontDoorClientLeaves checks, against the host binary, the two
+// ways a client can leave a connection the front door serves: during a
+// request, which is cancelled in the plugin long before its handler would
+// have answered (the host counts a 499 and nothing stays in flight); and
+// within a request head, which is answered 400 as net/http answers it.
+func TestFrontDoorClientLeaves(t *testing.T) {
+	h := startHost(t, baseConfig("2s")+pluginBlock("hello", "hello", ""))
+	u, err := url.Parse(h.ingress)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dial := func() net.Conn {
+		t.Helper()
+		conn, err := net.DialTimeout("tcp", u.Host, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		conn.SetDeadline(time.Now().Add(30 * time.Second))
+		return conn
+	}
+
+	// A handler that would sleep for a minute, left once it runs.
+	conn := dial()
+	if _, err := io.WriteString(conn, "GET /hello/sleep?ms=60000 HTTP/1.1\r\nHost: plughost\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	inflight := `plughost_inflight_requests{plugin="hello"}`
+	waitFor(t, 10*time.Second, "the sleep to be in flight", func() bool {
+		v, _ := h.metric(inflight)
+		return v == 1
+	})
+	conn.Close()
+	waitFor(t, 20*time.Second, "the sleep to be cancelled and counted as 499", func() bool {
+		n, _ := h.metric(`plughost_http_requests_total{code="499",plugin="hello"}`)
+		v, _ := h.metric(inflight)
+		return n == 1 && v == 0
+	})
+
+	// A head cut short by the client's end of the connection.
+	conn = dial()
+	if _, err := io.WriteString(conn, "GET /hello/ HTTP/1.1\r\nHo"); err != nil {
+		t.Fatal(err)
+	}
+	conn.(*net.TCPConn).CloseWrite()
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("a head cut short: %v, want a 400", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("a head cut short = %s, want 400", resp.Status)
+	}
+
+	if code, body := h.get(h.ingress + "/hello/"); code != http.StatusOK {
+		t.Errorf("GET /hello/ after both = %d %s, want 200", code, body)
+	}
+}
+
 // edgeConfig is baseConfig with the limits block replaced by limits.
 func edgeConfig(limits string) string {
 	return fmt.Sprintf(`
