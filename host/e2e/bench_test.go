@@ -10,6 +10,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -81,7 +82,7 @@ func BenchmarkHelloIngress(b *testing.B) {
 	// The machine is shared and its background load drifts, so the sides
 	// take turns in short rounds rather than one long run each: both see
 	// the same conditions. Neither side is loaded while the other is.
-	inLoad, hostLoad := newLoader(baseURL+"/hello/", conns), newLoader(h.ingress+"/hello/", conns)
+	inLoad, hostLoad := newLoader(b, baseURL+"/hello/", conns), newLoader(b, h.ingress+"/hello/", conns)
 	defer inLoad.close()
 	defer hostLoad.close()
 	// CPU time is counted for every process that serves or loads a side:
@@ -418,9 +419,6 @@ func measureRound(ctx context.Context, l *loader, d time.Duration, cpu func() ti
 	return 0
 }
 
-// loader drives closed-loop load at one URL: conns connections, each
-// sending its next request as soon as the last one is answered. It keeps
-// its connections between rounds; call close when done.
 // worker is one load-generating connection's record.
 type worker struct {
 	lat      []time.Duration
@@ -448,40 +446,59 @@ func (r *loadResult) add(start time.Time, workers []worker) {
 	r.elapsed += last.Sub(start)
 }
 
+// loader drives closed-loop load at one URL: conns connections, each a
+// rawClient sending its next GET as soon as the last one is answered, as
+// wrk does. The loader runs in the benchmark process and shares the
+// machine's two cores with what it measures, so it is the rawClient and
+// not net/http's client: every microsecond it spends per request is
+// taken from both sides of a comparison alike and pulls their ratio
+// towards 1. It keeps its connections between rounds; call close when
+// done.
 type loader struct {
-	url   string
-	conns int
-	tr    *http.Transport
-	cl    *http.Client
+	clients []*rawClient
 }
 
-func newLoader(url string, conns int) *loader {
-	tr := &http.Transport{
-		MaxIdleConns:        conns,
-		MaxIdleConnsPerHost: conns,
-		MaxConnsPerHost:     conns,
-		IdleConnTimeout:     30 * time.Second,
-		DisableCompression:  true,
+// newLoader returns a loader of conns connections for rawURL, which must
+// be http://127.0.0.1:PORT followed by a path.
+func newLoader(tb testing.TB, rawURL string, conns int) *loader {
+	tb.Helper()
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		tb.Fatalf("loader: %v", err)
 	}
-	return &loader{url: url, conns: conns, tr: tr, cl: &http.Client{Transport: tr, Timeout: 10 * time.Second}}
+	l := &loader{clients: make([]*rawClient, conns)}
+	for i := range l.clients {
+		c, err := newRawClient(u.Scheme + "://" + u.Host)
+		if err != nil {
+			tb.Fatalf("loader: %v", err)
+		}
+		c.setGet(u.RequestURI())
+		l.clients[i] = c
+	}
+	return l
 }
 
-func (l *loader) close() { l.tr.CloseIdleConnections() }
+func (l *loader) close() {
+	for _, c := range l.clients {
+		c.close()
+	}
+}
 
 // run loads the URL for d, or until ctx is done, and adds what it measured
 // to into when into is not nil (nil is a warm-up). Only requests that start
 // within d are sent; the round ends when the last of them is answered, and
-// its measured time runs to that answer.
+// its measured time runs to that answer. An answer other than 200 counts
+// as an error.
 func (l *loader) run(ctx context.Context, d time.Duration, into *loadResult) {
 	start := time.Now()
 	end := start.Add(d)
 	ctx, cancel := context.WithDeadline(ctx, end.Add(15*time.Second))
 	defer cancel()
 
-	workers := make([]worker, l.conns)
+	workers := make([]worker, len(l.clients))
 	var wg sync.WaitGroup
 	for i := range workers {
-		w := &workers[i]
+		w, c := &workers[i], l.clients[i]
 		w.lat = make([]time.Duration, 0, 1<<10)
 		wg.Go(func() {
 			for ctx.Err() == nil {
@@ -489,9 +506,12 @@ func (l *loader) run(ctx context.Context, d time.Duration, into *loadResult) {
 				if !t0.Before(end) {
 					return
 				}
-				err := fetch(ctx, l.cl, l.url)
+				code, body, err := c.do(ctx)
 				t1 := time.Now()
 				w.last = t1
+				if err == nil && code != http.StatusOK {
+					err = fmt.Errorf("status %d: %.200q", code, body)
+				}
 				if err != nil {
 					w.errors++
 					if w.firstErr == nil {
@@ -505,27 +525,6 @@ func (l *loader) run(ctx context.Context, d time.Duration, into *loadResult) {
 	}
 	wg.Wait()
 	into.add(start, workers)
-}
-
-// fetch sends one GET and reads the whole answer, which must be a 200.
-func fetch(ctx context.Context, cl *http.Client, url string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := cl.Do(req)
-	if err != nil {
-		return err
-	}
-	_, err = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	if err != nil {
-		return fmt.Errorf("read body: %w", err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("status %d", resp.StatusCode)
-	}
-	return nil
 }
 
 // rssMB returns the resident set size of pid in MB (2^20 bytes), from

@@ -95,7 +95,7 @@ func BenchmarkGateway(b *testing.B) {
 		}
 	}
 	for _, sd := range sides {
-		sd.load = newLoader(sd.url, conns)
+		sd.load = newLoader(b, sd.url, conns)
 		defer sd.load.close()
 	}
 	b.ResetTimer()

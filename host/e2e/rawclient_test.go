@@ -72,6 +72,16 @@ func newRawClient(baseURL string) (*rawClient, error) {
 	return &rawClient{addr: u.Host}, nil
 }
 
+// setGet makes the request that do sends: a GET of path, which must not
+// hold a line break, with no header but Host, as wrk sends.
+func (c *rawClient) setGet(path string) {
+	b := append(c.req[:0], "GET "...)
+	b = append(b, path...)
+	b = append(b, " HTTP/1.1\r\nHost: "...)
+	b = append(b, c.addr...)
+	c.req = append(b, "\r\n\r\n"...)
+}
+
 // setPost makes the request that do sends: a POST of the JSON body to
 // path with the Idempotency-Key key. Neither path nor key may hold a
 // line break; the caller's buffers are copied and may be reused.
@@ -523,6 +533,77 @@ func TestRawClientRefusesAddresses(t *testing.T) {
 		"http://127.0.0.1:80/api", "http://[::1]:80"} {
 		if _, err := newRawClient(u); err == nil {
 			t.Errorf("newRawClient(%q) = nil error, want one: it loads http://127.0.0.1:PORT only", u)
+		}
+	}
+}
+
+// TestRawClientGet sends setGet's request through a real net/http
+// server, which must read a GET of the path and query with the Host the
+// client dialled and no body, several times on one connection.
+func TestRawClientGet(t *testing.T) {
+	var mu sync.Mutex
+	var remotes []string
+	var srv *httptest.Server
+	srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		remotes = append(remotes, r.RemoteAddr)
+		mu.Unlock()
+		body, err := io.ReadAll(r.Body)
+		if err != nil || r.Method != http.MethodGet || r.URL.RequestURI() != "/hello/?q=1" ||
+			r.Host != strings.TrimPrefix(srv.URL, "http://") || r.ContentLength != 0 || len(body) != 0 {
+			http.Error(w, fmt.Sprintf("got %s %s host %q length %d body %q (%v)", r.Method, r.URL.RequestURI(),
+				r.Host, r.ContentLength, body, err), http.StatusBadRequest)
+			return
+		}
+		_, _ = io.WriteString(w, "hello")
+	}))
+	t.Cleanup(srv.Close)
+	c, err := newRawClient(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.close)
+	c.setGet("/hello/?q=1")
+	for i := range 3 {
+		code, body, err := c.do(t.Context())
+		if err != nil || code != http.StatusOK || string(body) != "hello" {
+			t.Fatalf("GET %d = %d %q, %v; want 200 \"hello\"", i, code, body, err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(remotes) != 3 || remotes[1] != remotes[0] || remotes[2] != remotes[0] {
+		t.Errorf("requests came from %v; want three from one connection", remotes)
+	}
+}
+
+// TestLoader runs the benchmarks' loader against a real server for a
+// short round: every answer 200 is a measured request, and any other
+// status is an error, not a measurement.
+func TestLoader(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/ok" {
+			http.Error(w, "no", http.StatusInternalServerError)
+			return
+		}
+		_, _ = io.WriteString(w, "ok")
+	}))
+	t.Cleanup(srv.Close)
+	for _, tc := range []struct {
+		path string
+		ok   bool
+	}{{"/ok", true}, {"/bad", false}} {
+		l := newLoader(t, srv.URL+tc.path, 4)
+		var r loadResult
+		l.run(t.Context(), 50*time.Millisecond, &r)
+		l.close()
+		if tc.ok && (r.n() == 0 || r.errors != 0 || r.elapsed <= 0) {
+			t.Errorf("GET %s: %d measured, %d errors (first %v), elapsed %v; want some measured and none failed",
+				tc.path, r.n(), r.errors, r.firstErr, r.elapsed)
+		}
+		if !tc.ok && (r.n() != 0 || r.errors == 0 || r.firstErr == nil || !strings.Contains(r.firstErr.Error(), "status 500")) {
+			t.Errorf("GET %s: %d measured, %d errors (first %v); want none measured and status 500 errors",
+				tc.path, r.n(), r.errors, r.firstErr)
 		}
 	}
 }
