@@ -107,14 +107,19 @@ func BenchmarkGateway(b *testing.B) {
 	var ratios []float64
 	// The gateway process's own CPU time over the gateway's rounds: the
 	// plugin's cost per request, without the host's and the loader's.
-	var gwProc time.Duration
+	// The host's, and the benchmark process's (the loader's and the
+	// upstream's), over the same rounds.
+	var gwProc, hostProc, selfProc time.Duration
+	hostPid := h.cmd.Process.Pid
 	for range rounds {
 		var rps [3]float64
 		for i, sd := range sides {
-			g0 := procCPU(b, gwPid)
+			g0, h0, s0 := procCPU(b, gwPid), procCPU(b, hostPid), selfCPU(b)
 			rps[i] = measureRound(b.Context(), sd.load, round, sd.cpu, &sd.res)
 			if sd.name == "gateway" {
 				gwProc += procCPU(b, gwPid) - g0
+				hostProc += procCPU(b, hostPid) - h0
+				selfProc += selfCPU(b) - s0
 			}
 		}
 		ratios = append(ratios, rps[1]/rps[0])
@@ -134,11 +139,14 @@ func BenchmarkGateway(b *testing.B) {
 	b.ReportMetric(ratio, "gateway/direct-req/s")
 	b.ReportMetric(micros(d.quantile(0.99)), "direct-p99-µs")
 	b.ReportMetric(micros(g.quantile(0.99)), "gateway-p99-µs")
-	gwProcPerRequest := time.Duration(0)
+	var gwProcPerRequest, hostProcPerRequest, selfProcPerRequest time.Duration
 	if g.n() > 0 {
 		gwProcPerRequest = gwProc / time.Duration(g.n())
+		hostProcPerRequest = hostProc / time.Duration(g.n())
+		selfProcPerRequest = selfProc / time.Duration(g.n())
 	}
 	b.ReportMetric(micros(gwProcPerRequest), "gateway-process-CPU-µs/req")
+	b.ReportMetric(micros(hostProcPerRequest), "host-process-CPU-µs/req")
 	if len(sides) == 3 {
 		n := &sides[2].res
 		b.ReportMetric(n.rps()/d.rps(), "nginx/direct-req/s")
@@ -154,7 +162,8 @@ func BenchmarkGateway(b *testing.B) {
 		fmt.Fprintf(&sb, "%-8s %12.0f %10v %10v %10.1fµs %10d\n", sd.name, sd.res.rps(), roundDur(sd.res.quantile(0.50)),
 			roundDur(sd.res.quantile(0.99)), micros(sd.res.cpuPerRequest()), sd.res.n())
 	}
-	fmt.Fprintf(&sb, "the gateway process alone: %.1fµs CPU/request\n", micros(gwProcPerRequest))
+	fmt.Fprintf(&sb, "the gateway side's CPU/request by process: gateway %.1fµs, host %.1fµs, benchmark process (loader and upstream) %.1fµs\n",
+		micros(gwProcPerRequest), micros(hostProcPerRequest), micros(selfProcPerRequest))
 	fmt.Fprintf(&sb, "gateway/direct per round:")
 	for _, r := range ratios {
 		fmt.Fprintf(&sb, " %.3f", r)
