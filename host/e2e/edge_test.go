@@ -54,8 +54,9 @@ var aboveDebug = regexp.MustCompile(`(?m)^.*\[(INFO|WARN|ERROR)\].*$`)
 
 // TestMalformedRequests checks that bytes a plugin must never see are the
 // client's fault: 400 JSON from the host, nothing in its log above debug,
-// and no effect on the plugin; and that a path with an encoded slash
-// does not reach the route its decoded form names.
+// and no effect on the plugin; that heads the host's HTTP server cannot
+// read get a JSON error too; and that a path with an encoded slash does
+// not reach the route its decoded form names.
 func TestMalformedRequests(t *testing.T) {
 	h := startHost(t, baseConfig("2s")+pluginBlock("hello", "hello", "")+pluginBlock("faulty", "faulty", ""))
 	tests := []struct {
@@ -88,6 +89,33 @@ func TestMalformedRequests(t *testing.T) {
 				t.Fatalf("%q: %v", tt.request, err)
 			}
 			checkJSONError(t, tt.name, resp, body, tt.wantStatus, tt.wantCode)
+		})
+	}
+	// Heads the host's HTTP server cannot read at all get the same JSON
+	// error, with the status net/http gives them, and not its plain text.
+	heads := []struct {
+		name, head string
+		wantStatus int
+		wantCode   string
+	}{
+		{"header line without a colon", "GET /hello/ HTTP/1.1\r\nHost: plughost\r\nBad Header\r\n\r\n", 400, "bad_request"},
+		{"Content-Length not a number", "POST /faulty/echo HTTP/1.1\r\nHost: plughost\r\nContent-Length: abc\r\n\r\n", 400, "bad_request"},
+		{"no request line", "GARBAGE\r\n\r\n", 400, "bad_request"},
+		{"no Host", "GET /hello/ HTTP/1.1\r\n\r\n", 400, "bad_request"},
+		{"unsupported Transfer-Encoding", "POST /faulty/echo HTTP/1.1\r\nHost: plughost\r\nTransfer-Encoding: gzip\r\n\r\n", 501, "unsupported_transfer_encoding"},
+		{"HTTP/9.1", "GET /hello/ HTTP/9.1\r\nHost: plughost\r\n\r\n", 505, "unsupported_version"},
+		{"head over 64 KiB", "GET /hello/ HTTP/1.1\r\nHost: plughost\r\nX-Big: " + strings.Repeat("a", 80<<10) + "\r\n\r\n", 431, "head_too_large"},
+	}
+	for _, tt := range heads {
+		t.Run(tt.name, func(t *testing.T) {
+			resp, body, err := rawExchange(t, h.ingress, []byte(tt.head))
+			if err != nil {
+				t.Fatalf("%.60q: %v", tt.head, err)
+			}
+			checkJSONError(t, tt.name, resp, body, tt.wantStatus, tt.wantCode)
+			if !resp.Close {
+				t.Errorf("%s: the answer keeps the connection; want Connection: close", tt.name)
+			}
 		})
 	}
 	if lines := aboveDebug.FindAllString(h.log.String()[mark:], -1); len(lines) > 0 {
