@@ -223,6 +223,7 @@ func serve(ctx context.Context, logger hclog.Logger, path string, stderr io.Writ
 		Direct:            h.ingress.Direct,
 		Logger:            logger.Named("http"),
 	})
+	front.HookServer(srv)
 	errc := make(chan error, 3)
 	go func() { errc <- front.Serve() }()
 	go func() { errc <- srv.Serve(front.Listener()) }()

@@ -105,6 +105,7 @@ func TestMalformedRequests(t *testing.T) {
 		{"unsupported Transfer-Encoding", "POST /faulty/echo HTTP/1.1\r\nHost: plughost\r\nTransfer-Encoding: gzip\r\n\r\n", 501, "unsupported_transfer_encoding"},
 		{"HTTP/9.1", "GET /hello/ HTTP/9.1\r\nHost: plughost\r\n\r\n", 505, "unsupported_version"},
 		{"head over 64 KiB", "GET /hello/ HTTP/1.1\r\nHost: plughost\r\nX-Big: " + strings.Repeat("a", 80<<10) + "\r\n\r\n", 431, "head_too_large"},
+		{"Expect other than 100-continue", "POST /faulty/echo HTTP/1.1\r\nHost: plughost\r\nExpect: teapot\r\nContent-Length: 4\r\n\r\nping", 417, "expectation_failed"},
 	}
 	for _, tt := range heads {
 		t.Run(tt.name, func(t *testing.T) {
@@ -120,6 +121,24 @@ func TestMalformedRequests(t *testing.T) {
 	}
 	if lines := aboveDebug.FindAllString(h.log.String()[mark:], -1); len(lines) > 0 {
 		t.Errorf("the host logged above debug for malformed requests:\n%s", strings.Join(lines, "\n"))
+	}
+
+	// A plugin's answer made of the bytes net/http answers a bad head with
+	// reaches the client as the plugin wrote it. The bodies' lengths sweep
+	// the point where net/http's 4 KiB write buffer splits the answer, so
+	// that for one of them the last write is exactly net/http's 400.
+	const err400 = "HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n400 Bad Request"
+	for n := 3800; n <= 4300; n++ {
+		body := strings.Repeat("x", n-len(err400)) + err400
+		raw := fmt.Sprintf("POST /faulty/echo/large HTTP/1.1\r\nHost: plughost\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s", n, body)
+		resp, got, err := rawExchange(t, h.ingress, []byte(raw))
+		if err != nil {
+			t.Fatalf("POST /faulty/echo/large of %d bytes ending in net/http's 400: %v", n, err)
+		}
+		if resp.StatusCode != http.StatusOK || string(got) != body {
+			t.Fatalf("POST /faulty/echo/large of %d bytes ending in net/http's 400 = %d, %d bytes ending %q; want 200 and the same bytes",
+				n, resp.StatusCode, len(got), got[max(0, len(got)-120):])
+		}
 	}
 
 	// The same requests without the bad bytes reach the plugins: the

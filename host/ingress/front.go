@@ -54,7 +54,9 @@ type FrontOptions struct {
 // request's connection, several deadline changes and a header copy per
 // answer, and a write of the head apart from the body.
 //
-// Serve accepts connections; Listener is what the http.Server serves.
+// Serve accepts connections; Listener is what the http.Server serves,
+// once HookServer has hooked it, so that net/http's own answers (to a
+// head it cannot read, and its 417) are the platform's JSON errors too.
 type Front struct {
 	ln      net.Listener
 	handler http.Handler
@@ -667,7 +669,11 @@ var frontWatchHook func(event string)
 // read.
 type prefixConn struct {
 	net.Conn
-	pending []byte
+	// answering is whether a handler of the server the connection was
+	// handed to is answering a request on it (HookServer): while it is
+	// not, what the server writes is its own answer (Write).
+	answering atomic.Bool
+	pending   []byte
 	// headBy is when the head the front began to read is due, zero if
 	// none is: net/http's first read deadline, the one for that head, is
 	// kept no later, so that a head read partly by the front and partly

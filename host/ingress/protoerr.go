@@ -2,6 +2,8 @@ package ingress
 
 import (
 	"bytes"
+	"context"
+	"net"
 	"net/http"
 	"strconv"
 
@@ -12,28 +14,82 @@ import (
 // line and the body of its answer to a request it could not read.
 const netHTTPErrorHeaders = "\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n"
 
-// Write writes p to the connection, except net/http's answer to a request
-// it could not read: a malformed head, one over MaxHeaderBytes, an
-// unsupported Transfer-Encoding or protocol version. net/http writes that
-// answer in plain text, straight to the connection in one Write, before it
-// closes the connection, and has no hook to change it; every other answer
-// the host gives is the platform's JSON error, so the connection writes
-// that instead, with the same status line.
+// Write writes p to the connection, except an answer net/http's server
+// writes of its own between requests, when no handler is answering on the
+// connection (HookServer keeps track): its plain-text answer to a request
+// it could not read (a malformed head, one over MaxHeaderBytes, an
+// unsupported Transfer-Encoding or protocol version), which it writes
+// straight to the connection in one Write before it closes it, and its 417
+// to an Expect other than 100-continue. net/http has no hook to change
+// either; every other error the ingress gives is the platform's JSON
+// error, so the connection writes that instead, with the same status line.
+// While a handler answers, every write is the answer's and passes as it
+// is, whatever its bytes.
 func (c *prefixConn) Write(p []byte) (int, error) {
-	if b, ok := protocolError(p); ok {
-		if _, err := c.Conn.Write(b); err != nil {
-			return 0, err
+	if !c.answering.Load() {
+		if b, ok := ownAnswer(p); ok {
+			if _, err := c.Conn.Write(b); err != nil {
+				return 0, err
+			}
+			return len(p), nil
 		}
-		return len(p), nil
 	}
 	return c.Conn.Write(p)
+}
+
+// handedKey is the context key of the connection a request handed over
+// by the front came on.
+type handedKey struct{}
+
+// HookServer sets what srv, the server of the connections the front
+// hands over (Listener), needs for their Write to tell net/http's own
+// answers from a handler's: srv's handler marks a request's connection as
+// answering, and the connection is no longer answering once srv makes it
+// idle again. It keeps srv's own Handler, ConnContext and ConnState. Call
+// it before srv serves.
+func (f *Front) HookServer(srv *http.Server) {
+	h, connContext, connState := srv.Handler, srv.ConnContext, srv.ConnState
+	srv.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if c, ok := r.Context().Value(handedKey{}).(*prefixConn); ok {
+			c.answering.Store(true)
+		}
+		h.ServeHTTP(w, r)
+	})
+	srv.ConnContext = func(ctx context.Context, c net.Conn) context.Context {
+		if connContext != nil {
+			ctx = connContext(ctx, c)
+		}
+		return context.WithValue(ctx, handedKey{}, c)
+	}
+	srv.ConnState = func(c net.Conn, s http.ConnState) {
+		if pc, ok := c.(*prefixConn); ok && s == http.StateIdle {
+			pc.answering.Store(false)
+		}
+		if connState != nil {
+			connState(c, s)
+		}
+	}
+}
+
+// expectationFailed is how net/http's 417 to an Expect other than
+// 100-continue starts; it is written with no handler answering.
+const expectationFailed = "HTTP/1.1 417 Expectation Failed\r\n"
+
+// ownAnswer returns the answer to write instead of p, an answer net/http
+// writes of its own, when p is its plain-text answer to a request it
+// could not read (protocolError) or its 417, and false for anything else.
+func ownAnswer(p []byte) ([]byte, bool) {
+	if bytes.HasPrefix(p, []byte(expectationFailed)) {
+		return jsonAnswer([]byte("417 Expectation Failed"), "expectation_failed",
+			"the request's Expect is not supported: only 100-continue is"), true
+	}
+	return protocolError(p)
 }
 
 // protocolError returns the answer to write instead of p when p is
 // net/http's plain-text answer to a request it could not read, whole, and
 // false for anything else. It looks only at the status line unless p
-// starts as such an answer does, so an ordinary write costs a few
-// comparisons.
+// starts as such an answer does.
 func protocolError(p []byte) ([]byte, bool) {
 	rest, ok := bytes.CutPrefix(p, []byte("HTTP/1.1 "))
 	if !ok {
@@ -68,14 +124,20 @@ func protocolError(p []byte) ([]byte, bool) {
 	if msg == "" {
 		msg = def
 	}
+	return jsonAnswer(status, errCode, msg), true
+}
+
+// jsonAnswer is a whole answer that closes the connection: the status line
+// "HTTP/1.1 " and status, and the platform's JSON error of errCode and msg.
+func jsonAnswer(status []byte, errCode, msg string) []byte {
 	js := sdk.ErrorBody(errCode, msg, nil)
 	b := make([]byte, 0, 128+len(js))
 	b = append(b, "HTTP/1.1 "...)
-	b = append(b, status...) // net/http's status line, its reason included
+	b = append(b, status...)
 	b = append(b, "\r\nContent-Type: application/json\r\nContent-Length: "...)
 	b = strconv.AppendInt(b, int64(len(js)), 10)
 	b = append(b, "\r\nConnection: close\r\n\r\n"...)
-	return append(b, js...), true
+	return append(b, js...)
 }
 
 // protocolErrorCode returns the platform's error code for a status net/http

@@ -1,37 +1,51 @@
 package ingress
 
 import (
+	"bufio"
+	"bytes"
 	"encoding/json"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 )
 
-// malformedHeads are requests net/http's server cannot read, each with
-// the platform's error code the front must answer it with.
-var malformedHeads = []struct {
-	name, head, code string
+// ownAnswerHeads are requests net/http's server answers itself, without a
+// handler: heads it cannot read, and an Expect it does not meet. Each has
+// the platform's error code the front must answer it with, and the
+// message when net/http's status line gives no reason.
+var ownAnswerHeads = []struct {
+	name, head, code, msg string
 }{
-	{"header line without a colon", "GET / HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n", "bad_request"},
-	{"Content-Length not a number", "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n", "bad_request"},
-	{"two Content-Lengths", "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab", "bad_request"},
-	{"no request line", "GARBAGE\r\n\r\n", "bad_request"},
-	{"no Host", "GET / HTTP/1.1\r\n\r\n", "bad_request"},
-	{"two Hosts", "GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", "bad_request"},
-	{"unsupported Transfer-Encoding", "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n", "unsupported_transfer_encoding"},
-	{"HTTP/9.1", "GET / HTTP/9.1\r\nHost: x\r\n\r\n", "unsupported_version"},
-	{"head over MaxHeaderBytes", "GET / HTTP/1.1\r\nHost: x\r\nX-Big: " + strings.Repeat("a", 8<<10) + "\r\n\r\n", "head_too_large"},
+	{"header line without a colon", "GET / HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n", "bad_request", "the request's head is malformed"},
+	{"Content-Length not a number", "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n", "bad_request", "the request's head is malformed"},
+	{"two Content-Lengths", "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab", "bad_request", "the request's head is malformed"},
+	{"no request line", "GARBAGE\r\n\r\n", "bad_request", "the request's head is malformed"},
+	{"no Host", "GET / HTTP/1.1\r\n\r\n", "bad_request", ""},
+	{"two Hosts", "GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", "bad_request", "the request's head is malformed"},
+	{"unsupported Transfer-Encoding", "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n", "unsupported_transfer_encoding", "the request's Transfer-Encoding is not supported"},
+	{"HTTP/9.1", "GET / HTTP/9.1\r\nHost: x\r\n\r\n", "unsupported_version", ""},
+	{"head over MaxHeaderBytes", "GET / HTTP/1.1\r\nHost: x\r\nX-Big: " + strings.Repeat("a", 8<<10) + "\r\n\r\n", "head_too_large", "the request's head is larger than the ingress accepts"},
+	{"Expect other than 100-continue", "POST / HTTP/1.1\r\nHost: x\r\nExpect: teapot\r\nContent-Length: 2\r\n\r\nab", "expectation_failed", "the request's Expect is not supported: only 100-continue is"},
 }
 
-// TestProtocolErrorsAreJSON sends each malformed head to net/http's server
-// alone and through a Front to the same kind of server: the front's answer
-// has net/http's status, is the platform's JSON error with the head's code,
-// states its length, and closes the connection, as net/http's does.
-func TestProtocolErrorsAreJSON(t *testing.T) {
+// statusLine returns the first line of an exchanged head.
+func statusLine(head string) string {
+	line, _, _ := strings.Cut(head, "\r\n")
+	return line
+}
+
+// TestOwnAnswersAreJSON sends each head of ownAnswerHeads to net/http's
+// server alone and through a Front to the same kind of server: the front's
+// answer has net/http's status line, is the platform's JSON error with the
+// head's code and net/http's reason as its message (or the code's own
+// message when it gives none), states its length, and closes the
+// connection, as net/http's does.
+func TestOwnAnswersAreJSON(t *testing.T) {
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
 	plain := httptest.NewUnstartedServer(h)
 	plain.Config.MaxHeaderBytes = 4 << 10
@@ -43,15 +57,15 @@ func TestProtocolErrorsAreJSON(t *testing.T) {
 	}
 	f := serveFront(t, ln, h, FrontOptions{}, &http.Server{Handler: h, MaxHeaderBytes: 4 << 10})
 
-	for _, tc := range malformedHeads {
+	for _, tc := range ownAnswerHeads {
 		t.Run(tc.name, func(t *testing.T) {
 			want := exchange(t, strings.TrimPrefix(plain.URL, "http://"), tc.head, "")
-			if want.Status < 400 || want.Header.Get("Content-Type") != "text/plain; charset=utf-8" {
-				t.Fatalf("net/http answers %d %q %q; the case no longer shows its plain-text error", want.Status, want.Header.Get("Content-Type"), want.Body)
+			if want.Status < 400 || strings.HasPrefix(want.Header.Get("Content-Type"), "application/json") {
+				t.Fatalf("net/http answers %d %q %q; the case no longer shows an answer of its own", want.Status, want.Header.Get("Content-Type"), want.Body)
 			}
 			got := exchange(t, f.addr, tc.head, "")
-			if got.Status != want.Status {
-				t.Errorf("status %d, want net/http's %d (%s)", got.Status, want.Status, got.BodyErr)
+			if statusLine(got.Head) != statusLine(want.Head) {
+				t.Errorf("status line %q, want net/http's %q (%s)", statusLine(got.Head), statusLine(want.Head), got.BodyErr)
 			}
 			if ct := got.Header.Get("Content-Type"); ct != "application/json" {
 				t.Errorf("Content-Type %q, want application/json (body %q)", ct, got.Body)
@@ -62,22 +76,77 @@ func TestProtocolErrorsAreJSON(t *testing.T) {
 			if !strings.Contains(got.Head+"\r\n", "\r\nConnection: close\r\n") || !got.ClosedAfter {
 				t.Errorf("head %q, closed after the answer %t; want Connection: close, and closed", got.Head, got.ClosedAfter)
 			}
+			wantMsg := tc.msg
+			if _, reason, ok := strings.Cut(statusLine(want.Head), ": "); ok {
+				wantMsg = reason
+			}
 			var e struct {
 				Error struct{ Code, Message string }
 			}
-			if err := json.Unmarshal([]byte(got.Body), &e); err != nil || e.Error.Code != tc.code || e.Error.Message == "" {
-				t.Errorf("body %q (%v): want a JSON error of code %q with a message", got.Body, err, tc.code)
+			if err := json.Unmarshal([]byte(got.Body), &e); err != nil || e.Error.Code != tc.code || e.Error.Message != wantMsg {
+				t.Errorf("body %q (%v): want a JSON error of code %q and message %q", got.Body, err, tc.code, wantMsg)
 			}
 		})
 	}
 }
 
+// TestHandlerAnswersPassUnchanged has a handler behind a Front answer with
+// bytes that net/http's own answers are made of, each flushed in a write
+// of its own: a body that ends in net/http's 400 and one that starts as
+// its 417, and a 417 of the handler's own. Each reaches the client as the
+// handler wrote it: only what net/http writes with no handler answering
+// is rewritten.
+func TestHandlerAnswersPassUnchanged(t *testing.T) {
+	const err400 = "HTTP/1.1 400 Bad Request" + netHTTPErrorHeaders + "400 Bad Request"
+	bodies := map[string]string{
+		"/tail":  strings.Repeat("x", 5000) + err400,
+		"/start": expectationFailed + "Content-Length: 0\r\n\r\n",
+	}
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/417" {
+			w.WriteHeader(http.StatusExpectationFailed)
+			return
+		}
+		body := bodies[r.URL.Path]
+		tail := body[strings.LastIndex(body, "HTTP/1.1"):]
+		w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+		io.WriteString(w, body[:len(body)-len(tail)])
+		w.(http.Flusher).Flush()
+		io.WriteString(w, tail)
+		w.(http.Flusher).Flush()
+	})
+	f := startFront(t, h, FrontOptions{})
+	c := f.dial(t)
+	br := bufio.NewReader(c)
+	// A POST goes to net/http, which serves the rest of the connection.
+	for _, path := range []string{"/tail", "/start", "/417", "/tail"} {
+		if _, err := io.WriteString(c, "POST "+path+" HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("POST %s: %v", path, err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatalf("POST %s: read body: %v", path, err)
+		}
+		want, wantStatus := bodies[path], http.StatusOK
+		if path == "/417" {
+			wantStatus = http.StatusExpectationFailed
+		}
+		if resp.StatusCode != wantStatus || string(body) != want {
+			t.Errorf("POST %s = %d %.80q…, want %d and the handler's %d bytes", path, resp.StatusCode, body, wantStatus, len(want))
+		}
+	}
+}
+
 // TestProtocolErrorOnlyRewritesNetHTTPs checks protocolError against what
 // net/http writes for a handler's own plain-text errors and against near
-// misses of its protocol errors: none is rewritten.
+// misses of its answers to heads it cannot read: none is rewritten.
 func TestProtocolErrorOnlyRewritesNetHTTPs(t *testing.T) {
-	// What net/http writes for http.Error(w, "bad", 400) with Connection:
-	// close, captured from a real server.
+	// What net/http writes for http.Error(w, "400 Bad Request", 400) with
+	// Connection: close, captured from a real server.
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Connection", "close")
 		http.Error(w, "400 Bad Request", http.StatusBadRequest)
@@ -88,31 +157,78 @@ func TestProtocolErrorOnlyRewritesNetHTTPs(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	c.SetDeadline(time.Now().Add(30 * time.Second))
-	io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+	if err := c.SetDeadline(time.Now().Add(30 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
 	handlerError, err := io.ReadAll(c)
 	if err != nil {
 		t.Fatal(err)
 	}
-
-	for _, p := range []string{
-		string(handlerError),
-		"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
-		"HTTP/1.1 400 Bad Request" + netHTTPErrorHeaders + "400 Bad Request, and more",
-		"HTTP/1.1 400 Bad Request" + netHTTPErrorHeaders + "something else",
-		"HTTP/1.1 400 Not The Text" + netHTTPErrorHeaders + "400 Not The Text",
-		"HTTP/1.1 400 Bad Requestx" + netHTTPErrorHeaders + "400 Bad Requestx",
-		"HTTP/1.1 200 OK" + netHTTPErrorHeaders + "200 OK",
-		"HTTP/1.1 4x0 Bad Request" + netHTTPErrorHeaders + "4x0 Bad Request",
-		"HTTP/1.1 400 Bad Request" + netHTTPErrorHeaders[:20],
-		"HTTP/1.0 400 Bad Request" + netHTTPErrorHeaders + "400 Bad Request",
-		"HTTP/1.1 400 Bad Request: " + netHTTPErrorHeaders + "400 Bad Request: ",
-		"HTTP/1.1 501 Not Implemented" + netHTTPErrorHeaders + "Unsupported",
-		"HTTP/1.1 ",
-		"",
-	} {
+	for _, p := range append([]string{string(handlerError)}, protocolErrorMisses...) {
 		if b, ok := protocolError([]byte(p)); ok {
 			t.Errorf("protocolError(%q) = %q, true; want it left alone", p, b)
 		}
 	}
+}
+
+// protocolErrorMisses are near misses of net/http's answers to heads it
+// cannot read.
+var protocolErrorMisses = []string{
+	"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+	"HTTP/1.1 400 Bad Request" + netHTTPErrorHeaders + "400 Bad Request, and more",
+	"HTTP/1.1 400 Bad Request" + netHTTPErrorHeaders + "something else",
+	"HTTP/1.1 400 Not The Text" + netHTTPErrorHeaders + "400 Not The Text",
+	"HTTP/1.1 400 Bad Requestx" + netHTTPErrorHeaders + "400 Bad Requestx",
+	"HTTP/1.1 200 OK" + netHTTPErrorHeaders + "200 OK",
+	"HTTP/1.1 4x0 Bad Request" + netHTTPErrorHeaders + "4x0 Bad Request",
+	"HTTP/1.1 400 Bad Request" + netHTTPErrorHeaders[:20],
+	"HTTP/1.0 400 Bad Request" + netHTTPErrorHeaders + "400 Bad Request",
+	"HTTP/1.1 400 Bad Request: " + netHTTPErrorHeaders + "400 Bad Request: ",
+	"HTTP/1.1 501 Not Implemented" + netHTTPErrorHeaders + "Unsupported",
+	"HTTP/1.1 ",
+	"",
+}
+
+// FuzzProtocolError checks that protocolError rewrites only net/http's
+// answers to heads it cannot read, exactly as net/http writes them (the
+// status line repeated as the body, or its 501), and that what it writes
+// instead is an HTTP/1.1 answer with the same status and a JSON error
+// body of the stated length.
+func FuzzProtocolError(f *testing.F) {
+	for _, s := range []string{"400 Bad Request", "431 Request Header Fields Too Large",
+		"400 Bad Request: missing required Host header", "505 HTTP Version Not Supported: unsupported protocol version"} {
+		f.Add([]byte("HTTP/1.1 " + s + netHTTPErrorHeaders + s))
+	}
+	f.Add([]byte("HTTP/1.1 501 Not Implemented" + netHTTPErrorHeaders + "Unsupported transfer encoding"))
+	for _, s := range protocolErrorMisses {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, p []byte) {
+		b, ok := protocolError(p)
+		if !ok {
+			return
+		}
+		status, _, _ := bytes.Cut(bytes.TrimPrefix(p, []byte("HTTP/1.1 ")), []byte("\r\n"))
+		asNetHTTP := "HTTP/1.1 " + string(status) + netHTTPErrorHeaders + string(status)
+		if string(p) != asNetHTTP && string(p) != "HTTP/1.1 501 Not Implemented"+netHTTPErrorHeaders+"Unsupported transfer encoding" {
+			t.Fatalf("protocolError rewrote %q, which is not an answer net/http writes", p)
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(bytes.NewReader(b)), nil)
+		if err != nil {
+			t.Fatalf("protocolError(%q) wrote %q: %v", p, b, err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		var e struct {
+			Error struct{ Code, Message string }
+		}
+		if err != nil || resp.ContentLength != int64(len(body)) || json.Unmarshal(body, &e) != nil || e.Error.Code == "" || e.Error.Message == "" {
+			t.Fatalf("protocolError(%q) wrote %q: want a JSON error of its stated length (%v)", p, b, err)
+		}
+		if !strings.HasPrefix(string(status), strconv.Itoa(resp.StatusCode)+" ") {
+			t.Fatalf("protocolError(%q) answers %d", p, resp.StatusCode)
+		}
+	})
 }
