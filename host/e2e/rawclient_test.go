@@ -37,7 +37,7 @@ type rawClient struct {
 	addr string        // host:port, dialled and sent as Host
 	conn net.Conn      // nil until dialled, and after an error or Connection: close
 	br   *bufio.Reader // reads conn; kept across dials
-	req  []byte        // the request do sends, from setPost
+	req  []byte        // the request do sends, from setGet or setPost
 	body []byte        // the last answer's body; reused
 }
 
@@ -98,10 +98,15 @@ func (c *rawClient) setPost(path string, key, body []byte) {
 	c.req = append(b, body...)
 }
 
-// do sends the request setPost made and returns the answer's status and
-// body; the body is valid until the next call. It dials first when it
-// has no connection, gives up after rawTimeout or at ctx's deadline,
-// whichever is first, and checks ctx only before it starts.
+// do sends the request setGet or setPost made and returns the answer's
+// status and body; the body is valid until the next call. It dials first
+// when it has no connection, gives up after rawTimeout or at ctx's
+// deadline, whichever is first, and checks ctx only before it starts.
+// When a kept-alive connection turns out closed (the write fails, or it
+// ends before any byte of the answer: the server closed it while idle),
+// it sends the request once more on a new connection, as net/http's
+// Transport does for a request it may repeat; the benchmarks' GETs, and
+// POSTs with an Idempotency-Key, are such requests.
 func (c *rawClient) do(ctx context.Context) (int, []byte, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, nil, err
@@ -110,11 +115,33 @@ func (c *rawClient) do(ctx context.Context) (int, []byte, error) {
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
+	reused := c.conn != nil
+	r, err := c.try(ctx, deadline)
+	if err != nil && reused && errors.Is(err, errIdleClosed) {
+		r, err = c.try(ctx, deadline)
+	}
+	if err != nil {
+		return 0, nil, err
+	}
+	c.body = r.body
+	if r.close {
+		c.close()
+	}
+	return r.status, r.body, nil
+}
+
+// errIdleClosed is a kept-alive connection found closed before the
+// request could be answered on it.
+var errIdleClosed = errors.New("connection closed before the answer began")
+
+// try sends the request once, dialling first when there is no
+// connection, and reads the answer.
+func (c *rawClient) try(ctx context.Context, deadline time.Time) (rawResponse, error) {
 	if c.conn == nil {
 		d := net.Dialer{Deadline: deadline}
 		conn, err := d.DialContext(ctx, "tcp", c.addr)
 		if err != nil {
-			return 0, nil, err
+			return rawResponse{}, err
 		}
 		c.conn = conn
 		if c.br == nil {
@@ -125,22 +152,21 @@ func (c *rawClient) do(ctx context.Context) (int, []byte, error) {
 	}
 	if err := c.conn.SetDeadline(deadline); err != nil {
 		c.close()
-		return 0, nil, err
+		return rawResponse{}, err
 	}
 	if _, err := c.conn.Write(c.req); err != nil {
 		c.close()
-		return 0, nil, fmt.Errorf("write request: %w", err)
+		return rawResponse{}, fmt.Errorf("write request: %w: %w", errIdleClosed, err)
 	}
 	r, err := parseResponse(c.br, c.body)
 	if err != nil {
 		c.close()
-		return 0, nil, fmt.Errorf("read answer from %s: %w", c.addr, err)
+		if err == io.EOF {
+			err = fmt.Errorf("%w: %w", errIdleClosed, err)
+		}
+		return rawResponse{}, fmt.Errorf("read answer from %s: %w", c.addr, err)
 	}
-	c.body = r.body
-	if r.close {
-		c.close()
-	}
-	return r.status, r.body, nil
+	return r, nil
 }
 
 // close closes the connection, if any; the next request dials again.
@@ -605,5 +631,59 @@ func TestLoader(t *testing.T) {
 			t.Errorf("GET %s: %d measured, %d errors (first %v); want none measured and status 500 errors",
 				tc.path, r.n(), r.errors, r.firstErr)
 		}
+	}
+}
+
+// TestRawClientRedialsClosedIdle checks that a request on a kept-alive
+// connection the server has closed goes once more on a new connection,
+// and that one on a new connection that ends unanswered is not sent
+// again.
+func TestRawClientRedialsClosedIdle(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+	t.Cleanup(srv.Close)
+	c, err := newRawClient(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.close)
+	c.setGet("/")
+	for i := range 2 {
+		if code, body, err := c.do(t.Context()); err != nil || code != http.StatusOK || string(body) != "ok" {
+			t.Fatalf("GET %d = %d %q, %v; want 200 \"ok\"", i, code, body, err)
+		}
+		// The server closes the connection the client keeps.
+		srv.CloseClientConnections()
+	}
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	accepted := make(chan int)
+	go func() {
+		n := 0
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				accepted <- n
+				return
+			}
+			n++
+			conn.Close()
+		}
+	}()
+	c2, err := newRawClient("http://" + ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c2.close)
+	c2.setGet("/")
+	if code, _, err := c2.do(t.Context()); err == nil {
+		t.Errorf("GET from a server that closes at once = %d, nil error; want an error", code)
+	}
+	ln.Close()
+	if n := <-accepted; n != 1 {
+		t.Errorf("the client dialled %d times for one request on a new connection; want 1", n)
 	}
 }
