@@ -59,6 +59,7 @@ func limitListeners(logger hclog.Logger, m *metrics.Host, cfg *config.Config, ln
 	})
 	adminLn = ingress.NewListener(adminLn, ingress.ListenerOptions{
 		Name: "admin", MaxConns: adminMaxConns, MaxConnsPerIP: adminMaxConnsPerIP, Metrics: m.Conns,
+		OwnAnswers: true,
 	})
 	return ln, adminLn
 }

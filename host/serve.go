@@ -223,7 +223,8 @@ func serve(ctx context.Context, logger hclog.Logger, path string, stderr io.Writ
 		Direct:            h.ingress.Direct,
 		Logger:            logger.Named("http"),
 	})
-	front.HookServer(srv)
+	ingress.HookServer(srv)
+	ingress.HookServer(adminSrv)
 	errc := make(chan error, 3)
 	go func() { errc <- front.Serve() }()
 	go func() { errc <- srv.Serve(front.Listener()) }()

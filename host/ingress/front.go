@@ -55,8 +55,9 @@ type FrontOptions struct {
 // answer, and a write of the head apart from the body.
 //
 // Serve accepts connections; Listener is what the http.Server serves,
-// once HookServer has hooked it, so that net/http's own answers (to a
-// head it cannot read, and its 417) are the platform's JSON errors too.
+// once HookServer has hooked the server, so that net/http's own answers
+// (to a head it cannot read, and its 417) are the platform's JSON errors
+// too.
 type Front struct {
 	ln      net.Listener
 	handler http.Handler
@@ -670,8 +671,8 @@ var frontWatchHook func(event string)
 type prefixConn struct {
 	net.Conn
 	// answering is whether a handler of the server the connection was
-	// handed to is answering a request on it (HookServer): while it is
-	// not, what the server writes is its own answer (Write).
+	// handed to answers a request on it (HookServer): while none does,
+	// what the server writes is its own answer (Write).
 	answering atomic.Bool
 	pending   []byte
 	// headBy is when the head the front began to read is due, zero if

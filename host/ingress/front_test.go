@@ -44,7 +44,7 @@ func serveFront(t testing.TB, ln net.Listener, h http.Handler, opts FrontOptions
 		opts.Direct = func(string, string) bool { return true }
 	}
 	f := &frontFixture{front: NewFront(ln, h, opts), srv: srv, addr: ln.Addr().String()}
-	f.front.HookServer(srv)
+	HookServer(srv)
 	served := make(chan error, 2)
 	go func() { served <- f.front.Serve() }()
 	go func() { served <- f.srv.Serve(f.front.Listener()) }()

@@ -28,6 +28,10 @@ type ListenerOptions struct {
 	MaxConnsPerIP int
 	// Metrics receives the open and refused counts; nil for none.
 	Metrics *metrics.Conns
+	// OwnAnswers has the connections answer net/http's own answers (to a
+	// head it cannot read, and its 417) with the platform's JSON error;
+	// the server must be hooked with HookServer.
+	OwnAnswers bool
 }
 
 // refusing bounds the connections being refused at once, each of which
@@ -95,7 +99,7 @@ func (l *listener) Accept() (net.Conn, error) {
 			continue
 		}
 		l.open.Inc()
-		return &conn{Conn: c, l: l, ip: ip}, nil
+		return &conn{Conn: c, l: l, ip: ip, ownAnswers: l.opts.OwnAnswers}, nil
 	}
 }
 
@@ -219,7 +223,22 @@ type conn struct {
 	l      *listener
 	ip     netip.Addr
 	closed atomic.Bool
+	// ownAnswers is the listener's OwnAnswers; answering is whether a
+	// handler answers on the connection (HookServer).
+	ownAnswers bool
+	answering  atomic.Bool
 }
+
+// Write writes p, but for net/http's own answers (writeOwn) while no
+// handler answers on the connection, if the listener has OwnAnswers.
+func (c *conn) Write(p []byte) (int, error) {
+	if c.ownAnswers && !c.answering.Load() {
+		return writeOwn(c.Conn, p)
+	}
+	return c.Conn.Write(p)
+}
+
+func (c *conn) setAnswering(on bool) { c.answering.Store(on) }
 
 func (c *conn) Close() error {
 	if !c.closed.Swap(true) {

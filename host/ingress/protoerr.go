@@ -14,44 +14,55 @@ import (
 // line and the body of its answer to a request it could not read.
 const netHTTPErrorHeaders = "\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n"
 
-// Write writes p to the connection, except an answer net/http's server
-// writes of its own between requests, when no handler is answering on the
-// connection (HookServer keeps track): its plain-text answer to a request
-// it could not read (a malformed head, one over MaxHeaderBytes, an
-// unsupported Transfer-Encoding or protocol version), which it writes
-// straight to the connection in one Write before it closes it, and its 417
-// to an Expect other than 100-continue. net/http has no hook to change
-// either; every other error the ingress gives is the platform's JSON
-// error, so the connection writes that instead, with the same status line.
-// While a handler answers, every write is the answer's and passes as it
-// is, whatever its bytes.
+// Write writes p to the connection, but for net/http's own answers
+// (writeOwn) while no handler answers on it.
 func (c *prefixConn) Write(p []byte) (int, error) {
 	if !c.answering.Load() {
-		if b, ok := ownAnswer(p); ok {
-			if _, err := c.Conn.Write(b); err != nil {
-				return 0, err
-			}
-			return len(p), nil
-		}
+		return writeOwn(c.Conn, p)
 	}
 	return c.Conn.Write(p)
 }
 
-// handedKey is the context key of the connection a request handed over
-// by the front came on.
+func (c *prefixConn) setAnswering(on bool) { c.answering.Store(on) }
+
+// answerer is a connection that tells net/http's own answers from a
+// handler's by whether a handler answers on it (HookServer).
+type answerer interface{ setAnswering(bool) }
+
+// writeOwn writes p, something net/http's server writes on conn with no
+// handler answering on it, to conn; but for its plain-text answer to a
+// request it could not read (a malformed head, one over MaxHeaderBytes,
+// an unsupported Transfer-Encoding or protocol version), which it writes
+// straight to the connection in one Write before it closes it, and its
+// 417 to an Expect other than 100-continue, it writes the platform's
+// JSON error, with the same status line, as every other error of the
+// host's is. net/http has no hook to change either answer.
+func writeOwn(conn net.Conn, p []byte) (int, error) {
+	b, ok := ownAnswer(p)
+	if !ok {
+		return conn.Write(p)
+	}
+	if _, err := conn.Write(b); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// handedKey is the context key of the connection a request came on, for
+// HookServer.
 type handedKey struct{}
 
-// HookServer sets what srv, the server of the connections the front
-// hands over (Listener), needs for their Write to tell net/http's own
-// answers from a handler's: srv's handler marks a request's connection as
-// answering, and the connection is no longer answering once srv makes it
-// idle again. It keeps srv's own Handler, ConnContext and ConnState. Call
-// it before srv serves.
-func (f *Front) HookServer(srv *http.Server) {
+// HookServer sets what srv needs for its connections to tell net/http's
+// own answers from a handler's, when they are connections a Front hands
+// over (Front.Listener) or those of a listener with OwnAnswers: srv's
+// handler marks a request's connection as answering, and the connection
+// is no longer answering once srv makes it idle again. It keeps srv's
+// own Handler, ConnContext and ConnState. Call it before srv serves.
+func HookServer(srv *http.Server) {
 	h, connContext, connState := srv.Handler, srv.ConnContext, srv.ConnState
 	srv.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if c, ok := r.Context().Value(handedKey{}).(*prefixConn); ok {
-			c.answering.Store(true)
+		if c, ok := r.Context().Value(handedKey{}).(answerer); ok {
+			c.setAnswering(true)
 		}
 		h.ServeHTTP(w, r)
 	})
@@ -62,8 +73,8 @@ func (f *Front) HookServer(srv *http.Server) {
 		return context.WithValue(ctx, handedKey{}, c)
 	}
 	srv.ConnState = func(c net.Conn, s http.ConnState) {
-		if pc, ok := c.(*prefixConn); ok && s == http.StateIdle {
-			pc.answering.Store(false)
+		if a, ok := c.(answerer); ok && s == http.StateIdle {
+			a.setAnswering(false)
 		}
 		if connState != nil {
 			connState(c, s)

@@ -39,61 +39,86 @@ func statusLine(head string) string {
 	return line
 }
 
+// ownAnswerServers serves h behind each kind of connection that answers
+// net/http's own answers in JSON, with net/http's MaxHeaderBytes at 4
+// KiB, and returns their addresses by name: "front", a Front's handed-over
+// connections, and "listener", those of a listener with OwnAnswers.
+func ownAnswerServers(t *testing.T, h http.Handler) map[string]string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := serveFront(t, ln, h, FrontOptions{}, &http.Server{Handler: h, MaxHeaderBytes: 4 << 10})
+	raw, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	own := NewListener(raw, ListenerOptions{Name: "admin", MaxConns: 16, OwnAnswers: true})
+	srv := &http.Server{Handler: h, MaxHeaderBytes: 4 << 10}
+	HookServer(srv)
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(own) }()
+	t.Cleanup(func() {
+		srv.Close()
+		<-served
+	})
+	return map[string]string{"front": f.addr, "listener": raw.Addr().String()}
+}
+
 // TestOwnAnswersAreJSON sends each head of ownAnswerHeads to net/http's
-// server alone and through a Front to the same kind of server: the front's
-// answer has net/http's status line, is the platform's JSON error with the
-// head's code and net/http's reason as its message (or the code's own
-// message when it gives none), states its length, and closes the
-// connection, as net/http's does.
+// server alone, and through each kind of connection that answers its own
+// answers in JSON to the same kind of server: the answer has net/http's
+// status line, is the platform's JSON error with the head's code and
+// net/http's reason as its message (or the code's own message when it
+// gives none), states its length, and closes the connection, as
+// net/http's does.
 func TestOwnAnswersAreJSON(t *testing.T) {
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
 	plain := httptest.NewUnstartedServer(h)
 	plain.Config.MaxHeaderBytes = 4 << 10
 	plain.Start()
 	t.Cleanup(plain.Close)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := serveFront(t, ln, h, FrontOptions{}, &http.Server{Handler: h, MaxHeaderBytes: 4 << 10})
-
-	for _, tc := range ownAnswerHeads {
-		t.Run(tc.name, func(t *testing.T) {
-			want := exchange(t, strings.TrimPrefix(plain.URL, "http://"), tc.head, "")
-			if want.Status < 400 || strings.HasPrefix(want.Header.Get("Content-Type"), "application/json") {
-				t.Fatalf("net/http answers %d %q %q; the case no longer shows an answer of its own", want.Status, want.Header.Get("Content-Type"), want.Body)
-			}
-			got := exchange(t, f.addr, tc.head, "")
-			if statusLine(got.Head) != statusLine(want.Head) {
-				t.Errorf("status line %q, want net/http's %q (%s)", statusLine(got.Head), statusLine(want.Head), got.BodyErr)
-			}
-			if ct := got.Header.Get("Content-Type"); ct != "application/json" {
-				t.Errorf("Content-Type %q, want application/json (body %q)", ct, got.Body)
-			}
-			if got.Length != int64(len(got.Body)) {
-				t.Errorf("Content-Length %d for a body of %d bytes", got.Length, len(got.Body))
-			}
-			if !strings.Contains(got.Head+"\r\n", "\r\nConnection: close\r\n") || !got.ClosedAfter {
-				t.Errorf("head %q, closed after the answer %t; want Connection: close, and closed", got.Head, got.ClosedAfter)
-			}
-			wantMsg := tc.msg
-			if _, reason, ok := strings.Cut(statusLine(want.Head), ": "); ok {
-				wantMsg = reason
-			}
-			var e struct {
-				Error struct{ Code, Message string }
-			}
-			if err := json.Unmarshal([]byte(got.Body), &e); err != nil || e.Error.Code != tc.code || e.Error.Message != wantMsg {
-				t.Errorf("body %q (%v): want a JSON error of code %q and message %q", got.Body, err, tc.code, wantMsg)
-			}
-		})
+	for name, addr := range ownAnswerServers(t, h) {
+		for _, tc := range ownAnswerHeads {
+			t.Run(name+"/"+tc.name, func(t *testing.T) {
+				want := exchange(t, strings.TrimPrefix(plain.URL, "http://"), tc.head, "")
+				if want.Status < 400 || strings.HasPrefix(want.Header.Get("Content-Type"), "application/json") {
+					t.Fatalf("net/http answers %d %q %q; the case no longer shows an answer of its own", want.Status, want.Header.Get("Content-Type"), want.Body)
+				}
+				got := exchange(t, addr, tc.head, "")
+				if statusLine(got.Head) != statusLine(want.Head) {
+					t.Errorf("status line %q, want net/http's %q (%s)", statusLine(got.Head), statusLine(want.Head), got.BodyErr)
+				}
+				if ct := got.Header.Get("Content-Type"); ct != "application/json" {
+					t.Errorf("Content-Type %q, want application/json (body %q)", ct, got.Body)
+				}
+				if got.Length != int64(len(got.Body)) {
+					t.Errorf("Content-Length %d for a body of %d bytes", got.Length, len(got.Body))
+				}
+				if !strings.Contains(got.Head+"\r\n", "\r\nConnection: close\r\n") || !got.ClosedAfter {
+					t.Errorf("head %q, closed after the answer %t; want Connection: close, and closed", got.Head, got.ClosedAfter)
+				}
+				wantMsg := tc.msg
+				if _, reason, ok := strings.Cut(statusLine(want.Head), ": "); ok {
+					wantMsg = reason
+				}
+				var e struct {
+					Error struct{ Code, Message string }
+				}
+				if err := json.Unmarshal([]byte(got.Body), &e); err != nil || e.Error.Code != tc.code || e.Error.Message != wantMsg {
+					t.Errorf("body %q (%v): want a JSON error of code %q and message %q", got.Body, err, tc.code, wantMsg)
+				}
+			})
+		}
 	}
 }
 
-// TestHandlerAnswersPassUnchanged has a handler behind a Front answer with
-// bytes that net/http's own answers are made of, each flushed in a write
-// of its own: a body that ends in net/http's 400 and one that starts as
-// its 417, and a 417 of the handler's own. Each reaches the client as the
+// TestHandlerAnswersPassUnchanged has a handler answer with bytes that
+// net/http's own answers are made of, each flushed in a write of its own:
+// a body that ends in net/http's 400 and one that starts as its 417, and
+// a 417 of the handler's own. Through each kind of connection that
+// answers net/http's own answers in JSON, each reaches the client as the
 // handler wrote it: only what net/http writes with no handler answering
 // is rewritten.
 func TestHandlerAnswersPassUnchanged(t *testing.T) {
@@ -115,28 +140,37 @@ func TestHandlerAnswersPassUnchanged(t *testing.T) {
 		io.WriteString(w, tail)
 		w.(http.Flusher).Flush()
 	})
-	f := startFront(t, h, FrontOptions{})
-	c := f.dial(t)
-	br := bufio.NewReader(c)
-	// A POST goes to net/http, which serves the rest of the connection.
-	for _, path := range []string{"/tail", "/start", "/417", "/tail"} {
-		if _, err := io.WriteString(c, "POST "+path+" HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n"); err != nil {
+	for name, addr := range ownAnswerServers(t, h) {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
 			t.Fatal(err)
 		}
-		resp, err := http.ReadResponse(br, nil)
-		if err != nil {
-			t.Fatalf("POST %s: %v", path, err)
+		defer c.Close()
+		if err := c.SetDeadline(time.Now().Add(30 * time.Second)); err != nil {
+			t.Fatal(err)
 		}
-		body, err := io.ReadAll(resp.Body)
-		if err != nil {
-			t.Fatalf("POST %s: read body: %v", path, err)
-		}
-		want, wantStatus := bodies[path], http.StatusOK
-		if path == "/417" {
-			wantStatus = http.StatusExpectationFailed
-		}
-		if resp.StatusCode != wantStatus || string(body) != want {
-			t.Errorf("POST %s = %d %.80q…, want %d and the handler's %d bytes", path, resp.StatusCode, body, wantStatus, len(want))
+		br := bufio.NewReader(c)
+		// A POST goes to net/http through the front, which then serves
+		// the rest of the connection.
+		for _, path := range []string{"/tail", "/start", "/417", "/tail"} {
+			if _, err := io.WriteString(c, "POST "+path+" HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n"); err != nil {
+				t.Fatal(err)
+			}
+			resp, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatalf("%s: POST %s: %v", name, path, err)
+			}
+			body, err := io.ReadAll(resp.Body)
+			if err != nil {
+				t.Fatalf("%s: POST %s: read body: %v", name, path, err)
+			}
+			want, wantStatus := bodies[path], http.StatusOK
+			if path == "/417" {
+				wantStatus = http.StatusExpectationFailed
+			}
+			if resp.StatusCode != wantStatus || string(body) != want {
+				t.Errorf("%s: POST %s = %d %.80q…, want %d and the handler's %d bytes", name, path, resp.StatusCode, body, wantStatus, len(want))
+			}
 		}
 	}
 }
