@@ -60,6 +60,9 @@ type handedKey struct{}
 // own Handler, ConnContext and ConnState. Call it before srv serves.
 func HookServer(srv *http.Server) {
 	h, connContext, connState := srv.Handler, srv.ConnContext, srv.ConnState
+	if h == nil {
+		h = http.DefaultServeMux // as the server would
+	}
 	srv.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if c, ok := r.Context().Value(handedKey{}).(answerer); ok {
 			c.setAnswering(true)
@@ -83,16 +86,19 @@ func HookServer(srv *http.Server) {
 }
 
 // expectationFailed is how net/http's 417 to an Expect other than
-// 100-continue starts; it is written with no handler answering.
-const expectationFailed = "HTTP/1.1 417 Expectation Failed\r\n"
+// 100-continue starts after its protocol, the request's (HTTP/1.1 or
+// HTTP/1.0); it is written with no handler answering.
+const expectationFailed = " 417 Expectation Failed\r\n"
 
 // ownAnswer returns the answer to write instead of p, an answer net/http
 // writes of its own, when p is its plain-text answer to a request it
 // could not read (protocolError) or its 417, and false for anything else.
 func ownAnswer(p []byte) ([]byte, bool) {
-	if bytes.HasPrefix(p, []byte(expectationFailed)) {
-		return jsonAnswer([]byte("417 Expectation Failed"), "expectation_failed",
-			"the request's Expect is not supported: only 100-continue is"), true
+	for _, proto := range []string{"HTTP/1.1", "HTTP/1.0"} {
+		if rest, ok := bytes.CutPrefix(p, []byte(proto)); ok && bytes.HasPrefix(rest, []byte(expectationFailed)) {
+			return jsonAnswer(proto, []byte("417 Expectation Failed"), "expectation_failed",
+				"the request's Expect is not supported: only 100-continue is"), true
+		}
 	}
 	return protocolError(p)
 }
@@ -135,15 +141,16 @@ func protocolError(p []byte) ([]byte, bool) {
 	if msg == "" {
 		msg = def
 	}
-	return jsonAnswer(status, errCode, msg), true
+	return jsonAnswer("HTTP/1.1", status, errCode, msg), true
 }
 
 // jsonAnswer is a whole answer that closes the connection: the status line
-// "HTTP/1.1 " and status, and the platform's JSON error of errCode and msg.
-func jsonAnswer(status []byte, errCode, msg string) []byte {
+// of proto and status, and the platform's JSON error of errCode and msg.
+func jsonAnswer(proto string, status []byte, errCode, msg string) []byte {
 	js := sdk.ErrorBody(errCode, msg, nil)
 	b := make([]byte, 0, 128+len(js))
-	b = append(b, "HTTP/1.1 "...)
+	b = append(b, proto...)
+	b = append(b, ' ')
 	b = append(b, status...)
 	b = append(b, "\r\nContent-Type: application/json\r\nContent-Length: "...)
 	b = strconv.AppendInt(b, int64(len(js)), 10)
@@ -157,7 +164,7 @@ func jsonAnswer(status []byte, errCode, msg string) []byte {
 func protocolErrorCode(code int) (errCode, msg string) {
 	switch code {
 	case http.StatusRequestHeaderFieldsTooLarge:
-		return "head_too_large", "the request's head is larger than the ingress accepts"
+		return "head_too_large", "the request's head is larger than the server accepts"
 	case http.StatusNotImplemented:
 		return "unsupported_transfer_encoding", "the request's Transfer-Encoding is not supported"
 	case http.StatusHTTPVersionNotSupported:

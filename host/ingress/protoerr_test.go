@@ -3,13 +3,17 @@ package ingress
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -29,8 +33,9 @@ var ownAnswerHeads = []struct {
 	{"two Hosts", "GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n", "bad_request", "the request's head is malformed"},
 	{"unsupported Transfer-Encoding", "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n", "unsupported_transfer_encoding", "the request's Transfer-Encoding is not supported"},
 	{"HTTP/9.1", "GET / HTTP/9.1\r\nHost: x\r\n\r\n", "unsupported_version", ""},
-	{"head over MaxHeaderBytes", "GET / HTTP/1.1\r\nHost: x\r\nX-Big: " + strings.Repeat("a", 8<<10) + "\r\n\r\n", "head_too_large", "the request's head is larger than the ingress accepts"},
+	{"head over MaxHeaderBytes", "GET / HTTP/1.1\r\nHost: x\r\nX-Big: " + strings.Repeat("a", 8<<10) + "\r\n\r\n", "head_too_large", "the request's head is larger than the server accepts"},
 	{"Expect other than 100-continue", "POST / HTTP/1.1\r\nHost: x\r\nExpect: teapot\r\nContent-Length: 2\r\n\r\nab", "expectation_failed", "the request's Expect is not supported: only 100-continue is"},
+	{"Expect other than 100-continue, HTTP/1.0", "GET / HTTP/1.0\r\nExpect: teapot\r\n\r\n", "expectation_failed", "the request's Expect is not supported: only 100-continue is"},
 }
 
 // statusLine returns the first line of an exchanged head.
@@ -125,7 +130,7 @@ func TestHandlerAnswersPassUnchanged(t *testing.T) {
 	const err400 = "HTTP/1.1 400 Bad Request" + netHTTPErrorHeaders + "400 Bad Request"
 	bodies := map[string]string{
 		"/tail":  strings.Repeat("x", 5000) + err400,
-		"/start": expectationFailed + "Content-Length: 0\r\n\r\n",
+		"/start": "HTTP/1.1" + expectationFailed + "Content-Length: 0\r\n\r\n",
 	}
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/417" {
@@ -172,6 +177,109 @@ func TestHandlerAnswersPassUnchanged(t *testing.T) {
 				t.Errorf("%s: POST %s = %d %.80q…, want %d and the handler's %d bytes", name, path, resp.StatusCode, body, wantStatus, len(want))
 			}
 		}
+	}
+}
+
+// TestOwnAnswersAfterAnswers sends each head of ownAnswerHeads after a
+// request a handler answered on the same connection, as the next request
+// and pipelined behind it: the connection is no longer answering once the
+// handler's answer is out, so net/http's answer to the head is the JSON
+// error. (A head over MaxHeaderBytes is left out: on a kept-alive
+// connection net/http reads up to 4 KiB more before it applies the limit.)
+func TestOwnAnswersAfterAnswers(t *testing.T) {
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
+	const first = "POST /first HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nhi"
+	for name, addr := range ownAnswerServers(t, h) {
+		for _, tc := range ownAnswerHeads {
+			if tc.code == "head_too_large" {
+				continue
+			}
+			for _, pipelined := range []bool{false, true} {
+				t.Run(fmt.Sprintf("%s/%s/pipelined=%t", name, tc.name, pipelined), func(t *testing.T) {
+					c, err := net.Dial("tcp", addr)
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer c.Close()
+					if err := c.SetDeadline(time.Now().Add(30 * time.Second)); err != nil {
+						t.Fatal(err)
+					}
+					br := bufio.NewReader(c)
+					send := first
+					if pipelined {
+						send += tc.head
+					}
+					if _, err := io.WriteString(c, send); err != nil {
+						t.Fatal(err)
+					}
+					resp, err := http.ReadResponse(br, nil)
+					if err != nil {
+						t.Fatalf("first answer: %v", err)
+					}
+					if body, err := io.ReadAll(resp.Body); err != nil || resp.StatusCode != http.StatusOK || string(body) != "ok" {
+						t.Fatalf("first answer = %d %q (%v), want 200 \"ok\"", resp.StatusCode, body, err)
+					}
+					if !pipelined {
+						if _, err := io.WriteString(c, tc.head); err != nil {
+							t.Fatal(err)
+						}
+					}
+					resp, err = http.ReadResponse(br, nil)
+					if err != nil {
+						t.Fatalf("answer to the head: %v", err)
+					}
+					body, err := io.ReadAll(resp.Body)
+					var e struct {
+						Error struct{ Code string }
+					}
+					if err != nil || resp.Header.Get("Content-Type") != "application/json" || json.Unmarshal(body, &e) != nil || e.Error.Code != tc.code {
+						t.Errorf("answer to the head = %d %q %q (%v), want the JSON error %q", resp.StatusCode, resp.Header.Get("Content-Type"), body, err, tc.code)
+					}
+				})
+			}
+		}
+	}
+}
+
+// TestHookServerKeepsHooks checks that HookServer keeps a server's own
+// ConnContext and ConnState, and its handler.
+func TestHookServerKeepsHooks(t *testing.T) {
+	type key struct{}
+	var mu sync.Mutex
+	var states []http.ConnState
+	srv := &http.Server{
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			v, _ := r.Context().Value(key{}).(string)
+			io.WriteString(w, v)
+		}),
+		ConnContext: func(ctx context.Context, _ net.Conn) context.Context {
+			return context.WithValue(ctx, key{}, "from ConnContext")
+		},
+		ConnState: func(_ net.Conn, s http.ConnState) {
+			mu.Lock()
+			states = append(states, s)
+			mu.Unlock()
+		},
+	}
+	HookServer(srv)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	t.Cleanup(func() {
+		srv.Close()
+		<-served
+	})
+	got := exchange(t, ln.Addr().String(), "GET / HTTP/1.1\r\nHost: x\r\n\r\n", "GET")
+	if got.Status != http.StatusOK || got.Body != "from ConnContext" {
+		t.Errorf("GET = %d %q, want 200 \"from ConnContext\": the handler sees the server's own ConnContext", got.Status, got.Body)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Contains(states, http.StateNew) || !slices.Contains(states, http.StateActive) || !slices.Contains(states, http.StateIdle) {
+		t.Errorf("the server's ConnState saw %v; want New, Active and Idle among them", states)
 	}
 }
 
@@ -226,11 +334,11 @@ var protocolErrorMisses = []string{
 	"",
 }
 
-// FuzzProtocolError checks that protocolError rewrites only net/http's
-// answers to heads it cannot read, exactly as net/http writes them (the
-// status line repeated as the body, or its 501), and that what it writes
-// instead is an HTTP/1.1 answer with the same status and a JSON error
-// body of the stated length.
+// FuzzProtocolError checks that ownAnswer rewrites only net/http's own
+// answers: those to heads it cannot read, exactly as net/http writes them
+// (the status line repeated as the body, or its 501), and answers that
+// start as its 417; and that what it writes instead is an answer with the
+// same status and a JSON error body of the stated length.
 func FuzzProtocolError(f *testing.F) {
 	for _, s := range []string{"400 Bad Request", "431 Request Header Fields Too Large",
 		"400 Bad Request: missing required Host header", "505 HTTP Version Not Supported: unsupported protocol version"} {
@@ -240,29 +348,32 @@ func FuzzProtocolError(f *testing.F) {
 	for _, s := range protocolErrorMisses {
 		f.Add([]byte(s))
 	}
+	f.Add([]byte("HTTP/1.0" + expectationFailed + "Connection: close\r\nContent-Length: 0\r\n\r\n"))
 	f.Fuzz(func(t *testing.T, p []byte) {
-		b, ok := protocolError(p)
+		b, ok := ownAnswer(p)
 		if !ok {
 			return
 		}
-		status, _, _ := bytes.Cut(bytes.TrimPrefix(p, []byte("HTTP/1.1 ")), []byte("\r\n"))
+		proto, rest, _ := bytes.Cut(p, []byte(" "))
+		status, _, _ := bytes.Cut(rest, []byte("\r\n"))
 		asNetHTTP := "HTTP/1.1 " + string(status) + netHTTPErrorHeaders + string(status)
-		if string(p) != asNetHTTP && string(p) != "HTTP/1.1 501 Not Implemented"+netHTTPErrorHeaders+"Unsupported transfer encoding" {
-			t.Fatalf("protocolError rewrote %q, which is not an answer net/http writes", p)
+		is417 := (string(proto) == "HTTP/1.1" || string(proto) == "HTTP/1.0") && bytes.HasPrefix(rest, []byte(expectationFailed[1:]))
+		if string(p) != asNetHTTP && string(p) != "HTTP/1.1 501 Not Implemented"+netHTTPErrorHeaders+"Unsupported transfer encoding" && !is417 {
+			t.Fatalf("ownAnswer rewrote %q, which is not an answer net/http writes", p)
 		}
 		resp, err := http.ReadResponse(bufio.NewReader(bytes.NewReader(b)), nil)
 		if err != nil {
-			t.Fatalf("protocolError(%q) wrote %q: %v", p, b, err)
+			t.Fatalf("ownAnswer(%q) wrote %q: %v", p, b, err)
 		}
 		body, err := io.ReadAll(resp.Body)
 		var e struct {
 			Error struct{ Code, Message string }
 		}
 		if err != nil || resp.ContentLength != int64(len(body)) || json.Unmarshal(body, &e) != nil || e.Error.Code == "" || e.Error.Message == "" {
-			t.Fatalf("protocolError(%q) wrote %q: want a JSON error of its stated length (%v)", p, b, err)
+			t.Fatalf("ownAnswer(%q) wrote %q: want a JSON error of its stated length (%v)", p, b, err)
 		}
 		if !strings.HasPrefix(string(status), strconv.Itoa(resp.StatusCode)+" ") {
-			t.Fatalf("protocolError(%q) answers %d", p, resp.StatusCode)
+			t.Fatalf("ownAnswer(%q) answers %d", p, resp.StatusCode)
 		}
 	})
 }
