@@ -71,6 +71,21 @@ func ownAnswerServers(t *testing.T, h http.Handler) map[string]string {
 	return map[string]string{"front": f.addr, "listener": raw.Addr().String()}
 }
 
+// dialAddr opens a connection to addr, closed when the test ends, with a
+// deadline of 30 s, and a reader of it.
+func dialAddr(t *testing.T, addr string) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	if err := c.SetDeadline(time.Now().Add(30 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	return c, bufio.NewReader(c)
+}
+
 // TestOwnAnswersAreJSON sends each head of ownAnswerHeads to net/http's
 // server alone, and through each kind of connection that answers its own
 // answers in JSON to the same kind of server: the answer has net/http's
@@ -146,15 +161,7 @@ func TestHandlerAnswersPassUnchanged(t *testing.T) {
 		w.(http.Flusher).Flush()
 	})
 	for name, addr := range ownAnswerServers(t, h) {
-		c, err := net.Dial("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		if err := c.SetDeadline(time.Now().Add(30 * time.Second)); err != nil {
-			t.Fatal(err)
-		}
-		br := bufio.NewReader(c)
+		c, br := dialAddr(t, addr)
 		// A POST goes to net/http through the front, which then serves
 		// the rest of the connection.
 		for _, path := range []string{"/tail", "/start", "/417", "/tail"} {
@@ -196,15 +203,7 @@ func TestOwnAnswersAfterAnswers(t *testing.T) {
 			}
 			for _, pipelined := range []bool{false, true} {
 				t.Run(fmt.Sprintf("%s/%s/pipelined=%t", name, tc.name, pipelined), func(t *testing.T) {
-					c, err := net.Dial("tcp", addr)
-					if err != nil {
-						t.Fatal(err)
-					}
-					defer c.Close()
-					if err := c.SetDeadline(time.Now().Add(30 * time.Second)); err != nil {
-						t.Fatal(err)
-					}
-					br := bufio.NewReader(c)
+					c, br := dialAddr(t, addr)
 					send := first
 					if pipelined {
 						send += tc.head
