@@ -384,7 +384,7 @@ func (h *host) applyLocked(cfg *config.Config) hcl.Diagnostics {
 	}
 	deadline := time.Now().Add(cfg.DrainDeadline)
 	h.mu.Lock()
-	var stop []*supervisor.Process
+	var stop, same []*supervisor.Process
 	replaced := map[string]*supervisor.Process{}
 	for name, p := range h.plugins {
 		w, ok := want[name]
@@ -394,6 +394,8 @@ func (h *host) applyLocked(cfg *config.Config) hcl.Diagnostics {
 			delete(h.plugins, name)
 		case fingerprint(cfg, w) != p.Spec().Fingerprint:
 			replaced[name] = p
+		default:
+			same = append(same, p)
 		}
 	}
 	var start []config.PluginBlock
@@ -404,6 +406,11 @@ func (h *host) applyLocked(cfg *config.Config) hcl.Diagnostics {
 	}
 	h.mu.Unlock()
 	h.update()
+	// The config asks for what these run: a replacement an earlier reload
+	// failed to make no longer stands.
+	for _, p := range same {
+		p.ClearSetLastError()
+	}
 
 	// Removed plugins leave the routing table at once and drain.
 	var wg sync.WaitGroup

@@ -235,3 +235,27 @@ func TestReloadHostileConfig(t *testing.T) {
 			res.code, res.stderr, want)
 	}
 }
+
+// TestReloadRefusedThenReverted checks that a plugin's last_error tells of
+// a reload its new process refused while the old one serves on, and no
+// longer does once the config asks again for what the old one runs.
+func TestReloadRefusedThenReverted(t *testing.T) {
+	base := baseConfig("2s")
+	h := startHost(t, base+helloWith("one"))
+	pid := readyPlugin(t, h, "hello").Pid
+
+	// hello refuses an empty greeting in Configure.
+	h.reload(base+helloWith(""), "plugins refused their new config")
+	st := h.plugins()["hello"]
+	if !strings.Contains(st.LastError, "the running process stays") || st.Pid != pid || st.State != "ready" {
+		t.Fatalf("hello after a refused reload = %+v; want pid %d ready, with a last_error that the running process stays", st, pid)
+	}
+
+	h.reload(base+helloWith("one"), "config reloaded")
+	if st := h.plugins()["hello"]; st.LastError != "" || st.Pid != pid || st.State != "ready" {
+		t.Errorf("hello after reverting the config = %+v; want pid %d ready, with no last_error", st, pid)
+	}
+	if code, body := h.greeting(); code != http.StatusOK || !strings.Contains(body, `"greeting":"one"`) {
+		t.Errorf("GET /hello/ = %d %s, want 200 with greeting one", code, body)
+	}
+}

@@ -266,6 +266,8 @@ type Process struct {
 	restarts int
 	recent   []time.Time
 	lastErr  string
+	// lastErrSet is whether lastErr is what SetLastError showed.
+	lastErrSet bool
 	// first is closed once the first start attempt has ended, ready or
 	// not, with firstErr set.
 	first    chan struct{}
@@ -331,9 +333,25 @@ func (p *Process) Retire() { p.active.Store(false) }
 // such as a replacement that failed while this process kept serving.
 func (p *Process) SetLastError(err error) {
 	p.mu.Lock()
-	p.lastErr = err.Error()
+	p.lastErr, p.lastErrSet = err.Error(), true
 	p.mu.Unlock()
 	p.publish()
+}
+
+// ClearSetLastError clears the error SetLastError showed, unless an error
+// of the process's own has replaced it since: what it told of (a
+// replacement that failed) no longer stands, such as when the config asks
+// again for what this process runs.
+func (p *Process) ClearSetLastError() {
+	p.mu.Lock()
+	cleared := p.lastErrSet
+	if cleared {
+		p.lastErr, p.lastErrSet = "", false
+	}
+	p.mu.Unlock()
+	if cleared {
+		p.publish()
+	}
 }
 
 func start(ctx context.Context, spec Spec, opts Options, standby bool) (*Process, error) {
@@ -485,7 +503,7 @@ func (p *Process) setState(s State, lastErr error) {
 	p.mu.Lock()
 	p.state = s
 	if lastErr != nil {
-		p.lastErr = lastErr.Error()
+		p.lastErr, p.lastErrSet = lastErr.Error(), false
 	}
 	if s != StateReady {
 		p.health, p.reason = "", ""
@@ -564,6 +582,9 @@ func (p *Process) run(ctx context.Context) {
 		refused := errors.Is(err, ErrConfigRefused) && !p.retries(err)
 		if refused || err != nil && p.strict && p.firstPending() {
 			switch {
+			case refused && p.strict && p.firstPending():
+				// A replacement: the host keeps the process it replaces.
+				p.logger.Error("replacement process refused its config; not starting it", "error", err)
 			case refused:
 				p.logger.Error("plugin refused its config; not restarting it", "error", err)
 			case ctx.Err() != nil:
