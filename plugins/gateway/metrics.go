@@ -115,7 +115,7 @@ func (m *metrics) register(reg prometheus.Registerer, s settings, sched *drr.Sch
 	for _, u := range s.upstreams {
 		m.upstreamSeconds.WithLabelValues(u.name)
 	}
-	cs := []prometheus.Collector{m.busy, m.rejected, m.abandoned, m.ioTimeouts, m.retries, m.requests, m.upstreamSeconds,
+	cs := []prometheus.Collector{m.busy, m.rejected, m.ioTimeouts, m.retries, m.requests, m.upstreamSeconds,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "gateway_degraded",
 			Help: "1 while the gateway reports itself degraded (shedding load, or an upstream's breaker open), else 0.",
@@ -124,7 +124,7 @@ func (m *metrics) register(reg prometheus.Registerer, s settings, sched *drr.Sch
 		stat := func(f func(drr.Stats) int64) func() float64 {
 			return func() float64 { return float64(f(sched.Stats())) }
 		}
-		cs = append(cs,
+		cs = append(cs, m.abandoned,
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "queue_depth", Help: "Requests waiting, by queue: intake (all tenant queues) or sched (dispatched, waiting for a worker).",
 				ConstLabels: prometheus.Labels{"queue": "intake"}}, stat(func(s drr.Stats) int64 { return s.Intake })),
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "queue_depth", Help: "Requests waiting, by queue: intake (all tenant queues) or sched (dispatched, waiting for a worker).",

@@ -369,3 +369,27 @@ func TestReservedWorker(t *testing.T) {
 		}
 	}
 }
+
+// TestSchedulerSeriesOnlyWithScheduler checks that the scheduler's series
+// (queue_depth, queue_dropped_total and the tasks_* counters) are
+// exported only by a gateway that has a scheduler: one with one tenant,
+// whose requests take the bypass, exports none of them.
+func TestSchedulerSeriesOnlyWithScheduler(t *testing.T) {
+	up := newUpstreamServer(t, &flaky{})
+	series := []string{"queue_depth", "queue_dropped_total", "tasks_spawned_total", "tasks_aborted_total", "tasks_canceled_total"}
+	for _, tc := range []struct {
+		name, config string
+		sched        bool
+	}{{"one tenant", flakyConfig(up, ""), false}, {"two tenants", twoTenants(up, ""), true}} {
+		h := start(t, optionsFor(tc.config))
+		m, err := h.Metrics(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range series {
+			if has := strings.Contains(m, "\n"+s+"{"); has != tc.sched {
+				t.Errorf("%s: series %s exported: %t, want %t", tc.name, s, has, tc.sched)
+			}
+		}
+	}
+}
