@@ -61,7 +61,7 @@ const defaultConfig = "config.hcl"
 
 const usage = `usage:
   plughost run [-config FILE] [-log-level LEVEL] [-log-json]
-  plughost validate [-config FILE]
+  plughost validate [-config FILE] [-log-level LEVEL] [-log-json]
   plughost plugin info [-json] PATH
   plughost version
 
