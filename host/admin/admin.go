@@ -246,8 +246,17 @@ func New(g prometheus.Gatherer, plugins Plugins, opts Options) *Server {
 	return s
 }
 
-// ServeHTTP serves the admin listener's routes.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+// ServeHTTP serves the admin listener's routes. A CONNECT, or a target
+// of "*" (an HTTP/2 preface, say), names no endpoint: ServeMux would
+// answer it itself, in plain text or with no body at all, so it gets the
+// JSON 404 of any other unknown endpoint here.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodConnect || r.RequestURI == "*" {
+		sdk.WriteError(w, http.StatusNotFound, "not_found", "no admin endpoint at "+r.RequestURI)
+		return
+	}
+	s.mux.ServeHTTP(w, r)
+}
 
 // Close stops the goroutine that samples the host's metrics for the
 // status page's rates. The Server still answers afterwards, with the

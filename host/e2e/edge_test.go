@@ -129,6 +129,18 @@ func TestMalformedRequests(t *testing.T) {
 		t.Errorf("the host logged above debug for malformed requests:\n%s", strings.Join(lines, "\n"))
 	}
 
+	// Targets that name no endpoint on either listener: a CONNECT, and an
+	// HTTP/2 preface on an HTTP/1.1 listener.
+	for _, raw := range []string{"CONNECT 127.0.0.1:22 HTTP/1.1\r\nHost: 127.0.0.1:22\r\n\r\n", "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"} {
+		for _, l := range []struct{ name, base string }{{"ingress", h.ingress}, {"admin", h.admin}} {
+			resp, body, err := rawExchange(t, l.base, []byte(raw))
+			if err != nil {
+				t.Fatalf("%s: %.30q: %v", l.name, raw, err)
+			}
+			checkJSONError(t, fmt.Sprintf("%s: %.30q", l.name, raw), resp, body, http.StatusNotFound, "not_found")
+		}
+	}
+
 	// A plugin's answer made of the bytes net/http answers a bad head with
 	// reaches the client as the plugin wrote it. The bodies' lengths sweep
 	// the point where net/http's 4 KiB write buffer splits the answer, so
