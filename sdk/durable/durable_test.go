@@ -418,8 +418,13 @@ func TestCloseBounded(t *testing.T) {
 				close(hold)
 			}
 		})
-		f.store.set(func(s *fakeStore) { s.hold, s.pending, s.due = hold, true, true })
+		held := make(chan struct{})
+		f.store.set(func(s *fakeStore) { s.hold, s.held, s.pending, s.due = hold, held, true, true })
 		f.c.CheckpointSoon()
+		// Close must find the checkpoint under way: it is asked for
+		// asynchronously, and a Close that came first would have nothing
+		// to wait for.
+		<-held
 		closeWithin(t, f, 100*time.Millisecond, durable.ErrStalled)
 		close(hold)
 		closeWithin(t, f, 10*time.Second, nil)

@@ -24,6 +24,7 @@ type fakeStore struct {
 	due         bool
 	checkpoints int
 	hold        chan struct{} // a checkpoint waits for it to close
+	held        chan struct{} // closed by the next checkpoint as it starts
 }
 
 func (s *fakeStore) Err() error {
@@ -56,8 +57,12 @@ func (s *fakeStore) CheckpointIn() time.Duration { return time.Millisecond }
 
 func (s *fakeStore) Checkpoint() error {
 	s.mu.Lock()
-	hold := s.hold
+	hold, held := s.hold, s.held
+	s.held = nil
 	s.mu.Unlock()
+	if held != nil {
+		close(held)
+	}
 	if hold != nil {
 		<-hold
 	}
