@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"net/textproto"
 	"strings"
+
+	"golang.org/x/net/http/httpguts"
 )
 
 // readResponse reads the head of a response to req from br, as
@@ -65,7 +67,9 @@ func readPlain(br *bufio.Reader, req *http.Request) *http.Response {
 	for rest != "" {
 		line, rest, _ = strings.Cut(rest, "\r\n")
 		k, v, ok := strings.Cut(line, ":")
-		if !ok || k == "" || !validField(k, v) {
+		// As ReadMIMEHeader accepts a line without folding: a token for
+		// the name, no control character but tab in the value.
+		if !ok || !httpguts.ValidHeaderFieldName(k) || !httpguts.ValidHeaderFieldValue(v) {
 			return nil
 		}
 		k = textproto.CanonicalMIMEHeaderKey(k) // k as it is when already canonical
@@ -99,30 +103,6 @@ func readPlain(br *bufio.Reader, req *http.Request) *http.Response {
 	}
 	_, _ = br.Discard(end + 4)
 	return resp
-}
-
-// validField reports whether a field line's name k and value v are as
-// ReadMIMEHeader accepts them without folding, and its name needs no
-// care: token characters only, and in the value no control character
-// but tab.
-func validField(k, v string) bool {
-	for i := 0; i < len(k); i++ {
-		if !isTokenByte(k[i]) {
-			return false
-		}
-	}
-	for i := 0; i < len(v); i++ {
-		if c := v[i]; c < ' ' && c != '\t' || c == 0x7f {
-			return false
-		}
-	}
-	return true
-}
-
-// isTokenByte reports whether c may be in a field name (RFC 9110
-// section 5.6.2).
-func isTokenByte(c byte) bool {
-	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
 }
 
 // lengthBody is the body of a response with a Content-Length, read from

@@ -107,11 +107,14 @@ func plainHead(req *http.Request) (host, ruri string, ok bool) {
 	return host, ruri, true
 }
 
+// lineBreaks turns a value's line breaks to spaces.
+var lineBreaks = strings.NewReplacer("\n", " ", "\r", " ")
+
 // cleanValue is a header value as Request.Write sends it: line breaks
 // turned to spaces, surrounding white space trimmed.
 func cleanValue(v string) string {
 	if strings.ContainsAny(v, "\r\n") {
-		v = strings.NewReplacer("\n", " ", "\r", " ").Replace(v)
+		v = lineBreaks.Replace(v)
 	}
 	return strings.Trim(v, " \t\n\r")
 }
