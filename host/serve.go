@@ -200,7 +200,6 @@ func serve(ctx context.Context, logger hclog.Logger, path string, stderr io.Writ
 		WriteTimeout:      cfg.Limits.WriteTimeout,
 		IdleTimeout:       cfg.Limits.IdleTimeout,
 		MaxHeaderBytes:    64 << 10,
-		ConnContext:       ingress.ConnContext,
 		ErrorLog:          logger.Named("http").StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),
 	}
 	gatherer := &metrics.Gatherer{Host: h.metrics, Sources: h.sources, Timeout: cfg.Health.Timeout, Logger: logger.Named("metrics")}

@@ -48,23 +48,21 @@ func writeOwn(conn net.Conn, p []byte) (int, error) {
 	return len(p), nil
 }
 
-// handedKey is the context key of the connection a request came on, for
-// HookServer.
-type handedKey struct{}
-
 // HookServer sets what srv needs for its connections to tell net/http's
 // own answers from a handler's, when they are connections a Front hands
 // over (Front.Listener) or those of a listener with OwnAnswers: srv's
 // handler marks a request's connection as answering, and the connection
-// is no longer answering once srv makes it idle again. It keeps srv's
-// own Handler, ConnContext and ConnState. Call it before srv serves.
+// is no longer answering once srv makes it idle again. It records each
+// request's connection in its context, which streams use too (connKey),
+// and keeps srv's own Handler, ConnContext and ConnState. Call it before
+// srv serves.
 func HookServer(srv *http.Server) {
 	h, connContext, connState := srv.Handler, srv.ConnContext, srv.ConnState
 	if h == nil {
 		h = http.DefaultServeMux // as the server would
 	}
 	srv.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if c, ok := r.Context().Value(handedKey{}).(answerer); ok {
+		if c, ok := r.Context().Value(connKey{}).(answerer); ok {
 			c.setAnswering(true)
 		}
 		h.ServeHTTP(w, r)
@@ -73,7 +71,7 @@ func HookServer(srv *http.Server) {
 		if connContext != nil {
 			ctx = connContext(ctx, c)
 		}
-		return context.WithValue(ctx, handedKey{}, c)
+		return context.WithValue(ctx, connKey{}, c)
 	}
 	srv.ConnState = func(c net.Conn, s http.ConnState) {
 		if a, ok := c.(answerer); ok && s == http.StateIdle {

@@ -295,11 +295,6 @@ func (s *stream) end(rc *http.ResponseController, code int) int {
 	return code
 }
 
-// connKey is the context key of the connection a request came on.
+// connKey is the context key of the connection a request came on, whose
+// socket options a stream adjusts; HookServer records it.
 type connKey struct{}
-
-// ConnContext is for http.Server.ConnContext: it records each request's
-// connection, whose socket options a stream adjusts.
-func ConnContext(ctx context.Context, c net.Conn) context.Context {
-	return context.WithValue(ctx, connKey{}, c)
-}
