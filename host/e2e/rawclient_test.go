@@ -473,6 +473,17 @@ func FuzzParseResponse(f *testing.F) {
 	})
 }
 
+// clientFor returns a raw client for baseURL, closed when the test ends.
+func clientFor(t *testing.T, baseURL string) *rawClient {
+	t.Helper()
+	c, err := newRawClient(baseURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.close)
+	return c
+}
+
 // TestRawClient sends the benchmark's transfer request through a real
 // net/http server, which must read the same method, path, headers and
 // body that net/http's client sent; and checks that the client keeps its
@@ -509,11 +520,7 @@ func TestRawClient(t *testing.T) {
 		}
 	}))
 	t.Cleanup(srv.Close)
-	c, err := newRawClient(srv.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.close)
+	c := clientFor(t, srv.URL)
 
 	send := func(query string) (int, string, error) {
 		t.Helper()
@@ -584,11 +591,7 @@ func TestRawClientGet(t *testing.T) {
 		_, _ = io.WriteString(w, "hello")
 	}))
 	t.Cleanup(srv.Close)
-	c, err := newRawClient(srv.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.close)
+	c := clientFor(t, srv.URL)
 	c.setGet("/hello/?q=1")
 	for i := range 3 {
 		code, body, err := c.do(t.Context())
@@ -641,11 +644,7 @@ func TestLoader(t *testing.T) {
 func TestRawClientRedialsClosedIdle(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
 	t.Cleanup(srv.Close)
-	c, err := newRawClient(srv.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.close)
+	c := clientFor(t, srv.URL)
 	c.setGet("/")
 	for i := range 2 {
 		if code, body, err := c.do(t.Context()); err != nil || code != http.StatusOK || string(body) != "ok" {
@@ -673,11 +672,7 @@ func TestRawClientRedialsClosedIdle(t *testing.T) {
 			conn.Close()
 		}
 	}()
-	c2, err := newRawClient("http://" + ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c2.close)
+	c2 := clientFor(t, "http://"+ln.Addr().String())
 	c2.setGet("/")
 	if code, _, err := c2.do(t.Context()); err == nil {
 		t.Errorf("GET from a server that closes at once = %d, nil error; want an error", code)
