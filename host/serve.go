@@ -700,8 +700,12 @@ func (h *host) SetFaults(ctx context.Context, name string, faults []admin.Fault)
 	if errors.Is(err, supervisor.ErrNotReady) {
 		return nil, admin.ErrNotReady
 	}
-	if status.Code(errors.Unwrap(err)) == codes.Unimplemented {
+	switch st, _ := status.FromError(errors.Unwrap(err)); st.Code() {
+	case codes.Unimplemented:
 		return nil, admin.ErrNoFaultPoints
+	case codes.NotFound:
+		// The point, and those the plugin declares.
+		return nil, fmt.Errorf("%w %s", admin.ErrUnknownFaultPoint, st.Message())
 	}
 	if err != nil {
 		return nil, err

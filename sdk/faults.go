@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -13,6 +16,12 @@ import (
 // injected failure, so code under test can tell a rehearsal from a real
 // fault when it needs to (it usually should not).
 var ErrInjected = errors.New("sdk: injected fault")
+
+// ErrUnknownPoint is wrapped by the error Faults.Set returns for a fault
+// at a point the plugin has not declared: set there, it would never be
+// reached, and a rehearsal would pass without the failure it meant to
+// cause.
+var ErrUnknownPoint = errors.New("sdk: unknown fault point")
 
 // Fault is a fault set at a named point: a delay, an error, or both.
 type Fault struct {
@@ -28,12 +37,14 @@ type Fault struct {
 
 // Faults holds the faults an operator has set at run time through the
 // host's admin API (POST /v1/plugins/NAME/faults, refused unless the host
-// config has debug { faults = true }). Plugins call Inject at their named
-// fault points; with no fault set it costs one read lock. The zero value
-// and a nil *Faults hold no faults. Safe for concurrent use.
+// config has debug { faults = true }). Plugins declare their fault points
+// with Declare and call Inject at them; with no fault set Inject costs one
+// read lock. The zero value and a nil *Faults hold no faults and no
+// points. Safe for concurrent use.
 type Faults struct {
-	mu sync.RWMutex
-	m  map[string]Fault
+	mu     sync.RWMutex
+	m      map[string]Fault
+	points map[string]struct{}
 	// changed is closed, and replaced, by each Set: it releases the
 	// calls held by a delay.
 	changed chan struct{}
@@ -74,20 +85,70 @@ func (f *Faults) Inject(ctx context.Context, point string) error {
 	return nil
 }
 
+// Declare adds points to the fault points Set accepts. A plugin declares
+// every point it calls Inject at, in Configure, before it serves. The
+// durable kit declares its commit point itself.
+func (f *Faults) Declare(points ...string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.points == nil {
+		f.points = make(map[string]struct{}, len(points))
+	}
+	for _, p := range points {
+		f.points[p] = struct{}{}
+	}
+}
+
+// Points returns the declared fault points, sorted.
+func (f *Faults) Points() []string {
+	if f == nil {
+		return nil
+	}
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	out := make([]string, 0, len(f.points))
+	for p := range f.points {
+		out = append(out, p)
+	}
+	slices.Sort(out)
+	return out
+}
+
 // Set replaces every fault with list; an empty list clears them all.
-// Calls held by a delay are released (see Inject).
-func (f *Faults) Set(list []Fault) {
+// Calls held by a delay are released (see Inject). A fault at a point
+// not declared refuses the whole list, leaving the faults as they were,
+// with an error that wraps ErrUnknownPoint and names the declared points.
+func (f *Faults) Set(list []Fault) error {
 	m := make(map[string]Fault, len(list))
 	for _, ft := range list {
 		m[ft.Point] = ft
 	}
 	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, ft := range list {
+		if _, ok := f.points[ft.Point]; !ok {
+			return f.unknown(ft.Point)
+		}
+	}
 	f.m = m
 	if f.changed != nil {
 		close(f.changed)
 	}
 	f.changed = make(chan struct{})
-	f.mu.Unlock()
+	return nil
+}
+
+// unknown is Set's error for point; f.mu is held.
+func (f *Faults) unknown(point string) error {
+	if len(f.points) == 0 {
+		return fmt.Errorf("%w %q: this plugin declares no fault points", ErrUnknownPoint, point)
+	}
+	names := make([]string, 0, len(f.points))
+	for p := range f.points {
+		names = append(names, strconv.Quote(p))
+	}
+	slices.Sort(names)
+	return fmt.Errorf("%w %q: this plugin's fault points are %s", ErrUnknownPoint, point, strings.Join(names, ", "))
 }
 
 // List returns the faults set now, sorted by point.

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"time"
 
@@ -148,7 +149,11 @@ func (s *server) SetFaults(_ context.Context, req *pluginv1.SetFaultsRequest) (*
 		}
 		list = append(list, Fault{Point: f.GetPoint(), Delay: time.Duration(f.GetDelayMs()) * time.Millisecond, Error: f.GetError()})
 	}
-	s.faults.Set(list)
+	if err := s.faults.Set(list); err != nil {
+		// NotFound, with the point and the declared points, which the
+		// host answers as 400 unknown_fault_point.
+		return nil, status.Error(codes.NotFound, strings.TrimPrefix(err.Error(), ErrUnknownPoint.Error()+" "))
+	}
 	s.logger.Warn("faults set", "faults", fmt.Sprint(list))
 	resp := &pluginv1.SetFaultsResponse{}
 	for _, f := range s.faults.List() {

@@ -64,6 +64,10 @@ var (
 	ErrNotReady = errors.New("plugin is not ready")
 	// ErrNoFaultPoints means the plugin does not implement SetFaults.
 	ErrNoFaultPoints = errors.New("plugin has no fault points")
+	// ErrUnknownFaultPoint means the plugin refused a fault at a point it
+	// does not declare; the error's text is the plugin's, naming its
+	// points.
+	ErrUnknownFaultPoint = errors.New("unknown fault point")
 	// ErrChecksum means the binary does not match the plugin's pin.
 	ErrChecksum = errors.New("plugin binary does not match its sha256 pin")
 	// ErrUnusableBinary means the binary is missing or not executable.
@@ -177,6 +181,9 @@ func New(g prometheus.Gatherer, plugins Plugins, opts Options) *Server {
 			return
 		case errors.Is(err, ErrNoFaultPoints):
 			sdk.WriteError(w, http.StatusNotImplemented, "no_fault_points", fmt.Sprintf("plugin %q serves no fault points (it does not implement SetFaults)", name))
+			return
+		case errors.Is(err, ErrUnknownFaultPoint):
+			sdk.WriteError(w, http.StatusBadRequest, "unknown_fault_point", fmt.Sprintf("plugin %q: %v", name, err))
 			return
 		case errors.Is(err, ErrNotReady):
 			sdk.WriteError(w, http.StatusServiceUnavailable, "plugin_unavailable", fmt.Sprintf("plugin %q is not ready", name))

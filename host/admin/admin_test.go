@@ -65,6 +65,11 @@ func (f *fakePlugins) SetFaults(_ context.Context, name string, faults []admin.F
 	if !slices.ContainsFunc(f.statuses, func(s supervisor.Status) bool { return s.Name == name }) {
 		return nil, admin.ErrNoPlugin
 	}
+	for _, ft := range faults {
+		if ft.Point == "misspelt" {
+			return nil, fmt.Errorf("%w %q: this plugin's fault points are \"ledger.commit\"", admin.ErrUnknownFaultPoint, ft.Point)
+		}
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.faults = faults
@@ -370,6 +375,7 @@ func TestFaults(t *testing.T) {
 		{"bad delay", "/v1/plugins/hello/faults", `{"faults":[{"point":"p","delay":"soon"}]}`, http.StatusBadRequest, "bad_request", nil},
 		{"neither delay nor error", "/v1/plugins/hello/faults", `{"faults":[{"point":"p"}]}`, http.StatusBadRequest, "bad_request", nil},
 		{"sub-millisecond delay", "/v1/plugins/hello/faults", `{"faults":[{"point":"p","delay":"500us"}]}`, http.StatusBadRequest, "bad_request", nil},
+		{"point the plugin does not declare", "/v1/plugins/hello/faults", `{"faults":[{"point":"misspelt","delay":"1s"}]}`, http.StatusBadRequest, "unknown_fault_point", nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -340,8 +340,10 @@ func TestQueueFullIsBusy(t *testing.T) {
 }
 
 func TestCommitTimeout(t *testing.T) {
-	faults := &sdk.Faults{}
-	faults.Set([]sdk.Fault{{Point: commitFaultPoint, Delay: time.Hour}})
+	faults := walletFaults()
+	if err := faults.Set([]sdk.Fault{{Point: commitFaultPoint, Delay: time.Hour}}); err != nil {
+		t.Fatal(err)
+	}
 	f := newFixture(t, commitOptions{Committers: 1, CommitTimeout: 50 * time.Millisecond, Faults: faults})
 	start := time.Now()
 	o := wait(t, f.mustSubmit(t, issue("a", 1)))
@@ -371,7 +373,7 @@ func TestCommitTimeout(t *testing.T) {
 // TestProbeThatWritesNothing checks that a half-open breaker is not closed
 // by a group that wrote nothing (a replay): it tested nothing of the disk.
 func TestProbeThatWritesNothing(t *testing.T) {
-	faults := &sdk.Faults{}
+	faults := walletFaults()
 	f := newFixture(t, commitOptions{
 		Committers: 1,
 		Faults:     faults,
@@ -383,7 +385,9 @@ func TestProbeThatWritesNothing(t *testing.T) {
 	if o := wait(t, f.mustSubmit(t, paid)); o.err != nil || o.res.Err != nil {
 		t.Fatalf("first commit = %+v", o)
 	}
-	faults.Set([]sdk.Fault{{Point: commitFaultPoint, Error: "disk on fire"}})
+	if err := faults.Set([]sdk.Fault{{Point: commitFaultPoint, Error: "disk on fire"}}); err != nil {
+		t.Fatal(err)
+	}
 	if o := wait(t, f.mustSubmit(t, issue("a", 1))); !errors.Is(o.err, durable.ErrUnavailable) {
 		t.Fatalf("failing commit = %+v, want ErrUnavailable", o)
 	}
@@ -436,9 +440,10 @@ func TestTransientErrorsRetried(t *testing.T) {
 }
 
 func TestCommitBreaker(t *testing.T) {
-	faults := &sdk.Faults{}
-	faults.Set([]sdk.Fault{{Point: commitFaultPoint, Error: "disk on fire"}})
-	// The cool-down must outlast the checks made while the breaker is
+	faults := walletFaults()
+	if err := faults.Set([]sdk.Fault{{Point: commitFaultPoint, Error: "disk on fire"}}); err != nil {
+		t.Fatal(err)
+	}
 	// open. At 100ms the failing op's own retry delay after the breaker
 	// opened (80-100ms) used most of it, and the checks below sometimes
 	// found the breaker half-open.
@@ -836,8 +841,10 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 // TestProberClosesBreaker: once the fault is gone, a half-open breaker
 // closes by a probe of the committer's own, with no operation submitted.
 func TestProberClosesBreaker(t *testing.T) {
-	faults := &sdk.Faults{}
-	faults.Set([]sdk.Fault{{Point: commitFaultPoint, Error: "disk on fire"}})
+	faults := walletFaults()
+	if err := faults.Set([]sdk.Fault{{Point: commitFaultPoint, Error: "disk on fire"}}); err != nil {
+		t.Fatal(err)
+	}
 	f := newFixture(t, commitOptions{
 		Committers: 1,
 		Faults:     faults,

@@ -257,8 +257,20 @@ func recv[T any](t *testing.T, ch <-chan T) T {
 }
 
 // faultSet is the SDK's own fault set, as the host's admin API sets it.
-func faultSet(list ...sdk.Fault) *sdk.Faults {
+func faultSet(t *testing.T, list ...sdk.Fault) *sdk.Faults {
+	t.Helper()
+	f := walletFaults()
+	if err := f.Set(list); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// walletFaults returns fault points with the wallet's declared, as the
+// committer and Configure declare them on the Runtime's, so that a test
+// may set faults before either runs.
+func walletFaults() *sdk.Faults {
 	f := &sdk.Faults{}
-	f.Set(list)
+	f.Declare(commitFaultPoint, SyncFaultPoint)
 	return f
 }

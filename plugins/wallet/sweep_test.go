@@ -31,7 +31,7 @@ type sweepFixture struct {
 func newSweepFixture(t *testing.T, coolDown time.Duration) *sweepFixture {
 	t.Helper()
 	clk := wallettest.NewClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
-	faults := &sdk.Faults{}
+	faults := walletFaults()
 	f := newFixtureWith(t, ledger.Options{IdempotencyTTL: time.Minute, Now: clk.Now}, commitOptions{
 		Committers: 1,
 		Faults:     faults,
@@ -65,7 +65,9 @@ func (f *sweepFixture) expired(t *testing.T) bool {
 // openBreaker fails one commit, which opens the breaker.
 func (f *sweepFixture) openBreaker(t *testing.T) {
 	t.Helper()
-	f.faults.Set([]sdk.Fault{{Point: commitFaultPoint, Error: "disk on fire"}})
+	if err := f.faults.Set([]sdk.Fault{{Point: commitFaultPoint, Error: "disk on fire"}}); err != nil {
+		t.Fatal(err)
+	}
 	if o := wait(t, f.mustSubmit(t, issue("bob", 1))); !errors.Is(o.err, durable.ErrUnavailable) {
 		t.Fatalf("commit with the fault set = %+v, want ErrUnavailable", o)
 	}

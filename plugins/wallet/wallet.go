@@ -204,6 +204,7 @@ func (w *wallet) configure(_ context.Context, rt *sdk.Runtime) (err error) {
 	path := filepath.Join(rt.DataDir, "wallet.db")
 	hooks := &store.Hooks{}
 	opFaults := rt.Faults() // the operator's, not a test's gate
+	opFaults.Declare(SyncFaultPoint)
 	hooks.SetSync(func(f *os.File) error {
 		// A fault here stalls or fails the log's own write, after the
 		// record is written and before fdatasync returns.

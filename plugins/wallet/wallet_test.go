@@ -339,7 +339,7 @@ commit_timeout = "1m"`, gate, "")
 }
 
 func TestLedgerStall(t *testing.T) {
-	faults := faultSet(sdk.Fault{Point: commitFaultPoint, Delay: time.Hour})
+	faults := faultSet(t, sdk.Fault{Point: commitFaultPoint, Delay: time.Hour})
 	tw := start(t, `
 commit_timeout = "100ms"
 breaker {
@@ -405,10 +405,12 @@ breaker {
 // at the fault point.
 func paidThenFailing(t *testing.T, config string) (*testWallet, response) {
 	t.Helper()
-	faults := faultSet()
+	faults := faultSet(t, )
 	tw := start(t, config, faults, "")
 	first := tw.mustPost("/v1/issue", "paid", `{"to":"x","amount":3}`, 200)
-	faults.Set([]sdk.Fault{{Point: commitFaultPoint, Error: "disk on fire"}})
+	if err := faults.Set([]sdk.Fault{{Point: commitFaultPoint, Error: "disk on fire"}}); err != nil {
+		t.Fatal(err)
+	}
 	return tw, first
 }
 
@@ -447,7 +449,7 @@ breaker {
 }
 
 func TestBreaker(t *testing.T) {
-	faults := faultSet(sdk.Fault{Point: commitFaultPoint, Error: "disk on fire"})
+	faults := faultSet(t, sdk.Fault{Point: commitFaultPoint, Error: "disk on fire"})
 	// The cool-down must outlast everything checked while the breaker is
 	// open: the first POST's own retry after the breaker opens, two metric
 	// reads, a POST and a health check. At 300ms a busy machine could let

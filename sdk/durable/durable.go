@@ -85,7 +85,9 @@ type Store interface {
 	Checkpoint() error
 }
 
-// Injector is a set of fault points; *sdk.Faults is one.
+// Injector is a set of fault points; *sdk.Faults is one. An Injector
+// with a method Declare(...string), as *sdk.Faults has, is told the
+// commit's fault point when the Committer is built.
 type Injector interface {
 	Inject(ctx context.Context, point string) error
 }
@@ -172,7 +174,8 @@ type Options[Op, Res any] struct {
 	Scrub      func() (pass bool, err error)
 	ScrubEvery time.Duration
 
-	// Faults holds FaultPoint; nil means none.
+	// Faults holds FaultPoint, which New declares to it when it can
+	// (see Injector); nil means none.
 	Faults Injector
 	// FaultPoint runs right before each commit attempt, under its
 	// deadline; default DefaultFaultPoint.
@@ -307,6 +310,9 @@ func New[Op, Res any](opts Options[Op, Res]) (*Committer[Op, Res], error) {
 	}
 	if c.point == "" {
 		c.point = DefaultFaultPoint
+	}
+	if d, ok := c.faults.(interface{ Declare(...string) }); ok {
+		d.Declare(c.point) // so that an operator may set a fault there
 	}
 	if c.svc == "" {
 		c.svc = "store"

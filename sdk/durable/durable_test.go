@@ -179,7 +179,10 @@ func TestPanicAnswersGroup(t *testing.T) {
 
 func TestCommitTimeout(t *testing.T) {
 	faults := &sdk.Faults{}
-	faults.Set([]sdk.Fault{{Point: durable.DefaultFaultPoint, Delay: time.Hour}})
+	faults.Declare(durable.DefaultFaultPoint) // New declares it too, after this Set
+	if err := faults.Set([]sdk.Fault{{Point: durable.DefaultFaultPoint, Delay: time.Hour}}); err != nil {
+		t.Fatal(err)
+	}
 	f := newFixture(t, durable.Options[int, uint64]{Committers: 1, CommitTimeout: 50 * time.Millisecond, Faults: faults})
 	start := time.Now()
 	o := wait(t, f.mustSubmit(t))
@@ -454,7 +457,10 @@ func closeWithin(t *testing.T, f *fixture, d time.Duration, want error) {
 // closes by a probe of the committer's own, with no operation submitted.
 func TestProberClosesBreaker(t *testing.T) {
 	faults := &sdk.Faults{}
-	faults.Set([]sdk.Fault{{Point: durable.DefaultFaultPoint, Error: "disk on fire"}})
+	faults.Declare(durable.DefaultFaultPoint) // New declares it too, after this Set
+	if err := faults.Set([]sdk.Fault{{Point: durable.DefaultFaultPoint, Error: "disk on fire"}}); err != nil {
+		t.Fatal(err)
+	}
 	f := newFixture(t, durable.Options[int, uint64]{
 		Committers: 1,
 		Faults:     faults,
@@ -518,7 +524,13 @@ func TestWroteNothingNotCounted(t *testing.T) {
 		Wrote:      func([]uint64) bool { return !wroteNothing.Load() },
 		Breaker:    breaker.Settings{FailureThreshold: 1, Cooldown: 100 * time.Millisecond, HalfOpenMax: 1, SuccessThreshold: 1},
 	}, false)
-	faults.Set([]sdk.Fault{{Point: durable.DefaultFaultPoint, Error: "disk on fire"}})
+	// New declared its fault point, so that the operator may set it.
+	if got := faults.Points(); !slices.Equal(got, []string{durable.DefaultFaultPoint}) {
+		t.Fatalf("fault points after New = %q, want %q", got, durable.DefaultFaultPoint)
+	}
+	if err := faults.Set([]sdk.Fault{{Point: durable.DefaultFaultPoint, Error: "disk on fire"}}); err != nil {
+		t.Fatal(err)
+	}
 	if o := wait(t, f.mustSubmit(t)); !errors.Is(o.err, durable.ErrUnavailable) {
 		t.Fatalf("failing commit = %+v, want ErrUnavailable", o)
 	}
