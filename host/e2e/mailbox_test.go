@@ -521,3 +521,59 @@ func TestMailboxCapabilities(t *testing.T) {
 		})
 	}
 }
+
+// TestMailboxLongestTopicSurvivesRestart: a message of a topic of the
+// longest name, terminated into its dead-letter queue and delivered from
+// there, is read back by the next process: the mailbox restarts ready,
+// and the DLQ is inspected, received from and redriven through the host.
+func TestMailboxLongestTopicSurvivesRestart(t *testing.T) {
+	cfg := withDataDir(t, baseConfig("5s"), t.TempDir()) + pluginBlock("mailbox", "mailbox", "")
+	h, c := startMailbox(t, cfg)
+	topic := strings.Repeat("x", 200)
+	dlq := topic + ".dlq"
+	type delivered struct {
+		Messages []struct {
+			MsgID   string `json:"msg_id"`
+			Receipt string `json:"receipt"`
+		} `json:"messages"`
+	}
+	recv := func(tp string) (id, receipt string) {
+		t.Helper()
+		code, body, err := c.post("/v1/recv", map[string]any{"topic": tp, "visibility_ms": 60000})
+		var got delivered
+		if err != nil || code != http.StatusOK || json.Unmarshal(body, &got) != nil || len(got.Messages) != 1 {
+			t.Fatalf("recv %d characters = %d %s %v, want one message", len(tp), code, body, err)
+		}
+		return got.Messages[0].MsgID, got.Messages[0].Receipt
+	}
+	if code, body, err := c.post("/v1/send", map[string]any{"topic": topic, "payload": []byte("a")}); err != nil || code != http.StatusOK {
+		t.Fatalf("send to a %d-character topic = %d %s %v", len(topic), code, body, err)
+	}
+	id, receipt := recv(topic)
+	if code, body, err := c.post("/v1/terminate", map[string]any{"msg_id": id, "receipt": receipt}); err != nil || code != http.StatusOK {
+		t.Fatalf("terminate into its DLQ = %d %s %v", code, body, err)
+	}
+	recv(dlq) // a delivery in flight, which the next process counts at its start
+
+	old := h.plugins()["mailbox"].Pid
+	if code, body := do(t, http.MethodPost, h.admin+"/v1/plugins/mailbox/restart", nil, nil); code != http.StatusAccepted {
+		t.Fatalf("POST /v1/plugins/mailbox/restart = %d %s, want 202", code, body)
+	}
+	waitFor(t, 15*time.Second, "the mailbox to restart ready", func() bool {
+		p := h.plugins()["mailbox"]
+		if p.State == "backoff" || p.State == "failed" {
+			t.Fatalf("mailbox after the restart: %+v, want ready", p)
+		}
+		return p.State == "ready" && p.Pid != old
+	})
+	if st := mbTopic(t, c, dlq); st.Inflight != 1 {
+		t.Errorf("the DLQ's counts after the restart = %+v, want the delivery in flight", st)
+	}
+	if code, body, err := c.post("/v1/redrive", map[string]any{"topic": topic, "max": 10}); err != nil || code != http.StatusAccepted {
+		t.Fatalf("redrive the %d-character topic = %d %s %v, want 202", len(topic), code, body, err)
+	}
+	if code, body, err := c.post("/v1/send", map[string]any{"topic": topic + "x", "payload": []byte("a")}); err != nil ||
+		code != http.StatusBadRequest || !strings.Contains(string(body), "want 1 to 200") {
+		t.Errorf("send to a %d-character topic = %d %s %v, want 400 naming the limit", len(topic)+1, code, body, err)
+	}
+}

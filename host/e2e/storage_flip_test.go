@@ -297,6 +297,13 @@ func killedWalletDir(t *testing.T) (string, []ackedReceipt) {
 		acked = append(acked, ackedReceipt{"issue to " + accounts[i], rc})
 	}
 	ws := transfersFrom(t, h, client, accounts, perWorker, 17)
+	// Every group so far checkpointed into the bbolt file, so that the
+	// receipts fill several of its leaf pages whatever the machine's pace:
+	// the log-only group the loop below looks for comes after them.
+	waitFor(t, 15*time.Second, "the acknowledged transfers checkpointed into wallet.db", func() bool {
+		lag, ok := h.metric(`wallet_checkpoint_lag_seconds{plugin="wallet"}`)
+		return ok && lag == 0
+	})
 
 	// One more transfer at a time, each followed by a stop of the wallet
 	// (SIGSTOP, every thread seen stopped), until the stopped wallet's

@@ -79,7 +79,7 @@ func decodeSend(body []byte, maxBytes int) (op, error) {
 	}
 	switch {
 	case !validTopic(r.Topic):
-		return op{}, badRequest("topic %q: want 1 to %d of [A-Za-z0-9._-]", r.Topic, maxTopicLen)
+		return op{}, errTopic(r.Topic)
 	case r.Payload == nil:
 		return op{}, badRequest("payload is required (base64)")
 	case len(*r.Payload) > maxBytes:
@@ -143,7 +143,7 @@ func decodeRecv(body []byte, s settings) (op, time.Duration, error) {
 	wait := time.Duration(r.WaitMs) * time.Millisecond
 	switch {
 	case !validTopic(r.Topic):
-		return op{}, 0, badRequest("topic %q: want 1 to %d of [A-Za-z0-9._-]", r.Topic, maxTopicLen)
+		return op{}, 0, errTopic(r.Topic)
 	case o.max < 1 || o.max > maxRecvBatch:
 		return op{}, 0, badRequest("max_messages %d: want 1 to %d", o.max, maxRecvBatch)
 	case r.VisibilityMs != nil && (*r.VisibilityMs < s.visibilityMin.Milliseconds() || *r.VisibilityMs > maxVisibility.Milliseconds()):
@@ -217,14 +217,19 @@ type redriveReq struct {
 	RatePerS float64 `json:"rate_per_s"`
 }
 
+// errTopic is the error for a topic name validTopic refuses.
+func errTopic(t string) error {
+	return badRequest("topic %q: want 1 to %d of [A-Za-z0-9._-], or a topic's dead-letter queue TOPIC%s", t, maxTopicLen, dlqSuffix)
+}
+
 func decodeRedrive(body []byte) (redriveJob, error) {
 	var r redriveReq
 	if err := decodeJSON(body, &r); err != nil {
 		return redriveJob{}, err
 	}
 	switch {
-	case !validTopic(r.Topic) || len(r.Topic) > maxTopicLen-len(dlqSuffix):
-		return redriveJob{}, badRequest("topic %q: want 1 to %d of [A-Za-z0-9._-]", r.Topic, maxTopicLen-len(dlqSuffix))
+	case !validTopic(r.Topic) || len(r.Topic) > maxTopicLen:
+		return redriveJob{}, badRequest("topic %q: want 1 to %d of [A-Za-z0-9._-]", r.Topic, maxTopicLen)
 	case r.Max < 1 || r.Max > maxRedriveBulk:
 		return redriveJob{}, badRequest("max %d: want 1 to %d", r.Max, maxRedriveBulk)
 	case !(r.RatePerS >= 0 && r.RatePerS <= 1e6): // refuses NaN too
@@ -638,7 +643,7 @@ func decodeStream(q url.Values, s settings) (op, int, error) {
 		}
 	}
 	if !validTopic(o.topic) {
-		return op{}, 0, badRequest("topic %q: want 1 to %d of [A-Za-z0-9._-]", o.topic, maxTopicLen)
+		return op{}, 0, errTopic(o.topic)
 	}
 	return o, limit, nil
 }
@@ -790,7 +795,7 @@ func (mb *mailbox) redrive(w http.ResponseWriter, r *http.Request, run *running,
 func (mb *mailbox) topic(w http.ResponseWriter, r *http.Request, run *running, _ []byte) {
 	t := r.PathValue("topic")
 	if !validTopic(t) {
-		run.fail(w, badRequest("topic %q: want 1 to %d of [A-Za-z0-9._-]", t, maxTopicLen))
+		run.fail(w, errTopic(t))
 		return
 	}
 	if err := run.allow(r, t, "recv"); err != nil {

@@ -62,13 +62,16 @@ const dlqSuffix = ".dlq"
 // it, and past every range a redrive or a long poll's deadline reads.
 const parkedAt = math.MaxInt64
 
-// maxTopicLen bounds a topic name.
+// maxTopicLen bounds a topic name. A topic's dead-letter queue,
+// TOPIC.dlq, may be len(dlqSuffix) longer.
 const maxTopicLen = 200
 
-// validTopic reports whether t is a topic name: 1 to maxTopicLen of
-// [A-Za-z0-9._-]. The visibility index relies on it holding no 0x00.
+// validTopic reports whether t names a topic: 1 to maxTopicLen of
+// [A-Za-z0-9._-], or a topic's dead-letter queue TOPIC.dlq, so that the
+// DLQ of every topic can be stored, received from and inspected. The
+// visibility index relies on it holding no 0x00.
 func validTopic(t string) bool {
-	if len(t) == 0 || len(t) > maxTopicLen {
+	if len(t) == 0 || len(t) > maxTopicLen && (len(t) > maxTopicLen+len(dlqSuffix) || !strings.HasSuffix(t, dlqSuffix)) {
 		return false
 	}
 	for i := 0; i < len(t); i++ {
@@ -657,7 +660,11 @@ func (r rules) settle(tx *store.Tx, now time.Time, o op) (result, error) {
 	}
 	m, err := decodeMeta(mb)
 	if err != nil {
-		return result{}, fmt.Errorf("message %s: %w", MsgID(o.id), err)
+		// The message's own answer, not a failed commit: no retry mends
+		// it, and the group's other operations and the breaker are not
+		// its to fail.
+		return result{err: &store.CorruptError{File: storeFile, Where: "meta of message " + MsgID(o.id),
+			Problem: err.Error(), Remedy: "restore the data dir from a backup"}}, nil
 	}
 	if m.Receipt == 0 || m.Receipt != o.nonce {
 		return result{err: ErrStaleReceipt}, nil

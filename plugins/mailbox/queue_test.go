@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -503,5 +504,88 @@ func TestHashOfVectors(t *testing.T) {
 		if got := hexHash(HashOf(p)); got != v.hash {
 			t.Errorf("HashOf(%d bytes) = %s, want %s", v.n, got, v.hash)
 		}
+	}
+}
+
+// TestLongestTopicDeadLetters: the dead-letter queue of a topic of the
+// longest name is itself a topic: its message is stored, counted,
+// received, settled and redriven, and what a restart reads of it (the
+// deliveries in flight) decodes.
+func TestLongestTopicDeadLetters(t *testing.T) {
+	topic := strings.Repeat("x", maxTopicLen)
+	dlq := topic + dlqSuffix
+	for _, tt := range []struct {
+		name string
+		ok   bool
+	}{
+		{topic, true}, {dlq, true}, {"", false}, {topic + "x", false},
+		{topic + "xdlq", false}, // as long as a DLQ, not one
+		{dlq + dlqSuffix, false}, {"x" + dlq, false},
+	} {
+		if got := validTopic(tt.name); got != tt.ok {
+			t.Errorf("validTopic(%d characters ending %q) = %t, want %t", len(tt.name), tt.name[max(0, len(tt.name)-5):], got, tt.ok)
+		}
+	}
+
+	q := newQueue(t, rules{maxAttempts: 2})
+	q.send(topic, "a")
+	d := q.recv(topic, 1, time.Second)
+	if len(d) != 1 {
+		t.Fatalf("recv = %v, want the message", payloads(d))
+	}
+	if err := q.settle(opTerminate, d[0], 0); err != nil {
+		t.Fatalf("terminate into the DLQ of a %d-character topic: %v", len(topic), err)
+	}
+	if st := q.stats(topic); st != (stats{DLQ: 1}) {
+		t.Errorf("stats(topic) = %+v, want 1 in the DLQ", st)
+	}
+	d = q.recv(dlq, 1, time.Minute)
+	if len(d) != 1 {
+		t.Fatalf("recv of the DLQ = %v, want the message", payloads(d))
+	}
+	var hs []hold
+	if err := q.db.View(func(s *store.Snapshot) (err error) {
+		hs, err = holds(s, q.now)
+		return err
+	}); err != nil || len(hs) != 1 {
+		t.Fatalf("holds after a delivery from the DLQ = %v, %v; want the one delivery", hs, err)
+	}
+	if err := q.settle(opNack, d[0], 0); err != nil {
+		t.Fatalf("nack in the DLQ: %v", err)
+	}
+	if got := q.apply(op{kind: opRedrive, topic: topic, max: 10}).redriven; got != 1 {
+		t.Fatalf("redrive moved %d, want 1", got)
+	}
+	if d := q.recv(topic, 1, time.Second); len(d) != 1 {
+		t.Fatalf("recv after redrive = %v, want the message", payloads(d))
+	}
+}
+
+// TestDamagedMetaFailsItsOwnSettle: a settle of a message whose meta does
+// not decode answers storage_corrupt for that message alone; the group's
+// other operations commit.
+func TestDamagedMetaFailsItsOwnSettle(t *testing.T) {
+	q := newQueue(t, rules{})
+	bad := q.send("t", "a")
+	q.send("t", "b")
+	if err := q.db.Update(func(tx *store.Tx) error { return tx.Put(bucketMeta, idKey(bad), []byte{0xff}) }); err != nil {
+		t.Fatal(err)
+	}
+	out, err := q.r.commit(q.db, q.now, []op{
+		{kind: opAck, id: bad, nonce: 1},
+		sendOp("t", "c", "", 0),
+	})
+	if err != nil {
+		t.Fatalf("group with an ack of a damaged message = %v, want its other operations committed", err)
+	}
+	var ce *store.CorruptError
+	if !errors.As(out[0].err, &ce) || !strings.Contains(ce.Where, MsgID(bad)) {
+		t.Errorf("ack of the damaged message = %v, want a CorruptError naming it", out[0].err)
+	}
+	if status, code := statusOf(out[0].err); status != 500 || code != "storage_corrupt" {
+		t.Errorf("statusOf(ack of the damaged message) = %d %s, want 500 storage_corrupt", status, code)
+	}
+	if out[1].err != nil || out[1].id == 0 {
+		t.Errorf("send in the same group = %+v, want committed", out[1])
 	}
 }

@@ -405,7 +405,7 @@ breaker {
 // at the fault point.
 func paidThenFailing(t *testing.T, config string) (*testWallet, response) {
 	t.Helper()
-	faults := faultSet(t, )
+	faults := faultSet(t)
 	tw := start(t, config, faults, "")
 	first := tw.mustPost("/v1/issue", "paid", `{"to":"x","amount":3}`, 200)
 	if err := faults.Set([]sdk.Fault{{Point: commitFaultPoint, Error: "disk on fire"}}); err != nil {
