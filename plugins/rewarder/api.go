@@ -123,6 +123,7 @@ func (rw *rewarder) compute(w http.ResponseWriter, req *http.Request, r *running
 		case err != nil:
 			return err
 		case ok && cur.InputsHash != inputsHash:
+			e = cur // for the 409's message
 			return errConflict
 		case ok:
 			e, created = cur, false

@@ -151,9 +151,10 @@ func TestComputeAndSettle(t *testing.T) {
 	if code, got := call(t, h, "POST", "/v1/epochs/e1/compute", string(again)); code != http.StatusOK || !strings.Contains(got, `"state":"settled"`) {
 		t.Errorf("POST compute again = %d %s, want 200 with the manifest", code, got)
 	}
-	// Other inputs: 409.
-	if code, got := call(t, h, "POST", "/v1/epochs/e1/compute", inputs(pool+1, n)); code != http.StatusConflict {
-		t.Errorf("POST compute with other inputs = %d %s, want 409", code, got)
+	// Other inputs: 409, naming the inputs_hash the epoch was sealed with.
+	if code, got := call(t, h, "POST", "/v1/epochs/e1/compute", inputs(pool+1, n)); code != http.StatusConflict ||
+		!strings.Contains(got, `"inputs_conflict"`) || !strings.Contains(got, "inputs_hash "+e.InputsHash+`"`) || e.InputsHash == "" {
+		t.Errorf("POST compute with other inputs = %d %s, want 409 inputs_conflict naming inputs_hash %s", code, got, e.InputsHash)
 	}
 	if _, _, batches := w.snapshot(); batches != 3 {
 		t.Errorf("wallet committed %d batches, want 3", batches)
