@@ -174,6 +174,10 @@ func decodeApprovalBatch(body []byte) ([]signedOp, []error, error) {
 	}
 	ops, errs := make([]signedOp, len(b.Approvals)), make([]error, len(b.Approvals))
 	for i, a := range b.Approvals {
+		if a.ProposalID == "" { // a null element too
+			errs[i] = badRequest("approvals[%d]: proposal_id is required", i)
+			continue
+		}
 		o, sig, err := a.op(a.ProposalID)
 		ops[i], errs[i] = signedOp{o, sig}, err
 	}

@@ -163,7 +163,8 @@ func TestBatches(t *testing.T) {
 			items = append(items, fmt.Sprintf(`{"proposal_id":%q,"approver":%q,"signature":%q}`, pb.Results[r].ProposalID, n, sign(t, n, pb.Results[r].Digest)))
 		}
 	}
-	items = append(items, fmt.Sprintf(`{"proposal_id":%q,"approver":"z","signature":%q}`, pb.Results[0].ProposalID, sign(t, "a", pb.Results[0].Digest)))
+	items = append(items, fmt.Sprintf(`{"proposal_id":%q,"approver":"z","signature":%q}`, pb.Results[0].ProposalID, sign(t, "a", pb.Results[0].Digest)),
+		`null`, `{"approver":"a","signature":""}`)
 	code, body = call(t, h, "POST", "/v1/approvals/batch", `{"approvals":[`+strings.Join(items, ",")+`]}`)
 	var ab struct {
 		Results []struct {
@@ -171,10 +172,11 @@ func TestBatches(t *testing.T) {
 			approved
 		}
 	}
-	if code != 200 || json.Unmarshal([]byte(body), &ab) != nil || len(ab.Results) != 7 {
+	if code != 200 || json.Unmarshal([]byte(body), &ab) != nil || len(ab.Results) != 9 {
 		t.Fatalf("approval batch = %d %s", code, body)
 	}
-	want := []int{202, 200, 200, 202, 200, 200, 403}
+	// The last two name no proposal: 400, not 404 for a proposal "".
+	want := []int{202, 200, 200, 202, 200, 200, 403, 400, 400}
 	versions := map[uint64]bool{}
 	for i, r := range ab.Results {
 		if r.Status != want[i] {
