@@ -46,8 +46,15 @@ var errTooLarge = errors.New("payload too large")
 var errHashMismatch = errors.New("payload does not match payload_hash")
 
 func badRequest(format string, args ...any) error {
-	return fmt.Errorf("%s: %w", fmt.Sprintf(format, args...), errBadRequest)
+	return &requestError{fmt.Sprintf(format, args...)}
 }
+
+// requestError is a client's mistake: it is errBadRequest, and its text
+// is the message alone, without errBadRequest's.
+type requestError struct{ msg string }
+
+func (e *requestError) Error() string        { return e.msg }
+func (e *requestError) Is(target error) bool { return target == errBadRequest }
 
 // decodeJSON decodes exactly one JSON object into v, refusing unknown
 // fields and anything after the object.

@@ -596,7 +596,9 @@ func TestBatches(t *testing.T) {
 		{"topic":"t","payload":"`+b64("toolong")+`"},
 		{"topic":"t","payload":"Yg==","bogus":1},
 		{"topic":"t","payload":"YQ==","idempotency_key":"k1"},
-		{"topic":"t","payload":"Yw=="}]}`)
+		{"topic":"t","payload":"Yw=="},
+		{"topic":"t","payload":"Yg==","idempotency_key":"k1"},
+		{"topic":"u","payload":"Yg==","idempotency_key":"k1"}]}`)
 	var sent struct {
 		Results []struct {
 			MsgID     string `json:"msg_id"`
@@ -607,18 +609,20 @@ func TestBatches(t *testing.T) {
 			}
 		}
 	}
-	if code != 200 || json.Unmarshal([]byte(body), &sent) != nil || len(sent.Results) != 5 {
+	if code != 200 || json.Unmarshal([]byte(body), &sent) != nil || len(sent.Results) != 7 {
 		t.Fatalf("send batch = %d %s", code, body)
 	}
 	r := sent.Results
 	if r[1].Error == nil || r[1].Error.Status != 413 || r[2].Error == nil || r[2].Error.Code != "bad_request" || r[4].MsgID == "" {
 		t.Errorf("send batch = %s, want entry 4 sent, 1 too large, 2 refused", body)
 	}
-	// Entries 0 and 3 share a key: one message, whichever came first; the
-	// other is its duplicate or was told the key is in use.
-	inUse := func(i int) bool { return r[i].Error != nil && r[i].Error.Code == "idempotency_key_in_use" }
-	if !((r[0].MsgID != "" && (r[3].MsgID == r[0].MsgID || inUse(3))) || (r[3].MsgID != "" && (r[0].MsgID == r[3].MsgID || inUse(0)))) {
-		t.Errorf("entries 0 and 3 (one key) = %+v, %+v; want one message, the other its duplicate or idempotency_key_in_use", r[0], r[3])
+	// Entries 0, 3 and 5 share a key on t, and each is answered as it
+	// would be alone after the one before: the message, its duplicate,
+	// and 422 for another payload. Entry 6 has the key on another topic.
+	if r[0].MsgID == "" || r[0].Duplicate || r[3].MsgID != r[0].MsgID || !r[3].Duplicate ||
+		r[5].Error == nil || r[5].Error.Status != 422 || r[5].Error.Code != "idempotency_key_reused" ||
+		r[6].MsgID == "" || r[6].Duplicate || r[6].MsgID == r[0].MsgID {
+		t.Errorf("send batch = %s; want entry 0 sent, 3 its duplicate, 5 idempotency_key_reused, 6 sent to u", body)
 	}
 	_, body = call(t, h, "POST", "/v1/recv", `{"topic":"t","max_messages":10}`)
 	var got recvAnswer

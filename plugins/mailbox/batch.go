@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"strconv"
 
@@ -79,10 +80,19 @@ func decodeSendEntry(raw []byte, maxBytes int) (op, error) {
 // own, as SQS's SendMessageBatch: the entries are submitted together, so
 // that they share group commits.
 func (mb *mailbox) sendBatch(w http.ResponseWriter, r *http.Request, run *running, body []byte) {
-	runBatch(w, r, run, body, true, func(raw []byte, _ *entryResult, done func(result, error)) error {
+	runBatch(w, r, run, body, true, func(raw []byte, _ *entryResult, done func(result, error), held map[string]bool) error {
 		o, err := decodeSendEntry(raw, run.s.maxMessageBytes)
 		if err == nil {
 			err = run.allow(r, o.topic, "send")
+		}
+		if err == nil && o.key != "" {
+			// An earlier entry's key: this one goes once that has
+			// finished, and reads its record as a send alone would.
+			k := idemKey(o.topic, o.key)
+			if held[k] {
+				return errAfter
+			}
+			held[k] = true
 		}
 		if err == nil {
 			err = run.startSend(o, done)
@@ -95,7 +105,7 @@ func (mb *mailbox) sendBatch(w http.ResponseWriter, r *http.Request, run *runnin
 
 // ackBatch acks up to maxBatchEntries deliveries, each answered on its own.
 func (mb *mailbox) ackBatch(w http.ResponseWriter, r *http.Request, run *running, body []byte) {
-	runBatch(w, r, run, body, false, func(raw []byte, out *entryResult, done func(result, error)) error {
+	runBatch(w, r, run, body, false, func(raw []byte, out *entryResult, done func(result, error), _ map[string]bool) error {
 		o, err := decodeSettle(raw, opAck, run.s)
 		if err == nil {
 			out.id = o.id
@@ -108,12 +118,19 @@ func (mb *mailbox) ackBatch(w http.ResponseWriter, r *http.Request, run *running
 	}, func(*entryResult, result) {})
 }
 
+// errAfter is start's answer for an entry that must wait until the
+// entries started before it have finished.
+var errAfter = errors.New("mailbox: after the batch's earlier entries")
+
 // runBatch answers a batch call: start begins each entry, submitting it
 // with done or saying why it cannot; the submitted entries are awaited
 // together and finish records each one's result; every entry is answered
-// on its own (writeResults, send as there).
+// on its own (writeResults, send as there). An entry start answers
+// errAfter is started again once the others have finished: held, which
+// start may fill, is new for each such round. The first entry of a round
+// is never deferred, so there are at most as many rounds as entries.
 func runBatch(w http.ResponseWriter, r *http.Request, run *running, body []byte, send bool,
-	start func(raw []byte, out *entryResult, done func(result, error)) error,
+	start func(raw []byte, out *entryResult, done func(result, error), held map[string]bool) error,
 	finish func(out *entryResult, res result)) {
 	entries, err := batchEntries(body)
 	if err != nil {
@@ -121,21 +138,39 @@ func runBatch(w http.ResponseWriter, r *http.Request, run *running, body []byte,
 		return
 	}
 	out := make([]entryResult, len(entries))
-	wait := newOutcomes(len(entries))
-	for i, raw := range entries {
-		if err := start(raw, &out[i], wait.to(i)); err != nil {
-			out[i].err = newEntryError(err)
-			continue
-		}
-		wait.submitted(i)
+	todo := make([]int, len(entries))
+	for i := range todo {
+		todo[i] = i
 	}
-	wait.each(r.Context(), func(i int, res result, err error) {
-		if err != nil {
-			out[i].err = newEntryError(err)
-			return
+	for len(todo) > 0 {
+		wait := newOutcomes(len(entries))
+		held := map[string]bool{}
+		var later []int
+		for _, i := range todo {
+			switch err := start(entries[i], &out[i], wait.to(i), held); {
+			case errors.Is(err, errAfter):
+				later = append(later, i)
+			case err != nil:
+				out[i].err = newEntryError(err)
+			default:
+				wait.submitted(i)
+			}
 		}
-		finish(&out[i], res)
-	})
+		wait.each(r.Context(), func(i int, res result, err error) {
+			if err != nil {
+				out[i].err = newEntryError(err)
+				return
+			}
+			finish(&out[i], res)
+		})
+		if err := r.Context().Err(); err != nil {
+			for _, i := range later {
+				out[i].err = newEntryError(err)
+			}
+			break
+		}
+		todo = later
+	}
 	writeResults(w, out, send)
 }
 
