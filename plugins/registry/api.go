@@ -12,8 +12,11 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"regexp"
+	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
 
 	"golang.org/x/mod/sumdb/tlog"
@@ -563,10 +566,29 @@ func (rg *registry) getEntry(w http.ResponseWriter, r *http.Request, run *runnin
 	rg.writeEntries(w, run, endpoint, v, 1, false)
 }
 
-func (rg *registry) getEntries(w http.ResponseWriter, r *http.Request, run *running, endpoint string, _ []byte) {
+// query returns r's query parameters, refusing any not in names and any
+// given twice: a misspelt or doubled parameter is not taken for its
+// default, nor one copy of it for the other.
+func query(r *http.Request, names ...string) (url.Values, error) {
 	q := r.URL.Query()
+	for k, vs := range q {
+		switch {
+		case !slices.Contains(names, k):
+			return nil, badRequest("unknown query parameter %q: want %s", k, strings.Join(names, ", "))
+		case len(vs) != 1:
+			return nil, badRequest("query parameter %q: give it once", k)
+		}
+	}
+	return q, nil
+}
+
+func (rg *registry) getEntries(w http.ResponseWriter, r *http.Request, run *running, endpoint string, _ []byte) {
+	q, err := query(r, "from", "limit")
+	if err != nil {
+		run.fail(w, endpoint, err)
+		return
+	}
 	from, limit := uint64(1), uint64(defaultRange)
-	var err error
 	if s := q.Get("from"); s != "" {
 		from, err = parseVersion(s, "from")
 	}
@@ -682,11 +704,15 @@ func encodeHashes(hs []tlog.Hash) []string {
 
 // sizes parses two query parameters a ≤ b ≤ head.
 func (run *running) sizes(r *http.Request, na, nb string) (uint64, uint64, error) {
-	a, err := parseVersion(r.URL.Query().Get(na), na)
+	q, err := query(r, na, nb)
 	if err != nil {
 		return 0, 0, err
 	}
-	b, err := parseVersion(r.URL.Query().Get(nb), nb)
+	a, err := parseVersion(q.Get(na), na)
+	if err != nil {
+		return 0, 0, err
+	}
+	b, err := parseVersion(q.Get(nb), nb)
 	if err != nil {
 		return 0, 0, err
 	}

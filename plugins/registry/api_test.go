@@ -113,6 +113,15 @@ func TestRefused(t *testing.T) {
 			t.Errorf("inclusion?%s on an empty log = %d %s, want 400", q, code, body)
 		}
 	}
+	for _, path := range []string{"/v1/entries?from=1&from=2", "/v1/entries?form=2", "/v1/entries?limit=1&limit=2",
+		"/v1/proof/inclusion?version=1&size=1&size=2", "/v1/proof/consistency?old=1&new=1&x=1"} {
+		if code, body := call(t, h, "GET", path, ""); code != 400 || !strings.Contains(body, "query parameter") {
+			t.Errorf("GET %s = %d %s, want 400 naming the query parameter", path, code, body)
+		}
+	}
+	if code, body := call(t, h, "GET", "/v1/entries?from=1&limit=5", ""); code != 200 {
+		t.Errorf("GET /v1/entries?from=1&limit=5 = %d %s, want 200", code, body)
+	}
 	if code, body := call(t, h, "GET", "/v1/stream", "", "Last-Event-ID", "x"); code != 400 {
 		t.Errorf("stream with Last-Event-ID x = %d %s, want 400", code, body)
 	}
