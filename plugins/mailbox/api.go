@@ -87,6 +87,10 @@ func decodeSend(body []byte, maxBytes int) (op, error) {
 	switch {
 	case !validTopic(r.Topic):
 		return op{}, errTopic(r.Topic)
+	case r.Topic == "." || r.Topic == "..":
+		// Valid names, but no URL's path can hold them as a segment:
+		// GET /v1/topics/.. could never show the topic.
+		return op{}, badRequest("topic %q: a path segment of its own; name the topic otherwise", r.Topic)
 	case r.Payload == nil:
 		return op{}, badRequest("payload is required (base64)")
 	case len(*r.Payload) > maxBytes:

@@ -71,6 +71,8 @@ func TestRefusedRequests(t *testing.T) {
 		{"no payload", "/v1/send", `{"topic":"t"}`, 400, "bad_request"},
 		{"bad base64", "/v1/send", `{"topic":"t","payload":"!!"}`, 400, "bad_request"},
 		{"bad topic", "/v1/send", `{"topic":"a/b","payload":"YQ=="}`, 400, "bad_request"},
+		{"topic .. a path segment", "/v1/send", `{"topic":"..","payload":"YQ=="}`, 400, "bad_request"},
+		{"topic . a path segment", "/v1/send", `{"topic":".","payload":"YQ=="}`, 400, "bad_request"},
 		{"trailing data", "/v1/send", `{"topic":"t","payload":"YQ=="} {}`, 400, "bad_request"},
 		{"too large", "/v1/send", `{"topic":"t","payload":"` + b64("abcde") + `"}`, 413, "too_large"},
 		{"hash mismatch", "/v1/send", `{"topic":"t","payload":"YQ==","payload_hash":"` + hexHash(HashOf([]byte("b"))) + `"}`, 400, "payload_hash_mismatch"},
