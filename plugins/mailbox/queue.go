@@ -250,14 +250,15 @@ func appendHex16(b []byte, v uint64) []byte {
 
 // ParseMsgID reads back what MsgID rendered, and nothing else.
 func ParseMsgID(s string) (uint64, error) {
+	const want = "want 16 lowercase hex digits, not all 0"
 	if len(s) != 16 {
-		return 0, fmt.Errorf("msg_id %q: want 16 hex digits", s)
+		return 0, fmt.Errorf("msg_id %q: %s", s, want)
 	}
 	id, err := strconv.ParseUint(s, 16, 64)
-	// One spelling per id: lowercase, as MsgID renders it.
+	// One spelling per id: lowercase, as MsgID renders it; ids start at 1.
 	var b [16]byte
 	if err != nil || id == 0 || string(appendHex16(b[:0], id)) != s {
-		return 0, fmt.Errorf("msg_id %q: want 16 hex digits", s)
+		return 0, fmt.Errorf("msg_id %q: %s", s, want)
 	}
 	return id, nil
 }
