@@ -42,6 +42,9 @@ var (
 	errTooLarge = errors.New("artifact too large")
 	// errForbidden marks an unknown approver or a bad signature: 403.
 	errForbidden = errors.New("forbidden")
+	// errReadOnly refuses a proposal to a registry that declares no
+	// approver, where nothing can commit: 403.
+	errReadOnly = errors.New("the registry declares no approver: nothing can commit, and it serves its log read-only")
 	// errNotFound marks what does not exist (yet): 404.
 	errNotFound = errors.New("not found")
 	// errQueueFull marks a full proposals or approvals queue: 429.
@@ -262,6 +265,8 @@ func statusOf(err error) (int, string) {
 		return http.StatusRequestEntityTooLarge, "too_large"
 	case errors.Is(err, errForbidden):
 		return http.StatusForbidden, "forbidden"
+	case errors.Is(err, errReadOnly):
+		return http.StatusForbidden, "read_only"
 	case errors.Is(err, errNotFound):
 		return http.StatusNotFound, "not_found"
 	case errors.Is(err, errQueueFull), errors.Is(err, durable.ErrBusy):
@@ -413,6 +418,9 @@ func (run *running) writeResult(w http.ResponseWriter, endpoint string, r result
 
 func (rg *registry) propose(w http.ResponseWriter, r *http.Request, run *running, endpoint string, body []byte) {
 	o, err := decodeProposal(body)
+	if err == nil && len(run.s.approvers) == 0 {
+		err = errReadOnly
+	}
 	if err != nil {
 		run.fail(w, endpoint, err)
 		return
@@ -425,6 +433,9 @@ func (rg *registry) propose(w http.ResponseWriter, r *http.Request, run *running
 
 func (rg *registry) proposeBatch(w http.ResponseWriter, r *http.Request, run *running, endpoint string, body []byte) {
 	ops, errs, err := decodeProposalBatch(body)
+	if err == nil && len(run.s.approvers) == 0 {
+		err = errReadOnly
+	}
 	if err != nil {
 		run.fail(w, endpoint, err)
 		return

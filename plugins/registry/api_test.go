@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
@@ -12,6 +13,8 @@ import (
 	"time"
 
 	"github.com/zeebo/blake3"
+
+	"github.com/plughost/plughost/host/plugintest"
 )
 
 func TestCommitAtQuorum(t *testing.T) {
@@ -316,3 +319,22 @@ func grep(s, sub string) string {
 }
 
 var _ = base64.StdEncoding
+
+// TestReadOnlyWithoutApprovers: a registry that declares no approver
+// refuses proposals, one or a batch, with 403 read_only: none could
+// commit. It still serves its log.
+func TestReadOnlyWithoutApprovers(t *testing.T) {
+	h := plugintest.New(t, definition(), plugintest.Options{DataDir: t.TempDir()})
+	t.Cleanup(func() { _, _, _ = h.Drain(context.Background(), time.Now().Add(5*time.Second)) })
+	for _, c := range []struct{ path, body string }{
+		{"/v1/proposals", `{"artifact":{"a":1}}`},
+		{"/v1/proposals/batch", `{"proposals":[{"artifact":{"a":1}}]}`},
+	} {
+		if code, body := call(t, h, "POST", c.path, c.body); code != http.StatusForbidden || errorCode(body) != "read_only" {
+			t.Errorf("POST %s with no approver = %d %s, want 403 read_only", c.path, code, body)
+		}
+	}
+	if code, body := call(t, h, "GET", "/v1/head", ""); code != http.StatusOK || !strings.Contains(body, `"version":0`) {
+		t.Errorf("GET /v1/head = %d %s, want 200 at version 0", code, body)
+	}
+}

@@ -97,6 +97,7 @@ func (c config) check() (settings, error) {
 	var s settings
 	var ck sdk.ConfigChecker
 	s.approvers = make(map[string]ed25519.PublicKey, len(c.Approvers))
+	keyOf := make(map[string]string, len(c.Approvers)) // public key → the approver declaring it
 	for _, a := range c.Approvers {
 		at := fmt.Sprintf("approver[%q]", a.ID)
 		pub, derr := base64.StdEncoding.DecodeString(a.PublicKey)
@@ -105,7 +106,13 @@ func (c config) check() (settings, error) {
 			return s, &sdk.ConfigError{Attribute: at, Message: "the id must be 1 to 128 bytes"}
 		case derr != nil || len(pub) != ed25519.PublicKeySize:
 			return s, &sdk.ConfigError{Attribute: at + ".public_key", Message: "must be standard base64 of 32 bytes"}
+		case keyOf[string(pub)] != "":
+			// The quorum counts distinct approvers: one key under two ids
+			// would let its holder approve twice.
+			return s, &sdk.ConfigError{Attribute: at + ".public_key",
+				Message: fmt.Sprintf("is approver %q's key too; each approver needs a key of its own, or one holder counts twice towards the quorum", keyOf[string(pub)])}
 		}
+		keyOf[string(pub)] = a.ID
 		s.approvers[a.ID] = ed25519.PublicKey(pub)
 	}
 	s.quorum = ck.Whole("quorum", c.Quorum, 1, 64)

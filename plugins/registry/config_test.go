@@ -33,6 +33,7 @@ func TestConfigCheck(t *testing.T) {
 		{"fractional quorum", "quorum", func(c *config) { c.Quorum = 1.5 }},
 		{"key not base64", `approver["b"].public_key`, func(c *config) { c.Approvers[1].PublicKey = "!!" }},
 		{"key of 31 bytes", `approver["a"].public_key`, func(c *config) { c.Approvers[0].PublicKey = pubB64("a")[:40] + "==" }},
+		{"one key for two approvers", `approver["b"].public_key`, func(c *config) { c.Approvers[1].PublicKey = pubB64("a") }},
 		{"empty approver id", `approver[""]`, func(c *config) { c.Approvers[0].ID = "" }},
 		{"approver id over 128 bytes", `approver["` + strings.Repeat("x", 129) + `"]`, func(c *config) { c.Approvers[0].ID = strings.Repeat("x", 129) }},
 		{"origin with a space", "origin", func(c *config) { c.Origin = "my log" }},
@@ -89,6 +90,7 @@ func TestConfigApproverLabels(t *testing.T) {
 		{"no id", fmt.Sprintf("approver {\n  public_key = %q\n}\n", pubB64("alice")), ""},
 		{"same id twice", block("alice") + block("alice"), ""},
 		{"bad key", block("alice") + "approver \"bob\" {\n  public_key = \"!!\"\n}\n", `approver["bob"].public_key`},
+		{"alice's key for bob", block("alice") + fmt.Sprintf("approver \"bob\" {\n  public_key = %q\n}\n", pubB64("alice")), `approver["bob"].public_key`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
