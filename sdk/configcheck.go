@@ -3,6 +3,7 @@ package sdk
 import (
 	"fmt"
 	"math"
+	"strconv"
 	"time"
 )
 
@@ -34,10 +35,19 @@ type ConfigChecker struct {
 // can go on checking with a value in range.
 func (c *ConfigChecker) Whole(path string, v float64, lo, hi int) int {
 	if v != math.Trunc(v) || v < float64(lo) || v > float64(hi) {
-		c.Refuse(path, "must be a whole number from %d to %d, got %v", lo, hi, v)
+		c.Refuse(path, "must be a whole number from %d to %d, got %s", lo, hi, number(v))
 		return lo
 	}
 	return int(v)
+}
+
+// number formats v as the operator would write it: 10000001, not
+// 1.0000001e+07, up to where digits stop meaning anything.
+func number(v float64) string {
+	if math.Abs(v) < 1e21 {
+		return strconv.FormatFloat(v, 'f', -1, 64)
+	}
+	return strconv.FormatFloat(v, 'g', -1, 64)
 }
 
 // Duration returns d, a TypeDuration attribute's value, when it is from

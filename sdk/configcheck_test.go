@@ -28,6 +28,9 @@ func TestConfigCheckerWhole(t *testing.T) {
 		{v: -1, want: 1, refusal: "must be a whole number from 1 to 64, got -1"},
 		{v: math.NaN(), want: 1, refusal: "must be a whole number from 1 to 64, got NaN"},
 		{v: math.Inf(1), want: 1, refusal: "must be a whole number from 1 to 64, got +Inf"},
+		{v: 10000001, want: 1, refusal: "must be a whole number from 1 to 64, got 10000001"},
+		{v: 2e7 + 0.5, want: 1, refusal: "must be a whole number from 1 to 64, got 20000000.5"},
+		{v: 1e300, want: 1, refusal: "must be a whole number from 1 to 64, got 1e+300"},
 	}
 	for _, tt := range tests {
 		var c sdk.ConfigChecker

@@ -413,20 +413,21 @@ func TestComputeBodyLimit(t *testing.T) {
 }
 
 func TestConfigRefused(t *testing.T) {
-	for _, tt := range []struct{ config, attr string }{
-		{`work_queue = 0`, "work_queue"},
-		{`compute_workers = 1.5`, "compute_workers"},
-		{`epoch_duration = "48h"`, "epoch_duration"},
-		{`wallet_plugin = ""`, "wallet_plugin"},
-		{`retention = "30m"`, "retention"},
-		{`event_consumers = ["other"]`, "event_consumers"},
-		{`events_buffer = 0`, "events_buffer"},
-		{"settle {\n retries = 0\n}", "settle.retries"},
+	for _, tt := range []struct{ config, attr, message string }{
+		{`work_queue = 0`, "work_queue", ""},
+		{`compute_workers = 1.5`, "compute_workers", ""},
+		{`epoch_duration = "48h"`, "epoch_duration", "must be from 1s to 24h0m0s, got 48h0m0s"},
+		{`epoch_duration = "500ms"`, "epoch_duration", "must be from 1s to 24h0m0s, got 500ms"},
+		{`wallet_plugin = ""`, "wallet_plugin", ""},
+		{`retention = "30m"`, "retention", ""},
+		{`event_consumers = ["other"]`, "event_consumers", ""},
+		{`events_buffer = 0`, "events_buffer", ""},
+		{"settle {\n retries = 0\n}", "settle.retries", ""},
 	} {
 		_, err := plugintest.Start(t, definition(), plugintest.Options{Config: tt.config})
 		var ce *sdk.ConfigError
-		if !errors.As(err, &ce) || ce.Attribute != tt.attr {
-			t.Errorf("Start(%s) = %v, want a ConfigError about %s", tt.config, err, tt.attr)
+		if !errors.As(err, &ce) || ce.Attribute != tt.attr || tt.message != "" && ce.Message != tt.message {
+			t.Errorf("Start(%s) = %v, want a ConfigError about %s %s", tt.config, err, tt.attr, tt.message)
 		}
 	}
 }
