@@ -643,6 +643,10 @@ func TestBatches(t *testing.T) {
 	if code, body := call(t, h, "POST", "/v1/ack/batch", `{"entries":[]}`); code != 400 {
 		t.Errorf("empty ack batch = %d %s, want 400", code, body)
 	}
+	if code, body := call(t, h, "POST", "/v1/send/batch", `{"entries":[{"topic":"t","payload":"YQ=="}]}`, "Idempotency-Key", "b1"); code != 400 ||
+		!strings.Contains(body, "idempotency_key") {
+		t.Errorf("send batch with an Idempotency-Key header = %d %s, want 400 pointing at each entry's idempotency_key", code, body)
+	}
 	if code, body := call(t, h, "POST", "/v1/send/batch", `{"entries":[`+strings.Repeat(`{},`, 10)+`{}]}`); code != 400 {
 		t.Errorf("send batch of 11 = %d %s, want 400", code, body)
 	}

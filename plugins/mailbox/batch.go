@@ -80,6 +80,12 @@ func decodeSendEntry(raw []byte, maxBytes int) (op, error) {
 // own, as SQS's SendMessageBatch: the entries are submitted together, so
 // that they share group commits.
 func (mb *mailbox) sendBatch(w http.ResponseWriter, r *http.Request, run *running, body []byte) {
+	if r.Header.Get(idem.Header) != "" {
+		// Not ignored: a client that sets it expects the batch to be
+		// deduplicated, and a retry would send every entry again.
+		run.fail(w, badRequest("the %s header names one send; give each entry its own idempotency_key", idem.Header))
+		return
+	}
 	runBatch(w, r, run, body, true, func(raw []byte, _ *entryResult, done func(result, error), held map[string]bool) error {
 		o, err := decodeSendEntry(raw, run.s.maxMessageBytes)
 		if err == nil {
