@@ -137,3 +137,17 @@ func TestMint(t *testing.T) {
 		t.Errorf("mailbox mint -expires tomorrow = %d, want 2", code)
 	}
 }
+
+// TestRootKeyRefused: a root key file that cannot serve is refused at
+// auth.root_key_file, where the host shows its file and line.
+func TestRootKeyRefused(t *testing.T) {
+	short := filepath.Join(t.TempDir(), "short.key")
+	if err := os.WriteFile(short, make([]byte, 10), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	plugintest.Refused(t, definition(), plugintest.Options{DataDir: t.TempDir(), Config: `
+auth {
+  enabled = true
+  root_key_file = "` + short + `"
+}`}, "auth.root_key_file")
+}

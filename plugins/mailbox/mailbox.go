@@ -119,7 +119,7 @@ func (mb *mailbox) configure(_ context.Context, rt *sdk.Runtime) error {
 	var auth *authority
 	if s.auth.Enabled {
 		if auth, err = newAuthority(s.auth.RootKeyFile, s.capCacheTTL); err != nil {
-			return sdk.FileConfigError("auth", err)
+			return sdk.FileConfigError("auth.root_key_file", err)
 		}
 	}
 	path := filepath.Join(rt.DataDir, storeFile)
