@@ -793,6 +793,14 @@ func (rg *registry) stream(w http.ResponseWriter, r *http.Request, run *running,
 	if err == nil && !ok {
 		err = badRequest("consumer must match %s", bus.ConsumerPattern)
 	}
+	if h := run.head.Load().Version; err == nil && last > h {
+		// Versions are only ever sent once committed, and the head only
+		// grows: this consumer followed another log, or this one before
+		// it was restored. A 4xx ends an EventSource's reconnecting.
+		sdk.WriteError(w, http.StatusConflict, "ahead_of_head",
+			fmt.Sprintf("Last-Event-ID %d is past the head, version %d: this log never sent it; re-read /v1/head", last, h))
+		return
+	}
 	if err != nil {
 		run.fail(w, endpoint, err)
 		return

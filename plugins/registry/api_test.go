@@ -125,6 +125,9 @@ func TestRefused(t *testing.T) {
 	if code, body := call(t, h, "GET", "/v1/entries?from=1&limit=5", ""); code != 200 {
 		t.Errorf("GET /v1/entries?from=1&limit=5 = %d %s, want 200", code, body)
 	}
+	if code, body := call(t, h, "GET", "/v1/stream", "", "Last-Event-ID", "1"); code != 409 || errorCode(body) != "ahead_of_head" {
+		t.Errorf("stream with Last-Event-ID 1 on an empty log = %d %s, want 409 ahead_of_head", code, body)
+	}
 	if code, body := call(t, h, "GET", "/v1/stream", "", "Last-Event-ID", "x"); code != 400 {
 		t.Errorf("stream with Last-Event-ID x = %d %s, want 400", code, body)
 	}
