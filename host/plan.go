@@ -117,6 +117,7 @@ func describe(ctx context.Context, logger hclog.Logger, cfg *config.Config, p co
 		Logger:       logger.Named(p.Name).With("plugin", p.Name),
 		StartTimeout: cfg.Limits.StartTimeout,
 		ExtraEnv:     p.Env,
+		Dir:          cfg.Dir,
 		SocketDir:    socketDir,
 		LogLimit:     catalog.LogLimit{Rate: p.LogRate, Burst: p.LogBurst},
 		Check:        true,
@@ -170,6 +171,7 @@ func specFor(cfg *config.Config, p config.PluginBlock) supervisor.Spec {
 		MaxBodyBytes: p.MaxBodyBytes,
 		Required:     p.Required,
 		DataDir:      p.DataDir,
+		Dir:          cfg.Dir,
 		// Part of the fingerprint, so a reload that changes it puts the
 		// new spec in place, as for required.
 		UnreadyWhenDegraded: p.UnreadyWhenDegraded,

@@ -115,6 +115,7 @@ func (h *host) replaceInTurn(old *supervisor.Process, spec supervisor.Spec, opts
 		Logger:       opts.Logger.Named(spec.Name).With("plugin", spec.Name),
 		StartTimeout: opts.Policy.StartTimeout,
 		ExtraEnv:     spec.Env,
+		Dir:          spec.Dir,
 		SocketDir:    opts.SocketDir,
 		LogLimit:     spec.LogLimit,
 		Check:        true,

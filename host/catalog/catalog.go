@@ -76,6 +76,10 @@ type Options struct {
 	// limits none. A limit is also passed to the plugin process in its
 	// environment (wire.LogRateEnv, wire.LogBurstEnv).
 	LogLimit LogLimit
+	// Dir is the plugin process's working directory, the config file's,
+	// so that relative paths in its config block resolve as the host's
+	// own do; "" leaves the host's.
+	Dir string
 }
 
 // Instance is one running plugin process. Call Kill when done.
@@ -170,6 +174,7 @@ func Launch(ctx context.Context, path, sha string, opts Options) (*Instance, err
 		return cmd.Process.Kill()
 	}
 	cmd.Env = pluginEnv(opts.Env, opts.ExtraEnv)
+	cmd.Dir = opts.Dir
 	cmd.SysProcAttr = sysProcAttr()
 	// Every request travels over the data plane, so without one there is
 	// no plugin to run.

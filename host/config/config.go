@@ -17,6 +17,10 @@ import (
 type Config struct {
 	// File is the config file's path as given to Load or Parse.
 	File string
+	// Dir is the absolute directory holding File. Relative paths in the
+	// file resolve against it, the plugins' own included: each plugin
+	// process runs in it.
+	Dir string
 	// Listen is the ingress address, host:port. Default "127.0.0.1:8080".
 	// An empty host listens on every interface.
 	Listen string

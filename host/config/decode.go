@@ -262,6 +262,7 @@ func (d *decoder) errorf(subject hcl.Range, summary, format string, args ...any)
 }
 
 func (d *decoder) decode(c *Config, fb *fileBody, base string) {
+	c.Dir = base
 	if fb.Admin == nil {
 		fb.Admin = &adminBody{}
 	}

@@ -577,3 +577,27 @@ func TestMailboxLongestTopicSurvivesRestart(t *testing.T) {
 		t.Errorf("send to a %d-character topic = %d %s %v, want 400 naming the limit", len(topic)+1, code, body, err)
 	}
 }
+
+// TestPluginRelativePathsFromConfigDir: a relative path in a plugin's
+// config block resolves against the config file's directory, as the
+// host's own do, whatever the host's working directory: the mailbox
+// reads root_key_file = "root.key" from beside config.hcl.
+func TestPluginRelativePathsFromConfigDir(t *testing.T) {
+	cfg := baseConfig("5s") + pluginBlock("mailbox", "mailbox", "  config {\n    auth {\n      enabled = true\n      root_key_file = \"root.key\"\n    }\n  }")
+	elsewhere := t.TempDir()
+	h := waitServing(t, launchHostCmd(t, cfg, func(bin string, run []string) *exec.Cmd {
+		dir := filepath.Dir(run[2]) // run -config PATH
+		if err := os.WriteFile(filepath.Join(dir, "root.key"), bytes.Repeat([]byte("k"), 32), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(bin, run...)
+		cmd.Dir = elsewhere
+		return cmd
+	}))
+	readyPlugin(t, h, "mailbox")
+	// Auth is on: a send without a token is 401, not served.
+	code, body := do(t, http.MethodPost, h.ingress+"/mailbox/v1/send", strings.NewReader(`{"topic":"t","payload":"YQ=="}`), nil)
+	if code != http.StatusUnauthorized {
+		t.Errorf("send without a token = %d %s, want 401: auth on, with the key read", code, body)
+	}
+}

@@ -34,6 +34,9 @@ type Spec struct {
 	MaxInflight int
 	Required    bool
 	DataDir     string
+	// Dir is the plugin process's working directory
+	// (catalog.Options.Dir): the config file's.
+	Dir string
 	// Env holds variables set in the plugin's environment on top of the
 	// host variables it inherits (catalog.Options.ExtraEnv).
 	Env map[string]string
@@ -784,6 +787,7 @@ func (p *Process) launch(ctx context.Context) (*catalog.Instance, error) {
 		Logger:       p.opts.Logger.Named(p.spec.Name).With("plugin", p.spec.Name),
 		StartTimeout: p.opts.Policy.StartTimeout,
 		ExtraEnv:     p.spec.Env,
+		Dir:          p.spec.Dir,
 		Host:         p.opts.Host,
 		SocketDir:    p.opts.SocketDir,
 		LogLimit:     limit,
