@@ -20,6 +20,7 @@ func (s *bodySpec) decode(body hcl.Body, owner *blockSpec, labels []string) (map
 	attrs, remain, more := hcldec.PartialDecode(body, s.attrs, nil)
 	diags = append(diags, more...)
 	content, more := remain.Content(s.schema)
+	suggestAffixes(body, s.schema, more)
 	diags = append(diags, more...)
 
 	vals := map[string]cty.Value{}

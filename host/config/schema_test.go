@@ -390,3 +390,45 @@ func TestCheckSchema(t *testing.T) {
 		})
 	}
 }
+
+// TestPluginConfigSuggestions: an unknown name in a plugin's config
+// block, or in a block of it, that a declared name starts or ends with
+// gets that name as its suggestion, as the host's own blocks do; one HCL
+// already made a suggestion for gets no second.
+func TestPluginConfigSuggestions(t *testing.T) {
+	schema := &pluginv1.Schema{
+		Attributes: []*pluginv1.Attribute{
+			{Name: "max_message_bytes", Type: "number", DefaultJson: "1"},
+			{Name: "dedup_window", Type: "duration", DefaultJson: `"5m"`},
+		},
+		Blocks: []*pluginv1.Block{{
+			Name: "retention", Nesting: pluginv1.Block_NESTING_SINGLE,
+			Body: &pluginv1.Schema{Attributes: []*pluginv1.Attribute{{Name: "keep_after_checkpoint", Type: "number", DefaultJson: "0"}}},
+		}},
+	}
+	for _, tt := range []struct{ src, want string }{
+		{"    max_message = 5\n", `Did you mean "max_message_bytes"?`},
+		{"    window = \"1s\"\n", `Did you mean "dedup_window"?`},
+		{"    retention {\n      keep = 1\n    }\n", `Did you mean "keep_after_checkpoint"?`},
+		{"    colour = 1\n", ""},
+	} {
+		c, diags := Parse([]byte(hostFile(tt.src)), "file.hcl")
+		if diags.HasErrors() {
+			t.Fatalf("Parse: %s", diags.Error())
+		}
+		_, diags = DecodePluginConfig(c.Plugins[0].Config, schema)
+		if len(diags) != 1 || diags[0].Summary != "Unsupported argument" {
+			t.Fatalf("config %q: diagnostics %v, want one Unsupported argument", tt.src, diags)
+		}
+		if d := diags[0].Detail; tt.want == "" && strings.Contains(d, "Did you mean") || tt.want != "" && !strings.HasSuffix(d, " "+tt.want) {
+			t.Errorf("config %q: detail %q, want it to end %q", tt.src, d, tt.want)
+		}
+	}
+
+	// config written as an attribute: HCL suggests the block, and the
+	// host adds nothing after it.
+	_, diags := Parse([]byte("plugin \"greeter\" {\n  path = \"greeter\"\n  config = { greeting = \"hi\" }\n}\n"), "file.hcl")
+	if len(diags) != 1 || strings.Count(diags[0].Detail, "Did you mean") != 1 || !strings.Contains(diags[0].Detail, `block of type "config"`) {
+		t.Errorf("config = {...} in a plugin block: %v, want one diagnostic suggesting the config block, once", diags)
+	}
+}

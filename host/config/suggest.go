@@ -119,7 +119,7 @@ func suggestKeys(body hcl.Body, diags hcl.Diagnostics) {
 			return
 		}
 		for _, d := range diags {
-			if d.Summary == "Unsupported argument" && d.Subject != nil &&
+			if d.Summary == "Unsupported argument" && d.Subject != nil && !strings.Contains(d.Detail, "Did you mean") &&
 				d.Subject.Filename == a.NameRange.Filename && d.Subject.Start.Byte == a.NameRange.Start.Byte {
 				d.Detail += h
 			}
@@ -149,6 +149,33 @@ func suggestKeys(body hcl.Body, diags hcl.Diagnostics) {
 
 // affixOf returns the name in names that given is a whole-word start or
 // end of (max_body for max_body_bytes, inflight for max_inflight), or "".
+// suggestAffixes adds to the "Unsupported argument" diagnostics of diags
+// that HCL left without a suggestion the name of schema's that the
+// unknown one is the start or end of: the rule of suggestKeys, for the
+// body of a plugin's config block.
+func suggestAffixes(body hcl.Body, schema *hcl.BodySchema, diags hcl.Diagnostics) {
+	sb, ok := body.(*hclsyntax.Body)
+	if !ok {
+		return
+	}
+	names := make([]string, len(schema.Attributes))
+	for i, a := range schema.Attributes {
+		names[i] = a.Name
+	}
+	for _, a := range sb.Attributes {
+		n := affixOf(a.Name, names)
+		if n == "" || slices.Contains(names, a.Name) {
+			continue
+		}
+		for _, d := range diags {
+			if d.Summary == "Unsupported argument" && d.Subject != nil && !strings.Contains(d.Detail, "Did you mean") &&
+				d.Subject.Filename == a.NameRange.Filename && d.Subject.Start.Byte == a.NameRange.Start.Byte {
+				d.Detail += fmt.Sprintf(" Did you mean %q?", n)
+			}
+		}
+	}
+}
+
 func affixOf(given string, names []string) string {
 	for _, n := range names {
 		if strings.HasPrefix(n, given+"_") || strings.HasSuffix(n, "_"+given) {
