@@ -56,15 +56,23 @@ func (e *FieldError) Unwrap() error { return e.Err }
 // them, as the issue asks.
 func decodeInputs(r io.Reader, maxContributions int) (Inputs, error) {
 	var in Inputs
+	// A contribution's value of the wrong type: encoding/json names its
+	// field without the index, and decodes on, leaving the value zero.
+	// The checks below then find the first contribution with a zero
+	// value, and say what it was.
+	var elemType map[string]string // field of a contribution → the type error's message
 	if err := sdk.DecodeJSON(r, &in); err != nil {
 		var te *json.UnmarshalTypeError
 		switch {
+		case errors.As(err, &te) && strings.HasPrefix(te.Field, "contributions."):
+			elemType = map[string]string{strings.TrimPrefix(te.Field, "contributions."): "must be a " + te.Type.String() + ", got " + te.Value}
 		case errors.As(err, &te) && te.Field != "":
 			return in, &FieldError{Field: te.Field, Message: "must be a " + te.Type.String() + ", got " + te.Value}
 		case errors.Is(err, sdk.ErrTrailingData):
 			return in, &FieldError{Field: "body", Message: "one JSON object, and nothing after it"}
+		default:
+			return in, &FieldError{Field: "body", Message: err.Error(), Err: err}
 		}
-		return in, &FieldError{Field: "body", Message: err.Error(), Err: err}
 	}
 	if err := validAccount(in.PoolAccount); err != nil {
 		return in, &FieldError{Field: "pool_account", Message: err.Error()}
@@ -76,6 +84,9 @@ func decodeInputs(r io.Reader, maxContributions int) (Inputs, error) {
 		return in, &FieldError{Field: "contributions", Message: fmt.Sprintf("at most %d, got %d", maxContributions, len(in.Contributions))}
 	}
 	for i, c := range in.Contributions {
+		if msg, ok := elemType["account"]; ok && c.Account == "" {
+			return in, &FieldError{Field: fmt.Sprintf("contributions[%d].account", i), Message: msg}
+		}
 		if err := validAccount(c.Account); err != nil {
 			return in, &FieldError{Field: fmt.Sprintf("contributions[%d].account", i), Message: err.Error()}
 		}
@@ -83,8 +94,15 @@ func decodeInputs(r io.Reader, maxContributions int) (Inputs, error) {
 			return in, &FieldError{Field: fmt.Sprintf("contributions[%d].account", i), Message: "the pool account cannot receive from itself"}
 		}
 		if c.Weight == 0 {
-			return in, &FieldError{Field: fmt.Sprintf("contributions[%d].weight", i), Message: "must be a positive integer"}
+			msg, ok := elemType["weight"]
+			if !ok {
+				msg = "must be a positive integer"
+			}
+			return in, &FieldError{Field: fmt.Sprintf("contributions[%d].weight", i), Message: msg}
 		}
+	}
+	for field, msg := range elemType { // not met above: an element of another kind
+		return in, &FieldError{Field: "contributions[]." + field, Message: msg}
 	}
 	return in, nil
 }

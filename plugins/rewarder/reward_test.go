@@ -169,7 +169,10 @@ func TestDecodeInputs(t *testing.T) {
 		{`{"pool_account":"p","pool_amount":5,"contributions":[{"account":"a/b","weight":1}]}`, "contributions[0].account"},
 		{`{"pool_account":"p","pool_amount":5,"contributions":[{"account":"p","weight":1}]}`, "contributions[0].account"},
 		{`{"pool_account":"p","pool_amount":5,"contributions":[{"account":"a","weight":0}]}`, "contributions[0].weight"},
-		{`{"pool_account":"p","pool_amount":5,"contributions":[{"account":"a","weight":1.5}]}`, "contributions.weight"},
+		{`{"pool_account":"p","pool_amount":5,"contributions":[{"account":"a","weight":1.5}]}`, "contributions[0].weight"},
+		{`{"pool_account":"p","pool_amount":5,"contributions":[{"account":"a","weight":1},{"account":"b","weight":-1}]}`, "contributions[1].weight"},
+		{`{"pool_account":"p","pool_amount":5,"contributions":[{"account":"a","weight":1},{"account":7,"weight":1}]}`, "contributions[1].account"},
+		{`{"pool_account":"p","pool_amount":5,"contributions":5}`, "contributions"},
 		{`{"pool_account":"p","pool_amount":5,"contributions":[{"account":"a","weight":1},{"account":"b","weight":1},{"account":"c","weight":1}]}`, "contributions"},
 		{`{"pool_account":"p","pool_amount":5,"contributions":[]} {}`, "body"},
 		{`[`, "body"},
@@ -183,5 +186,10 @@ func TestDecodeInputs(t *testing.T) {
 		case tt.field != "" && (!errors.As(err, &fe) || fe.Field != tt.field):
 			t.Errorf("decodeInputs(%.60q) = %v, want an error about %s", tt.body, err, tt.field)
 		}
+	}
+	// A value of the wrong type says what it was, at its index.
+	_, err := decodeInputs(strings.NewReader(`{"pool_account":"p","pool_amount":5,"contributions":[{"account":"a","weight":1},{"account":"b","weight":-3}]}`), 2)
+	if got, want := fmt.Sprint(err), "contributions[1].weight: must be a uint64, got number -3"; got != want {
+		t.Errorf("decodeInputs(negative weight) = %s, want %s", got, want)
 	}
 }
