@@ -583,3 +583,70 @@ func TestBodyMemoryBound(t *testing.T) {
 		t.Errorf("plugin peak RSS grew by %.0f MiB, want at most (1 + 100/100) × %d × %d B = %.0f MiB", pluginGain, maxInflight, maxBody, bound)
 	}
 }
+
+// TestNoRequestSmuggling: a request whose body net/http frames one way
+// and a proxy in front of the host could frame another gets its answer
+// and the connection closes, so that what follows it on the connection
+// is never served as a request: an HTTP/1.0 request with a chunked body
+// (net/http reads it as empty), and a chunked request, with or without a
+// Content-Length, on the ingress and the admin listener. A request framed
+// by Content-Length alone keeps its connection.
+func TestNoRequestSmuggling(t *testing.T) {
+	h := startHost(t, baseConfig("2s")+pluginBlock("hello", "hello", "")+pluginBlock("faulty", "faulty", ""))
+	const next = "POST /faulty/echo HTTP/1.1\r\nHost: x\r\nContent-Length: 8\r\n\r\nSMUGGLED"
+	chunk := fmt.Sprintf("%x\r\n%s\r\n0\r\n\r\n", len("ping"), "ping")
+	for _, tt := range []struct {
+		name, base, raw string
+		answers         int
+	}{
+		{"HTTP/1.0 with a chunked body", h.ingress,
+			"POST /faulty/echo HTTP/1.0\r\nHost: x\r\nConnection: keep-alive\r\nTransfer-Encoding: chunked\r\n\r\n" + next, 1},
+		{"chunked with a Content-Length", h.ingress,
+			"POST /faulty/echo HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n" + chunk + next, 1},
+		{"chunked", h.ingress,
+			"POST /faulty/echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n" + chunk + next, 1},
+		{"HTTP/1.0 with a chunked body on the admin listener", h.admin,
+			"GET /v1/plugins HTTP/1.0\r\nHost: x\r\nConnection: keep-alive\r\nTransfer-Encoding: chunked\r\n\r\nGET /v1/status?SMUGGLED HTTP/1.1\r\nHost: x\r\n\r\n", 1},
+		{"Content-Length, then a request", h.ingress,
+			"POST /faulty/echo HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\n\r\nping" +
+				"POST /faulty/echo HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: 8\r\n\r\npipeline", 2},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			u, err := url.Parse(tt.base)
+			if err != nil {
+				t.Fatal(err)
+			}
+			conn, err := net.DialTimeout("tcp", u.Host, 5*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			if err := conn.SetDeadline(time.Now().Add(20 * time.Second)); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := conn.Write([]byte(tt.raw)); err != nil {
+				t.Fatal(err)
+			}
+			br := bufio.NewReader(conn)
+			var answers []string
+			for {
+				resp, err := http.ReadResponse(br, nil)
+				if err != nil {
+					if err != io.EOF && err != io.ErrUnexpectedEOF {
+						t.Fatalf("after %q: %v, want the connection closed", answers, err)
+					}
+					break
+				}
+				body, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				answers = append(answers, fmt.Sprintf("%d %s", resp.StatusCode, body))
+				if strings.Contains(string(body), "SMUGGLED") {
+					t.Fatalf("the bytes after the request were served as a request: %q", answers)
+				}
+			}
+			if len(answers) != tt.answers {
+				t.Errorf("answers %q, want %d, then the connection closed", answers, tt.answers)
+			}
+		})
+	}
+}

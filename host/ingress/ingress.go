@@ -714,11 +714,19 @@ func forwardHeader(h http.Header) http.Header {
 // hop-by-hop ones and those its Connection header names: they are about a
 // connection the plugin does not have (RFC 9110 section 7.6.1), and the
 // host frames its answers and keeps its clients' connections itself, as
-// a proxy does with its upstream's.
+// a proxy does with its upstream's; only a Connection: close is kept, and
+// closes the client's connection after the answer.
 func dropHopHeaders(h http.Header) {
 	if kept := forwardHeader(h); len(kept) != len(h) {
+		closing := hasToken(h["Connection"], "close")
 		clear(h)
 		maps.Copy(h, kept)
+		if closing {
+			// net/http then closes the connection after the answer, as
+			// the front does for a handler's (frontWriter.handlerClose),
+			// and as HookServer asks for requests framed ambiguously.
+			h.Set("Connection", "close")
+		}
 	}
 }
 

@@ -54,8 +54,10 @@ func writeOwn(conn net.Conn, p []byte) (int, error) {
 // handler marks a request's connection as answering, and the connection
 // is no longer answering once srv makes it idle again. It records each
 // request's connection in its context, which streams use too (connKey),
-// and keeps srv's own Handler, ConnContext and ConnState. Call it before
-// srv serves.
+// and keeps srv's own Handler, ConnContext and ConnState. It also closes
+// the connection after every request whose framing a proxy in front of
+// the host may have read otherwise (closeAfter). Call it before srv
+// serves.
 func HookServer(srv *http.Server) {
 	h, connContext, connState := srv.Handler, srv.ConnContext, srv.ConnState
 	if h == nil {
@@ -64,6 +66,9 @@ func HookServer(srv *http.Server) {
 	srv.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if c, ok := r.Context().Value(connKey{}).(answerer); ok {
 			c.setAnswering(true)
+		}
+		if closeAfter(r) {
+			w.Header().Set("Connection", "close")
 		}
 		h.ServeHTTP(w, r)
 	})
@@ -81,6 +86,26 @@ func HookServer(srv *http.Server) {
 			connState(c, s)
 		}
 	}
+}
+
+// closeAfter reports whether the connection must close after r's answer,
+// because bytes after r's body may be read as a request here and as part
+// of r by another parser (request smuggling, RFC 9112 section 11.2), which
+// net/http does not guard against on its own:
+//   - r is HTTP/1.0: net/http ignores a Transfer-Encoding of an HTTP/1.0
+//     request and reads its body as empty, so a chunked body would be
+//     served as the next request; RFC 9112 section 6.1 says such framing
+//     is faulty and the connection closes after the answer. net/http
+//     removes the header before a handler runs, so every HTTP/1.0
+//     request closes its connection, as Envoy refuses HTTP/1.0 by
+//     default;
+//   - r's body is chunked: net/http reads it by Transfer-Encoding and
+//     drops a Content-Length beside it, which a proxy before the host may
+//     have framed it by; RFC 9112 section 6.3 says the connection closes
+//     after such a request, and the handler cannot tell whether one was
+//     there.
+func closeAfter(r *http.Request) bool {
+	return !r.ProtoAtLeast(1, 1) || len(r.TransferEncoding) > 0
 }
 
 // expectationFailed is how net/http's 417 to an Expect other than
