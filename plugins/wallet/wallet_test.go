@@ -744,6 +744,12 @@ func TestEventsResume(t *testing.T) {
 	if diff := cmp.Diff([]string{"lagged:4}", "receipt:5", "receipt:6"}, names(s, 3)); diff != "" {
 		t.Errorf("resumed after 0 (-want +got):\n%s", diff)
 	}
+	if r := tw.do(http.MethodGet, "/v1/events", http.Header{"Last-Event-ID": {"1000"}}, ""); r.code != 409 || r.errorCode() != "ahead_of_head" {
+		t.Errorf("GET /v1/events with Last-Event-ID past the ledger = %s, want 409 ahead_of_head", r)
+	}
+	if r := tw.do(http.MethodGet, "/v1/events", http.Header{"Last-Event-ID": {"1", "2"}}, ""); r.code != 400 {
+		t.Errorf("GET /v1/events with two Last-Event-IDs = %s, want 400", r)
+	}
 	if r := tw.do(http.MethodGet, "/v1/events", http.Header{"Last-Event-ID": {"x"}}, ""); r.code != 400 {
 		t.Errorf("GET /v1/events with Last-Event-ID x = %s, want 400", r)
 	}

@@ -370,6 +370,11 @@ func decodeObject(dec *json.Decoder, fs fields, path string) error {
 			return invalidf("%s%s: invalid JSON: %v", path, name, err)
 		}
 		if err := fs[f].parse(raw); err != nil {
+			if serr := restSyntax(dec); serr != nil {
+				// "amount":01 reads as 0 and then fails on the 1: the body
+				// is not JSON, which says more than "must be positive".
+				return invalidf("body is not valid JSON: %v", serr)
+			}
 			return invalidf("%s%s: %v", path, name, err)
 		}
 	}
@@ -382,6 +387,19 @@ func decodeObject(dec *json.Decoder, fs fields, path string) error {
 		}
 	}
 	return nil
+}
+
+// restSyntax reads the rest of dec's input and returns its first syntax
+// error, or nil if it is well-formed to its end.
+func restSyntax(dec *json.Decoder) error {
+	for {
+		if _, err := dec.Token(); err != nil {
+			if err == io.EOF {
+				return nil
+			}
+			return err
+		}
+	}
 }
 
 func orBody(path string) string {

@@ -71,6 +71,17 @@ func TestDecode(t *testing.T) {
 		{"batch legs overflow", decodeBatch, `{"from":"a","nonce":1,"transfers":[{"to":"b","amount":18446744073709551615},{"to":"c","amount":1}]}`, nil},
 		{"batch too many legs", decodeBatch, `{"from":"a","nonce":1,"transfers":[` + strings.Repeat(`{"to":"b","amount":1},`, maxLegs) + `{"to":"b","amount":1}]}`, nil},
 	}
+	// A number with a leading zero is not JSON, and says so, rather than
+	// what its first digit would be as a value.
+	for _, body := range []string{`{"to":"bob","amount":01}`, `{"to":"bob","amount":00005}`, `{"from":"a","nonce":1,"transfers":[{"to":"b","amount":01}]}`} {
+		dec := decodeIssue
+		if strings.Contains(body, "transfers") {
+			dec = decodeBatch
+		}
+		if _, err := dec([]byte(body)); err == nil || !strings.Contains(err.Error(), "valid JSON: invalid character '") {
+			t.Errorf("decode(%s) = %v, want a JSON syntax error", body, err)
+		}
+	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got, err := tt.decode([]byte(tt.body))

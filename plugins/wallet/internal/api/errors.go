@@ -23,6 +23,9 @@ var (
 	errDraining = errors.New("the wallet is draining; retry on another instance or later")
 	// errUnknown: the caller gave up before the outcome was known.
 	errUnknown = errors.New("the request ended before its outcome was known; retry with the same Idempotency-Key to learn it")
+	// errAheadOfHead marks a Last-Event-ID past the ledger's last seq,
+	// which this ledger never sent: 409.
+	errAheadOfHead = errors.New("this ledger never sent it; reconnect without it")
 )
 
 // invalidError is input the caller must fix; its message says how.
@@ -82,6 +85,9 @@ func classify(err error) (int, errorDetail) {
 	case errors.Is(err, errTooLarge):
 		d.Code = "body_too_large"
 		return http.StatusRequestEntityTooLarge, d
+	case errors.Is(err, errAheadOfHead):
+		d.Code = "ahead_of_head"
+		return http.StatusConflict, d
 	case errors.As(err, &nonce):
 		d.Code = "nonce_mismatch"
 		d.ExpectedNonce = &nonce.Expected

@@ -38,6 +38,13 @@ func (a *API) stream(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	after, resume, err := lastEventID(r.Header)
+	if head := a.ledger.Seq(); err == nil && after > head {
+		// Seqs are sent only once committed, and the ledger's only grow:
+		// the client followed another ledger, or this one before it was
+		// restored, and would wait forever for receipts up to its id. A
+		// 4xx ends an EventSource's reconnecting.
+		err = fmt.Errorf("Last-Event-ID %d is past the ledger's last seq, %d: %w", after, head, errAheadOfHead)
+	}
 	if err != nil {
 		a.writeError(w, err)
 		return
@@ -95,10 +102,14 @@ func (a *API) stream(w http.ResponseWriter, r *http.Request) {
 
 // lastEventID parses the Last-Event-ID header of a reconnecting client.
 func lastEventID(h http.Header) (seq uint64, ok bool, err error) {
-	v := h.Get("Last-Event-ID")
-	if v == "" {
+	vs := h.Values("Last-Event-ID")
+	if len(vs) == 0 || len(vs) == 1 && vs[0] == "" {
 		return 0, false, nil
 	}
+	if len(vs) > 1 {
+		return 0, false, invalidf("Last-Event-ID must be given once")
+	}
+	v := vs[0]
 	seq, err = strconv.ParseUint(v, 10, 64)
 	if err != nil {
 		return 0, false, invalidf("Last-Event-ID must be the seq of a receipt event")
