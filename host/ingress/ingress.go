@@ -544,7 +544,7 @@ func (g *Ingress) forwardTo(w http.ResponseWriter, r *http.Request, e *entry, re
 		*cut = c
 		return code
 	}
-	code, c := g.answer(w, e, ep, resp)
+	code, c := g.answer(w, r, e, ep, resp)
 	*cut = c
 	return code
 }
@@ -576,9 +576,10 @@ func noBodyMessage(method, pattern string, route bool) string {
 // answer writes a plugin's response on an ordinary route: the head, then
 // the body as it comes. It returns the status, and whether the response
 // must be cut short: its body failed after the head was out.
-func (g *Ingress) answer(w http.ResponseWriter, e *entry, ep *supervisor.Endpoint, resp *dataplane.Response) (int, bool) {
+func (g *Ingress) answer(w http.ResponseWriter, r *http.Request, e *entry, ep *supervisor.Endpoint, resp *dataplane.Response) (int, bool) {
 	defer resp.Close()
 	dropHopHeaders(w.Header())
+	ownHopHeaders(w.Header(), r)
 	if resp.Size >= 0 {
 		w.Header().Set("Content-Length", strconv.FormatInt(resp.Size, 10))
 	}
@@ -714,19 +715,21 @@ func forwardHeader(h http.Header) http.Header {
 // hop-by-hop ones and those its Connection header names: they are about a
 // connection the plugin does not have (RFC 9110 section 7.6.1), and the
 // host frames its answers and keeps its clients' connections itself, as
-// a proxy does with its upstream's; only a Connection: close is kept, and
-// closes the client's connection after the answer.
+// a proxy does with its upstream's.
 func dropHopHeaders(h http.Header) {
 	if kept := forwardHeader(h); len(kept) != len(h) {
-		closing := hasToken(h["Connection"], "close")
 		clear(h)
 		maps.Copy(h, kept)
-		if closing {
-			// net/http then closes the connection after the answer, as
-			// the front does for a handler's (frontWriter.handlerClose),
-			// and as HookServer asks for requests framed ambiguously.
-			h.Set("Connection", "close")
-		}
+	}
+}
+
+// ownHopHeaders sets, in h, a plugin's answer's headers once
+// dropHopHeaders has run, the host's own hop-by-hop header for r: a
+// Connection: close when r's framing asks for it (closeAfter, which
+// HookServer set before the plugin's headers replaced it).
+func ownHopHeaders(h http.Header, r *http.Request) {
+	if closeAfter(r) {
+		h.Set("Connection", "close")
 	}
 }
 

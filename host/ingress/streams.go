@@ -172,6 +172,7 @@ func jittered(d time.Duration, u float64) time.Duration {
 func (g *Ingress) answerStream(ctx context.Context, w http.ResponseWriter, r *http.Request, e *entry, ep *supervisor.Endpoint, resp *dataplane.Response, s *stream) (int, bool) {
 	defer resp.Close()
 	dropHopHeaders(w.Header())
+	ownHopHeaders(w.Header(), r)
 	code := resp.Status
 	if code < 100 || code > 999 {
 		code = http.StatusBadGateway
