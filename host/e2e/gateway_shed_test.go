@@ -50,8 +50,7 @@ func TestGatewayGradedShedding(t *testing.T) {
 	const (
 		workers   = 2
 		workQueue = 20
-		intake    = 18         // in acme's queue: 90% of work_queue, level 3, reads are shed
-		queued    = intake + 1 // and one dispatched, waiting for a worker (sched_queue 1)
+		intake    = 18 // in acme's queue: 90% of work_queue, level 3, reads are shed
 		shedHold  = 300 * time.Millisecond
 	)
 	up := &gatedUpstream{gate: make(chan struct{})}
@@ -73,7 +72,6 @@ func TestGatewayGradedShedding(t *testing.T) {
     }
     workers    = %d
     work_queue = %d
-    sched_queue = 1
     shed_hold  = %q`, hex.EncodeToString(beta[:]), workers, workQueue, shedHold)))
 	readyPlugin(t, h, "gateway")
 	h.waitReadiness("gateway", http.StatusOK, "ready")
@@ -81,7 +79,7 @@ func TestGatewayGradedShedding(t *testing.T) {
 	// The workers take the first requests and hold them; the rest wait
 	// in acme's queue.
 	var wg sync.WaitGroup
-	codes := make(chan int, workers+queued)
+	codes := make(chan int, workers+intake)
 	get := func() {
 		code, _ := do(t, "GET", h.ingress+"/gw/x", nil, http.Header{"X-Api-Key": {"acme-key"}})
 		codes <- code
@@ -90,7 +88,7 @@ func TestGatewayGradedShedding(t *testing.T) {
 		wg.Go(get)
 	}
 	waitFor(t, 10*time.Second, "both workers holding a request upstream", func() bool { return up.hits.Load() == workers })
-	for range queued {
+	for range intake {
 		wg.Go(get)
 	}
 	waitFor(t, 10*time.Second, fmt.Sprintf("%d requests in the tenant queues", intake), func() bool {

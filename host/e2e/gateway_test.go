@@ -518,10 +518,11 @@ func (u *heldUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // TestGatewayLimits goes through the real host: a tenant over its token
 // bucket gets 429 with a Retry-After that matches the bucket and is served
-// once it has waited that long; with the one worker held by the upstream,
-// a tenant over its max_queue gets 429 while the other tenant is still
-// queued, and the other tenant's arrival at a full scheduler queue drops
-// the oldest request there with 503 and moves queue_dropped_total.
+// once it has waited that long; with the one worker held by the upstream
+// and a scheduler queue of one ahead of it, a tenant over its max_queue
+// (one request dispatched, one queued) gets 429 while the other tenant is
+// still queued, and the other tenant's arrival at a full scheduler queue
+// drops the oldest request there with 503 and moves queue_dropped_total.
 func TestGatewayLimits(t *testing.T) {
 	up := &heldUpstream{open: make(chan struct{})}
 	srv := httptest.NewServer(up)
@@ -559,7 +560,7 @@ func TestGatewayLimits(t *testing.T) {
     }
     tenant "a" {
       api_key_sha256 = %q
-      max_queue      = 1
+      max_queue      = 2
     }
     tenant "b" {
       api_key_sha256 = %q

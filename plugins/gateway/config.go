@@ -115,7 +115,7 @@ func schema() sdk.Schema {
 			{Name: "workers", Type: sdk.TypeNumber, Default: 0, Description: "upstream calls in flight at once; 0 means min(CPUs × 4, 64)"},
 			{Name: "reserved_workers", Type: sdk.TypeNumber, Default: 1, Description: "workers besides workers that start at once a request of a tenant with nothing running or waiting, when every worker is busy; 0 turns them off"},
 			{Name: "work_queue", Type: sdk.TypeNumber, Default: 512, Description: "requests waiting in all tenant queues together; beyond it 429"},
-			{Name: "sched_queue", Type: sdk.TypeNumber, Default: 512, Description: "requests dispatched, waiting for a worker; beyond it the oldest is dropped with 503"},
+			{Name: "sched_queue", Type: sdk.TypeNumber, Default: 0, Description: "requests dispatched ahead of busy workers, waiting in the order dispatched; 0 keeps every waiting request in its tenant's queue, in fair order; when full, a tenant with none there displaces the oldest with 503"},
 			{Name: "shedding", Type: sdk.TypeBool, Default: true, Description: "shed load by grades as the queues fill (with more than one tenant)"},
 			{Name: "shed_hold", Type: sdk.TypeDuration, Default: "5s", Description: "how long the load must stay low before load shedding steps down a level"},
 		},
@@ -203,7 +203,7 @@ func (cfg config) check() (settings, error) {
 	}
 	s.reserved = c.Whole("reserved_workers", cfg.Reserved, 0, maxWorkers)
 	s.workQueue = c.Whole("work_queue", cfg.WorkQueue, 1, maxQueue)
-	s.schedQueue = c.Whole("sched_queue", cfg.SchedQueue, 1, maxQueue)
+	s.schedQueue = c.Whole("sched_queue", cfg.SchedQueue, 0, maxQueue)
 	s.shedding = cfg.Shedding
 	s.shedHold = c.Duration("shed_hold", cfg.ShedHold, 0, time.Hour)
 

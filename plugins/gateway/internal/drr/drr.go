@@ -1,6 +1,11 @@
 // Package drr is the gateway's fair scheduler: one bounded queue per
 // tenant, a deficit round-robin that moves their jobs, in fair order, to a
-// bounded scheduler queue, and a pool of workers that run the jobs from it.
+// scheduler queue as workers become idle, and a pool of workers that run
+// the jobs from it. A job waits in its tenant's queue until a worker is
+// free to take it, so the round-robin, not the order of arrival, decides
+// which tenant's job runs next. Options.SchedCap lets up to that many jobs
+// more be dispatched ahead of busy workers; they wait there in the order
+// they were dispatched.
 // A few reserved workers (Options.Reserved) run only the job of a tenant
 // with nothing running and nothing waiting, when no regular worker is idle:
 // that job skips the queues and starts at once, so a light tenant does not
@@ -10,16 +15,21 @@
 //
 // The lifecycle is New → Submit (from any goroutine) → Close. There is no
 // scheduler goroutine: Submit and the workers move jobs under one mutex, so
-// a job is dispatched as soon as the scheduler queue has room. Each queue
-// has a named overflow policy:
+// a job is dispatched as soon as a worker is idle (or the scheduler queue
+// has room beyond the idle workers' jobs). A job waits until a worker
+// takes it, in its tenant's queue or in the scheduler queue, and the
+// bounds count it wherever it waits. Each bound has a named overflow
+// policy:
 //
-//   - intake (all tenant queues together, Options.IntakeCap): Submit fails
-//     with ErrBusy;
-//   - one tenant's queue (Tenant.MaxQueue): Submit fails with
+//   - intake (the jobs waiting, of all tenants, Options.IntakeCap): Submit
+//     fails with ErrBusy;
+//   - one tenant's waiting jobs (Tenant.MaxQueue): Submit fails with
 //     ErrTenantBusy for that tenant only;
-//   - the scheduler queue (Options.SchedCap): when it is full and a tenant
-//     with nothing in it submits, the tenant's job goes in and the oldest
-//     job there is dropped: its Cancel gets ErrDropped.
+//   - the scheduler queue (Options.SchedCap, beyond the jobs the idle
+//     workers will take): when it is full and a tenant with nothing in it
+//     submits, the tenant's job goes in and the oldest job there is
+//     dropped: its Cancel gets ErrDropped. With SchedCap 0 nothing waits
+//     there for a busy worker, and nothing is dropped.
 //
 // Every job leaves exactly once: Run on a worker (regular or reserved), or
 // Cancel. The package
@@ -37,9 +47,11 @@ import (
 
 // Errors of Submit, and the reasons a Job's Cancel is given.
 var (
-	// ErrBusy means the tenant queues together hold IntakeCap jobs.
+	// ErrBusy means IntakeCap jobs wait, in the tenant queues and the
+	// scheduler queue together.
 	ErrBusy = errors.New("drr: intake full")
-	// ErrTenantBusy means the tenant's own queue holds MaxQueue jobs.
+	// ErrTenantBusy means MaxQueue of the tenant's jobs wait, in its
+	// queue and in the scheduler queue together.
 	ErrTenantBusy = errors.New("drr: tenant queue full")
 	// ErrDropped is given to the oldest job of a full scheduler queue
 	// when another tenant's job displaces it.
@@ -66,7 +78,8 @@ type Tenant struct {
 	Name string
 	// Quantum is the cost the tenant may dispatch per round, at least 1.
 	Quantum int
-	// MaxQueue is how many of its jobs may wait, at least 1.
+	// MaxQueue is how many of its jobs may wait, in its queue and in the
+	// scheduler queue together, at least 1.
 	MaxQueue int
 }
 
@@ -74,8 +87,12 @@ type Tenant struct {
 type Options struct {
 	Tenants   []Tenant
 	Workers   int // at least 1
-	IntakeCap int // at least 1
-	SchedCap  int // at least 1
+	IntakeCap int // jobs waiting, of all tenants, at least 1
+	// SchedCap is how many jobs may be dispatched ahead of busy workers,
+	// besides the jobs the idle workers will take, at least 0. With 0 a
+	// job leaves its tenant's queue only when a worker is idle to take
+	// it, so the round-robin orders every waiting job.
+	SchedCap int
 	// Reserved is how many workers, besides Workers, run only a job of a
 	// tenant that has nothing running, in the scheduler queue or in its
 	// own queue, when no regular worker is idle. 0 turns them off.
@@ -103,7 +120,7 @@ type Scheduler struct {
 	active   []*flow // flows with queued jobs, in round-robin order
 	cur      int     // index in active of the flow whose turn it is
 	queued   int     // jobs in all flows
-	ring     deque   // the scheduler queue
+	ring     deque   // the scheduler queue: jobs for the idle workers, then up to schedCap more
 	idle     int     // regular workers not running a job
 	seats    deque   // jobs handed to a reserved worker, not yet taken
 	free     int     // reserved workers neither running a job nor handed one
@@ -116,7 +133,7 @@ type Scheduler struct {
 	abortCx context.Context
 	running atomic.Int64
 
-	intakeDepth, schedDepth             atomic.Int64
+	intakeDepth, schedDepth, waiting    atomic.Int64
 	dropped, spawned, aborted, canceled atomic.Int64
 	busyIntake, busyTenant, reserved    atomic.Int64
 	reserveFull                         atomic.Int64
@@ -142,8 +159,8 @@ type item struct {
 
 // New starts the workers. It fails on an invalid Options.
 func New(opts Options) (*Scheduler, error) {
-	if opts.Workers < 1 || opts.IntakeCap < 1 || opts.SchedCap < 1 || opts.Reserved < 0 {
-		return nil, fmt.Errorf("drr: workers, intake and scheduler capacities must be at least 1 and reserved workers at least 0, got %d, %d, %d, %d",
+	if opts.Workers < 1 || opts.IntakeCap < 1 || opts.SchedCap < 0 || opts.Reserved < 0 {
+		return nil, fmt.Errorf("drr: workers and intake capacity must be at least 1, scheduler capacity and reserved workers at least 0, got %d, %d, %d, %d",
 			opts.Workers, opts.IntakeCap, opts.SchedCap, opts.Reserved)
 	}
 	s := &Scheduler{flows: map[string]*flow{}, intake: opts.IntakeCap, schedCap: opts.SchedCap, idle: opts.Workers, free: opts.Reserved, reserveCap: opts.Reserved}
@@ -200,11 +217,11 @@ func (s *Scheduler) Submit(tenant string, cost int, job Job) error {
 		s.mu.Unlock()
 		s.reserved.Add(1)
 		return nil
-	case s.queued >= s.intake:
+	case s.queued+s.ring.len() >= s.intake:
 		s.mu.Unlock()
 		s.busyIntake.Add(1)
 		return ErrBusy
-	case f.q.len() >= f.MaxQueue:
+	case f.q.len()+f.inRing >= f.MaxQueue:
 		s.mu.Unlock()
 		s.busyTenant.Add(1)
 		return ErrTenantBusy
@@ -218,10 +235,10 @@ func (s *Scheduler) Submit(tenant string, cost int, job Job) error {
 		s.active = append(s.active, f)
 	}
 	var dropped *item
-	if s.ring.len() >= s.schedCap && f.inRing == 0 {
-		// A tenant with nothing waiting for a worker displaces the
-		// oldest job waiting, rather than wait behind a full queue of
-		// other tenants' jobs.
+	if s.schedCap > 0 && s.ring.len() >= s.idle+s.schedCap && f.inRing == 0 {
+		// A tenant with nothing dispatched displaces the oldest job
+		// dispatched ahead of the workers, rather than wait behind a
+		// full queue of other tenants' jobs.
 		old := s.ring.pop()
 		old.flow.inRing--
 		dropped = &old
@@ -268,9 +285,9 @@ func (s *Scheduler) removeActiveLocked(f *flow) {
 }
 
 // pumpLocked dispatches in deficit round-robin order while the scheduler
-// queue has room.
+// queue holds fewer jobs than the idle workers will take plus schedCap.
 func (s *Scheduler) pumpLocked() {
-	for s.queued > 0 && s.ring.len() < s.schedCap {
+	for s.queued > 0 && s.ring.len() < s.idle+s.schedCap {
 		f := s.active[s.cur]
 		if !f.turn {
 			f.deficit += f.Quantum
@@ -289,6 +306,7 @@ func (s *Scheduler) pumpLocked() {
 func (s *Scheduler) publishLocked() {
 	s.intakeDepth.Store(int64(s.queued))
 	s.schedDepth.Store(int64(s.ring.len()))
+	s.waiting.Store(int64(s.queued + s.ring.len()))
 }
 
 // take is a regular worker's: it accounts for prev, the job it ran
@@ -300,6 +318,8 @@ func (s *Scheduler) take(prev *flow) (item, bool) {
 	if prev != nil {
 		prev.running--
 		s.idle++
+		// The worker is free: the round-robin chooses its next job.
+		s.pumpLocked()
 	}
 	for s.ring.len() == 0 && !s.closed {
 		s.cond.Wait()
@@ -312,7 +332,6 @@ func (s *Scheduler) take(prev *flow) (item, bool) {
 	it.flow.running++
 	s.idle--
 	s.running.Add(1) // under mu, so that a Close that follows counts it
-	s.pumpLocked()
 	s.publishLocked()
 	return it, true
 }
@@ -405,20 +424,22 @@ func (s *Scheduler) Close(ctx context.Context) (aborted int) {
 	return aborted
 }
 
-// Queued returns how many of tenant's jobs wait in its queue, and the
-// fair share of the intake: IntakeCap over the number of tenants.
+// Queued returns how many of tenant's jobs wait, in its queue and in the
+// scheduler queue, and the fair share of the intake: IntakeCap over the
+// number of tenants.
 func (s *Scheduler) Queued(tenant string) (queued, share int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if f := s.flows[tenant]; f != nil {
-		queued = f.q.len()
+		queued = f.q.len() + f.inRing
 	}
 	return queued, max(s.intake/max(len(s.flows), 1), 1)
 }
 
-// Load returns the share of the intake in use, from 0 to 1.
+// Load returns the share of the intake in use, from 0 to 1: the jobs
+// waiting in the tenant queues and in the scheduler queue over IntakeCap.
 func (s *Scheduler) Load() float64 {
-	return float64(s.intakeDepth.Load()) / float64(s.intake)
+	return float64(s.waiting.Load()) / float64(s.intake)
 }
 
 // Stats returns the current counters.

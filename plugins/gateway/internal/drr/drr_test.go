@@ -140,8 +140,9 @@ func TestOverflowPolicies(t *testing.T) {
 	var mu sync.Mutex
 	var log []string
 	submit := func(tenant string) error { return s.Submit(tenant, 1, newJob(tenant, &log, &mu)) }
-	// a: one in the scheduler queue, two in its own (max_queue 2).
-	for range 3 {
+	// a: one in the scheduler queue, one in its own: max_queue 2 counts
+	// both.
+	for range 2 {
 		if err := submit("a"); err != nil {
 			t.Fatalf("Submit(a) = %v, want nil", err)
 		}
@@ -156,7 +157,8 @@ func TestOverflowPolicies(t *testing.T) {
 	if err := submit("b"); err != nil {
 		t.Fatalf("Submit(b) = %v, want nil", err)
 	}
-	// The tenant queues now hold 3 jobs: the intake is full.
+	// 3 jobs wait, 2 in the tenant queues and 1 in the scheduler queue:
+	// the intake is full.
 	if err := submit("b"); !errors.Is(err, ErrBusy) {
 		t.Fatalf("Submit(b) with the intake full = %v, want ErrBusy", err)
 	}
@@ -164,8 +166,137 @@ func TestOverflowPolicies(t *testing.T) {
 		t.Fatalf("Submit(c) = %v, want ErrUnknownTenant", err)
 	}
 	st := s.Stats()
-	if st.Intake != 3 || st.Sched != 1 || st.Dropped != 1 || st.BusyIntake != 1 || st.BusyTenant != 1 {
-		t.Errorf("Stats() = %+v, want intake 3, sched 1, dropped 1, busy 1 and 1", st)
+	if st.Intake != 2 || st.Sched != 1 || st.Dropped != 1 || st.BusyIntake != 1 || st.BusyTenant != 1 {
+		t.Errorf("Stats() = %+v, want intake 2, sched 1, dropped 1, busy 1 and 1", st)
+	}
+	for tenant, want := range map[string]int{"a": 1, "b": 2} {
+		if got, _ := s.Queued(tenant); got != want {
+			t.Errorf("Queued(%s) = %d, want %d", tenant, got, want)
+		}
+	}
+	if got := s.Load(); got != 1 {
+		t.Errorf("Load() = %v with the intake full, want 1", got)
+	}
+}
+
+// busy returns a scheduler whose workers are all held, each by a job of
+// tenant, and a func that releases the held job of one worker at a time.
+func busy(t *testing.T, opts Options, tenant string) (*Scheduler, func()) {
+	t.Helper()
+	s, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		s.Close(ctx)
+	})
+	var mu sync.Mutex
+	var log []string
+	var held []*recJob
+	for i := range opts.Workers {
+		j := newJob(fmt.Sprintf("holder%d", i), &log, &mu)
+		j.hold = make(chan struct{})
+		if err := s.Submit(tenant, 1, j); err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, j)
+	}
+	t.Cleanup(func() { // before Close: it need not wait for its deadline
+		for _, j := range held {
+			close(j.hold)
+		}
+	})
+	for _, j := range held {
+		if !startedWithin(j, 10*time.Second) {
+			t.Fatalf("%s did not start on an idle worker", j.name)
+		}
+	}
+	return s, func() {
+		close(held[0].hold)
+		held = held[1:]
+	}
+}
+
+// TestMaxQueueCountsEveryWaitingJob holds every worker and fills the heavy
+// tenant's share: its MaxQueue counts its jobs wherever they wait, in its
+// queue or dispatched ahead of the workers, and so do Queued and Load,
+// which drive the gateway's shedding. The light tenant is still accepted.
+func TestMaxQueueCountsEveryWaitingJob(t *testing.T) {
+	for _, schedCap := range []int{0, 512} {
+		t.Run(fmt.Sprintf("SchedCap %d", schedCap), func(t *testing.T) {
+			s, _ := busy(t, Options{
+				Tenants:   []Tenant{{"heavy", 1, 4}, {"light", 1, 4}},
+				Workers:   3,
+				IntakeCap: 512,
+				SchedCap:  schedCap,
+			}, "heavy")
+			var mu sync.Mutex
+			var log []string
+			for i := range 4 {
+				if err := s.Submit("heavy", 1, newJob(fmt.Sprint("h", i), &log, &mu)); err != nil {
+					t.Fatalf("Submit(heavy) #%d = %v, want nil", i+1, err)
+				}
+			}
+			if err := s.Submit("heavy", 1, newJob("h4", &log, &mu)); !errors.Is(err, ErrTenantBusy) {
+				t.Fatalf("Submit(heavy) with 4 jobs waiting, MaxQueue 4 = %v, want ErrTenantBusy", err)
+			}
+			if err := s.Submit("light", 1, newJob("l0", &log, &mu)); err != nil {
+				t.Fatalf("Submit(light) beside the full heavy tenant = %v, want nil", err)
+			}
+			if got, share := s.Queued("heavy"); got != 4 || share != 256 {
+				t.Errorf("Queued(heavy) = %d, %d; want 4 waiting and a share of 256", got, share)
+			}
+			if got, want := s.Load(), 5.0/512; got != want {
+				t.Errorf("Load() = %v, want %v: 5 jobs wait", got, want)
+			}
+			if st := s.Stats(); st.BusyTenant != 1 || st.Intake+st.Sched != 5 {
+				t.Errorf("Stats() = %+v, want 1 refused for the tenant and 5 waiting", st)
+			}
+		})
+	}
+}
+
+// TestRoundRobinOrdersBacklog holds every worker at the gateway's default
+// SchedCap, 0: the heavy tenant's backlog and the light tenant's jobs wait
+// in their queues, and as one worker frees up the round-robin alternates
+// them, rather than running them in the order they came.
+func TestRoundRobinOrdersBacklog(t *testing.T) {
+	s, release := busy(t, Options{
+		Tenants:   []Tenant{{"heavy", 1, 64}, {"light", 1, 64}},
+		Workers:   3,
+		IntakeCap: 512,
+	}, "heavy")
+	var mu sync.Mutex
+	var log []string
+	var jobs []*recJob
+	submit := func(name, tenant string) {
+		t.Helper()
+		j := newJob(name, &log, &mu)
+		jobs = append(jobs, j)
+		if err := s.Submit(tenant, 1, j); err != nil {
+			t.Fatalf("Submit(%s) = %v, want nil", tenant, err)
+		}
+	}
+	for i := range 6 {
+		submit(fmt.Sprint("h", i), "heavy")
+	}
+	submit("l0", "light")
+	submit("l1", "light")
+	if st := s.Stats(); st.Intake != 8 || st.Sched != 0 {
+		t.Errorf("Stats() with every worker busy = %+v, want 8 in the tenant queues and none in the scheduler queue", st)
+	}
+	// One worker runs the backlog, the others stay held: the order is
+	// the round-robin's.
+	release()
+	for _, j := range jobs {
+		awaitLeft(t, j)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if got, want := strings.Join(log, " "), "h0 l0 h1 l1 h2 h3 h4 h5"; got != want {
+		t.Errorf("run order = %q, want %q: light's jobs alternate with heavy's backlog", got, want)
 	}
 }
 
@@ -229,7 +360,7 @@ func TestStress(t *testing.T) {
 			t.Parallel()
 			rng := rand.New(rand.NewPCG(uint64(round), 19))
 			tenants := []Tenant{{"a", 1 + rng.IntN(3), 1 + rng.IntN(8)}, {"b", 1, 1 + rng.IntN(8)}, {"c", 2, 4}}
-			s, err := New(Options{Tenants: tenants, Workers: 1 + rng.IntN(4), IntakeCap: 1 + rng.IntN(16), SchedCap: 1 + rng.IntN(4), Reserved: rng.IntN(3)})
+			s, err := New(Options{Tenants: tenants, Workers: 1 + rng.IntN(4), IntakeCap: 1 + rng.IntN(16), SchedCap: rng.IntN(4), Reserved: rng.IntN(3)})
 			if err != nil {
 				t.Fatal(err)
 			}
