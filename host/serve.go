@@ -186,6 +186,7 @@ func serve(ctx context.Context, logger hclog.Logger, path string, stderr io.Writ
 	ln, adminLn = limitListeners(logger, h.metrics, cfg, ln, adminLn)
 	h.socketDir = sockets.Path()
 	h.ingress = ingress.New(logger.Named("ingress"), h.metrics, ingressLimits(cfg))
+	h.ingress.HideCookie(admin.SessionCookie)
 	h.metrics.ReportReadiness(h.ingress.Ready)
 	if diags := h.apply(cfg); diags.HasErrors() {
 		printDiags(stderr, cfg, diags)

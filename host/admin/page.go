@@ -28,8 +28,12 @@ import (
 // session, http.CrossOriginProtection refuses any POST a browser marks
 // as coming from another origin.
 
+// SessionCookie is the name of the cookie that holds a status page
+// session. The ingress hides it from plugins (ingress.HideCookie).
+const SessionCookie = "plughost_admin"
+
 const (
-	cookieName = "plughost_admin"
+	cookieName = SessionCookie
 	// sessionTTL is how long a session lasts from its login.
 	sessionTTL = 12 * time.Hour
 	// maxSessions bounds the sessions kept; a login past it ends the

@@ -650,3 +650,27 @@ func TestNoRequestSmuggling(t *testing.T) {
 		})
 	}
 }
+
+// TestAdminCookieHiddenFromPlugins: the admin listener's session cookie,
+// which a browser sends to the ingress too (cookies ignore ports), never
+// reaches a plugin, on the front door's path and on net/http's; the
+// request's other cookies do.
+func TestAdminCookieHiddenFromPlugins(t *testing.T) {
+	h := startHost(t, baseConfig("2s")+pluginBlock("faulty", "faulty", ""))
+	for _, tt := range []struct{ name, extra string }{
+		{"front door", ""},
+		{"net/http", "Content-Length: 0\r\n"}, // a length the front door leaves to net/http
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			raw := "GET /faulty/cookies HTTP/1.1\r\nHost: x\r\nConnection: close\r\n" + tt.extra +
+				"Cookie: a=1; plughost_admin=s3cret; b=2\r\nCookie: plughost_admin=s3cret\r\n\r\n"
+			resp, body, err := rawExchange(t, h.ingress, []byte(raw))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.StatusCode != http.StatusOK || string(body) != "a=1; b=2\n" {
+				t.Errorf("the plugin got cookies %d %q, want \"a=1; b=2\" alone", resp.StatusCode, body)
+			}
+		})
+	}
+}

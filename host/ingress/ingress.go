@@ -85,6 +85,8 @@ type Ingress struct {
 	bodyLogs map[string]string
 	nextID   atomic.Uint64
 	streams  streams
+	// hidden is the cookie no plugin gets (HideCookie).
+	hidden string
 }
 
 // New returns an Ingress with no plugins.
@@ -95,6 +97,13 @@ func New(logger hclog.Logger, m *metrics.Host, limits Limits) *Ingress {
 	g.table.Store(&table{byName: map[string]*entry{}})
 	return g
 }
+
+// HideCookie removes the cookie name from every request's Cookie header
+// before a plugin gets it: the admin listener's session cookie, which a
+// browser sends to every port of the host it was set for, ingress
+// included, and with which a plugin could act as the operator. Call it
+// before the ingress serves.
+func (g *Ingress) HideCookie(name string) { g.hidden = name }
 
 // SetLimits replaces the limits for requests that arrive from now on.
 func (g *Ingress) SetLimits(l Limits) { g.limits.Store(&l) }
@@ -478,7 +487,7 @@ func (g *Ingress) forwardTo(w http.ResponseWriter, r *http.Request, e *entry, re
 		Method:     r.Method,
 		Path:       rest,
 		RawQuery:   r.URL.RawQuery,
-		Header:     forwardHeader(r.Header),
+		Header:     forwardHeader(r.Header, g.hidden),
 		Body:       body,
 		RemoteAddr: r.RemoteAddr,
 		Host:       r.Host,
@@ -681,9 +690,13 @@ var hopHeaders = map[string]bool{
 }
 
 // forwardHeader returns the headers of a request as a plugin gets them:
-// without the hop-by-hop ones and any the Connection header names. Most
-// requests have none of those, and get h itself.
-func forwardHeader(h http.Header) http.Header {
+// without the hop-by-hop ones, any the Connection header names, and the
+// cookie hidden, if not "". Most requests have none of those, and get h
+// itself.
+func forwardHeader(h http.Header, hidden string) http.Header {
+	if hidden != "" {
+		h = withoutCookie(h, hidden)
+	}
 	var named []string
 	for _, v := range h["Connection"] {
 		for opt := range strings.SplitSeq(v, ",") {
@@ -711,13 +724,46 @@ func forwardHeader(h http.Header) http.Header {
 	return out
 }
 
+// withoutCookie returns h, or, when one of its Cookie headers holds the
+// cookie name, a copy of h whose Cookie headers hold every other cookie
+// as sent. h itself is never changed: it is the request's.
+func withoutCookie(h http.Header, name string) http.Header {
+	found := false
+	for _, v := range h["Cookie"] {
+		if found = strings.Contains(v, name); found {
+			break
+		}
+	}
+	if !found {
+		return h
+	}
+	var kept []string
+	for _, v := range h["Cookie"] {
+		var parts []string
+		for c := range strings.SplitSeq(v, ";") {
+			if n, _, _ := strings.Cut(c, "="); textproto.TrimString(n) != name {
+				parts = append(parts, textproto.TrimString(c))
+			}
+		}
+		if len(parts) > 0 {
+			kept = append(kept, strings.Join(parts, "; "))
+		}
+	}
+	out := h.Clone()
+	delete(out, "Cookie")
+	if len(kept) > 0 {
+		out["Cookie"] = kept
+	}
+	return out
+}
+
 // dropHopHeaders deletes from h, a plugin's answer's headers, the
 // hop-by-hop ones and those its Connection header names: they are about a
 // connection the plugin does not have (RFC 9110 section 7.6.1), and the
 // host frames its answers and keeps its clients' connections itself, as
 // a proxy does with its upstream's.
 func dropHopHeaders(h http.Header) {
-	if kept := forwardHeader(h); len(kept) != len(h) {
+	if kept := forwardHeader(h, ""); len(kept) != len(h) {
 		clear(h)
 		maps.Copy(h, kept)
 	}

@@ -46,6 +46,12 @@ func main() {
 		h.Set("X-Kept", "1")
 		fmt.Fprintln(w, "hop")
 	})
+	// cookies answers the request's Cookie headers, one a line.
+	mux.HandleFunc("GET /cookies", func(w http.ResponseWriter, r *http.Request) {
+		for _, v := range r.Header.Values("Cookie") {
+			fmt.Fprintln(w, v)
+		}
+	})
 	mux.HandleFunc("GET /print", func(w http.ResponseWriter, r *http.Request) {
 		msg := r.URL.Query().Get("msg")
 		fmt.Println("stdout:", msg)
