@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"sync/atomic"
 
 	"github.com/plughost/plughost/plugins/gateway/internal/drr"
@@ -214,17 +213,10 @@ func (g *gateway) respond(w http.ResponseWriter, tn *tenant, resp *http.Response
 	dropHopByHop(h)
 	delete(h, "Content-Length") // the host sets it from what is written
 	w.WriteHeader(resp.StatusCode)
-	// A copy cut short means the caller or the upstream went away: the
-	// status is out, so there is nothing left to tell anyone.
-	bp := copyBufs.Get().(*[]byte)
-	_, _ = io.CopyBuffer(w, resp.Body, *bp)
-	copyBufs.Put(bp)
+	// The body is an answer, read whole (readAnswer): one Write. It fails
+	// only when the caller has gone, and then nobody reads this answer.
+	_, _ = io.Copy(w, resp.Body)
 }
-
-// copyBufs holds respond's copy buffers. Neither the SDK's ResponseWriter
-// nor a client response body has ReadFrom or WriteTo, so a plain io.Copy
-// would allocate a fresh 32 KiB buffer for every request.
-var copyBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
 
 // outcomeFor names the tenant outcome of a failed request.
 func outcomeFor(err error) string {
@@ -281,6 +273,8 @@ func writeError(w http.ResponseWriter, err error) {
 		status, code = http.StatusGatewayTimeout, "upstream_timeout"
 	case errors.Is(err, errUpstreamDown):
 		status, code = http.StatusServiceUnavailable, "upstream_unavailable"
+	case errors.Is(err, errUpstreamAnswer):
+		status, code = http.StatusBadGateway, "upstream_error"
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		// Nobody reads this: the caller left, or the host answered 504.
 		status, code = http.StatusServiceUnavailable, "cancelled"

@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -27,6 +28,9 @@ var (
 	errUpstreamDown = errors.New("upstream unavailable")
 	// errUpstreamTimeout: the request's deadline passed during the call.
 	errUpstreamTimeout = errors.New("upstream did not answer within the request's deadline")
+	// errUpstreamAnswer: the upstream answered with what the gateway
+	// cannot relay, such as a body cut short before its length.
+	errUpstreamAnswer = errors.New("upstream sent a broken answer")
 )
 
 // upstreamStatusError is an answer that counts as a failure of the
@@ -159,8 +163,9 @@ func (g *gateway) forward(ctx context.Context, u *upstream, o *outbound) (*http.
 	}
 }
 
-// try makes one call through u's breaker. A 502, 503 or 504 counts as a
-// failure and comes back as the response with an *upstreamStatusError.
+// try makes one call through u's breaker, the answer's body read whole
+// (readAnswer). A 502, 503 or 504 counts as a failure and comes back as
+// the response with an *upstreamStatusError.
 func (g *gateway) try(ctx context.Context, u *upstream, o *outbound) (*http.Response, error) {
 	var resp *http.Response
 	start := time.Now()
@@ -173,6 +178,10 @@ func (g *gateway) try(ctx context.Context, u *upstream, o *outbound) (*http.Resp
 		if err != nil {
 			return err
 		}
+		if err := readAnswer(ctx, resp); err != nil {
+			resp = nil
+			return err
+		}
 		switch resp.StatusCode {
 		case http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
 			return &upstreamStatusError{code: resp.StatusCode}
@@ -183,6 +192,46 @@ func (g *gateway) try(ctx context.Context, u *upstream, o *outbound) (*http.Resp
 		u.seconds.Observe(time.Since(start).Seconds())
 	}
 	return resp, err
+}
+
+// readAnswer reads resp's body whole into a pooled buffer, which becomes
+// its body. Nothing of an answer goes to the client before all of it is
+// in, so an answer cut short before its Content-Length is a failed call
+// (errUpstreamAnswer), retried or answered 502, never relayed as a
+// shorter answer that looks complete. A caller who left is not the
+// upstream's failure: that comes back as the context's error.
+func readAnswer(ctx context.Context, resp *http.Response) error {
+	buf := answerBufs.Get().(*bytes.Buffer)
+	_, err := buf.ReadFrom(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		(&answer{buf}).Close()
+		if errors.Is(ctx.Err(), context.Canceled) {
+			return ctx.Err()
+		}
+		return fmt.Errorf("%w: read its body: %w", errUpstreamAnswer, err)
+	}
+	resp.Body = &answer{buf}
+	return nil
+}
+
+// answer is an upstream's body read whole. Close gives its buffer back.
+type answer struct{ *bytes.Buffer }
+
+// maxPooledAnswer bounds the buffers answerBufs keeps: a rare large
+// answer's is left to the collector.
+const maxPooledAnswer = 1 << 20
+
+// answerBufs holds readAnswer's buffers.
+var answerBufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+func (a *answer) Close() error {
+	if a.Buffer != nil && a.Cap() <= maxPooledAnswer {
+		a.Reset()
+		answerBufs.Put(a.Buffer)
+	}
+	a.Buffer = nil
+	return nil
 }
 
 // classify turns a failed call into one of forward's errors, counting
@@ -201,6 +250,9 @@ func (g *gateway) classify(ctx context.Context, err error) error {
 	dl, hasDeadline := ctx.Deadline()
 	late := hasDeadline && !time.Now().Before(dl)
 	if !late && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(ctx.Err(), context.DeadlineExceeded) && !(isOp && op.Timeout()) {
+		if errors.Is(err, errUpstreamAnswer) {
+			return err
+		}
 		return fmt.Errorf("%w: %w", errUpstreamDown, err)
 	}
 	step := "read"

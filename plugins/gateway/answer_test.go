@@ -1,0 +1,92 @@
+package main
+
+import (
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+)
+
+// rawUpstream is a loopback upstream that writes answer(req, body) as it
+// is, bytes the net/http server would never send, for each request on a
+// connection, and closes the connection after an answer when answer says
+// so. It counts the requests and the connections it accepted.
+type rawUpstream struct {
+	srv   *httptest.Server
+	hits  atomic.Int64
+	dials atomic.Int64
+}
+
+func newRawUpstream(t *testing.T, answer func(r *http.Request, body string) (raw string, closeAfter bool)) *rawUpstream {
+	t.Helper()
+	u := &rawUpstream{}
+	u.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, rw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		for {
+			b, _ := io.ReadAll(r.Body)
+			u.hits.Add(1)
+			raw, closeAfter := answer(r, string(b))
+			if _, err := rw.WriteString(raw); err != nil || rw.Flush() != nil || closeAfter {
+				return
+			}
+			if r, err = http.ReadRequest(rw.Reader); err != nil {
+				return
+			}
+		}
+	}))
+	u.srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			u.dials.Add(1)
+		}
+	}
+	u.srv.Start()
+	t.Cleanup(u.srv.Close)
+	return u
+}
+
+func (u *rawUpstream) url() string { return u.srv.URL }
+
+// TestCutShortAnswer: an upstream that says Content-Length 10, sends 5
+// bytes and closes is a failed call: 502 upstream_error, not a 200 of 5
+// bytes; a GET is retried as for any failure, and the failures count
+// toward the breaker.
+func TestCutShortAnswer(t *testing.T) {
+	up := newRawUpstream(t, func(*http.Request, string) (string, bool) {
+		return "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nhello", true
+	})
+	h := start(t, optionsFor(flakyConfig(up.url(), `retry {
+  max_tries = 2
+  backoff   = "1ms"
+}
+breaker {
+  failures  = 3
+  cool_down = "1m"
+}`)))
+	rec := send(t, h, "POST", "/x", nil, []byte("{}"))
+	if rec.Code != http.StatusBadGateway || !strings.Contains(rec.Body.String(), `"code":"upstream_error"`) {
+		t.Fatalf("POST to an upstream that cuts its answer short = %d %q, want 502 upstream_error", rec.Code, rec.Body)
+	}
+	if got := up.hits.Load(); got != 1 {
+		t.Errorf("the POST reached the upstream %d times, want 1", got)
+	}
+	if rec := send(t, h, "GET", "/x", nil, nil); rec.Code != http.StatusBadGateway {
+		t.Errorf("GET to an upstream that cuts its answer short = %d %q, want 502", rec.Code, rec.Body)
+	}
+	if got := up.hits.Load(); got != 3 {
+		t.Errorf("after the GET the upstream had %d requests, want 3: the GET tried twice", got)
+	}
+	rec = send(t, h, "GET", "/x", nil, nil)
+	if rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), "breaker: open") {
+		t.Errorf("GET after three cut-short answers = %d %q, want 503 with the breaker open", rec.Code, rec.Body)
+	}
+	if got := metric(t, h, `gateway_tenant_requests_total{outcome="unavailable",tenant="default"}`); got != 3 {
+		t.Errorf("unavailable outcomes = %v, want 3", got)
+	}
+}
