@@ -1,11 +1,13 @@
 package e2e
 
 import (
+	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 )
 
 // rawBackend serves on loopback, for each request on a connection, the
@@ -45,15 +47,39 @@ func rawBackend(t *testing.T, answers map[string]string, closeAfter map[string]b
 // would, and checks what the client gets.
 func TestGatewayUpstreamAnswers(t *testing.T) {
 	backend := rawBackend(t, map[string]string{
-		"/cut": "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 10\r\n\r\nhello",
+		"/cut":     "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 10\r\n\r\nhello",
+		"/upgrade": "HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\nConnection: Upgrade\r\n\r\n",
 	}, map[string]bool{"/cut": true})
 	h := startHost(t, baseConfig("5s")+gatewayBlock(backend, ""))
 	readyPlugin(t, h, "gateway")
 
 	t.Run("body cut short", func(t *testing.T) {
-		code, body := do(t, "POST", h.ingress+"/gw/cut", strings.NewReader("{}"), nil)
+		code, _, body := ask(t, "POST", h.ingress+"/gw/cut", nil)
 		if code != http.StatusBadGateway || !strings.Contains(body, `"code":"upstream_error"`) {
 			t.Errorf("POST /gw/cut, whose answer says 10 bytes and has 5 = %d %q, want 502 upstream_error", code, body)
 		}
 	})
+	t.Run("101 nobody asked for", func(t *testing.T) {
+		code, _, body := ask(t, "GET", h.ingress+"/gw/upgrade", http.Header{"Connection": {"Upgrade"}, "Upgrade": {"h2c"}})
+		if code != http.StatusBadGateway || !strings.Contains(body, `"code":"upstream_error"`) {
+			t.Errorf("GET /gw/upgrade, answered 101 by the backend = %d %q, want 502 upstream_error", code, body)
+		}
+	})
+}
+
+// ask sends one request with hdr and returns the answer, failing the test
+// if none comes within 10 seconds: a hang is an answer too late.
+func ask(t *testing.T, method, url string, hdr http.Header) (int, http.Header, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, method, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header = hdr.Clone()
+	if req.Header == nil {
+		req.Header = http.Header{}
+	}
+	return send(t, req)
 }

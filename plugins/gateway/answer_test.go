@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // rawUpstream is a loopback upstream that writes answer(req, body) as it
@@ -88,5 +89,19 @@ breaker {
 	}
 	if got := metric(t, h, `gateway_tenant_requests_total{outcome="unavailable",tenant="default"}`); got != 3 {
 		t.Errorf("unavailable outcomes = %v, want 3", got)
+	}
+}
+
+// TestUnaskedUpgrade: an upstream's 101 Switching Protocols, which the
+// client never asked for since the gateway does not pass Upgrade on, is
+// 502 upstream_error at once, not relayed.
+func TestUnaskedUpgrade(t *testing.T) {
+	up := newRawUpstream(t, func(*http.Request, string) (string, bool) {
+		return "HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\nConnection: Upgrade\r\n\r\n", false
+	})
+	h := start(t, plugintestOptions(flakyConfig(up.url(), ""), 5*time.Second))
+	hdr := http.Header{"Connection": {"Upgrade"}, "Upgrade": {"h2c"}}
+	if rec := send(t, h, "POST", "/x", hdr, []byte("{}")); rec.Code != http.StatusBadGateway || !strings.Contains(rec.Body.String(), `"code":"upstream_error"`) {
+		t.Errorf("POST answered 101 by the upstream = %d %q, want 502 upstream_error", rec.Code, rec.Body)
 	}
 }

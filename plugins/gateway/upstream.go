@@ -29,7 +29,8 @@ var (
 	// errUpstreamTimeout: the request's deadline passed during the call.
 	errUpstreamTimeout = errors.New("upstream did not answer within the request's deadline")
 	// errUpstreamAnswer: the upstream answered with what the gateway
-	// cannot relay, such as a body cut short before its length.
+	// cannot relay: a body cut short before its length, or a 101
+	// Switching Protocols nobody asked for.
 	errUpstreamAnswer = errors.New("upstream sent a broken answer")
 )
 
@@ -177,6 +178,13 @@ func (g *gateway) try(ctx context.Context, u *upstream, o *outbound) (*http.Resp
 		resp, err = u.call(ctx, req)
 		if err != nil {
 			return err
+		}
+		if resp.StatusCode == http.StatusSwitchingProtocols {
+			// The gateway never passes Upgrade on, so nobody asked:
+			// the client would wait on a protocol it never chose.
+			resp.Body.Close()
+			resp = nil
+			return fmt.Errorf("%w: it switched protocols unasked", errUpstreamAnswer)
 		}
 		if err := readAnswer(ctx, resp); err != nil {
 			resp = nil
