@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -12,7 +13,8 @@ import (
 
 // rawBackend serves on loopback, for each request on a connection, the
 // bytes answers holds for its path, as they are: answers a well-behaved
-// server would never send (200 "ok" for any other path). It closes the
+// server would never send (for /headers, the request's headers as text;
+// 200 "ok" for any other path). It closes the
 // connection after an answer whose path is in closeAfter. It returns the
 // backend's URL.
 func rawBackend(t *testing.T, answers map[string]string, closeAfter map[string]bool) string {
@@ -26,6 +28,11 @@ func rawBackend(t *testing.T, answers map[string]string, closeAfter map[string]b
 		for {
 			_, _ = io.Copy(io.Discard, r.Body)
 			answer, ok := answers[r.URL.Path]
+			if r.URL.Path == "/headers" {
+				var b strings.Builder
+				_ = r.Header.Write(&b)
+				answer, ok = fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n\r\n%s", b.Len(), b.String()), true
+			}
 			if !ok {
 				answer = "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nok"
 			}
@@ -57,6 +64,18 @@ func TestGatewayUpstreamAnswers(t *testing.T) {
 		code, _, body := ask(t, "POST", h.ingress+"/gw/cut", nil)
 		if code != http.StatusBadGateway || !strings.Contains(body, `"code":"upstream_error"`) {
 			t.Errorf("POST /gw/cut, whose answer says 10 bytes and has 5 = %d %q, want 502 upstream_error", code, body)
+		}
+	})
+	t.Run("lookalike headers", func(t *testing.T) {
+		hdr := http.Header{"X_api_key": {"acme-key"}, "X_gateway_tenant": {"root"}, "X_forwarded_for": {"10.0.0.1"}, "X_custom": {"kept"}}
+		code, _, body := ask(t, "GET", h.ingress+"/gw/headers", hdr)
+		if code != http.StatusOK || !strings.Contains(body, "X_custom: kept") || !strings.Contains(body, "X-Gateway-Tenant: default") {
+			t.Fatalf("GET /gw/headers = %d %q, want 200 with the backend's view of the headers", code, body)
+		}
+		for _, name := range []string{"X_api_key", "X_gateway_tenant", "X_forwarded_for"} {
+			if strings.Contains(body, name+":") {
+				t.Errorf("the backend got %s, which CGI reads as the gateway's own header:\n%s", name, body)
+			}
 		}
 	})
 	t.Run("101 nobody asked for", func(t *testing.T) {

@@ -212,6 +212,22 @@ func TestProxy(t *testing.T) {
 			t.Errorf("upstream got %q with Content-Encoding %q, want the decoded body without it", e.Body, e.Header.Get("Content-Encoding"))
 		}
 	})
+	t.Run("lookalikes with underscores are dropped", func(t *testing.T) {
+		hdr := http.Header{"X-Api-Key": {"acme-key"}, "X_api_key": {"acme-key"}, "X_gateway_tenant": {"root"},
+			"X_forwarded_for": {"10.0.0.1"}, "Transfer_encoding": {"chunked"}, "Content_encoding": {"gzip"}, "X_custom": {"kept"}}
+		e := decodeEcho(t, send(t, h, "GET", "/x", hdr, nil))
+		for _, name := range []string{"X_api_key", "X_gateway_tenant", "X_forwarded_for", "Transfer_encoding", "Content_encoding"} {
+			if got, ok := e.Header[name]; ok {
+				t.Errorf("the upstream got %s: %q; want it dropped, as the header it reads as", name, got)
+			}
+		}
+		if got := e.Header.Get("X_custom"); got != "kept" {
+			t.Errorf("X_custom = %q, want kept: only lookalikes of the gateway's headers go", got)
+		}
+		if got := e.Header["X-Gateway-Tenant"]; len(got) != 1 || got[0] != "acme" {
+			t.Errorf("X-Gateway-Tenant = %q, want [acme]", got)
+		}
+	})
 	t.Run("no key is the default tenant", func(t *testing.T) {
 		e := decodeEcho(t, send(t, h, "GET", "/x", nil, nil))
 		if got := e.Header.Get("X-Gateway-Tenant"); got != defaultTenantName {

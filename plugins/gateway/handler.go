@@ -168,9 +168,15 @@ func (g *gateway) reject(w http.ResponseWriter, err error) {
 	writeError(w, err)
 }
 
+// gatewayOwned are the request headers, besides the hop-by-hop ones, that
+// the gateway sets or rewrites: a client's lookalike of one (X_Gateway_Tenant)
+// must not reach the upstream beside the gateway's own.
+var gatewayOwned = []string{"X-Gateway-Tenant", "X-Forwarded-For", "Content-Encoding", "Content-Length"}
+
 // outboundFor builds what goes upstream: the path relative to the
-// upstream, the client's headers without the hop-by-hop ones and its API
-// key, the decoded body, and who the request came from.
+// upstream, the client's headers without the hop-by-hop ones, its API
+// key and their lookalikes, the decoded body, and who the request came
+// from.
 func outboundFor(r *http.Request, rt routeSettings, tenant string, body []byte) *outbound {
 	path := r.URL.Path
 	if rt.strip {
@@ -178,6 +184,7 @@ func outboundFor(r *http.Request, rt routeSettings, tenant string, body []byte) 
 	}
 	h := r.Header.Clone()
 	dropHopByHop(h)
+	dropLookalikes(h, gatewayOwned)
 	delete(h, "Content-Encoding") // the body goes decoded
 	delete(h, "Content-Length")
 	h["X-Gateway-Tenant"] = []string{tenant}

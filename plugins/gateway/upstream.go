@@ -56,8 +56,8 @@ type upstream struct {
 var hopByHop = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
 	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade", "X-Api-Key"}
 
-// dropHopByHop deletes from h the hop-by-hop headers and those its
-// Connection header names.
+// dropHopByHop deletes from h the hop-by-hop headers, those its
+// Connection header names, and their lookalikes (see dropLookalikes).
 func dropHopByHop(h http.Header) {
 	for _, f := range h["Connection"] {
 		for name := range strings.SplitSeq(f, ",") {
@@ -66,6 +66,26 @@ func dropHopByHop(h http.Header) {
 	}
 	for _, name := range hopByHop {
 		delete(h, name)
+	}
+	dropLookalikes(h, hopByHop)
+}
+
+// dropLookalikes deletes from h every name with an underscore that, each
+// '_' read as '-', equals one of names but for case. CGI, WSGI, PHP and
+// Rack read X-Api-Key and X_Api_Key alike, as HTTP_X_API_KEY, so such a
+// lookalike would reach them as the header the gateway dropped or set.
+func dropLookalikes(h http.Header, names []string) {
+	for k := range h {
+		if strings.IndexByte(k, '_') < 0 {
+			continue // most names: no lookalike, and no allocation
+		}
+		dashed := strings.ReplaceAll(k, "_", "-")
+		for _, name := range names {
+			if strings.EqualFold(dashed, name) {
+				delete(h, k)
+				break
+			}
+		}
 	}
 }
 
