@@ -78,6 +78,14 @@ func TestGatewayUpstreamAnswers(t *testing.T) {
 			}
 		}
 	})
+	t.Run("dot segments with parameters", func(t *testing.T) {
+		for _, path := range []string{"/gw/echo/..;/..;/secret", "/gw/echo/%2e%2e;/secret", "/gw/echo/..%5csecret"} {
+			code, _, body := ask(t, "GET", h.ingress+path, nil)
+			if code != http.StatusBadRequest || !strings.Contains(body, `"code":"bad_path"`) {
+				t.Errorf("GET %s = %d %q, want 400 bad_path", path, code, body)
+			}
+		}
+	})
 	t.Run("101 nobody asked for", func(t *testing.T) {
 		code, _, body := ask(t, "GET", h.ingress+"/gw/upgrade", http.Header{"Connection": {"Upgrade"}, "Upgrade": {"h2c"}})
 		if code != http.StatusBadGateway || !strings.Contains(body, `"code":"upstream_error"`) {

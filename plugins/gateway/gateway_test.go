@@ -399,3 +399,48 @@ func TestEmptyConfigServes404(t *testing.T) {
 		t.Fatalf("Health = %v, %v; want ready", hl, err)
 	}
 }
+
+func TestDotSegment(t *testing.T) {
+	tests := []struct {
+		path string // decoded, as r.URL.Path holds it
+		want bool
+	}{
+		{"/echo/items/7", false},
+		{"/v1.2/file.tar.gz", false},
+		{"/a/...", false},
+		{"/a/..b;c", false},
+		{"/a%25b", false},
+		{"/echo/../secret", true},
+		{"/echo/./secret", true},
+		{"/echo/..", true},
+		{"/echo/..;/..;/secret", true},
+		{"/echo/..;jsessionid=1/secret", true},
+		{"/echo/.;/secret", true},
+		{"/echo/..\\secret", true},
+		{"/echo/a\\b", true},
+		{"/echo/%2e%2e;/secret", true}, // %252e%252e; on the wire
+		{"/echo/%2E%2E/secret", true},
+		{"/echo/..%5csecret", true},
+	}
+	for _, tt := range tests {
+		if got := dotSegment(tt.path); got != tt.want {
+			t.Errorf("dotSegment(%q) = %v, want %v", tt.path, got, tt.want)
+		}
+	}
+}
+
+// TestDotSegmentRefused: a path whose segment an upstream would read as
+// ".." is 400 bad_path, and never reaches the upstream.
+func TestDotSegmentRefused(t *testing.T) {
+	web := &echo{}
+	h := start(t, optionsFor(twoTenants(newUpstreamServer(t, web)+"/base", "")))
+	for _, target := range []string{"/echo/..;/..;/secret", "/echo/%2e%2e;/secret", "/echo/..%5c..%5csecret"} {
+		rec := send(t, h, "GET", target, nil, nil)
+		if rec.Code != http.StatusBadRequest || !strings.Contains(rec.Body.String(), `"code":"bad_path"`) {
+			t.Errorf("GET %s = %d %q, want 400 bad_path", target, rec.Code, rec.Body)
+		}
+	}
+	if n := web.count(); n != 0 {
+		t.Errorf("the upstream got %d requests, want none", n)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync/atomic"
 
@@ -23,13 +24,14 @@ var (
 	errNotConfigured = errors.New("the gateway is not configured")
 	errAborted       = errors.New("the upstream call was cancelled at the drain deadline")
 	errShed          = errors.New("the gateway is overloaded and sheds this request; retry later")
+	errBadPath       = errors.New("the path holds a segment an upstream may read as . or .. (with ;parameters, percent-escaped, or with a backslash)")
 )
 
-// serveHTTP is the gateway's one handler. Its steps, in order: the route;
-// the length checks and the decompression guard, before any policy runs
-// and before any upstream is dialled; the tenant; its token bucket; load
-// shedding; its queue (none with one tenant, or on an exempt route); the
-// upstream call.
+// serveHTTP is the gateway's one handler. Its steps, in order: the path
+// check (dotSegment); the route; the length checks and the decompression
+// guard, before any policy runs and before any upstream is dialled; the
+// tenant; its token bucket; load shedding; its queue (none with one
+// tenant, or on an exempt route); the upstream call.
 func (p *gatewayPlugin) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	g := p.running.Load()
 	if g == nil {
@@ -40,6 +42,10 @@ func (p *gatewayPlugin) serveHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func (g *gateway) serve(w http.ResponseWriter, r *http.Request) {
+	if dotSegment(r.URL.Path) {
+		writeError(w, errBadPath)
+		return
+	}
 	rt, ok := g.match(r.URL.Path)
 	if !ok {
 		writeError(w, errNoRoute)
@@ -102,6 +108,33 @@ func (g *gateway) serve(w http.ResponseWriter, r *http.Request) {
 		defer res.release()
 		g.respond(w, tn, res.resp, res.err)
 	}
+}
+
+// dotSegment reports whether path, decoded, holds a segment that an
+// upstream may read as "." or "..", and so climb out of a url upstream's
+// base path: one that is "." or ".." once percent-decoded (again, for an
+// upstream that decodes twice) and cut at its first ';' (the path
+// parameters that Tomcat and Spring drop: "..;"), or one that holds a
+// backslash, which some servers read as '/' ("..\").
+func dotSegment(path string) bool {
+	if !strings.ContainsAny(path, `.\%`) {
+		return false // most paths: nothing to look at segment by segment
+	}
+	for seg := range strings.SplitSeq(path, "/") {
+		if strings.IndexByte(seg, '%') >= 0 {
+			if d, err := url.PathUnescape(seg); err == nil {
+				seg = d
+			}
+		}
+		if strings.IndexByte(seg, '\\') >= 0 {
+			return true
+		}
+		seg, _, _ = strings.Cut(seg, ";")
+		if seg == "." || seg == ".." {
+			return true
+		}
+	}
+	return false
 }
 
 // safeMethod reports whether method only reads (RFC 9110 section 9.2.1):
@@ -250,6 +283,8 @@ func writeError(w http.ResponseWriter, err error) {
 	switch {
 	case errors.Is(err, errNoRoute):
 		status, code = http.StatusNotFound, "not_found"
+	case errors.Is(err, errBadPath):
+		status, code = http.StatusBadRequest, "bad_path"
 	case errors.Is(err, errNotConfigured):
 		status, code = http.StatusServiceUnavailable, "not_configured"
 	case errors.Is(err, errBodySize):
