@@ -444,3 +444,55 @@ func TestDotSegmentRefused(t *testing.T) {
 		t.Errorf("the upstream got %d requests, want none", n)
 	}
 }
+
+// TestRoutePrefixBoundary: a route prefix matches on a segment boundary,
+// so that route "/s" with strip_prefix never turns /secret into /ecret,
+// while a prefix written with a trailing '/' matches what starts with it.
+func TestRoutePrefixBoundary(t *testing.T) {
+	web := &echo{}
+	url := newUpstreamServer(t, web)
+	h := start(t, optionsFor(fmt.Sprintf(`
+upstream "web" {
+  url = %q
+}
+upstream "wallet" {
+  url = %q
+}
+route "/s" {
+  upstream     = "web"
+  strip_prefix = true
+}
+route "/w/" {
+  upstream     = "wallet"
+  strip_prefix = true
+}
+default_tenant {
+  rate_per_s = 1000
+  burst      = 1000
+}`, url+"/base", url+"/wallet")))
+	tests := []struct {
+		path string
+		want string // the path upstream, "" for 404
+	}{
+		{"/s", "/base/"},
+		{"/s/", "/base/"},
+		{"/s/x", "/base/x"},
+		{"/secret", ""},
+		{"/s.json", ""},
+		{"/w/v1/supply", "/wallet/v1/supply"},
+		{"/wv1/supply", ""},
+		{"/w", ""},
+	}
+	for _, tt := range tests {
+		rec := send(t, h, "GET", tt.path, nil, nil)
+		if tt.want == "" {
+			if rec.Code != http.StatusNotFound {
+				t.Errorf("GET %s = %d %s, want 404: no route prefix ends on a segment boundary there", tt.path, rec.Code, rec.Body)
+			}
+			continue
+		}
+		if e := decodeEcho(t, rec); e.Path != tt.want {
+			t.Errorf("GET %s reached the upstream as %s, want %s", tt.path, e.Path, tt.want)
+		}
+	}
+}

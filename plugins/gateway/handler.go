@@ -147,10 +147,15 @@ func safeMethod(method string) bool {
 	return false
 }
 
-// match returns the route of the longest prefix of path.
+// match returns the route of the longest prefix of path on a segment
+// boundary (Envoy's path_separated_prefix): the path is the prefix, or
+// goes on with '/' after it, so that "/s" takes /s and /s/x but not
+// /secret. A prefix that ends with '/' takes every path that starts with
+// it.
 func (g *gateway) match(path string) (routeSettings, bool) {
 	for _, rt := range g.s.routes {
-		if strings.HasPrefix(path, rt.prefix) {
+		if rest, ok := strings.CutPrefix(path, rt.prefix); ok &&
+			(rest == "" || rest[0] == '/' || strings.HasSuffix(rt.prefix, "/")) {
 			return rt, true
 		}
 	}
