@@ -56,6 +56,7 @@ func TestGatewayUpstreamAnswers(t *testing.T) {
 	backend := rawBackend(t, map[string]string{
 		"/cut":     "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 10\r\n\r\nhello",
 		"/upgrade": "HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\nConnection: Upgrade\r\n\r\n",
+		"/sized":   "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 42\r\n\r\n", // to HEAD
 	}, map[string]bool{"/cut": true})
 	h := startHost(t, baseConfig("5s")+gatewayBlock(backend, ""))
 	readyPlugin(t, h, "gateway")
@@ -84,6 +85,12 @@ func TestGatewayUpstreamAnswers(t *testing.T) {
 			if code != http.StatusBadRequest || !strings.Contains(body, `"code":"bad_path"`) {
 				t.Errorf("GET %s = %d %q, want 400 bad_path", path, code, body)
 			}
+		}
+	})
+	t.Run("HEAD keeps the length", func(t *testing.T) {
+		code, hdr, _ := ask(t, "HEAD", h.ingress+"/gw/sized", nil)
+		if code != http.StatusOK || hdr.Get("Content-Length") != "42" {
+			t.Errorf("HEAD /gw/sized = %d with Content-Length %q, want 200 with the backend's 42", code, hdr.Get("Content-Length"))
 		}
 	})
 	t.Run("101 nobody asked for", func(t *testing.T) {

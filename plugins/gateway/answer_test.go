@@ -105,3 +105,23 @@ func TestUnaskedUpgrade(t *testing.T) {
 		t.Errorf("POST answered 101 by the upstream = %d %q, want 502 upstream_error", rec.Code, rec.Body)
 	}
 }
+
+// TestHeadContentLength: the answer to HEAD keeps the upstream's
+// Content-Length, the length of the GET's body, not that of the empty
+// body the gateway writes.
+func TestHeadContentLength(t *testing.T) {
+	up := newRawUpstream(t, func(r *http.Request, _ string) (string, bool) {
+		if r.Method == http.MethodHead {
+			return "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 42\r\n\r\n", false
+		}
+		return "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nok", false
+	})
+	h := start(t, optionsFor(flakyConfig(up.url(), "")))
+	rec := send(t, h, "HEAD", "/x", nil, nil)
+	if rec.Code != http.StatusOK || rec.Header().Get("Content-Length") != "42" || rec.Body.Len() != 0 {
+		t.Errorf("HEAD = %d, Content-Length %q, %d body bytes; want 200 with the upstream's 42 and no body", rec.Code, rec.Header().Get("Content-Length"), rec.Body.Len())
+	}
+	if rec := send(t, h, "GET", "/x", nil, nil); rec.Code != http.StatusOK || rec.Body.String() != "ok" {
+		t.Errorf("GET after the HEAD = %d %q, want 200 ok", rec.Code, rec.Body)
+	}
+}

@@ -256,7 +256,11 @@ func (g *gateway) respond(w http.ResponseWriter, tn *tenant, resp *http.Response
 		h[k] = vs
 	}
 	dropHopByHop(h)
-	delete(h, "Content-Length") // the host sets it from what is written
+	if resp.Request == nil || resp.Request.Method != http.MethodHead {
+		// The host sets it from what is written; an answer to HEAD keeps
+		// the upstream's, the length of the GET's body.
+		delete(h, "Content-Length")
+	}
 	w.WriteHeader(resp.StatusCode)
 	// The body is an answer, read whole (readAnswer): one Write. It fails
 	// only when the caller has gone, and then nobody reads this answer.
