@@ -57,6 +57,7 @@ func TestGatewayUpstreamAnswers(t *testing.T) {
 		"/cut":     "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 10\r\n\r\nhello",
 		"/upgrade": "HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\nConnection: Upgrade\r\n\r\n",
 		"/sized":   "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 42\r\n\r\n", // to HEAD
+		"/untyped": "HTTP/1.1 200 OK\r\nContent-Length: 28\r\n\r\n<html><body>hi</body></html>",
 	}, map[string]bool{"/cut": true})
 	h := startHost(t, baseConfig("5s")+gatewayBlock(backend, ""))
 	readyPlugin(t, h, "gateway")
@@ -91,6 +92,12 @@ func TestGatewayUpstreamAnswers(t *testing.T) {
 		code, hdr, _ := ask(t, "HEAD", h.ingress+"/gw/sized", nil)
 		if code != http.StatusOK || hdr.Get("Content-Length") != "42" {
 			t.Errorf("HEAD /gw/sized = %d with Content-Length %q, want 200 with the backend's 42", code, hdr.Get("Content-Length"))
+		}
+	})
+	t.Run("no Content-Type invented", func(t *testing.T) {
+		code, hdr, body := ask(t, "GET", h.ingress+"/gw/untyped", nil)
+		if got, ok := hdr["Content-Type"]; code != http.StatusOK || ok {
+			t.Errorf("GET /gw/untyped = %d %q with Content-Type %q, want 200 without one, as the backend sent it", code, body, got)
 		}
 	})
 	t.Run("101 nobody asked for", func(t *testing.T) {

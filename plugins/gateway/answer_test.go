@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -123,5 +124,31 @@ func TestHeadContentLength(t *testing.T) {
 	}
 	if rec := send(t, h, "GET", "/x", nil, nil); rec.Code != http.StatusOK || rec.Body.String() != "ok" {
 		t.Errorf("GET after the HEAD = %d %q, want 200 ok", rec.Code, rec.Body)
+	}
+}
+
+// TestNoContentTypeInvented: an upstream's answer without Content-Type
+// reaches the client without one, through the SDK's data plane and a
+// net/http server, which sniffs a type for an answer that says nothing
+// about it.
+func TestNoContentTypeInvented(t *testing.T) {
+	const page = "<!DOCTYPE html><html><body>hi</body></html>"
+	up := newRawUpstream(t, func(*http.Request, string) (string, bool) {
+		return fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(page), page), false
+	})
+	front := httptest.NewServer(start(t, optionsFor(flakyConfig(up.url(), ""))))
+	t.Cleanup(front.Close)
+	req, err := http.NewRequestWithContext(t.Context(), "GET", front.URL+"/x", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := front.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if got, ok := resp.Header["Content-Type"]; resp.StatusCode != http.StatusOK || string(b) != page || ok {
+		t.Errorf("GET = %d %q with Content-Type %q; want 200 with the page and no Content-Type", resp.StatusCode, b, got)
 	}
 }

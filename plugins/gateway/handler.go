@@ -256,6 +256,12 @@ func (g *gateway) respond(w http.ResponseWriter, tn *tenant, resp *http.Response
 		h[k] = vs
 	}
 	dropHopByHop(h)
+	if _, ok := h["Content-Type"]; !ok {
+		// A proxy does not invent a type: a nil value is net/http's
+		// "send none, and do not sniff one", which the SDK's data plane
+		// and the host keep.
+		h["Content-Type"] = nil
+	}
 	if resp.Request == nil || resp.Request.Method != http.MethodHead {
 		// The host sets it from what is written; an answer to HEAD keeps
 		// the upstream's, the length of the GET's body.
