@@ -20,13 +20,15 @@ import (
 func rawBackend(t *testing.T, answers map[string]string, closeAfter map[string]bool) string {
 	t.Helper()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// A body is read before the hijack, which would leave the first
+		// request's unread in rw.
+		_, _ = io.Copy(io.Discard, r.Body)
 		conn, rw, err := http.NewResponseController(w).Hijack()
 		if err != nil {
 			return
 		}
 		defer conn.Close()
 		for {
-			_, _ = io.Copy(io.Discard, r.Body)
 			answer, ok := answers[r.URL.Path]
 			if r.URL.Path == "/headers" {
 				var b strings.Builder
@@ -43,6 +45,7 @@ func rawBackend(t *testing.T, answers map[string]string, closeAfter map[string]b
 			if r, err = http.ReadRequest(rw.Reader); err != nil {
 				return
 			}
+			_, _ = io.Copy(io.Discard, r.Body)
 		}
 	}))
 	t.Cleanup(srv.Close)
@@ -54,10 +57,11 @@ func rawBackend(t *testing.T, answers map[string]string, closeAfter map[string]b
 // would, and checks what the client gets.
 func TestGatewayUpstreamAnswers(t *testing.T) {
 	backend := rawBackend(t, map[string]string{
-		"/cut":     "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 10\r\n\r\nhello",
-		"/upgrade": "HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\nConnection: Upgrade\r\n\r\n",
-		"/sized":   "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 42\r\n\r\n", // to HEAD
-		"/untyped": "HTTP/1.1 200 OK\r\nContent-Length: 28\r\n\r\n<html><body>hi</body></html>",
+		"/cut":       "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 10\r\n\r\nhello",
+		"/upgrade":   "HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\nConnection: Upgrade\r\n\r\n",
+		"/sized":     "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 42\r\n\r\n", // to HEAD
+		"/nocontent": "HTTP/1.1 204 No Content\r\nContent-Length: 5\r\n\r\nhello",
+		"/untyped":   "HTTP/1.1 200 OK\r\nContent-Length: 28\r\n\r\n<html><body>hi</body></html>",
 	}, map[string]bool{"/cut": true})
 	h := startHost(t, baseConfig("5s")+gatewayBlock(backend, ""))
 	readyPlugin(t, h, "gateway")
@@ -98,6 +102,14 @@ func TestGatewayUpstreamAnswers(t *testing.T) {
 		code, hdr, body := ask(t, "GET", h.ingress+"/gw/untyped", nil)
 		if got, ok := hdr["Content-Type"]; code != http.StatusOK || ok {
 			t.Errorf("GET /gw/untyped = %d %q with Content-Type %q, want 200 without one, as the backend sent it", code, body, got)
+		}
+	})
+	t.Run("bytes after a 204", func(t *testing.T) {
+		if code, _, body := ask(t, "POST", h.ingress+"/gw/nocontent", nil); code != http.StatusNoContent {
+			t.Fatalf("POST /gw/nocontent = %d %q, want the backend's 204", code, body)
+		}
+		if code, _, body := ask(t, "POST", h.ingress+"/gw/x", nil); code != http.StatusOK || body != "ok" {
+			t.Errorf("POST /gw/x after a 204 with a body = %d %q, want 200 ok", code, body)
 		}
 	})
 	t.Run("101 nobody asked for", func(t *testing.T) {

@@ -26,13 +26,15 @@ func newRawUpstream(t *testing.T, answer func(r *http.Request, body string) (raw
 	t.Helper()
 	u := &rawUpstream{}
 	u.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// The first request's body is read before the hijack, which
+		// would leave it unread in rw.
+		b, _ := io.ReadAll(r.Body)
 		c, rw, err := http.NewResponseController(w).Hijack()
 		if err != nil {
 			return
 		}
 		defer c.Close()
 		for {
-			b, _ := io.ReadAll(r.Body)
 			u.hits.Add(1)
 			raw, closeAfter := answer(r, string(b))
 			if _, err := rw.WriteString(raw); err != nil || rw.Flush() != nil || closeAfter {
@@ -41,6 +43,7 @@ func newRawUpstream(t *testing.T, answer func(r *http.Request, body string) (raw
 			if r, err = http.ReadRequest(rw.Reader); err != nil {
 				return
 			}
+			b, _ = io.ReadAll(r.Body)
 		}
 	}))
 	u.srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
@@ -90,6 +93,28 @@ breaker {
 	}
 	if got := metric(t, h, `gateway_tenant_requests_total{outcome="unavailable",tenant="default"}`); got != 3 {
 		t.Errorf("unavailable outcomes = %v, want 3", got)
+	}
+}
+
+// TestBytesAfterAnswer: bytes an upstream sends after an answer (a 204
+// with a body) do not become the next request's answer, nor an upstream
+// failure: the connection they came on is not reused.
+func TestBytesAfterAnswer(t *testing.T) {
+	up := newRawUpstream(t, func(r *http.Request, _ string) (string, bool) {
+		if r.URL.Path == "/nocontent" {
+			return "HTTP/1.1 204 No Content\r\nContent-Length: 5\r\n\r\nhello", false
+		}
+		return "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", false
+	})
+	h := start(t, optionsFor(flakyConfig(up.url(), "")))
+	if rec := send(t, h, "POST", "/nocontent", nil, []byte("{}")); rec.Code != http.StatusNoContent {
+		t.Fatalf("POST /nocontent = %d %q, want the upstream's 204", rec.Code, rec.Body)
+	}
+	if rec := send(t, h, "POST", "/x", nil, []byte("{}")); rec.Code != http.StatusOK || rec.Body.String() != "ok" {
+		t.Errorf("POST after a 204 with a body = %d %q, want 200 ok", rec.Code, rec.Body)
+	}
+	if got := up.dials.Load(); got != 2 {
+		t.Errorf("the upstream accepted %d connections, want 2: the 204's is not reused", got)
 	}
 }
 
