@@ -61,6 +61,7 @@ func TestGatewayUpstreamAnswers(t *testing.T) {
 		"/upgrade":   "HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\nConnection: Upgrade\r\n\r\n",
 		"/sized":     "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 42\r\n\r\n", // to HEAD
 		"/nocontent": "HTTP/1.1 204 No Content\r\nContent-Length: 5\r\n\r\nhello",
+		"/events":    "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n9\r\ndata: 1\n\n\r\n", // and no end
 		"/untyped":   "HTTP/1.1 200 OK\r\nContent-Length: 28\r\n\r\n<html><body>hi</body></html>",
 	}, map[string]bool{"/cut": true})
 	h := startHost(t, baseConfig("5s")+gatewayBlock(backend, ""))
@@ -110,6 +111,12 @@ func TestGatewayUpstreamAnswers(t *testing.T) {
 		}
 		if code, _, body := ask(t, "POST", h.ingress+"/gw/x", nil); code != http.StatusOK || body != "ok" {
 			t.Errorf("POST /gw/x after a 204 with a body = %d %q, want 200 ok", code, body)
+		}
+	})
+	t.Run("event stream", func(t *testing.T) {
+		code, _, body := ask(t, "GET", h.ingress+"/gw/events", nil)
+		if code != http.StatusBadGateway || !strings.Contains(body, `"code":"upstream_stream"`) {
+			t.Errorf("GET /gw/events, an endless event stream = %d %q, want 502 upstream_stream at once", code, body)
 		}
 	})
 	t.Run("101 nobody asked for", func(t *testing.T) {

@@ -177,3 +177,31 @@ func TestNoContentTypeInvented(t *testing.T) {
 		t.Errorf("GET = %d %q with Content-Type %q; want 200 with the page and no Content-Type", resp.StatusCode, b, got)
 	}
 }
+
+// TestEventStreamRefused: an upstream's event stream, which the gateway
+// cannot relay since it reads each answer whole, is 502 upstream_stream
+// at once, not a 504 at the request's deadline; it is not retried, nor
+// counted against the upstream.
+func TestEventStreamRefused(t *testing.T) {
+	up := newRawUpstream(t, func(*http.Request, string) (string, bool) {
+		// The stream's first event, and no end.
+		return "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream; charset=utf-8\r\nTransfer-Encoding: chunked\r\n\r\n9\r\ndata: 1\n\n\r\n", false
+	})
+	h := start(t, plugintestOptions(flakyConfig(up.url(), `breaker {
+  failures  = 1
+  cool_down = "1m"
+}`), 30*time.Second))
+	for range 2 {
+		begin := time.Now()
+		rec := send(t, h, "GET", "/events", nil, nil)
+		if rec.Code != http.StatusBadGateway || !strings.Contains(rec.Body.String(), `"code":"upstream_stream"`) {
+			t.Fatalf("GET /events = %d %q, want 502 upstream_stream", rec.Code, rec.Body)
+		}
+		if took := time.Since(begin); took > 5*time.Second {
+			t.Errorf("GET /events took %v against a 30s deadline, want the 502 at once", took)
+		}
+	}
+	if got := up.hits.Load(); got != 2 {
+		t.Errorf("two GETs reached the upstream %d times, want 2: no retries, and no open breaker", got)
+	}
+}

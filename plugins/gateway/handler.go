@@ -332,6 +332,8 @@ func writeError(w http.ResponseWriter, err error) {
 		status, code = http.StatusServiceUnavailable, "upstream_unavailable"
 	case errors.Is(err, errUpstreamAnswer):
 		status, code = http.StatusBadGateway, "upstream_error"
+	case errors.Is(err, errUpstreamStream):
+		status, code = http.StatusBadGateway, "upstream_stream"
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		// Nobody reads this: the caller left, or the host answered 504.
 		status, code = http.StatusServiceUnavailable, "cancelled"

@@ -32,6 +32,10 @@ var (
 	// cannot relay: a body cut short before its length, or a 101
 	// Switching Protocols nobody asked for.
 	errUpstreamAnswer = errors.New("upstream sent a broken answer")
+	// errUpstreamStream: the upstream answered a stream of events, which
+	// the gateway, reading each answer whole, cannot relay. It is no
+	// failure of the upstream, and trying again would only repeat it.
+	errUpstreamStream = errors.New("upstream answered a stream (text/event-stream), which the gateway does not relay")
 )
 
 // upstreamStatusError is an answer that counts as a failure of the
@@ -160,7 +164,7 @@ func (g *gateway) forward(ctx context.Context, u *upstream, o *outbound) (*http.
 			return resp, nil
 		}
 		var se *upstreamStatusError
-		last := try >= tries || errors.Is(err, breaker.ErrOpen) || ctx.Err() != nil
+		last := try >= tries || errors.Is(err, breaker.ErrOpen) || errors.Is(err, errUpstreamStream) || ctx.Err() != nil
 		if !last {
 			delay := b.Next()
 			if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= delay {
@@ -206,6 +210,11 @@ func (g *gateway) try(ctx context.Context, u *upstream, o *outbound) (*http.Resp
 			resp = nil
 			return fmt.Errorf("%w: it switched protocols unasked", errUpstreamAnswer)
 		}
+		if eventStream(resp.Header) {
+			resp.Body.Close()
+			resp = nil
+			return fmt.Errorf("%w: %w", breaker.ErrNotCounted, errUpstreamStream)
+		}
 		if err := readAnswer(ctx, resp); err != nil {
 			resp = nil
 			return err
@@ -220,6 +229,14 @@ func (g *gateway) try(ctx context.Context, u *upstream, o *outbound) (*http.Resp
 		u.seconds.Observe(time.Since(start).Seconds())
 	}
 	return resp, err
+}
+
+// eventStream reports whether h's Content-Type is text/event-stream: an
+// answer that goes on as long as its upstream has events, which reading
+// it whole would wait for until the request's deadline.
+func eventStream(h http.Header) bool {
+	mt, _, _ := strings.Cut(h.Get("Content-Type"), ";")
+	return strings.EqualFold(strings.TrimSpace(mt), "text/event-stream")
 }
 
 // readAnswer reads resp's body whole into a pooled buffer, which becomes
@@ -278,7 +295,7 @@ func (g *gateway) classify(ctx context.Context, err error) error {
 	dl, hasDeadline := ctx.Deadline()
 	late := hasDeadline && !time.Now().Before(dl)
 	if !late && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(ctx.Err(), context.DeadlineExceeded) && !(isOp && op.Timeout()) {
-		if errors.Is(err, errUpstreamAnswer) {
+		if errors.Is(err, errUpstreamAnswer) || errors.Is(err, errUpstreamStream) {
 			return err
 		}
 		return fmt.Errorf("%w: %w", errUpstreamDown, err)
