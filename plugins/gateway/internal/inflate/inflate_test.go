@@ -175,6 +175,9 @@ func TestCodings(t *testing.T) {
 		{[]string{"br"}, "", true},
 		{[]string{"gzip, zstd"}, "", true},
 		{[]string{"gzip,gzip,gzip,gzip,gzip"}, "", true},
+		{[]string{"identity, identity, identity, identity"}, "", false},
+		{[]string{"identity", "identity", "identity", "identity", "identity"}, "", true},
+		{[]string{"gzip, identity, gzip, identity, gzip"}, "", true},
 	}
 	for _, tt := range tests {
 		got, err := Codings(tt.in)
