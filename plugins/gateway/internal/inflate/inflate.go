@@ -156,7 +156,10 @@ func decoder(coding string, r io.Reader) (io.Reader, error) {
 		if errors.Is(err, errRead) {
 			return nil, err
 		}
-		if err != nil {
+		switch {
+		case errors.Is(err, gzip.ErrHeader):
+			return nil, fmt.Errorf("%w: %w", ErrCorrupt, err) // it says "gzip: " itself
+		case err != nil:
 			return nil, fmt.Errorf("%w: gzip: %w", ErrCorrupt, err)
 		}
 		return z, nil

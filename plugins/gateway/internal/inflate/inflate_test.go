@@ -190,6 +190,18 @@ func TestCodings(t *testing.T) {
 	}
 }
 
+// TestCorruptNamesCodingOnce: the error of a body that does not decode
+// names its coding once, whether the error is the decoder's own (which
+// names it) or a read's (which does not).
+func TestCorruptNamesCodingOnce(t *testing.T) {
+	for _, body := range [][]byte{[]byte("plain text"), nil, gz(t, []byte("hello"))[:5]} {
+		_, err := Decode(bytes.NewReader(body), []string{"gzip"}, testLimits)
+		if !errors.Is(err, ErrCorrupt) || strings.Count(err.Error(), "gzip") != 1 {
+			t.Errorf("Decode(%q, gzip) = %v, want ErrCorrupt naming gzip once", body, err)
+		}
+	}
+}
+
 // FuzzDecode checks, for any body and Content-Encoding, that Decode never
 // returns more than the cap, and that a body it accepts respects the ratio.
 func FuzzDecode(f *testing.F) {
