@@ -118,6 +118,23 @@ func TestBytesAfterAnswer(t *testing.T) {
 	}
 }
 
+// TestUpstreamConnectionHeader: the headers an upstream's Connection
+// names are its own, dropped from its answer; the gateway's RateLimit
+// fields stay whatever it names.
+func TestUpstreamConnectionHeader(t *testing.T) {
+	up := newRawUpstream(t, func(*http.Request, string) (string, bool) {
+		return "HTTP/1.1 200 OK\r\nConnection: RateLimit, RateLimit-Policy, X-Hop\r\nX-Hop: 1\r\nContent-Length: 2\r\n\r\nok", false
+	})
+	h := start(t, optionsFor(flakyConfig(up.url(), "")))
+	rec := send(t, h, "GET", "/x", nil, nil)
+	if rec.Code != http.StatusOK || rec.Header().Get("RateLimit") == "" || rec.Header().Get("RateLimit-Policy") == "" {
+		t.Errorf("GET = %d with headers %v, want 200 with the gateway's RateLimit and RateLimit-Policy", rec.Code, rec.Header())
+	}
+	if got := rec.Header().Get("X-Hop"); got != "" {
+		t.Errorf("X-Hop = %q, want it dropped: the upstream's Connection names it", got)
+	}
+}
+
 // TestUnaskedUpgrade: an upstream's 101 Switching Protocols, which the
 // client never asked for since the gateway does not pass Upgrade on, is
 // 502 upstream_error at once, not relayed.

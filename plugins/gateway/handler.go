@@ -251,11 +251,13 @@ func (g *gateway) respond(w http.ResponseWriter, tn *tenant, resp *http.Response
 	}
 	defer resp.Body.Close()
 	tn.served.Inc()
+	// The upstream's Connection names its own headers only, never the
+	// gateway's (RateLimit, set by admit): they go before the merge.
+	dropHopByHop(resp.Header)
 	h := w.Header()
 	for k, vs := range resp.Header {
 		h[k] = vs
 	}
-	dropHopByHop(h)
 	if _, ok := h["Content-Type"]; !ok {
 		// A proxy does not invent a type: a nil value is net/http's
 		// "send none, and do not sniff one", which the SDK's data plane
