@@ -119,6 +119,19 @@ func TestGatewayUpstreamAnswers(t *testing.T) {
 			t.Errorf("GET /gw/events, an endless event stream = %d %q, want 502 upstream_stream at once", code, body)
 		}
 	})
+	t.Run("CONNECT and TRACE", func(t *testing.T) {
+		code, hdr, body := ask(t, "TRACE", h.ingress+"/gw/x", nil)
+		if code != http.StatusMethodNotAllowed || !strings.Contains(body, `"code":"method_not_allowed"`) || !strings.Contains(hdr.Get("Allow"), "GET") {
+			t.Errorf("TRACE /gw/x = %d %q, Allow %q; want 405 method_not_allowed with Allow", code, body, hdr.Get("Allow"))
+		}
+		resp, b, err := rawExchange(t, h.ingress, []byte("CONNECT /gw/x HTTP/1.1\r\nHost: backend:80\r\n\r\n"))
+		if err != nil {
+			t.Fatalf("CONNECT /gw/x: %v", err)
+		}
+		if resp.StatusCode != http.StatusMethodNotAllowed || !strings.Contains(string(b), `"code":"method_not_allowed"`) {
+			t.Errorf("CONNECT /gw/x = %d %q, want 405 method_not_allowed", resp.StatusCode, b)
+		}
+	})
 	t.Run("101 nobody asked for", func(t *testing.T) {
 		code, _, body := ask(t, "GET", h.ingress+"/gw/upgrade", http.Header{"Connection": {"Upgrade"}, "Upgrade": {"h2c"}})
 		if code != http.StatusBadGateway || !strings.Contains(body, `"code":"upstream_error"`) {

@@ -496,3 +496,19 @@ default_tenant {
 		}
 	}
 }
+
+// TestConnectAndTraceRefused: CONNECT and TRACE are 405 with Allow, and
+// never reach the upstream.
+func TestConnectAndTraceRefused(t *testing.T) {
+	web := &echo{}
+	h := start(t, optionsFor(twoTenants(newUpstreamServer(t, web), "")))
+	for _, method := range []string{http.MethodConnect, http.MethodTrace} {
+		rec := send(t, h, method, "/x", nil, nil)
+		if rec.Code != http.StatusMethodNotAllowed || !strings.Contains(rec.Body.String(), `"code":"method_not_allowed"`) || rec.Header().Get("Allow") != allowedMethods {
+			t.Errorf("%s /x = %d %q, Allow %q; want 405 method_not_allowed with Allow %q", method, rec.Code, rec.Body, rec.Header().Get("Allow"), allowedMethods)
+		}
+	}
+	if n := web.count(); n != 0 {
+		t.Errorf("the upstream got %d requests, want none", n)
+	}
+}

@@ -24,11 +24,12 @@ var (
 	errNotConfigured = errors.New("the gateway is not configured")
 	errAborted       = errors.New("the upstream call was cancelled at the drain deadline")
 	errShed          = errors.New("the gateway is overloaded and sheds this request; retry later")
+	errMethod        = errors.New("the gateway does not forward CONNECT or TRACE")
 	errBadPath       = errors.New("the path holds a segment an upstream may read as . or .. (with ;parameters, percent-escaped, or with a backslash)")
 )
 
 // serveHTTP is the gateway's one handler. Its steps, in order: the path
-// check (dotSegment); the route; the length checks and the decompression
+// check (dotSegment); the method (no CONNECT or TRACE); the route; the length checks and the decompression
 // guard, before any policy runs and before any upstream is dialled; the
 // tenant; its token bucket; load shedding; its queue (none with one
 // tenant, or on an exempt route); the upstream call.
@@ -44,6 +45,13 @@ func (p *gatewayPlugin) serveHTTP(w http.ResponseWriter, r *http.Request) {
 func (g *gateway) serve(w http.ResponseWriter, r *http.Request) {
 	if dotSegment(r.URL.Path) {
 		writeError(w, errBadPath)
+		return
+	}
+	if r.Method == http.MethodConnect || r.Method == http.MethodTrace {
+		// As Envoy and nginx: a tunnel through the gateway would skip
+		// its policy, and TRACE echoes the request's headers back.
+		w.Header().Set("Allow", allowedMethods)
+		writeError(w, errMethod)
 		return
 	}
 	rt, ok := g.match(r.URL.Path)
@@ -109,6 +117,10 @@ func (g *gateway) serve(w http.ResponseWriter, r *http.Request) {
 		g.respond(w, tn, res.resp, res.err)
 	}
 }
+
+// allowedMethods is the Allow of the gateway's 405: every method but
+// CONNECT and TRACE, which it refuses.
+const allowedMethods = "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS"
 
 // dotSegment reports whether path, decoded, holds a segment that an
 // upstream may read as "." or "..", and so climb out of a url upstream's
@@ -302,6 +314,8 @@ func writeError(w http.ResponseWriter, err error) {
 		status, code = http.StatusNotFound, "not_found"
 	case errors.Is(err, errBadPath):
 		status, code = http.StatusBadRequest, "bad_path"
+	case errors.Is(err, errMethod):
+		status, code = http.StatusMethodNotAllowed, "method_not_allowed" // serve set Allow
 	case errors.Is(err, errNotConfigured):
 		status, code = http.StatusServiceUnavailable, "not_configured"
 	case errors.Is(err, errBodySize):
