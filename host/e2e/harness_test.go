@@ -333,13 +333,21 @@ func do(t *testing.T, method, url string, body io.Reader, hdr http.Header) (int,
 	for k, v := range hdr {
 		req.Header[k] = v
 	}
+	code, _, b := send(t, req)
+	return code, b
+}
+
+// send sends req with the shared client and returns the answer, its body
+// read to its end or to the first error.
+func send(t *testing.T, req *http.Request) (int, http.Header, string) {
+	t.Helper()
 	resp, err := client.Do(req)
 	if err != nil {
-		t.Fatalf("%s %s: %v", method, url, err)
+		t.Fatalf("%s %s: %v", req.Method, req.URL, err)
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	return resp.StatusCode, resp.Header, string(b)
 }
 
 // metric returns the value of the first exposition line that starts with

@@ -206,6 +206,10 @@ var answerCases = map[string]http.HandlerFunc{
 		w.Header().Set("Content-Encoding", "gzip")
 		io.WriteString(w, "<html>")
 	},
+	"no type, not sniffed": func(w http.ResponseWriter, r *http.Request) {
+		w.Header()["Content-Type"] = nil // net/http's "send none, sniff none"
+		io.WriteString(w, "<html><body>hi</body></html>")
+	},
 	"html sniffed": func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "<html><body>hi</body></html>")
 	},

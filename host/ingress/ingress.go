@@ -584,12 +584,16 @@ func noBodyMessage(method, pattern string, route bool) string {
 
 // answer writes a plugin's response on an ordinary route: the head, then
 // the body as it comes. It returns the status, and whether the response
-// must be cut short: its body failed after the head was out.
+// must be cut short: its body failed after the head was out. The length
+// is the body's, but for an answer to HEAD without one: its
+// Content-Length, if the plugin set one, says how long the GET's would
+// be, as net/http sends it.
 func (g *Ingress) answer(w http.ResponseWriter, r *http.Request, e *entry, ep *supervisor.Endpoint, resp *dataplane.Response) (int, bool) {
 	defer resp.Close()
 	dropHopHeaders(w.Header())
 	ownHopHeaders(w.Header(), r)
-	if resp.Size >= 0 {
+	headLength := r.Method == http.MethodHead && resp.Size == 0 && w.Header().Get("Content-Length") != ""
+	if resp.Size >= 0 && !headLength {
 		w.Header().Set("Content-Length", strconv.FormatInt(resp.Size, 10))
 	}
 	code := resp.Status

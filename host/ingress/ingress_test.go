@@ -777,6 +777,21 @@ func TestCallCancelled(t *testing.T) {
 	}
 }
 
+// TestHeadContentLength: a plugin's answer to HEAD keeps the
+// Content-Length it set, the length of the GET's body, rather than that
+// of the body it did not send.
+func TestHeadContentLength(t *testing.T) {
+	f := newFixture(t, defaultLimits, faulty())
+	r := f.request(t, http.MethodHead, "/faulty/sized", nil)
+	if r.code != http.StatusOK || r.header.Get("Content-Length") != "42" {
+		t.Errorf("HEAD /faulty/sized = %d with Content-Length %q, want 200 with the plugin's 42", r.code, r.header.Get("Content-Length"))
+	}
+	r = f.request(t, http.MethodHead, "/faulty/ok", nil)
+	if r.code != http.StatusOK || r.header.Get("Content-Length") != "3" {
+		t.Errorf("HEAD /faulty/ok = %d with Content-Length %q, want 200 with 3, the length of the body it wrote", r.code, r.header.Get("Content-Length"))
+	}
+}
+
 // TestHopHeadersDropped checks that a plugin's hop-by-hop answer headers,
 // and those its Connection header names, do not reach the client, and
 // that its other headers do.

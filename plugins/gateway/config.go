@@ -124,7 +124,7 @@ func schema() sdk.Schema {
 				{Name: "plugin", Type: sdk.TypeString, Description: "the instance name of a plugin of this host; exclusive with url"},
 				{Name: "url", Type: sdk.TypeString, Description: "an http:// or https:// base URL; exclusive with plugin"},
 			}}},
-			{Name: "route", Labels: []string{"prefix"}, List: true, Description: "labelled with a path prefix under the gateway's mount, starting with /: the upstream requests under it go to; the longest prefix wins", Schema: sdk.Schema{Attrs: []sdk.Attr{
+			{Name: "route", Labels: []string{"prefix"}, List: true, Description: "labelled with a path prefix under the gateway's mount, starting with /: the upstream requests under it go to; the prefix matches the path equal to it or followed by / (any path that starts with it, written with a trailing /), and the longest prefix wins", Schema: sdk.Schema{Attrs: []sdk.Attr{
 				{Name: "upstream", Type: sdk.TypeString, Required: true, Description: "the name of an upstream block"},
 				{Name: "strip_prefix", Type: sdk.TypeBool, Default: false, Description: "remove the prefix from the path sent upstream"},
 				{Name: "cost", Type: sdk.TypeNumber, Default: 1, Description: "what one request of the route costs in the tenant's quantum"},

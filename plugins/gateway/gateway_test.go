@@ -212,6 +212,22 @@ func TestProxy(t *testing.T) {
 			t.Errorf("upstream got %q with Content-Encoding %q, want the decoded body without it", e.Body, e.Header.Get("Content-Encoding"))
 		}
 	})
+	t.Run("lookalikes with underscores are dropped", func(t *testing.T) {
+		hdr := http.Header{"X-Api-Key": {"acme-key"}, "X_api_key": {"acme-key"}, "X_gateway_tenant": {"root"},
+			"X_forwarded_for": {"10.0.0.1"}, "Transfer_encoding": {"chunked"}, "Content_encoding": {"gzip"}, "X_custom": {"kept"}}
+		e := decodeEcho(t, send(t, h, "GET", "/x", hdr, nil))
+		for _, name := range []string{"X_api_key", "X_gateway_tenant", "X_forwarded_for", "Transfer_encoding", "Content_encoding"} {
+			if got, ok := e.Header[name]; ok {
+				t.Errorf("the upstream got %s: %q; want it dropped, as the header it reads as", name, got)
+			}
+		}
+		if got := e.Header.Get("X_custom"); got != "kept" {
+			t.Errorf("X_custom = %q, want kept: only lookalikes of the gateway's headers go", got)
+		}
+		if got := e.Header["X-Gateway-Tenant"]; len(got) != 1 || got[0] != "acme" {
+			t.Errorf("X-Gateway-Tenant = %q, want [acme]", got)
+		}
+	})
 	t.Run("no key is the default tenant", func(t *testing.T) {
 		e := decodeEcho(t, send(t, h, "GET", "/x", nil, nil))
 		if got := e.Header.Get("X-Gateway-Tenant"); got != defaultTenantName {
@@ -381,5 +397,118 @@ func TestEmptyConfigServes404(t *testing.T) {
 	}
 	if hl, err := h.Health(context.Background()); err != nil || hl.Status != sdk.StatusReady {
 		t.Fatalf("Health = %v, %v; want ready", hl, err)
+	}
+}
+
+func TestDotSegment(t *testing.T) {
+	tests := []struct {
+		path string // decoded, as r.URL.Path holds it
+		want bool
+	}{
+		{"/echo/items/7", false},
+		{"/v1.2/file.tar.gz", false},
+		{"/a/...", false},
+		{"/a/..b;c", false},
+		{"/a%25b", false},
+		{"/echo/../secret", true},
+		{"/echo/./secret", true},
+		{"/echo/..", true},
+		{"/echo/..;/..;/secret", true},
+		{"/echo/..;jsessionid=1/secret", true},
+		{"/echo/.;/secret", true},
+		{"/echo/..\\secret", true},
+		{"/echo/a\\b", true},
+		{"/echo/%2e%2e;/secret", true}, // %252e%252e; on the wire
+		{"/echo/%2E%2E/secret", true},
+		{"/echo/..%5csecret", true},
+	}
+	for _, tt := range tests {
+		if got := dotSegment(tt.path); got != tt.want {
+			t.Errorf("dotSegment(%q) = %v, want %v", tt.path, got, tt.want)
+		}
+	}
+}
+
+// TestDotSegmentRefused: a path whose segment an upstream would read as
+// ".." is 400 bad_path, and never reaches the upstream.
+func TestDotSegmentRefused(t *testing.T) {
+	web := &echo{}
+	h := start(t, optionsFor(twoTenants(newUpstreamServer(t, web)+"/base", "")))
+	for _, target := range []string{"/echo/..;/..;/secret", "/echo/%2e%2e;/secret", "/echo/..%5c..%5csecret"} {
+		rec := send(t, h, "GET", target, nil, nil)
+		if rec.Code != http.StatusBadRequest || !strings.Contains(rec.Body.String(), `"code":"bad_path"`) {
+			t.Errorf("GET %s = %d %q, want 400 bad_path", target, rec.Code, rec.Body)
+		}
+	}
+	if n := web.count(); n != 0 {
+		t.Errorf("the upstream got %d requests, want none", n)
+	}
+}
+
+// TestRoutePrefixBoundary: a route prefix matches on a segment boundary,
+// so that route "/s" with strip_prefix never turns /secret into /ecret,
+// while a prefix written with a trailing '/' matches what starts with it.
+func TestRoutePrefixBoundary(t *testing.T) {
+	web := &echo{}
+	url := newUpstreamServer(t, web)
+	h := start(t, optionsFor(fmt.Sprintf(`
+upstream "web" {
+  url = %q
+}
+upstream "wallet" {
+  url = %q
+}
+route "/s" {
+  upstream     = "web"
+  strip_prefix = true
+}
+route "/w/" {
+  upstream     = "wallet"
+  strip_prefix = true
+}
+default_tenant {
+  rate_per_s = 1000
+  burst      = 1000
+}`, url+"/base", url+"/wallet")))
+	tests := []struct {
+		path string
+		want string // the path upstream, "" for 404
+	}{
+		{"/s", "/base/"},
+		{"/s/", "/base/"},
+		{"/s/x", "/base/x"},
+		{"/secret", ""},
+		{"/s.json", ""},
+		{"/w/v1/supply", "/wallet/v1/supply"},
+		{"/wv1/supply", ""},
+		{"/w", ""},
+	}
+	for _, tt := range tests {
+		rec := send(t, h, "GET", tt.path, nil, nil)
+		if tt.want == "" {
+			if rec.Code != http.StatusNotFound {
+				t.Errorf("GET %s = %d %s, want 404: no route prefix ends on a segment boundary there", tt.path, rec.Code, rec.Body)
+			}
+			continue
+		}
+		if e := decodeEcho(t, rec); e.Path != tt.want {
+			t.Errorf("GET %s reached the upstream as %s, want %s", tt.path, e.Path, tt.want)
+		}
+	}
+}
+
+// TestConnectAndTraceRefused: CONNECT and TRACE are 405 with Allow, and
+// never reach the upstream.
+func TestConnectAndTraceRefused(t *testing.T) {
+	web := &echo{}
+	h := start(t, optionsFor(twoTenants(newUpstreamServer(t, web), "")))
+	for _, method := range []string{http.MethodConnect, http.MethodTrace} {
+		rec := send(t, h, method, "/x", nil, nil)
+		if rec.Code != http.StatusMethodNotAllowed || !strings.Contains(rec.Body.String(), `"code":"method_not_allowed"`) || rec.Header().Get("Allow") != allowedMethods {
+			t.Errorf("%s /x = %d %q, Allow %q; want 405 method_not_allowed with Allow %q", method, rec.Code, rec.Body, rec.Header().Get("Allow"), allowedMethods)
+		}
+	}
+	if n := web.count(); n != 0 {
+		t.Errorf("the upstream got %d requests, want none", n)
 	}
 }

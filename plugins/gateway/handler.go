@@ -6,8 +6,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
-	"sync"
 	"sync/atomic"
 
 	"github.com/plughost/plughost/plugins/gateway/internal/drr"
@@ -24,13 +24,15 @@ var (
 	errNotConfigured = errors.New("the gateway is not configured")
 	errAborted       = errors.New("the upstream call was cancelled at the drain deadline")
 	errShed          = errors.New("the gateway is overloaded and sheds this request; retry later")
+	errMethod        = errors.New("the gateway does not forward CONNECT or TRACE")
+	errBadPath       = errors.New("the path holds a segment an upstream may read as . or .. (with ;parameters, percent-escaped, or with a backslash)")
 )
 
-// serveHTTP is the gateway's one handler. Its steps, in order: the route;
-// the length checks and the decompression guard, before any policy runs
-// and before any upstream is dialled; the tenant; its token bucket; load
-// shedding; its queue (none with one tenant, or on an exempt route); the
-// upstream call.
+// serveHTTP is the gateway's one handler. Its steps, in order: the path
+// check (dotSegment); the method (no CONNECT or TRACE); the route; the length checks and the decompression
+// guard, before any policy runs and before any upstream is dialled; the
+// tenant; its token bucket; load shedding; its queue (none with one
+// tenant, or on an exempt route); the upstream call.
 func (p *gatewayPlugin) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	g := p.running.Load()
 	if g == nil {
@@ -41,6 +43,17 @@ func (p *gatewayPlugin) serveHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func (g *gateway) serve(w http.ResponseWriter, r *http.Request) {
+	if dotSegment(r.URL.Path) {
+		writeError(w, errBadPath)
+		return
+	}
+	if r.Method == http.MethodConnect || r.Method == http.MethodTrace {
+		// As Envoy and nginx: a tunnel through the gateway would skip
+		// its policy, and TRACE echoes the request's headers back.
+		w.Header().Set("Allow", allowedMethods)
+		writeError(w, errMethod)
+		return
+	}
 	rt, ok := g.match(r.URL.Path)
 	if !ok {
 		writeError(w, errNoRoute)
@@ -105,6 +118,37 @@ func (g *gateway) serve(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// allowedMethods is the Allow of the gateway's 405: every method but
+// CONNECT and TRACE, which it refuses.
+const allowedMethods = "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS"
+
+// dotSegment reports whether path, decoded, holds a segment that an
+// upstream may read as "." or "..", and so climb out of a url upstream's
+// base path: one that is "." or ".." once percent-decoded (again, for an
+// upstream that decodes twice) and cut at its first ';' (the path
+// parameters that Tomcat and Spring drop: "..;"), or one that holds a
+// backslash, which some servers read as '/' ("..\").
+func dotSegment(path string) bool {
+	if !strings.ContainsAny(path, `.\%`) {
+		return false // most paths: nothing to look at segment by segment
+	}
+	for seg := range strings.SplitSeq(path, "/") {
+		if strings.IndexByte(seg, '%') >= 0 {
+			if d, err := url.PathUnescape(seg); err == nil {
+				seg = d
+			}
+		}
+		if strings.IndexByte(seg, '\\') >= 0 {
+			return true
+		}
+		seg, _, _ = strings.Cut(seg, ";")
+		if seg == "." || seg == ".." {
+			return true
+		}
+	}
+	return false
+}
+
 // safeMethod reports whether method only reads (RFC 9110 section 9.2.1):
 // anything else is a write to the shedder.
 func safeMethod(method string) bool {
@@ -115,10 +159,15 @@ func safeMethod(method string) bool {
 	return false
 }
 
-// match returns the route of the longest prefix of path.
+// match returns the route of the longest prefix of path on a segment
+// boundary (Envoy's path_separated_prefix): the path is the prefix, or
+// goes on with '/' after it, so that "/s" takes /s and /s/x but not
+// /secret. A prefix that ends with '/' takes every path that starts with
+// it.
 func (g *gateway) match(path string) (routeSettings, bool) {
 	for _, rt := range g.s.routes {
-		if strings.HasPrefix(path, rt.prefix) {
+		if rest, ok := strings.CutPrefix(path, rt.prefix); ok &&
+			(rest == "" || rest[0] == '/' || strings.HasSuffix(rt.prefix, "/")) {
 			return rt, true
 		}
 	}
@@ -169,9 +218,15 @@ func (g *gateway) reject(w http.ResponseWriter, err error) {
 	writeError(w, err)
 }
 
+// gatewayOwned are the request headers, besides the hop-by-hop ones, that
+// the gateway sets or rewrites: a client's lookalike of one (X_Gateway_Tenant)
+// must not reach the upstream beside the gateway's own.
+var gatewayOwned = []string{"X-Gateway-Tenant", "X-Forwarded-For", "Content-Encoding", "Content-Length"}
+
 // outboundFor builds what goes upstream: the path relative to the
-// upstream, the client's headers without the hop-by-hop ones and its API
-// key, the decoded body, and who the request came from.
+// upstream, the client's headers without the hop-by-hop ones, its API
+// key and their lookalikes, the decoded body, and who the request came
+// from.
 func outboundFor(r *http.Request, rt routeSettings, tenant string, body []byte) *outbound {
 	path := r.URL.Path
 	if rt.strip {
@@ -179,6 +234,7 @@ func outboundFor(r *http.Request, rt routeSettings, tenant string, body []byte) 
 	}
 	h := r.Header.Clone()
 	dropHopByHop(h)
+	dropLookalikes(h, gatewayOwned)
 	delete(h, "Content-Encoding") // the body goes decoded
 	delete(h, "Content-Length")
 	h["X-Gateway-Tenant"] = []string{tenant}
@@ -207,24 +263,29 @@ func (g *gateway) respond(w http.ResponseWriter, tn *tenant, resp *http.Response
 	}
 	defer resp.Body.Close()
 	tn.served.Inc()
+	// The upstream's Connection names its own headers only, never the
+	// gateway's (RateLimit, set by admit): they go before the merge.
+	dropHopByHop(resp.Header)
 	h := w.Header()
 	for k, vs := range resp.Header {
 		h[k] = vs
 	}
-	dropHopByHop(h)
-	delete(h, "Content-Length") // the host sets it from what is written
+	if _, ok := h["Content-Type"]; !ok {
+		// A proxy does not invent a type: a nil value is net/http's
+		// "send none, and do not sniff one", which the SDK's data plane
+		// and the host keep.
+		h["Content-Type"] = nil
+	}
+	if resp.Request == nil || resp.Request.Method != http.MethodHead {
+		// The host sets it from what is written; an answer to HEAD keeps
+		// the upstream's, the length of the GET's body.
+		delete(h, "Content-Length")
+	}
 	w.WriteHeader(resp.StatusCode)
-	// A copy cut short means the caller or the upstream went away: the
-	// status is out, so there is nothing left to tell anyone.
-	bp := copyBufs.Get().(*[]byte)
-	_, _ = io.CopyBuffer(w, resp.Body, *bp)
-	copyBufs.Put(bp)
+	// The body is an answer, read whole (readAnswer): one Write. It fails
+	// only when the caller has gone, and then nobody reads this answer.
+	_, _ = io.Copy(w, resp.Body)
 }
-
-// copyBufs holds respond's copy buffers. Neither the SDK's ResponseWriter
-// nor a client response body has ReadFrom or WriteTo, so a plain io.Copy
-// would allocate a fresh 32 KiB buffer for every request.
-var copyBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
 
 // outcomeFor names the tenant outcome of a failed request.
 func outcomeFor(err error) string {
@@ -251,6 +312,10 @@ func writeError(w http.ResponseWriter, err error) {
 	switch {
 	case errors.Is(err, errNoRoute):
 		status, code = http.StatusNotFound, "not_found"
+	case errors.Is(err, errBadPath):
+		status, code = http.StatusBadRequest, "bad_path"
+	case errors.Is(err, errMethod):
+		status, code = http.StatusMethodNotAllowed, "method_not_allowed" // serve set Allow
 	case errors.Is(err, errNotConfigured):
 		status, code = http.StatusServiceUnavailable, "not_configured"
 	case errors.Is(err, errBodySize):
@@ -281,6 +346,10 @@ func writeError(w http.ResponseWriter, err error) {
 		status, code = http.StatusGatewayTimeout, "upstream_timeout"
 	case errors.Is(err, errUpstreamDown):
 		status, code = http.StatusServiceUnavailable, "upstream_unavailable"
+	case errors.Is(err, errUpstreamAnswer):
+		status, code = http.StatusBadGateway, "upstream_error"
+	case errors.Is(err, errUpstreamStream):
+		status, code = http.StatusBadGateway, "upstream_stream"
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		// Nobody reads this: the caller left, or the host answered 504.
 		status, code = http.StatusServiceUnavailable, "cancelled"

@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -27,6 +28,14 @@ var (
 	errUpstreamDown = errors.New("upstream unavailable")
 	// errUpstreamTimeout: the request's deadline passed during the call.
 	errUpstreamTimeout = errors.New("upstream did not answer within the request's deadline")
+	// errUpstreamAnswer: the upstream answered with what the gateway
+	// cannot relay: a body cut short before its length, or a 101
+	// Switching Protocols nobody asked for.
+	errUpstreamAnswer = errors.New("upstream sent a broken answer")
+	// errUpstreamStream: the upstream answered a stream of events, which
+	// the gateway, reading each answer whole, cannot relay. It is no
+	// failure of the upstream, and trying again would only repeat it.
+	errUpstreamStream = errors.New("upstream answered a stream (text/event-stream), which the gateway does not relay")
 )
 
 // upstreamStatusError is an answer that counts as a failure of the
@@ -51,8 +60,8 @@ type upstream struct {
 var hopByHop = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
 	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade", "X-Api-Key"}
 
-// dropHopByHop deletes from h the hop-by-hop headers and those its
-// Connection header names.
+// dropHopByHop deletes from h the hop-by-hop headers, those its
+// Connection header names, and their lookalikes (see dropLookalikes).
 func dropHopByHop(h http.Header) {
 	for _, f := range h["Connection"] {
 		for name := range strings.SplitSeq(f, ",") {
@@ -61,6 +70,26 @@ func dropHopByHop(h http.Header) {
 	}
 	for _, name := range hopByHop {
 		delete(h, name)
+	}
+	dropLookalikes(h, hopByHop)
+}
+
+// dropLookalikes deletes from h every name with an underscore that, each
+// '_' read as '-', equals one of names but for case. CGI, WSGI, PHP and
+// Rack read X-Api-Key and X_Api_Key alike, as HTTP_X_API_KEY, so such a
+// lookalike would reach them as the header the gateway dropped or set.
+func dropLookalikes(h http.Header, names []string) {
+	for k := range h {
+		if strings.IndexByte(k, '_') < 0 {
+			continue // most names: no lookalike, and no allocation
+		}
+		dashed := strings.ReplaceAll(k, "_", "-")
+		for _, name := range names {
+			if strings.EqualFold(dashed, name) {
+				delete(h, k)
+				break
+			}
+		}
 	}
 }
 
@@ -135,7 +164,7 @@ func (g *gateway) forward(ctx context.Context, u *upstream, o *outbound) (*http.
 			return resp, nil
 		}
 		var se *upstreamStatusError
-		last := try >= tries || errors.Is(err, breaker.ErrOpen) || ctx.Err() != nil
+		last := try >= tries || errors.Is(err, breaker.ErrOpen) || errors.Is(err, errUpstreamStream) || ctx.Err() != nil
 		if !last {
 			delay := b.Next()
 			if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= delay {
@@ -159,8 +188,9 @@ func (g *gateway) forward(ctx context.Context, u *upstream, o *outbound) (*http.
 	}
 }
 
-// try makes one call through u's breaker. A 502, 503 or 504 counts as a
-// failure and comes back as the response with an *upstreamStatusError.
+// try makes one call through u's breaker, the answer's body read whole
+// (readAnswer). A 502, 503 or 504 counts as a failure and comes back as
+// the response with an *upstreamStatusError.
 func (g *gateway) try(ctx context.Context, u *upstream, o *outbound) (*http.Response, error) {
 	var resp *http.Response
 	start := time.Now()
@@ -173,6 +203,22 @@ func (g *gateway) try(ctx context.Context, u *upstream, o *outbound) (*http.Resp
 		if err != nil {
 			return err
 		}
+		if resp.StatusCode == http.StatusSwitchingProtocols {
+			// The gateway never passes Upgrade on, so nobody asked:
+			// the client would wait on a protocol it never chose.
+			resp.Body.Close()
+			resp = nil
+			return fmt.Errorf("%w: it switched protocols unasked", errUpstreamAnswer)
+		}
+		if eventStream(resp.Header) {
+			resp.Body.Close()
+			resp = nil
+			return fmt.Errorf("%w: %w", breaker.ErrNotCounted, errUpstreamStream)
+		}
+		if err := readAnswer(ctx, resp); err != nil {
+			resp = nil
+			return err
+		}
 		switch resp.StatusCode {
 		case http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
 			return &upstreamStatusError{code: resp.StatusCode}
@@ -183,6 +229,54 @@ func (g *gateway) try(ctx context.Context, u *upstream, o *outbound) (*http.Resp
 		u.seconds.Observe(time.Since(start).Seconds())
 	}
 	return resp, err
+}
+
+// eventStream reports whether h's Content-Type is text/event-stream: an
+// answer that goes on as long as its upstream has events, which reading
+// it whole would wait for until the request's deadline.
+func eventStream(h http.Header) bool {
+	mt, _, _ := strings.Cut(h.Get("Content-Type"), ";")
+	return strings.EqualFold(strings.TrimSpace(mt), "text/event-stream")
+}
+
+// readAnswer reads resp's body whole into a pooled buffer, which becomes
+// its body. Nothing of an answer goes to the client before all of it is
+// in, so an answer cut short before its Content-Length is a failed call
+// (errUpstreamAnswer), retried or answered 502, never relayed as a
+// shorter answer that looks complete. A caller who left is not the
+// upstream's failure: that comes back as the context's error.
+func readAnswer(ctx context.Context, resp *http.Response) error {
+	buf := answerBufs.Get().(*bytes.Buffer)
+	_, err := buf.ReadFrom(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		(&answer{buf}).Close()
+		if errors.Is(ctx.Err(), context.Canceled) {
+			return ctx.Err()
+		}
+		return fmt.Errorf("%w: read its body: %w", errUpstreamAnswer, err)
+	}
+	resp.Body = &answer{buf}
+	return nil
+}
+
+// answer is an upstream's body read whole. Close gives its buffer back.
+type answer struct{ *bytes.Buffer }
+
+// maxPooledAnswer bounds the buffers answerBufs keeps: a rare large
+// answer's is left to the collector.
+const maxPooledAnswer = 1 << 20
+
+// answerBufs holds readAnswer's buffers.
+var answerBufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+func (a *answer) Close() error {
+	if a.Buffer != nil && a.Cap() <= maxPooledAnswer {
+		a.Reset()
+		answerBufs.Put(a.Buffer)
+	}
+	a.Buffer = nil
+	return nil
 }
 
 // classify turns a failed call into one of forward's errors, counting
@@ -201,6 +295,9 @@ func (g *gateway) classify(ctx context.Context, err error) error {
 	dl, hasDeadline := ctx.Deadline()
 	late := hasDeadline && !time.Now().Before(dl)
 	if !late && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(ctx.Err(), context.DeadlineExceeded) && !(isOp && op.Timeout()) {
+		if errors.Is(err, errUpstreamAnswer) || errors.Is(err, errUpstreamStream) {
+			return err
+		}
 		return fmt.Errorf("%w: %w", errUpstreamDown, err)
 	}
 	step := "read"

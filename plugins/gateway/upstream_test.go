@@ -274,13 +274,14 @@ func TestUpstreamConnectionsReused(t *testing.T) {
 	}
 }
 
-// TestDropHopByHop: the hop-by-hop headers, and those Connection names,
-// go; the end-to-end ones stay.
+// TestDropHopByHop: the hop-by-hop headers, those Connection names, and
+// their lookalikes with underscores go; the end-to-end ones stay.
 func TestDropHopByHop(t *testing.T) {
 	h := http.Header{"Connection": {"X-Hop, keep-alive"}, "X-Hop": {"1"}, "Keep-Alive": {"timeout=5"}, "Te": {"trailers"},
-		"Proxy-Authorization": {"Basic eA=="}, "Transfer-Encoding": {"chunked"}, "Upgrade": {"h2c"}, "X-Api-Key": {"k"}, "X-End": {"2"}}
+		"Proxy-Authorization": {"Basic eA=="}, "Transfer-Encoding": {"chunked"}, "Upgrade": {"h2c"}, "X-Api-Key": {"k"}, "X-End": {"2"},
+		"X_api_key": {"k"}, "x_API-key": {"k"}, "Transfer_encoding": {"chunked"}, "X_end": {"3"}}
 	dropHopByHop(h)
-	if want := (http.Header{"X-End": {"2"}}); !reflect.DeepEqual(h, want) {
+	if want := (http.Header{"X-End": {"2"}, "X_end": {"3"}}); !reflect.DeepEqual(h, want) {
 		t.Errorf("dropHopByHop left %v, want %v", h, want)
 	}
 }

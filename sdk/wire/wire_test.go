@@ -119,12 +119,19 @@ func TestAdoptHeadersCapped(t *testing.T) {
 // Entries without values come from senders that are not net/http; they must
 // not panic and must not produce values.
 func TestHeadersFromProtoNoValues(t *testing.T) {
-	in := []*pluginv1.Header{nil, {Name: "x-none"}, {Name: "x-empty", Values: []string{}}}
-	got := http.Header{}
-	wire.HeadersFromProto(got, in)
-	for k, v := range got {
-		if len(v) != 0 {
-			t.Errorf("HeadersFromProto(%v)[%q] = %q, want no values", in, k, v)
+	in := []*pluginv1.Header{nil, {Name: "x-none"}, {Name: "x-empty", Values: []string{}}, {Name: "content-type"}}
+	for name, from := range map[string]func(http.Header, []*pluginv1.Header){"HeadersFromProto": wire.HeadersFromProto, "AdoptHeaders": wire.AdoptHeaders} {
+		got := http.Header{}
+		from(got, in)
+		for k, v := range got {
+			if len(v) != 0 {
+				t.Errorf("%s(%v)[%q] = %q, want no values", name, in, k, v)
+			}
+		}
+		// A name without values is net/http's "no Content-Type, do not
+		// sniff one": it must survive the trip, not vanish.
+		if _, ok := got["Content-Type"]; !ok {
+			t.Errorf("%s(%v) has no Content-Type, want it present without values", name, in)
 		}
 	}
 }

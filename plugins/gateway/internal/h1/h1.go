@@ -16,8 +16,9 @@
 // "read"), or the context's when it was cancelled; a request that meets
 // a kept-alive connection the upstream has closed is sent again on
 // another connection when net/http would (nothing of it was written, or
-// it is replayable); response headers are bounded; informational (1xx)
-// responses are skipped.
+// it is replayable); a connection with bytes beyond an answer, buffered
+// or arrived while it was idle, is closed rather than reused; response
+// headers are bounded; informational (1xx) responses are skipped.
 //
 // It must not be used for https:// upstreams (it speaks neither TLS nor
 // HTTP/2) nor follow redirects, and it starts no goroutine.
@@ -120,7 +121,7 @@ func (c *Client) RoundTrip(req *http.Request) (*http.Response, error) {
 		addr = net.JoinHostPort(req.URL.Hostname(), "80")
 	}
 	for {
-		pc, reused, err := c.get(ctx, addr, !replayable(req))
+		pc, reused, err := c.get(ctx, addr)
 		if err != nil {
 			return nil, err
 		}
@@ -241,12 +242,15 @@ func (pc *conn) roundTrip(ctx context.Context, req *http.Request) (*http.Respons
 	return resp, nil
 }
 
-// done ends pc's request: it goes back to the pool when reuse holds and
-// its context did not poison its deadline, else it is closed.
+// done ends pc's request: it goes back to the pool when reuse holds, its
+// context did not poison its deadline, and nothing came after the answer,
+// else it is closed. Bytes already buffered beyond the answer (a 204 with
+// a body, a body longer than its Content-Length) would be read as the
+// start of the next request's answer, which may be another tenant's.
 func (pc *conn) done(reuse bool) {
 	stopped := pc.stop()
 	pc.stop = nil
-	if stopped && reuse {
+	if stopped && reuse && pc.br.Buffered() == 0 {
 		pc.c.put(pc)
 		return
 	}
@@ -291,11 +295,14 @@ func (b *body) Close() error {
 	return b.rc.Close()
 }
 
-// get returns an idle connection to addr, the newest, or dials one. With
-// check, it first makes sure the upstream has not closed the idle one,
-// for a request that could not be sent again if it had: the cost of a
-// system call, which a replayable request does not pay.
-func (c *Client) get(ctx context.Context, addr string, check bool) (*conn, bool, error) {
+// get returns an idle connection to addr, the newest, or dials one. It
+// first makes sure that the upstream has neither closed the idle one nor
+// sent on it what no request asked for (closedByPeer): such bytes would
+// be read as the next answer, so the connection is closed, as net/http's
+// Transport closes an idle connection that receives anything. That costs
+// one non-blocking system call per reused connection, where the
+// Transport keeps a goroutine reading every connection.
+func (c *Client) get(ctx context.Context, addr string) (*conn, bool, error) {
 	for {
 		c.mu.Lock()
 		l := c.idle[addr]
@@ -308,7 +315,7 @@ func (c *Client) get(ctx context.Context, addr string, check bool) (*conn, bool,
 		c.idle[addr] = l[:len(l)-1]
 		c.mu.Unlock()
 		pc.timer.Stop() // if it fired, it finds pc gone from the pool
-		if check && closedByPeer(pc.nc) {
+		if closedByPeer(pc.nc) {
 			_ = pc.nc.Close()
 			continue
 		}

@@ -152,6 +152,82 @@ func TestReuse(t *testing.T) {
 	}
 }
 
+// TestBytesAfterAnswer: a connection with bytes after an answer is not
+// reused, so that they are not read as the next request's answer: a 204
+// that carries a body anyway, a body longer than its Content-Length.
+func TestBytesAfterAnswer(t *testing.T) {
+	for _, first := range []string{
+		"HTTP/1.1 204 No Content\r\nContent-Length: 5\r\n\r\nhello",
+		"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nokhello",
+		"HTTP/1.1 304 Not Modified\r\n\r\n" + strings.Repeat("x", 5000), // past the read buffer
+	} {
+		u := newUpstream(t, func(n int64) string {
+			if n == 1 {
+				return first
+			}
+			return okAnswer
+		}, nil)
+		c := newClient(t)
+		if _, _, err := get(t, c, t.Context(), "POST", u.url()+"/x", []byte("{}")); err != nil {
+			t.Fatalf("first POST, answered %q: %v", first, err)
+		}
+		if code, body, err := get(t, c, t.Context(), "POST", u.url()+"/x", []byte("{}")); err != nil || code != 200 || body != "ok" {
+			t.Errorf("POST after an answer %q = %d %q, %v; want 200 ok on a new connection", first, code, body, err)
+		}
+	}
+}
+
+// TestBytesWhileIdle: a pooled connection on which the upstream sent
+// bytes nobody asked for while it was idle is closed, not reused, before
+// any request, replayable or not.
+func TestBytesWhileIdle(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pooled, sent := make(chan struct{}), make(chan struct{})
+	var wg sync.WaitGroup
+	t.Cleanup(func() { ln.Close(); wg.Wait() })
+	wg.Go(func() {
+		first := true
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			br := bufio.NewReader(c)
+			for {
+				req, err := http.ReadRequest(br)
+				if err != nil {
+					break
+				}
+				_, _ = io.Copy(io.Discard, req.Body)
+				_, _ = io.WriteString(c, okAnswer)
+				if first {
+					first = false
+					<-pooled
+					// On loopback the bytes are in the client's socket
+					// once this write returns.
+					_, _ = io.WriteString(c, "hello")
+					close(sent)
+				}
+			}
+			c.Close()
+		}
+	})
+	c := newClient(t)
+	if _, _, err := get(t, c, t.Context(), "POST", "http://"+ln.Addr().String()+"/x", []byte("{}")); err != nil {
+		t.Fatal(err)
+	}
+	close(pooled)
+	<-sent
+	// A GET, which could be sent again if the connection were closed:
+	// meeting bytes, it could not.
+	if code, body, err := get(t, c, t.Context(), "GET", "http://"+ln.Addr().String()+"/x", nil); err != nil || code != 200 || body != "ok" {
+		t.Errorf("GET after bytes on the idle connection = %d %q, %v; want 200 ok on a new connection", code, body, err)
+	}
+}
+
 // TestBodyClosedEarly: a body closed before its end takes its connection
 // with it, since the rest of the body would come before the next answer.
 func TestBodyClosedEarly(t *testing.T) {

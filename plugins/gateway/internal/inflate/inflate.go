@@ -56,21 +56,26 @@ const chunk = 32 << 10
 
 // Codings parses a Content-Encoding header's values into the codings in
 // the order they were applied, leaving out identity. It fails with
-// ErrEncoding for an unknown coding or more than MaxCodings of them.
+// ErrEncoding for an unknown coding or more than MaxCodings of them,
+// identity counted: the bound is on what the client lists.
 func Codings(values []string) ([]string, error) {
 	var out []string
+	listed := 0
 	for _, v := range values {
 		for c := range strings.SplitSeq(v, ",") {
 			c = strings.ToLower(strings.TrimSpace(c))
+			if c == "" {
+				continue
+			}
+			if listed++; listed > MaxCodings {
+				return nil, fmt.Errorf("%w: more than %d codings", ErrEncoding, MaxCodings)
+			}
 			switch c {
-			case "", "identity":
+			case "identity":
 				continue
 			case "gzip", "x-gzip", "deflate":
 			default:
 				return nil, fmt.Errorf("%w: %.64q", ErrEncoding, c)
-			}
-			if len(out) == MaxCodings {
-				return nil, fmt.Errorf("%w: more than %d codings", ErrEncoding, MaxCodings)
 			}
 			out = append(out, c)
 		}
@@ -151,7 +156,10 @@ func decoder(coding string, r io.Reader) (io.Reader, error) {
 		if errors.Is(err, errRead) {
 			return nil, err
 		}
-		if err != nil {
+		switch {
+		case errors.Is(err, gzip.ErrHeader):
+			return nil, fmt.Errorf("%w: %w", ErrCorrupt, err) // it says "gzip: " itself
+		case err != nil:
 			return nil, fmt.Errorf("%w: gzip: %w", ErrCorrupt, err)
 		}
 		return z, nil

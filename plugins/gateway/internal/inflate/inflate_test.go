@@ -175,6 +175,9 @@ func TestCodings(t *testing.T) {
 		{[]string{"br"}, "", true},
 		{[]string{"gzip, zstd"}, "", true},
 		{[]string{"gzip,gzip,gzip,gzip,gzip"}, "", true},
+		{[]string{"identity, identity, identity, identity"}, "", false},
+		{[]string{"identity", "identity", "identity", "identity", "identity"}, "", true},
+		{[]string{"gzip, identity, gzip, identity, gzip"}, "", true},
 	}
 	for _, tt := range tests {
 		got, err := Codings(tt.in)
@@ -183,6 +186,18 @@ func TestCodings(t *testing.T) {
 		}
 		if err != nil && !errors.Is(err, ErrEncoding) {
 			t.Errorf("Codings(%q) error %v does not wrap ErrEncoding", tt.in, err)
+		}
+	}
+}
+
+// TestCorruptNamesCodingOnce: the error of a body that does not decode
+// names its coding once, whether the error is the decoder's own (which
+// names it) or a read's (which does not).
+func TestCorruptNamesCodingOnce(t *testing.T) {
+	for _, body := range [][]byte{[]byte("plain text"), nil, gz(t, []byte("hello"))[:5]} {
+		_, err := Decode(bytes.NewReader(body), []string{"gzip"}, testLimits)
+		if !errors.Is(err, ErrCorrupt) || strings.Count(err.Error(), "gzip") != 1 {
+			t.Errorf("Decode(%q, gzip) = %v, want ErrCorrupt naming gzip once", body, err)
 		}
 	}
 }

@@ -52,6 +52,11 @@ func main() {
 			fmt.Fprintln(w, v)
 		}
 	})
+	// sized answers HEAD as a proxy does: the length of the GET's body,
+	// and no body.
+	mux.HandleFunc("HEAD /sized", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Length", "42")
+	})
 	mux.HandleFunc("GET /print", func(w http.ResponseWriter, r *http.Request) {
 		msg := r.URL.Query().Get("msg")
 		fmt.Println("stdout:", msg)
