@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -204,7 +205,7 @@ func serve(ctx context.Context, logger hclog.Logger, path string, stderr io.Writ
 	}
 	gatherer := &metrics.Gatherer{Host: h.metrics, Sources: h.sources, Timeout: cfg.Health.Timeout, Logger: logger.Named("metrics")}
 	adminHandler := admin.New(gatherer, h, admin.Options{Token: token, Faults: cfg.Debug.Faults,
-		Stats: h.metrics.Registry, Logger: logger.Named("admin")})
+		Stats: h.metrics.Registry, Logger: logger.Named("admin"), Hosts: adminHosts(cfg)})
 	defer adminHandler.Close()
 	h.admin = adminHandler
 	adminSrv := &http.Server{
@@ -583,7 +584,8 @@ func (h *host) warnStatic(old, cfg *config.Config) {
 	if cfg.Listen != old.Listen {
 		keys = append(keys, "listen")
 	}
-	if cfg.Admin != old.Admin {
+	if cfg.Admin.Listen != old.Admin.Listen || cfg.Admin.TokenFile != old.Admin.TokenFile ||
+		!slices.Equal(cfg.Admin.Hosts, old.Admin.Hosts) {
 		keys = append(keys, "admin")
 	}
 	if cfg.Limits.MaxConns != old.Limits.MaxConns || cfg.Limits.MaxConnsPerIP != old.Limits.MaxConnsPerIP {
@@ -716,6 +718,17 @@ func (h *host) SetFaults(ctx context.Context, name string, faults []admin.Fault)
 		out = append(out, admin.Fault{Point: f.GetPoint(), Delay: time.Duration(f.GetDelayMs()) * time.Millisecond, Error: f.GetError()})
 	}
 	return out, nil
+}
+
+// adminHosts are the names the admin listener answers besides IP
+// addresses and localhost: its listen address's host, if a name, and
+// admin.hosts.
+func adminHosts(cfg *config.Config) []string {
+	hosts := slices.Clone(cfg.Admin.Hosts)
+	if host, _, err := net.SplitHostPort(cfg.Admin.Listen); err == nil && host != "" {
+		hosts = append(hosts, host)
+	}
+	return hosts
 }
 
 func readToken(path string) (string, error) {

@@ -13,8 +13,11 @@ import (
 	"errors"
 	"fmt"
 	"html/template"
+	"net"
 	"net/http"
+	"net/netip"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -95,6 +98,14 @@ type Options struct {
 	// Logger gets the status page's logins and operator actions; nil
 	// logs nothing. The token is never logged.
 	Logger hclog.Logger
+	// Hosts are the names, besides IP literals and localhost, that a
+	// request's Host header may carry (the listen address's host and
+	// the host config's admin.hosts). Any other name is refused 421, so
+	// that a name an attacker rebinds to the listener's address (DNS
+	// rebinding) reaches nothing: the browser would treat the listener
+	// as that name's origin, sending the attacker's requests as
+	// same-origin.
+	Hosts []string
 }
 
 // Server is the admin listener's handler. Call Close when done with it.
@@ -110,6 +121,8 @@ type Server struct {
 	page     *template.Template
 	// faults is Options.Faults, as SetFaultsEnabled last set it.
 	faults atomic.Bool
+	// hosts are Options.Hosts, lowercased.
+	hosts map[string]bool
 }
 
 // New returns the admin handler. It starts a goroutine that samples
@@ -137,6 +150,10 @@ func New(g prometheus.Gatherer, plugins Plugins, opts Options) *Server {
 		sessions: newSessions(opts.Now),
 		guard:    newGuard(opts.Now),
 		page:     pageTemplate,
+		hosts:    map[string]bool{"localhost": true},
+	}
+	for _, h := range opts.Hosts {
+		s.hosts[strings.ToLower(h)] = true
 	}
 	s.faults.Store(opts.Faults)
 	mux := http.NewServeMux()
@@ -253,16 +270,43 @@ func New(g prometheus.Gatherer, plugins Plugins, opts Options) *Server {
 	return s
 }
 
-// ServeHTTP serves the admin listener's routes. A CONNECT, or a target
-// of "*" (an HTTP/2 preface, say), names no endpoint: ServeMux would
-// answer it itself, in plain text or with no body at all, so it gets the
-// JSON 404 of any other unknown endpoint here.
+// ServeHTTP serves the admin listener's routes. A request whose Host
+// header names neither an IP address nor one of the known hosts
+// (Options.Hosts) is refused 421. A CONNECT, or a target of "*" (an
+// HTTP/2 preface, say), names no endpoint: ServeMux would answer it
+// itself, in plain text or with no body at all, so it gets the JSON 404
+// of any other unknown endpoint here.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !s.knownHost(r.Host) {
+		s.logger.Warn("admin request for an unknown host refused", "host", r.Host, "remote", r.RemoteAddr)
+		sdk.WriteError(w, http.StatusMisdirectedRequest, "unknown_host",
+			"the admin listener does not serve "+strconv.Quote(r.Host)+"; use its IP address, localhost, or a name in the host config's admin.hosts")
+		return
+	}
 	if r.Method == http.MethodConnect || r.RequestURI == "*" {
 		sdk.WriteError(w, http.StatusNotFound, "not_found", "no admin endpoint at "+r.RequestURI)
 		return
 	}
 	s.mux.ServeHTTP(w, r)
+}
+
+// knownHost reports whether a Host header of hostport names the admin
+// listener: an IP literal, localhost, or one of s.hosts. An empty one,
+// which only an HTTP/1.0 client sends and no browser does, is allowed.
+func (s *Server) knownHost(hostport string) bool {
+	if hostport == "" {
+		return true
+	}
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	} else {
+		host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	}
+	if _, err := netip.ParseAddr(host); err == nil {
+		return true
+	}
+	return s.hosts[strings.ToLower(host)]
 }
 
 // Close stops the goroutine that samples the host's metrics for the

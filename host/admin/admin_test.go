@@ -405,3 +405,46 @@ func TestFaults(t *testing.T) {
 		t.Errorf("after DELETE the plugin set holds faults %v, want none", plugins.faults)
 	}
 }
+
+// TestHostHeader pins which Host headers the listener answers: IP
+// literals, localhost and the names in Options.Hosts; any other name
+// could be one an attacker rebinds to the listener's address.
+func TestHostHeader(t *testing.T) {
+	h := admin.New(prometheus.NewRegistry(), &fakePlugins{statuses: statuses}, admin.Options{Hosts: []string{"Admin.Example"}})
+	t.Cleanup(h.Close)
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	tests := []struct {
+		host string
+		want int
+	}{
+		{"127.0.0.1:9090", http.StatusOK},
+		{"[::1]:9090", http.StatusOK},
+		{"[fe80::1%25eth0]:9090", http.StatusOK},
+		{"10.1.2.3", http.StatusOK},
+		{"localhost:9090", http.StatusOK},
+		{"LocalHost", http.StatusOK},
+		{"admin.example:9090", http.StatusOK},
+		{"ADMIN.EXAMPLE", http.StatusOK},
+		{"rebind.attacker.example:9090", http.StatusMisdirectedRequest},
+		{"localhost.attacker.example", http.StatusMisdirectedRequest},
+		{"127.0.0.1.attacker.example:9090", http.StatusMisdirectedRequest},
+		{"sub.admin.example", http.StatusMisdirectedRequest},
+		{"2130706433:9090", http.StatusMisdirectedRequest},
+	}
+	for _, tt := range tests {
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, srv.URL+"/v1/plugins", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Host = tt.host
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode != tt.want {
+			t.Errorf("GET /v1/plugins with Host %q = %d, want %d", tt.host, resp.StatusCode, tt.want)
+		}
+	}
+}

@@ -1,0 +1,64 @@
+package e2e
+
+import (
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+)
+
+// TestAdminRefusesUnknownHost rebinds a name to the admin listener, as a
+// DNS rebinding page would: the browser sends the rebound name as Host
+// and as Origin, so the origin check alone lets its requests through.
+// Without a token (the default config), the listener must still refuse
+// them, while its IP address, localhost and a name in admin.hosts work.
+func TestAdminRefusesUnknownHost(t *testing.T) {
+	cfg := strings.Replace(baseConfig("2s"), "admin {\n", "admin {\n  hosts = [\"Admin.Example.Internal\"]\n", 1)
+	h := startHost(t, cfg+faultsOn+pluginBlock("faulty", "faulty", ""))
+	u, err := url.Parse(h.admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := u.Port()
+	send := func(t *testing.T, method, path, host, body string) (*http.Response, []byte) {
+		t.Helper()
+		req, err := http.NewRequestWithContext(t.Context(), method, h.admin+path, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Host = host
+		if body != "" {
+			req.Header.Set("Content-Type", "application/json")
+		}
+		req.Header.Set("Origin", "http://"+host)
+		req.Header.Set("Sec-Fetch-Site", "same-origin")
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatalf("%s %s: %v", method, path, err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp, b
+	}
+	rebound := "rebind.attacker.example:" + port
+	for _, tt := range []struct{ method, path, body string }{
+		{"POST", "/v1/plugins/faulty/faults", `{"faults":[{"point":"serve","error":"boom"}]}`},
+		{"POST", "/v1/plugins/faulty/restart", ""},
+		{"GET", "/v1/plugins", ""},
+		{"GET", "/", ""},
+		{"POST", "/plugins/faulty/restart", ""},
+		{"GET", "/metrics", ""},
+	} {
+		resp, body := send(t, tt.method, tt.path, rebound, tt.body)
+		checkJSONError(t, tt.method+" "+tt.path+" for "+rebound, resp, body, http.StatusMisdirectedRequest, "unknown_host")
+	}
+	if r := h.plugins()["faulty"].Restarts; r != 0 {
+		t.Errorf("faulty restarts after refused restarts = %d, want 0", r)
+	}
+	for _, host := range []string{u.Host, "localhost:" + port, "LOCALHOST", "[::1]:" + port, "admin.example.internal:" + port} {
+		if resp, body := send(t, "GET", "/v1/plugins", host, ""); resp.StatusCode != http.StatusOK {
+			t.Errorf("GET /v1/plugins for Host %q = %d %s, want 200", host, resp.StatusCode, body)
+		}
+	}
+}
