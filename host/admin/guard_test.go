@@ -116,3 +116,40 @@ func TestWrongTokensLimitedAtOnce(t *testing.T) {
 		t.Errorf("%d wrong tokens at once answered %v, want 10 × 401 and the rest 429", n, counts)
 	}
 }
+
+// TestOtherSitesSpendNoTokens checks that tokens a browser sends for
+// another site's page (an <img src=".../?token=x">, a form posted to
+// /login) are neither checked nor charged, so that no website can lock
+// the operator out, while the operator's own attempts are.
+func TestOtherSitesSpendNoTokens(t *testing.T) {
+	p := newPage(t, pageToken, nil)
+	for _, site := range []string{"cross-site", "same-site"} {
+		hdr := http.Header{"Sec-Fetch-Site": {site}}
+		for i := range 20 {
+			if r := p.send(t, "GET", "/?token=guess", nil, hdr); r.code != http.StatusUnauthorized {
+				t.Fatalf("GET /?token=guess %d with Sec-Fetch-Site %s = %d, want 401", i, site, r.code)
+			}
+			if r := p.send(t, "POST", "/login", url.Values{"token": {"guess"}}, hdr); r.code != http.StatusForbidden {
+				t.Fatalf("POST /login %d with Sec-Fetch-Site %s = %d, want 403", i, site, r.code)
+			}
+		}
+		if r := p.send(t, "GET", "/?token="+pageToken, nil, hdr); r.code != http.StatusUnauthorized || r.header.Get("Set-Cookie") != "" {
+			t.Errorf("GET /?token=TOKEN with Sec-Fetch-Site %s = %d (Set-Cookie %q), want 401 and no session", site, r.code, r.header.Get("Set-Cookie"))
+		}
+	}
+	for _, site := range []string{"none", "same-origin", ""} {
+		r := p.send(t, "GET", "/?token="+pageToken, nil, http.Header{"Sec-Fetch-Site": {site}})
+		if r.code != http.StatusSeeOther {
+			t.Errorf("GET /?token=TOKEN with Sec-Fetch-Site %q = %d, want 303", site, r.code)
+		}
+	}
+	// The operator's own wrong tokens are still charged.
+	for i := range 10 {
+		if r := p.send(t, "GET", "/?token=guess", nil, http.Header{"Sec-Fetch-Site": {"none"}}); r.code != http.StatusUnauthorized {
+			t.Fatalf("the operator's wrong token %d = %d, want 401", i, r.code)
+		}
+	}
+	if r := p.send(t, "GET", "/?token="+pageToken, nil, nil); r.code != http.StatusTooManyRequests {
+		t.Errorf("the right token after ten wrong ones = %d, want 429", r.code)
+	}
+}

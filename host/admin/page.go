@@ -174,12 +174,33 @@ func (s *Server) checkToken(w http.ResponseWriter, r *http.Request, got string) 
 	return true
 }
 
+// fromOtherSite reports whether a browser marked r as made for another
+// site's page, or for a page of a sibling subdomain or port
+// (Sec-Fetch-Site cross-site or same-site). The operator's own requests,
+// typed or bookmarked (none) or from the page itself (same-origin), and
+// those of clients that send no Sec-Fetch-Site, are not.
+func fromOtherSite(r *http.Request) bool {
+	switch r.Header.Get("Sec-Fetch-Site") {
+	case "cross-site", "same-site":
+		return true
+	}
+	return false
+}
+
 // servePage serves the status page, or the login form with 401.
 func (s *Server) servePage(w http.ResponseWriter, r *http.Request) {
 	var flash string
 	switch {
 	case s.token == "":
 	case r.URL.Query().Has("token"):
+		if fromOtherSite(r) {
+			// Any page can make a browser fetch /?token=x (an <img>,
+			// a link): were it checked, its wrong tokens would spend
+			// the operator's allowance and lock them out.
+			s.logger.Warn("status page token from another site not checked", "remote", r.RemoteAddr)
+			s.renderLogin(w, "A token in a link from another site is not checked: log in here.")
+			return
+		}
 		if !s.checkToken(w, r, r.URL.Query().Get("token")) {
 			return
 		}
