@@ -62,8 +62,9 @@ func newSessions(now func() time.Time) *sessions {
 	return &sessions{now: now, m: map[string]*session{}}
 }
 
-// start makes a session and returns its cookie value.
-func (ss *sessions) start() string {
+// start makes a session showing flash next and returns its cookie
+// value.
+func (ss *sessions) start(flash string) string {
 	b := make([]byte, 32)
 	_, _ = rand.Read(b) // never fails (crypto/rand)
 	id := base64.RawURLEncoding.EncodeToString(b)
@@ -81,7 +82,7 @@ func (ss *sessions) start() string {
 	if len(ss.m) >= maxSessions {
 		delete(ss.m, first)
 	}
-	ss.m[id] = &session{expires: now.Add(sessionTTL)}
+	ss.m[id] = &session{expires: now.Add(sessionTTL), flash: flash}
 	return id
 }
 
@@ -192,6 +193,7 @@ func (s *Server) servePage(w http.ResponseWriter, r *http.Request) {
 	var flash string
 	switch {
 	case s.token == "":
+		s.sessions.valid(r, &flash) // a session without a token only carries the flash
 	case r.URL.Query().Has("token"):
 		if fromOtherSite(r) {
 			// Any page can make a browser fetch /?token=x (an <img>,
@@ -238,16 +240,24 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 
 // newSession starts a session and sets its cookie on w.
 func (s *Server) newSession(w http.ResponseWriter, r *http.Request) {
+	setSession(w, s.sessions.start(""))
+	s.logger.Info("status page login", "remote", r.RemoteAddr)
+}
+
+// setSession sets the cookie of the session id on w.
+func setSession(w http.ResponseWriter, id string) {
 	http.SetCookie(w, &http.Cookie{
-		Name: cookieName, Value: s.sessions.start(), Path: "/", MaxAge: int(sessionTTL / time.Second),
+		Name: cookieName, Value: id, Path: "/", MaxAge: int(sessionTTL / time.Second),
 		HttpOnly: true, SameSite: http.SameSiteStrictMode,
 	})
-	s.logger.Info("status page login", "remote", r.RemoteAddr)
 }
 
 // action serves a button: it asks for the action as the admin API's
 // endpoint does, then sends the browser back to the page, which shows the
-// outcome once.
+// outcome once. The outcome is kept in the browser's session; without a
+// token there is no login, so a session is started for it. The message
+// stays on the host, so no other page (another port of the same host
+// can set this origin's cookies) can make the page say what it likes.
 func (s *Server) action(what string, do func(Plugins, string) *apiError) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if s.token != "" && !s.sessions.valid(r, nil) {
@@ -260,7 +270,11 @@ func (s *Server) action(what string, do func(Plugins, string) *apiError) http.Ha
 			msg = fmt.Sprintf("%s: %s refused: %s", name, what, e.message)
 		}
 		s.logger.Info("operator action from the status page", "action", what, "plugin", name, "remote", r.RemoteAddr)
-		s.sessions.setFlash(r, msg)
+		if s.token == "" && !s.sessions.valid(r, nil) {
+			setSession(w, s.sessions.start(msg))
+		} else {
+			s.sessions.setFlash(r, msg)
+		}
 		http.Redirect(w, r, "/", http.StatusSeeOther)
 	})
 }

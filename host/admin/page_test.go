@@ -380,3 +380,31 @@ func TestTokenNeverLogged(t *testing.T) {
 		t.Errorf("log shows a session cookie:\n%s", log)
 	}
 }
+
+// TestPageButtonsWithoutToken: without a token there is no login, and
+// the page still shows a button's outcome once, as it does with one.
+func TestPageButtonsWithoutToken(t *testing.T) {
+	p := newPage(t, "", statuses)
+	same := http.Header{"Sec-Fetch-Site": {"same-origin"}}
+	r := p.send(t, "POST", "/plugins/broken/upgrade", url.Values{}, same)
+	if r.code != http.StatusSeeOther || r.header.Get("Location") != "/" {
+		t.Fatalf("POST /plugins/broken/upgrade = %d %s, want 303 to /", r.code, r.body)
+	}
+	hdr := sessionCookie(t, r)
+	hdr.Set("Sec-Fetch-Site", "same-origin")
+	const refused = "broken: upgrade refused: plugin binary does not match its sha256 pin"
+	if page := p.send(t, "GET", "/", nil, hdr).body; !strings.Contains(page, refused) {
+		t.Errorf("the page after a refused upgrade does not say why:\n%s", page)
+	}
+	if page := p.send(t, "GET", "/", nil, hdr).body; strings.Contains(page, "refused") {
+		t.Errorf("the page shows the outcome again on the next load:\n%s", page)
+	}
+	// The next button reuses the browser's session.
+	r = p.send(t, "POST", "/plugins/hello/restart", url.Values{}, hdr)
+	if r.code != http.StatusSeeOther || r.header.Get("Set-Cookie") != "" {
+		t.Errorf("POST /plugins/hello/restart with a session = %d, Set-Cookie %q; want 303 and no new cookie", r.code, r.header.Get("Set-Cookie"))
+	}
+	if page := p.send(t, "GET", "/", nil, hdr).body; !strings.Contains(page, "hello: restart asked for.") {
+		t.Errorf("the page after a restart does not say so:\n%s", page)
+	}
+}
