@@ -408,3 +408,57 @@ func TestPageButtonsWithoutToken(t *testing.T) {
 		t.Errorf("the page after a restart does not say so:\n%s", page)
 	}
 }
+
+// TestRatesAcrossReset: a reload that removes a plugin and adds it back
+// starts its series from zero. Once the new counters have climbed past
+// the old ones, the first and last samples of the window alone look
+// continuous; the rates must still count from the reset, as
+// Prometheus's rate() does, for the requests and the p99 alike.
+func TestRatesAcrossReset(t *testing.T) {
+	p := newPage(t, "", statuses)
+	m := p.metrics
+	observe := func(n int, secs float64) {
+		m.Requests.WithLabelValues("hello", "200").Add(float64(n))
+		for range n {
+			m.RequestDuration.WithLabelValues("hello").Observe(secs)
+		}
+	}
+	// The sample New took leaves the window; the next ones cover 50s.
+	p.clock.add(40 * time.Second)
+	observe(100, 2)
+	admin.Sample(p.h) // 100 slow requests
+	p.clock.add(10 * time.Second)
+	m.Forget("hello") // a reload removes hello
+	admin.Sample(p.h)
+	p.clock.add(40 * time.Second)
+	observe(150, 0.003) // hello is back, and 150 fast requests later
+	r := p.send(t, "GET", "/v1/status", nil, nil)
+	var v admin.Overview
+	if err := json.Unmarshal([]byte(r.body), &v); err != nil {
+		t.Fatalf("GET /v1/status = %d %s: %v", r.code, r.body, err)
+	}
+	if v.WindowSeconds != 50 {
+		t.Fatalf("window_seconds = %v, want 50", v.WindowSeconds)
+	}
+	for _, pl := range v.Plugins {
+		if pl.Name != "hello" {
+			continue
+		}
+		if pl.RequestRate == nil || !near(*pl.RequestRate, 150/50.0) {
+			t.Errorf("hello's request_rate = %v, want %v: 150 requests since the reset in 50s", deref(pl.RequestRate), 150/50.0)
+		}
+		// 150 requests in the 2.5–5ms bucket: the 148.5th of them.
+		if want := 0.0025 + 0.0025*148.5/150; pl.P99Seconds == nil || !near(*pl.P99Seconds, want) {
+			t.Errorf("hello's p99_seconds = %v, want %v", deref(pl.P99Seconds), want)
+		}
+		return
+	}
+	t.Fatalf("no hello in %s", r.body)
+}
+
+func deref(f *float64) any {
+	if f == nil {
+		return nil
+	}
+	return *f
+}
