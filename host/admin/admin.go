@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"html/template"
+	"io"
 	"net"
 	"net/http"
 	"net/netip"
@@ -222,17 +223,28 @@ func New(g prometheus.Gatherer, plugins Plugins, opts Options) *Server {
 	api.HandleFunc("POST /v1/plugins/{name}/faults", func(w http.ResponseWriter, r *http.Request) {
 		// The body is checked whatever the debug setting: a malformed
 		// request is the client's error (400), not a refusal (403).
-		var body struct {
-			Faults []faultJSON `json:"faults"`
+		// A null, or a body without its list, would clear every fault,
+		// which only DELETE or an empty list is meant to do.
+		var body *struct {
+			Faults *[]faultJSON `json:"faults"`
 		}
+		const shape = "body must be {\"faults\":[{\"point\":...,\"delay\":\"2s\",\"error\":...}]}"
 		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&body); err != nil {
-			sdk.WriteError(w, http.StatusBadRequest, "bad_request", "body must be {\"faults\":[{\"point\":...,\"delay\":\"2s\",\"error\":...}]}: "+err.Error())
+			sdk.WriteError(w, http.StatusBadRequest, "bad_request", shape+": "+err.Error())
 			return
 		}
-		list := make([]Fault, 0, len(body.Faults))
-		for _, f := range body.Faults {
+		if body == nil || body.Faults == nil {
+			sdk.WriteError(w, http.StatusBadRequest, "bad_request", shape+", with a list of faults (an empty one clears them)")
+			return
+		}
+		if _, err := dec.Token(); err != io.EOF {
+			sdk.WriteError(w, http.StatusBadRequest, "bad_request", shape+", and nothing after it")
+			return
+		}
+		list := make([]Fault, 0, len(*body.Faults))
+		for _, f := range *body.Faults {
 			if f.Point == "" {
 				sdk.WriteError(w, http.StatusBadRequest, "bad_request", "every fault needs a point")
 				return

@@ -376,6 +376,12 @@ func TestFaults(t *testing.T) {
 		{"neither delay nor error", "/v1/plugins/hello/faults", `{"faults":[{"point":"p"}]}`, http.StatusBadRequest, "bad_request", nil},
 		{"sub-millisecond delay", "/v1/plugins/hello/faults", `{"faults":[{"point":"p","delay":"500us"}]}`, http.StatusBadRequest, "bad_request", nil},
 		{"point the plugin does not declare", "/v1/plugins/hello/faults", `{"faults":[{"point":"misspelt","delay":"1s"}]}`, http.StatusBadRequest, "unknown_fault_point", nil},
+		// None of these may reach the plugin, which would clear its faults.
+		{"null", "/v1/plugins/hello/faults", `null`, http.StatusBadRequest, "bad_request", nil},
+		{"no faults field", "/v1/plugins/hello/faults", `{}`, http.StatusBadRequest, "bad_request", nil},
+		{"faults null", "/v1/plugins/hello/faults", `{"faults":null}`, http.StatusBadRequest, "bad_request", nil},
+		{"trailing garbage", "/v1/plugins/hello/faults", `{"faults":[]} garbage`, http.StatusBadRequest, "bad_request", nil},
+		{"two bodies", "/v1/plugins/hello/faults", `{"faults":[]}{"faults":[]}`, http.StatusBadRequest, "bad_request", nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -396,6 +402,11 @@ func TestFaults(t *testing.T) {
 			}
 		})
 	}
+	plugins.mu.Lock()
+	if len(plugins.faults) != 1 {
+		t.Errorf("after refused bodies the plugin holds faults %v, want the one set first", plugins.faults)
+	}
+	plugins.mu.Unlock()
 	if r := do(t, srv, http.MethodDelete, "/v1/plugins/hello/faults", auth); r.code != http.StatusOK {
 		t.Fatalf("DELETE faults = %d %s, want 200", r.code, r.body)
 	}
