@@ -360,12 +360,12 @@ func (s *Server) auth(next http.Handler) http.Handler {
 	if s.token == "" {
 		return notFoundJSON(next)
 	}
-	want := []byte("Bearer " + s.token)
+	want := []byte(s.token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got := []byte(r.Header.Get("Authorization"))
+		got, bearer := bearerToken(r.Header.Get("Authorization"))
 		ok, wait := false, time.Duration(0)
-		if len(got) > 0 {
-			ok, wait = s.guard.check(r, got, want)
+		if bearer {
+			ok, wait = s.guard.check(r, []byte(got), want)
 		}
 		if wait > 0 {
 			sdk.WriteError(w, http.StatusTooManyRequests, "too_many_attempts", tooManyGuesses(retryAfter(w, wait)))
@@ -378,6 +378,18 @@ func (s *Server) auth(next http.Handler) http.Handler {
 		}
 		notFoundJSON(next).ServeHTTP(w, r)
 	})
+}
+
+// bearerToken returns the token of an Authorization header of the
+// Bearer scheme, whose name is case-insensitive (RFC 7235 2.1); false
+// when the header is of no scheme or another one, which is not a token
+// to charge as a wrong one.
+func bearerToken(header string) (string, bool) {
+	scheme, token, ok := strings.Cut(header, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	return strings.TrimLeft(token, " "), true
 }
 
 // notFoundJSON turns ServeMux's plain-text 404 and 405 into JSON errors;
