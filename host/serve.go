@@ -214,7 +214,10 @@ func serve(ctx context.Context, logger hclog.Logger, path string, stderr io.Writ
 		ReadTimeout:       10 * time.Second,
 		WriteTimeout:      30 * time.Second,
 		IdleTimeout:       adminIdleTimeout,
-		ErrorLog:          logger.Named("admin").StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),
+		// OPTIONS * then reaches the handler, which answers it the JSON
+		// 404 of any target that names no endpoint.
+		DisableGeneralOptionsHandler: true,
+		ErrorLog:                     logger.Named("admin").StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),
 	}
 	front := ingress.NewFront(ln, h.ingress, ingress.FrontOptions{
 		ReadHeaderTimeout: cfg.Limits.ReadTimeout,

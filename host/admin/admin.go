@@ -17,6 +17,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"path"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -275,19 +276,21 @@ func New(g prometheus.Gatherer, plugins Plugins, opts Options) *Server {
 	cop := s.crossOrigin()
 	mux.Handle("/v1/", cop.Handler(s.auth(api)))
 	s.pageRoutes(mux, cop)
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		sdk.WriteError(w, http.StatusNotFound, "not_found", "no admin endpoint at "+r.URL.Path)
-	})
+	mux.HandleFunc("/", notFound)
+	// Without it, ServeMux would redirect /v1 to /v1/ itself, in HTML.
+	mux.HandleFunc("/v1", notFound)
 	s.mux = mux
 	return s
 }
 
 // ServeHTTP serves the admin listener's routes. A request whose Host
 // header names neither an IP address nor one of the known hosts
-// (Options.Hosts) is refused 421. A CONNECT, or a target of "*" (an
-// HTTP/2 preface, say), names no endpoint: ServeMux would answer it
-// itself, in plain text or with no body at all, so it gets the JSON 404
-// of any other unknown endpoint here.
+// (Options.Hosts) is refused 421. A CONNECT, a target of "*" (an HTTP/2
+// preface, or OPTIONS * when the http.Server passes it on: set its
+// DisableGeneralOptionsHandler), or a path that is not clean names no
+// endpoint: ServeMux would answer it itself, in plain text, with no
+// body at all or with a redirect, so it gets the JSON 404 of any other
+// unknown endpoint here.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !s.knownHost(r.Host) {
 		s.logger.Warn("admin request for an unknown host refused", "host", r.Host, "remote", r.RemoteAddr)
@@ -299,7 +302,32 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		sdk.WriteError(w, http.StatusNotFound, "not_found", "no admin endpoint at "+r.RequestURI)
 		return
 	}
+	if p := r.URL.EscapedPath(); p != cleanPath(p) {
+		// ServeMux would redirect it to its clean form, in HTML and
+		// escaped once more; no client of this API sends one.
+		notFound(w, r)
+		return
+	}
 	s.mux.ServeHTTP(w, r)
+}
+
+// cleanPath is p as ServeMux matches it: rooted, without . or ..
+// elements or doubled slashes, keeping a trailing slash.
+func cleanPath(p string) string {
+	if p == "" || p[0] != '/' {
+		p = "/" + p
+	}
+	np := path.Clean(p)
+	if strings.HasSuffix(p, "/") && np != "/" {
+		np += "/"
+	}
+	return np
+}
+
+// notFound answers the JSON 404 of a path the admin listener does not
+// serve.
+func notFound(w http.ResponseWriter, r *http.Request) {
+	sdk.WriteError(w, http.StatusNotFound, "not_found", "no admin endpoint at "+r.URL.Path)
 }
 
 // knownHost reports whether a Host header of hostport names the admin

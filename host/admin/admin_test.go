@@ -129,7 +129,9 @@ func do(t *testing.T, srv *httptest.Server, method, path, auth string) response 
 	if auth != "" {
 		req.Header.Set("Authorization", auth)
 	}
-	resp, err := srv.Client().Do(req)
+	c := *srv.Client()
+	c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	resp, err := c.Do(req)
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, path, err)
 	}
@@ -461,5 +463,27 @@ func TestHostHeader(t *testing.T) {
 		if resp.StatusCode != tt.want {
 			t.Errorf("GET /v1/plugins with Host %q = %d, want %d", tt.host, resp.StatusCode, tt.want)
 		}
+	}
+}
+
+// TestNonCanonicalPaths: paths ServeMux would redirect to a clean form,
+// in HTML, are the JSON 404 of any unknown path.
+func TestNonCanonicalPaths(t *testing.T) {
+	srv, plugins := newServer(t, "")
+	for _, tt := range []struct{ method, path string }{
+		{"GET", "/v1"},
+		{"GET", "/v1/plugins/../%3Cimg"},
+		{"GET", "/v1/./plugins"},
+		{"GET", "//v1/plugins"},
+		{"GET", "/v1/plugins/"},
+		{"POST", "/v1/plugins/hello/../hello/restart"},
+	} {
+		r := do(t, srv, tt.method, tt.path, "")
+		if r.code != http.StatusNotFound || r.errorCode() != "not_found" || r.header.Get("Location") != "" {
+			t.Errorf("%s %s = %d %s (Location %q), want 404 not_found", tt.method, tt.path, r.code, r.body, r.header.Get("Location"))
+		}
+	}
+	if got := plugins.restarts(); len(got) != 0 {
+		t.Errorf("restarts = %q, want none", got)
 	}
 }

@@ -1,11 +1,14 @@
 package e2e
 
 import (
+	"bufio"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestAdminRefusesUnknownHost rebinds a name to the admin listener, as a
@@ -60,5 +63,44 @@ func TestAdminRefusesUnknownHost(t *testing.T) {
 		if resp, body := send(t, "GET", "/v1/plugins", host, ""); resp.StatusCode != http.StatusOK {
 			t.Errorf("GET /v1/plugins for Host %q = %d %s, want 200", host, resp.StatusCode, body)
 		}
+	}
+}
+
+// TestAdminNonCanonicalTargets sends targets that net/http's ServeMux
+// and Server would answer themselves, with an HTML redirect or an empty
+// 200, through the host binary: each must be the admin listener's JSON
+// 404, without a Location.
+func TestAdminNonCanonicalTargets(t *testing.T) {
+	h := startHost(t, baseConfig("2s")+pluginBlock("hello", "hello", ""))
+	addr := strings.TrimPrefix(h.admin, "http://")
+	for _, line := range []string{
+		"GET /v1 HTTP/1.1",
+		"GET /v1/plugins/../%3Cimg%20src=x%3E HTTP/1.1",
+		"GET /v1/./plugins HTTP/1.1",
+		"GET //v1/plugins HTTP/1.1",
+		"POST /v1/plugins/hello/../hello/restart HTTP/1.1",
+		"OPTIONS * HTTP/1.1",
+	} {
+		conn, err := net.DialTimeout("tcp", addr, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := io.WriteString(conn, line+"\r\nHost: "+addr+"\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			t.Fatalf("%s: %v", line, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		_ = conn.Close()
+		checkJSONError(t, line, resp, body, http.StatusNotFound, "not_found")
+		if loc := resp.Header.Get("Location"); loc != "" {
+			t.Errorf("%s: Location %q, want none", line, loc)
+		}
+	}
+	if r := h.plugins()["hello"].Restarts; r != 0 {
+		t.Errorf("hello restarts after a non-canonical restart = %d, want 0", r)
 	}
 }
