@@ -283,7 +283,9 @@ func New(g prometheus.Gatherer, plugins Plugins, opts Options) *Server {
 	return s
 }
 
-// ServeHTTP serves the admin listener's routes. A request whose Host
+// ServeHTTP serves the admin listener's routes, every answer with
+// Cache-Control: no-store and X-Content-Type-Options: nosniff. A
+// request whose Host
 // header names neither an IP address nor one of the known hosts
 // (Options.Hosts) is refused 421. A CONNECT, a target of "*" (an HTTP/2
 // preface, or OPTIONS * when the http.Server passes it on: set its
@@ -292,6 +294,12 @@ func New(g prometheus.Gatherer, plugins Plugins, opts Options) *Server {
 // body at all or with a redirect, so it gets the JSON 404 of any other
 // unknown endpoint here.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	// Every answer is about the host now, and some carry a session's
+	// cookie: none is to be kept by a cache. None is to be read as
+	// another type than it says, JSON as HTML least of all.
+	h := w.Header()
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Content-Type-Options", "nosniff")
 	if !s.knownHost(r.Host) {
 		s.logger.Warn("admin request for an unknown host refused", "host", r.Host, "remote", r.RemoteAddr)
 		sdk.WriteError(w, http.StatusMisdirectedRequest, "unknown_host",

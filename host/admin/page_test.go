@@ -462,3 +462,37 @@ func deref(f *float64) any {
 	}
 	return *f
 }
+
+// TestNoStoreNoSniff: no answer of the admin listener may be cached,
+// the 303 that sets a session's cookie least of all, and none may be
+// sniffed as another type.
+func TestNoStoreNoSniff(t *testing.T) {
+	p := newPage(t, pageToken, statuses)
+	auth := http.Header{"Authorization": {"Bearer " + pageToken}}
+	for _, tt := range []struct {
+		method, path string
+		hdr          http.Header
+		want         int
+	}{
+		{"GET", "/v1/plugins", auth, http.StatusOK},
+		{"GET", "/v1/status", auth, http.StatusOK},
+		{"GET", "/v1/plugins", nil, http.StatusUnauthorized},
+		{"GET", "/v1/nothing", auth, http.StatusNotFound},
+		{"GET", "/nothing", nil, http.StatusNotFound},
+		{"POST", "/v1/plugins/hello/restart", auth, http.StatusAccepted},
+		{"GET", "/?token=" + pageToken, nil, http.StatusSeeOther},
+		{"GET", "/", nil, http.StatusUnauthorized},
+		{"GET", "/metrics", nil, http.StatusOK},
+	} {
+		r := p.send(t, tt.method, tt.path, nil, tt.hdr)
+		if r.code != tt.want {
+			t.Errorf("%s %s = %d, want %d", tt.method, tt.path, r.code, tt.want)
+		}
+		if got := r.header.Get("Cache-Control"); got != "no-store" {
+			t.Errorf("%s %s: Cache-Control %q, want no-store", tt.method, tt.path, got)
+		}
+		if got := r.header.Get("X-Content-Type-Options"); got != "nosniff" {
+			t.Errorf("%s %s: X-Content-Type-Options %q, want nosniff", tt.method, tt.path, got)
+		}
+	}
+}
