@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"html/template"
+	"mime"
 	"net/http"
 	"strings"
 	"sync"
@@ -226,8 +227,12 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "/", http.StatusSeeOther)
 		return
 	}
+	// Only the login form's own encoding holds a token: a body of
+	// another type (multipart, JSON) parses as a form without one, and
+	// must not be taken, and charged, as a wrong token.
 	r.Body = http.MaxBytesReader(w, r.Body, 4<<10)
-	if err := r.ParseForm(); err != nil {
+	mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if err := r.ParseForm(); err != nil || mt != "application/x-www-form-urlencoded" || !r.PostForm.Has("token") {
 		s.render(w, http.StatusBadRequest, pageData{Message: "The login form could not be read."})
 		return
 	}
