@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -150,9 +149,9 @@ func serve(ctx context.Context, logger hclog.Logger, path string, stderr io.Writ
 		printDiags(stderr, cfg, diags)
 		return errReported
 	}
-	token, err := readToken(cfg.Admin.TokenFile)
-	if err != nil {
-		printDiags(stderr, cfg, hcl.Diagnostics{{Severity: hcl.DiagError, Summary: "Unreadable admin token file", Detail: err.Error()}})
+	token, tdiags := readToken(cfg)
+	if tdiags.HasErrors() {
+		printDiags(stderr, cfg, tdiags)
 		return errReported
 	}
 	ln, err := net.Listen("tcp", cfg.Listen)
@@ -555,6 +554,7 @@ func (h *host) reload(path string) {
 	}
 	if h.cfg != nil {
 		h.warnStatic(h.cfg, cfg)
+		h.warnTokenFile(cfg)
 		if cfg.Debug.Faults != h.cfg.Debug.Faults {
 			h.reloadFaults(cfg.Debug.Faults)
 		}
@@ -604,6 +604,26 @@ func (h *host) warnStatic(old, cfg *config.Config) {
 	if len(keys) > 0 {
 		h.logger.Warn("these settings do not change on reload; restart the host to apply them", "keys", strings.Join(keys, ", "))
 	}
+}
+
+// warnTokenFile warns, with the diagnostics run would print, when a
+// reload finds the admin token file unusable: the running host keeps the
+// token it read when it started, but a restart would fail.
+func (h *host) warnTokenFile(cfg *config.Config) {
+	diags := checkTokenFile(cfg)
+	if !diags.HasErrors() {
+		_, diags = readToken(cfg)
+	}
+	if !diags.HasErrors() {
+		return
+	}
+	for _, d := range diags {
+		d.Severity = hcl.DiagWarning
+	}
+	var b strings.Builder
+	printDiags(&b, cfg, diags)
+	h.logger.Warn("admin token file unusable; the host keeps the token it read at start, but would not start with this file",
+		"diagnostics", b.String())
 }
 
 // reloadFaults applies a reload's debug.faults: the admin API's fault
@@ -732,19 +752,4 @@ func adminHosts(cfg *config.Config) []string {
 		hosts = append(hosts, host)
 	}
 	return hosts
-}
-
-func readToken(path string) (string, error) {
-	if path == "" {
-		return "", nil
-	}
-	b, err := os.ReadFile(filepath.Clean(path))
-	if err != nil {
-		return "", fmt.Errorf("read admin token: %w", err)
-	}
-	t := strings.TrimSpace(string(b))
-	if t == "" {
-		return "", errors.New("admin token file is empty")
-	}
-	return t, nil
 }

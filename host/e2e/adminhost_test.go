@@ -2,10 +2,12 @@ package e2e
 
 import (
 	"bufio"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -102,5 +104,28 @@ func TestAdminNonCanonicalTargets(t *testing.T) {
 	}
 	if r := h.plugins()["hello"].Restarts; r != 0 {
 		t.Errorf("hello restarts after a non-canonical restart = %d, want 0", r)
+	}
+}
+
+// TestReloadWarnsOfUnusableTokenFile: a reload that finds the admin
+// token file open to other users, which run would refuse, warns with the
+// diagnostic at token_file, and the host keeps the token it started with.
+func TestReloadWarnsOfUnusableTokenFile(t *testing.T) {
+	const token = "reload-t0ken"
+	cfg, tokenFile := tokenConfig(t, "2s", token)
+	h := startHost(t, cfg)
+	if err := os.Chmod(tokenFile, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	h.reload(cfg, "config reloaded")
+	line := 1 + strings.Count(cfg[:strings.Index(cfg, "token_file")], "\n")
+	log := h.log.String()
+	for _, want := range []string{"admin token file unusable", "Admin token file open to other users", fmt.Sprintf("%s:%d", h.cfgPath, line)} {
+		if !strings.Contains(log, want) {
+			t.Errorf("the log after a reload with a 0644 token file has no %q:\n%s", want, log)
+		}
+	}
+	if code, body := do(t, "GET", h.admin+"/v1/plugins", nil, http.Header{"Authorization": {"Bearer " + token}}); code != http.StatusOK {
+		t.Errorf("GET /v1/plugins with the token after the reload = %d %s, want 200", code, body)
 	}
 }
