@@ -9,7 +9,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -149,9 +149,9 @@ func serve(ctx context.Context, logger hclog.Logger, path string, stderr io.Writ
 		printDiags(stderr, cfg, diags)
 		return errReported
 	}
-	token, err := readToken(cfg.Admin.TokenFile)
-	if err != nil {
-		printDiags(stderr, cfg, hcl.Diagnostics{{Severity: hcl.DiagError, Summary: "Unreadable admin token file", Detail: err.Error()}})
+	token, tdiags := readToken(cfg)
+	if tdiags.HasErrors() {
+		printDiags(stderr, cfg, tdiags)
 		return errReported
 	}
 	ln, err := net.Listen("tcp", cfg.Listen)
@@ -205,7 +205,7 @@ func serve(ctx context.Context, logger hclog.Logger, path string, stderr io.Writ
 	}
 	gatherer := &metrics.Gatherer{Host: h.metrics, Sources: h.sources, Timeout: cfg.Health.Timeout, Logger: logger.Named("metrics")}
 	adminHandler := admin.New(gatherer, h, admin.Options{Token: token, Faults: cfg.Debug.Faults,
-		Stats: h.metrics.Registry, Logger: logger.Named("admin")})
+		Stats: h.metrics.Registry, Logger: logger.Named("admin"), Hosts: adminHosts(cfg)})
 	defer adminHandler.Close()
 	h.admin = adminHandler
 	adminSrv := &http.Server{
@@ -214,7 +214,10 @@ func serve(ctx context.Context, logger hclog.Logger, path string, stderr io.Writ
 		ReadTimeout:       10 * time.Second,
 		WriteTimeout:      30 * time.Second,
 		IdleTimeout:       adminIdleTimeout,
-		ErrorLog:          logger.Named("admin").StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),
+		// OPTIONS * then reaches the handler, which answers it the JSON
+		// 404 of any target that names no endpoint.
+		DisableGeneralOptionsHandler: true,
+		ErrorLog:                     logger.Named("admin").StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),
 	}
 	front := ingress.NewFront(ln, h.ingress, ingress.FrontOptions{
 		ReadHeaderTimeout: cfg.Limits.ReadTimeout,
@@ -552,6 +555,7 @@ func (h *host) reload(path string) {
 	}
 	if h.cfg != nil {
 		h.warnStatic(h.cfg, cfg)
+		h.warnTokenFile(cfg)
 		if cfg.Debug.Faults != h.cfg.Debug.Faults {
 			h.reloadFaults(cfg.Debug.Faults)
 		}
@@ -584,7 +588,8 @@ func (h *host) warnStatic(old, cfg *config.Config) {
 	if cfg.Listen != old.Listen {
 		keys = append(keys, "listen")
 	}
-	if cfg.Admin != old.Admin {
+	if cfg.Admin.Listen != old.Admin.Listen || cfg.Admin.TokenFile != old.Admin.TokenFile ||
+		!slices.Equal(cfg.Admin.Hosts, old.Admin.Hosts) {
 		keys = append(keys, "admin")
 	}
 	if cfg.Limits.MaxConns != old.Limits.MaxConns || cfg.Limits.MaxConnsPerIP != old.Limits.MaxConnsPerIP {
@@ -600,6 +605,26 @@ func (h *host) warnStatic(old, cfg *config.Config) {
 	if len(keys) > 0 {
 		h.logger.Warn("these settings do not change on reload; restart the host to apply them", "keys", strings.Join(keys, ", "))
 	}
+}
+
+// warnTokenFile warns, with the diagnostics run would print, when a
+// reload finds the admin token file unusable: the running host keeps the
+// token it read when it started, but a restart would fail.
+func (h *host) warnTokenFile(cfg *config.Config) {
+	diags := checkTokenFile(cfg)
+	if !diags.HasErrors() {
+		_, diags = readToken(cfg)
+	}
+	if !diags.HasErrors() {
+		return
+	}
+	for _, d := range diags {
+		d.Severity = hcl.DiagWarning
+	}
+	var b strings.Builder
+	printDiags(&b, cfg, diags)
+	h.logger.Warn("admin token file unusable; the host keeps the token it read at start, but would not start with this file",
+		"diagnostics", b.String())
 }
 
 // reloadFaults applies a reload's debug.faults: the admin API's fault
@@ -719,17 +744,13 @@ func (h *host) SetFaults(ctx context.Context, name string, faults []admin.Fault)
 	return out, nil
 }
 
-func readToken(path string) (string, error) {
-	if path == "" {
-		return "", nil
+// adminHosts are the names the admin listener answers besides IP
+// addresses and localhost: its listen address's host, if a name, and
+// admin.hosts.
+func adminHosts(cfg *config.Config) []string {
+	hosts := slices.Clone(cfg.Admin.Hosts)
+	if host, _, err := net.SplitHostPort(cfg.Admin.Listen); err == nil && host != "" {
+		hosts = append(hosts, host)
 	}
-	b, err := os.ReadFile(filepath.Clean(path))
-	if err != nil {
-		return "", fmt.Errorf("read admin token: %w", err)
-	}
-	t := strings.TrimSpace(string(b))
-	if t == "" {
-		return "", errors.New("admin token file is empty")
-	}
-	return t, nil
+	return hosts
 }

@@ -23,7 +23,9 @@ func TestTokenFileMode(t *testing.T) {
 		name    string
 		mode    fs.FileMode // 0: no file at all
 		dir     bool
+		content string   // "": "s3cret\n"
 		wantErr []string // empty: valid
+		runOnly bool     // validate does not read the token
 	}{
 		{name: "owner only", mode: 0o600},
 		{name: "owner read-only", mode: 0o400},
@@ -33,6 +35,9 @@ func TestTokenFileMode(t *testing.T) {
 		{name: "group writable", mode: 0o620, wantErr: []string{"has mode 0620", "chmod 600"}},
 		{name: "missing", wantErr: []string{"Unreadable admin token file", "no such file"}},
 		{name: "a directory", mode: 0o700, dir: true, wantErr: []string{"Unreadable admin token file", "not a regular file"}},
+		{name: "empty", mode: 0o600, content: " \n\n", wantErr: []string{"Empty admin token file"}, runOnly: true},
+		{name: "two lines", mode: 0o600, content: "s3cret\nmore\n", wantErr: []string{"Admin token cannot be sent", "line break"}, runOnly: true},
+		{name: "a NUL inside", mode: 0o600, content: "s3\x00cret", wantErr: []string{"Admin token cannot be sent"}, runOnly: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -43,7 +48,11 @@ func TestTokenFileMode(t *testing.T) {
 					t.Fatal(err)
 				}
 			case tt.mode != 0:
-				if err := os.WriteFile(token, []byte("s3cret\n"), 0o600); err != nil {
+				content := tt.content
+				if content == "" {
+					content = "s3cret\n"
+				}
+				if err := os.WriteFile(token, []byte(content), 0o600); err != nil {
 					t.Fatal(err)
 				}
 				if err := os.Chmod(token, tt.mode); err != nil { // not subject to the umask
@@ -58,6 +67,9 @@ func TestTokenFileMode(t *testing.T) {
 				cmds = append(cmds, "run") // refused before it listens
 			}
 			for _, cmd := range cmds {
+				if tt.runOnly && cmd == "validate" {
+					continue
+				}
 				ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 				var out, errOut testbin.SyncBuffer
 				err := run(ctx, []string{cmd, "-config", cfg}, &out, &errOut)

@@ -13,8 +13,13 @@ import (
 	"errors"
 	"fmt"
 	"html/template"
+	"io"
+	"net"
 	"net/http"
+	"net/netip"
+	"path"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -95,6 +100,14 @@ type Options struct {
 	// Logger gets the status page's logins and operator actions; nil
 	// logs nothing. The token is never logged.
 	Logger hclog.Logger
+	// Hosts are the names, besides IP literals and localhost, that a
+	// request's Host header may carry (the listen address's host and
+	// the host config's admin.hosts). Any other name is refused 421, so
+	// that a name an attacker rebinds to the listener's address (DNS
+	// rebinding) reaches nothing: the browser would treat the listener
+	// as that name's origin, sending the attacker's requests as
+	// same-origin.
+	Hosts []string
 }
 
 // Server is the admin listener's handler. Call Close when done with it.
@@ -110,6 +123,8 @@ type Server struct {
 	page     *template.Template
 	// faults is Options.Faults, as SetFaultsEnabled last set it.
 	faults atomic.Bool
+	// hosts are Options.Hosts, lowercased.
+	hosts map[string]bool
 }
 
 // New returns the admin handler. It starts a goroutine that samples
@@ -137,6 +152,10 @@ func New(g prometheus.Gatherer, plugins Plugins, opts Options) *Server {
 		sessions: newSessions(opts.Now),
 		guard:    newGuard(opts.Now),
 		page:     pageTemplate,
+		hosts:    map[string]bool{"localhost": true},
+	}
+	for _, h := range opts.Hosts {
+		s.hosts[strings.ToLower(h)] = true
 	}
 	s.faults.Store(opts.Faults)
 	mux := http.NewServeMux()
@@ -205,17 +224,28 @@ func New(g prometheus.Gatherer, plugins Plugins, opts Options) *Server {
 	api.HandleFunc("POST /v1/plugins/{name}/faults", func(w http.ResponseWriter, r *http.Request) {
 		// The body is checked whatever the debug setting: a malformed
 		// request is the client's error (400), not a refusal (403).
-		var body struct {
-			Faults []faultJSON `json:"faults"`
+		// A null, or a body without its list, would clear every fault,
+		// which only DELETE or an empty list is meant to do.
+		var body *struct {
+			Faults *[]faultJSON `json:"faults"`
 		}
+		const shape = "body must be {\"faults\":[{\"point\":...,\"delay\":\"2s\",\"error\":...}]}"
 		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&body); err != nil {
-			sdk.WriteError(w, http.StatusBadRequest, "bad_request", "body must be {\"faults\":[{\"point\":...,\"delay\":\"2s\",\"error\":...}]}: "+err.Error())
+			sdk.WriteError(w, http.StatusBadRequest, "bad_request", shape+": "+err.Error())
 			return
 		}
-		list := make([]Fault, 0, len(body.Faults))
-		for _, f := range body.Faults {
+		if body == nil || body.Faults == nil {
+			sdk.WriteError(w, http.StatusBadRequest, "bad_request", shape+", with a list of faults (an empty one clears them)")
+			return
+		}
+		if _, err := dec.Token(); err != io.EOF {
+			sdk.WriteError(w, http.StatusBadRequest, "bad_request", shape+", and nothing after it")
+			return
+		}
+		list := make([]Fault, 0, len(*body.Faults))
+		for _, f := range *body.Faults {
 			if f.Point == "" {
 				sdk.WriteError(w, http.StatusBadRequest, "bad_request", "every fault needs a point")
 				return
@@ -246,23 +276,85 @@ func New(g prometheus.Gatherer, plugins Plugins, opts Options) *Server {
 	cop := s.crossOrigin()
 	mux.Handle("/v1/", cop.Handler(s.auth(api)))
 	s.pageRoutes(mux, cop)
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		sdk.WriteError(w, http.StatusNotFound, "not_found", "no admin endpoint at "+r.URL.Path)
-	})
+	mux.HandleFunc("/", notFound)
+	// Without it, ServeMux would redirect /v1 to /v1/ itself, in HTML.
+	mux.HandleFunc("/v1", notFound)
 	s.mux = mux
 	return s
 }
 
-// ServeHTTP serves the admin listener's routes. A CONNECT, or a target
-// of "*" (an HTTP/2 preface, say), names no endpoint: ServeMux would
-// answer it itself, in plain text or with no body at all, so it gets the
-// JSON 404 of any other unknown endpoint here.
+// ServeHTTP serves the admin listener's routes, every answer with
+// Cache-Control: no-store and X-Content-Type-Options: nosniff. A
+// request whose Host
+// header names neither an IP address nor one of the known hosts
+// (Options.Hosts) is refused 421. A CONNECT, a target of "*" (an HTTP/2
+// preface, or OPTIONS * when the http.Server passes it on: set its
+// DisableGeneralOptionsHandler), or a path that is not clean names no
+// endpoint: ServeMux would answer it itself, in plain text, with no
+// body at all or with a redirect, so it gets the JSON 404 of any other
+// unknown endpoint here.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	// Every answer is about the host now, and some carry a session's
+	// cookie: none is to be kept by a cache. None is to be read as
+	// another type than it says, JSON as HTML least of all.
+	h := w.Header()
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Content-Type-Options", "nosniff")
+	if !s.knownHost(r.Host) {
+		s.logger.Warn("admin request for an unknown host refused", "host", r.Host, "remote", r.RemoteAddr)
+		sdk.WriteError(w, http.StatusMisdirectedRequest, "unknown_host",
+			"the admin listener does not serve "+strconv.Quote(r.Host)+"; use its IP address, localhost, or a name in the host config's admin.hosts")
+		return
+	}
 	if r.Method == http.MethodConnect || r.RequestURI == "*" {
 		sdk.WriteError(w, http.StatusNotFound, "not_found", "no admin endpoint at "+r.RequestURI)
 		return
 	}
+	if p := r.URL.EscapedPath(); p != cleanPath(p) {
+		// ServeMux would redirect it to its clean form, in HTML and
+		// escaped once more; no client of this API sends one.
+		notFound(w, r)
+		return
+	}
 	s.mux.ServeHTTP(w, r)
+}
+
+// cleanPath is p as ServeMux matches it: rooted, without . or ..
+// elements or doubled slashes, keeping a trailing slash.
+func cleanPath(p string) string {
+	if p == "" || p[0] != '/' {
+		p = "/" + p
+	}
+	np := path.Clean(p)
+	if strings.HasSuffix(p, "/") && np != "/" {
+		np += "/"
+	}
+	return np
+}
+
+// notFound answers the JSON 404 of a path the admin listener does not
+// serve.
+func notFound(w http.ResponseWriter, r *http.Request) {
+	sdk.WriteError(w, http.StatusNotFound, "not_found", "no admin endpoint at "+r.URL.Path)
+}
+
+// knownHost reports whether a Host header of hostport names the admin
+// listener: an IP literal, localhost, or one of s.hosts. An empty one,
+// which only an HTTP/1.0 client sends and no browser does, is allowed.
+func (s *Server) knownHost(hostport string) bool {
+	if hostport == "" {
+		return true
+	}
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	} else {
+		host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	}
+	if _, err := netip.ParseAddr(host); err == nil {
+		return true
+	}
+	return s.hosts[strings.ToLower(host)]
 }
 
 // Close stops the goroutine that samples the host's metrics for the
@@ -304,12 +396,12 @@ func (s *Server) auth(next http.Handler) http.Handler {
 	if s.token == "" {
 		return notFoundJSON(next)
 	}
-	want := []byte("Bearer " + s.token)
+	want := []byte(s.token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got := []byte(r.Header.Get("Authorization"))
+		got, bearer := bearerToken(r.Header.Get("Authorization"))
 		ok, wait := false, time.Duration(0)
-		if len(got) > 0 {
-			ok, wait = s.guard.check(r, got, want)
+		if bearer {
+			ok, wait = s.guard.check(r, []byte(got), want)
 		}
 		if wait > 0 {
 			sdk.WriteError(w, http.StatusTooManyRequests, "too_many_attempts", tooManyGuesses(retryAfter(w, wait)))
@@ -322,6 +414,18 @@ func (s *Server) auth(next http.Handler) http.Handler {
 		}
 		notFoundJSON(next).ServeHTTP(w, r)
 	})
+}
+
+// bearerToken returns the token of an Authorization header of the
+// Bearer scheme, whose name is case-insensitive (RFC 7235 2.1); false
+// when the header is of no scheme or another one, which is not a token
+// to charge as a wrong one.
+func bearerToken(header string) (string, bool) {
+	scheme, token, ok := strings.Cut(header, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	return strings.TrimLeft(token, " "), true
 }
 
 // notFoundJSON turns ServeMux's plain-text 404 and 405 into JSON errors;

@@ -129,7 +129,9 @@ func do(t *testing.T, srv *httptest.Server, method, path, auth string) response 
 	if auth != "" {
 		req.Header.Set("Authorization", auth)
 	}
-	resp, err := srv.Client().Do(req)
+	c := *srv.Client()
+	c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	resp, err := c.Do(req)
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, path, err)
 	}
@@ -257,6 +259,10 @@ func TestToken(t *testing.T) {
 		{name: "not bearer", method: "GET", path: "/v1/plugins", auth: token, wantCode: 401},
 		{name: "basic scheme", method: "GET", path: "/v1/plugins", auth: "Basic " + token, wantCode: 401},
 		{name: "right token", method: "GET", path: "/v1/plugins", auth: "Bearer " + token, wantCode: 200},
+		{name: "scheme in lower case", method: "GET", path: "/v1/plugins", auth: "bearer " + token, wantCode: 200},
+		{name: "scheme in upper case", method: "GET", path: "/v1/plugins", auth: "BEARER " + token, wantCode: 200},
+		{name: "two spaces after the scheme", method: "GET", path: "/v1/plugins", auth: "Bearer  " + token, wantCode: 200},
+		{name: "scheme glued to the token", method: "GET", path: "/v1/plugins", auth: "Bearer" + token, wantCode: 401},
 		{name: "restart without token", method: "POST", path: "/v1/plugins/hello/restart", wantCode: 401},
 		{name: "restart with token", method: "POST", path: "/v1/plugins/hello/restart", auth: "Bearer " + token, wantCode: 202},
 		{name: "unknown endpoint needs the token first", method: "GET", path: "/v1/nothing", wantCode: 401},
@@ -376,6 +382,12 @@ func TestFaults(t *testing.T) {
 		{"neither delay nor error", "/v1/plugins/hello/faults", `{"faults":[{"point":"p"}]}`, http.StatusBadRequest, "bad_request", nil},
 		{"sub-millisecond delay", "/v1/plugins/hello/faults", `{"faults":[{"point":"p","delay":"500us"}]}`, http.StatusBadRequest, "bad_request", nil},
 		{"point the plugin does not declare", "/v1/plugins/hello/faults", `{"faults":[{"point":"misspelt","delay":"1s"}]}`, http.StatusBadRequest, "unknown_fault_point", nil},
+		// None of these may reach the plugin, which would clear its faults.
+		{"null", "/v1/plugins/hello/faults", `null`, http.StatusBadRequest, "bad_request", nil},
+		{"no faults field", "/v1/plugins/hello/faults", `{}`, http.StatusBadRequest, "bad_request", nil},
+		{"faults null", "/v1/plugins/hello/faults", `{"faults":null}`, http.StatusBadRequest, "bad_request", nil},
+		{"trailing garbage", "/v1/plugins/hello/faults", `{"faults":[]} garbage`, http.StatusBadRequest, "bad_request", nil},
+		{"two bodies", "/v1/plugins/hello/faults", `{"faults":[]}{"faults":[]}`, http.StatusBadRequest, "bad_request", nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -396,6 +408,11 @@ func TestFaults(t *testing.T) {
 			}
 		})
 	}
+	plugins.mu.Lock()
+	if len(plugins.faults) != 1 {
+		t.Errorf("after refused bodies the plugin holds faults %v, want the one set first", plugins.faults)
+	}
+	plugins.mu.Unlock()
 	if r := do(t, srv, http.MethodDelete, "/v1/plugins/hello/faults", auth); r.code != http.StatusOK {
 		t.Fatalf("DELETE faults = %d %s, want 200", r.code, r.body)
 	}
@@ -403,5 +420,70 @@ func TestFaults(t *testing.T) {
 	defer plugins.mu.Unlock()
 	if len(plugins.faults) != 0 {
 		t.Errorf("after DELETE the plugin set holds faults %v, want none", plugins.faults)
+	}
+}
+
+// TestHostHeader pins which Host headers the listener answers: IP
+// literals, localhost and the names in Options.Hosts; any other name
+// could be one an attacker rebinds to the listener's address.
+func TestHostHeader(t *testing.T) {
+	h := admin.New(prometheus.NewRegistry(), &fakePlugins{statuses: statuses}, admin.Options{Hosts: []string{"Admin.Example"}})
+	t.Cleanup(h.Close)
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	tests := []struct {
+		host string
+		want int
+	}{
+		{"127.0.0.1:9090", http.StatusOK},
+		{"[::1]:9090", http.StatusOK},
+		{"[fe80::1%25eth0]:9090", http.StatusOK},
+		{"10.1.2.3", http.StatusOK},
+		{"localhost:9090", http.StatusOK},
+		{"LocalHost", http.StatusOK},
+		{"admin.example:9090", http.StatusOK},
+		{"ADMIN.EXAMPLE", http.StatusOK},
+		{"rebind.attacker.example:9090", http.StatusMisdirectedRequest},
+		{"localhost.attacker.example", http.StatusMisdirectedRequest},
+		{"127.0.0.1.attacker.example:9090", http.StatusMisdirectedRequest},
+		{"sub.admin.example", http.StatusMisdirectedRequest},
+		{"2130706433:9090", http.StatusMisdirectedRequest},
+	}
+	for _, tt := range tests {
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, srv.URL+"/v1/plugins", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Host = tt.host
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode != tt.want {
+			t.Errorf("GET /v1/plugins with Host %q = %d, want %d", tt.host, resp.StatusCode, tt.want)
+		}
+	}
+}
+
+// TestNonCanonicalPaths: paths ServeMux would redirect to a clean form,
+// in HTML, are the JSON 404 of any unknown path.
+func TestNonCanonicalPaths(t *testing.T) {
+	srv, plugins := newServer(t, "")
+	for _, tt := range []struct{ method, path string }{
+		{"GET", "/v1"},
+		{"GET", "/v1/plugins/../%3Cimg"},
+		{"GET", "/v1/./plugins"},
+		{"GET", "//v1/plugins"},
+		{"GET", "/v1/plugins/"},
+		{"POST", "/v1/plugins/hello/../hello/restart"},
+	} {
+		r := do(t, srv, tt.method, tt.path, "")
+		if r.code != http.StatusNotFound || r.errorCode() != "not_found" || r.header.Get("Location") != "" {
+			t.Errorf("%s %s = %d %s (Location %q), want 404 not_found", tt.method, tt.path, r.code, r.body, r.header.Get("Location"))
+		}
+	}
+	if got := plugins.restarts(); len(got) != 0 {
+		t.Errorf("restarts = %q, want none", got)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"sync"
 	"time"
@@ -13,7 +14,7 @@ import (
 	"golang.org/x/time/rate"
 )
 
-// Wrong admin tokens are limited per client address, as Grafana and
+// Wrong admin tokens are limited per client (clientOf), as Grafana and
 // Jenkins limit failed logins: each address has guessBurst wrong tokens,
 // refilled one per guessEvery, and once they are spent its requests that
 // carry a token, right or wrong, get 429 with Retry-After without the
@@ -44,12 +45,24 @@ func newGuard(now func() time.Time) *guard {
 
 func newAllowance() *rate.Limiter { return rate.NewLimiter(rate.Every(guessEvery), guessBurst) }
 
-// clientOf returns the address r came from, without its port.
+// clientOf returns the client r came from, as its allowance is kept:
+// an IPv4 address, or an IPv6 address's /64, as max_conns_per_ip counts
+// clients. One subscriber usually gets a whole /64 (RFC 6177), and
+// could otherwise have an allowance per address in it.
 func clientOf(r *http.Request) string {
-	if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		host = r.RemoteAddr
+	}
+	ip, err := netip.ParseAddr(host)
+	if err != nil {
 		return host
 	}
-	return r.RemoteAddr
+	if ip = ip.Unmap(); ip.Is4() {
+		return ip.String()
+	}
+	p, _ := ip.WithZone("").Prefix(64)
+	return p.String()
 }
 
 // allowance returns the limiter of r's address. g.mu is held.

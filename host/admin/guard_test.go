@@ -32,6 +32,12 @@ func (p *page) api(t *testing.T, c *http.Client, auth string) response {
 	if auth != "" {
 		req.Header.Set("Authorization", auth)
 	}
+	return roundTrip(t, c, req)
+}
+
+// roundTrip sends req with c and reads the whole answer.
+func roundTrip(t *testing.T, c *http.Client, req *http.Request) response {
+	t.Helper()
 	resp, err := c.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -114,5 +120,75 @@ func TestWrongTokensLimitedAtOnce(t *testing.T) {
 	}
 	if counts[http.StatusUnauthorized] != 10 || counts[http.StatusTooManyRequests] != n-10 {
 		t.Errorf("%d wrong tokens at once answered %v, want 10 × 401 and the rest 429", n, counts)
+	}
+}
+
+// TestOtherSitesSpendNoTokens checks that tokens a browser sends for
+// another site's page (an <img src=".../?token=x">, a form posted to
+// /login) are neither checked nor charged, so that no website can lock
+// the operator out, while the operator's own attempts are.
+func TestOtherSitesSpendNoTokens(t *testing.T) {
+	p := newPage(t, pageToken, nil)
+	for _, site := range []string{"cross-site", "same-site"} {
+		hdr := http.Header{"Sec-Fetch-Site": {site}}
+		for i := range 20 {
+			if r := p.send(t, "GET", "/?token=guess", nil, hdr); r.code != http.StatusUnauthorized {
+				t.Fatalf("GET /?token=guess %d with Sec-Fetch-Site %s = %d, want 401", i, site, r.code)
+			}
+			if r := p.send(t, "POST", "/login", url.Values{"token": {"guess"}}, hdr); r.code != http.StatusForbidden {
+				t.Fatalf("POST /login %d with Sec-Fetch-Site %s = %d, want 403", i, site, r.code)
+			}
+		}
+		if r := p.send(t, "GET", "/?token="+pageToken, nil, hdr); r.code != http.StatusUnauthorized || r.header.Get("Set-Cookie") != "" {
+			t.Errorf("GET /?token=TOKEN with Sec-Fetch-Site %s = %d (Set-Cookie %q), want 401 and no session", site, r.code, r.header.Get("Set-Cookie"))
+		}
+	}
+	for _, site := range []string{"none", "same-origin", ""} {
+		r := p.send(t, "GET", "/?token="+pageToken, nil, http.Header{"Sec-Fetch-Site": {site}})
+		if r.code != http.StatusSeeOther {
+			t.Errorf("GET /?token=TOKEN with Sec-Fetch-Site %q = %d, want 303", site, r.code)
+		}
+	}
+	// The operator's own wrong tokens are still charged.
+	for i := range 10 {
+		if r := p.send(t, "GET", "/?token=guess", nil, http.Header{"Sec-Fetch-Site": {"none"}}); r.code != http.StatusUnauthorized {
+			t.Fatalf("the operator's wrong token %d = %d, want 401", i, r.code)
+		}
+	}
+	if r := p.send(t, "GET", "/?token="+pageToken, nil, nil); r.code != http.StatusTooManyRequests {
+		t.Errorf("the right token after ten wrong ones = %d, want 429", r.code)
+	}
+}
+
+// TestLoginUnreadableForm: a login body the form cannot hold a token in
+// (multipart, JSON, a form without the field) says so and is not
+// charged as a wrong token.
+func TestLoginUnreadableForm(t *testing.T) {
+	p := newPage(t, pageToken, nil)
+	c := p.fromAddr("127.0.0.1")
+	post := func(ctype, body string) response {
+		t.Helper()
+		req, err := http.NewRequestWithContext(t.Context(), "POST", p.srv.URL+"/login", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", ctype)
+		return roundTrip(t, c, req)
+	}
+	for _, tt := range []struct{ ctype, body string }{
+		{"multipart/form-data; boundary=x", "--x\r\nContent-Disposition: form-data; name=\"token\"\r\n\r\nguess\r\n--x--\r\n"},
+		{"application/json", `{"token":"guess"}`},
+		{"text/plain", "token=guess"},
+		{"application/x-www-form-urlencoded", "password=guess"},
+	} {
+		for range 11 {
+			r := post(tt.ctype, tt.body)
+			if r.code != http.StatusBadRequest || !strings.Contains(r.body, "The login form could not be read.") {
+				t.Fatalf("POST /login as %s = %d, want 400 saying the form could not be read:\n%s", tt.ctype, r.code, r.body)
+			}
+		}
+	}
+	if r := post("application/x-www-form-urlencoded", url.Values{"token": {pageToken}}.Encode()); r.code != http.StatusSeeOther {
+		t.Errorf("the right token after unreadable forms = %d, want 303", r.code)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"html/template"
+	"mime"
 	"net/http"
 	"strings"
 	"sync"
@@ -66,8 +67,9 @@ func newSessions(now func() time.Time) *sessions {
 	return &sessions{now: now, m: map[string]*session{}}
 }
 
-// start makes a session and returns its cookie value.
-func (ss *sessions) start() string {
+// start makes a session showing flash next and returns its cookie
+// value.
+func (ss *sessions) start(flash string) string {
 	b := make([]byte, 32)
 	_, _ = rand.Read(b) // never fails (crypto/rand)
 	id := base64.RawURLEncoding.EncodeToString(b)
@@ -85,7 +87,7 @@ func (ss *sessions) start() string {
 	if len(ss.m) >= maxSessions {
 		delete(ss.m, first)
 	}
-	ss.m[id] = &session{expires: now.Add(sessionTTL)}
+	ss.m[id] = &session{expires: now.Add(sessionTTL), flash: flash}
 	return id
 }
 
@@ -178,12 +180,34 @@ func (s *Server) checkToken(w http.ResponseWriter, r *http.Request, got string) 
 	return true
 }
 
+// fromOtherSite reports whether a browser marked r as made for another
+// site's page, or for a page of a sibling subdomain or port
+// (Sec-Fetch-Site cross-site or same-site). The operator's own requests,
+// typed or bookmarked (none) or from the page itself (same-origin), and
+// those of clients that send no Sec-Fetch-Site, are not.
+func fromOtherSite(r *http.Request) bool {
+	switch r.Header.Get("Sec-Fetch-Site") {
+	case "cross-site", "same-site":
+		return true
+	}
+	return false
+}
+
 // servePage serves the status page, or the login form with 401.
 func (s *Server) servePage(w http.ResponseWriter, r *http.Request) {
 	var flash string
 	switch {
 	case s.token == "":
+		s.sessions.valid(r, &flash) // a session without a token only carries the flash
 	case r.URL.Query().Has("token"):
+		if fromOtherSite(r) {
+			// Any page can make a browser fetch /?token=x (an <img>,
+			// a link): were it checked, its wrong tokens would spend
+			// the operator's allowance and lock them out.
+			s.logger.Warn("status page token from another site not checked", "remote", r.RemoteAddr)
+			s.renderLogin(w, "A token in a link from another site is not checked: log in here.")
+			return
+		}
 		if !s.checkToken(w, r, r.URL.Query().Get("token")) {
 			return
 		}
@@ -207,8 +231,12 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "/", http.StatusSeeOther)
 		return
 	}
+	// Only the login form's own encoding holds a token: a body of
+	// another type (multipart, JSON) parses as a form without one, and
+	// must not be taken, and charged, as a wrong token.
 	r.Body = http.MaxBytesReader(w, r.Body, 4<<10)
-	if err := r.ParseForm(); err != nil {
+	mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if err := r.ParseForm(); err != nil || mt != "application/x-www-form-urlencoded" || !r.PostForm.Has("token") {
 		s.render(w, http.StatusBadRequest, pageData{Message: "The login form could not be read."})
 		return
 	}
@@ -221,16 +249,24 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 
 // newSession starts a session and sets its cookie on w.
 func (s *Server) newSession(w http.ResponseWriter, r *http.Request) {
+	setSession(w, s.sessions.start(""))
+	s.logger.Info("status page login", "remote", r.RemoteAddr)
+}
+
+// setSession sets the cookie of the session id on w.
+func setSession(w http.ResponseWriter, id string) {
 	http.SetCookie(w, &http.Cookie{
-		Name: cookieName, Value: s.sessions.start(), Path: "/", MaxAge: int(sessionTTL / time.Second),
+		Name: cookieName, Value: id, Path: "/", MaxAge: int(sessionTTL / time.Second),
 		HttpOnly: true, SameSite: http.SameSiteStrictMode,
 	})
-	s.logger.Info("status page login", "remote", r.RemoteAddr)
 }
 
 // action serves a button: it asks for the action as the admin API's
 // endpoint does, then sends the browser back to the page, which shows the
-// outcome once.
+// outcome once. The outcome is kept in the browser's session; without a
+// token there is no login, so a session is started for it. The message
+// stays on the host, so no other page (another port of the same host
+// can set this origin's cookies) can make the page say what it likes.
 func (s *Server) action(what string, do func(Plugins, string) *apiError) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if s.token != "" && !s.sessions.valid(r, nil) {
@@ -243,7 +279,11 @@ func (s *Server) action(what string, do func(Plugins, string) *apiError) http.Ha
 			msg = fmt.Sprintf("%s: %s refused: %s", name, what, e.message)
 		}
 		s.logger.Info("operator action from the status page", "action", what, "plugin", name, "remote", r.RemoteAddr)
-		s.sessions.setFlash(r, msg)
+		if s.token == "" && !s.sessions.valid(r, nil) {
+			setSession(w, s.sessions.start(msg))
+		} else {
+			s.sessions.setFlash(r, msg)
+		}
 		http.Redirect(w, r, "/", http.StatusSeeOther)
 	})
 }
@@ -327,10 +367,8 @@ func (s *Server) render(w http.ResponseWriter, code int, d pageData) {
 	}
 	h := w.Header()
 	h.Set("Content-Type", "text/html; charset=utf-8")
-	h.Set("Cache-Control", "no-store")
-	h.Set("Referrer-Policy", "no-referrer")
+	h.Set("Referrer-Policy", "no-referrer") // Cache-Control and nosniff: ServeHTTP
 	h.Set("X-Frame-Options", "DENY")
-	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
 	w.WriteHeader(code)
 	_, _ = w.Write(buf.Bytes())

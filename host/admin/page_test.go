@@ -380,3 +380,119 @@ func TestTokenNeverLogged(t *testing.T) {
 		t.Errorf("log shows a session cookie:\n%s", log)
 	}
 }
+
+// TestPageButtonsWithoutToken: without a token there is no login, and
+// the page still shows a button's outcome once, as it does with one.
+func TestPageButtonsWithoutToken(t *testing.T) {
+	p := newPage(t, "", statuses)
+	same := http.Header{"Sec-Fetch-Site": {"same-origin"}}
+	r := p.send(t, "POST", "/plugins/broken/upgrade", url.Values{}, same)
+	if r.code != http.StatusSeeOther || r.header.Get("Location") != "/" {
+		t.Fatalf("POST /plugins/broken/upgrade = %d %s, want 303 to /", r.code, r.body)
+	}
+	hdr := sessionCookie(t, r)
+	hdr.Set("Sec-Fetch-Site", "same-origin")
+	const refused = "broken: upgrade refused: plugin binary does not match its sha256 pin"
+	if page := p.send(t, "GET", "/", nil, hdr).body; !strings.Contains(page, refused) {
+		t.Errorf("the page after a refused upgrade does not say why:\n%s", page)
+	}
+	if page := p.send(t, "GET", "/", nil, hdr).body; strings.Contains(page, "refused") {
+		t.Errorf("the page shows the outcome again on the next load:\n%s", page)
+	}
+	// The next button reuses the browser's session.
+	r = p.send(t, "POST", "/plugins/hello/restart", url.Values{}, hdr)
+	if r.code != http.StatusSeeOther || r.header.Get("Set-Cookie") != "" {
+		t.Errorf("POST /plugins/hello/restart with a session = %d, Set-Cookie %q; want 303 and no new cookie", r.code, r.header.Get("Set-Cookie"))
+	}
+	if page := p.send(t, "GET", "/", nil, hdr).body; !strings.Contains(page, "hello: restart asked for.") {
+		t.Errorf("the page after a restart does not say so:\n%s", page)
+	}
+}
+
+// TestRatesAcrossReset: a reload that removes a plugin and adds it back
+// starts its series from zero. Once the new counters have climbed past
+// the old ones, the first and last samples of the window alone look
+// continuous; the rates must still count from the reset, as
+// Prometheus's rate() does, for the requests and the p99 alike.
+func TestRatesAcrossReset(t *testing.T) {
+	p := newPage(t, "", statuses)
+	m := p.metrics
+	observe := func(n int, secs float64) {
+		m.Requests.WithLabelValues("hello", "200").Add(float64(n))
+		for range n {
+			m.RequestDuration.WithLabelValues("hello").Observe(secs)
+		}
+	}
+	// The sample New took leaves the window; the next ones cover 50s.
+	p.clock.add(40 * time.Second)
+	observe(100, 2)
+	admin.Sample(p.h) // 100 slow requests
+	p.clock.add(10 * time.Second)
+	m.Forget("hello") // a reload removes hello
+	admin.Sample(p.h)
+	p.clock.add(40 * time.Second)
+	observe(150, 0.003) // hello is back, and 150 fast requests later
+	r := p.send(t, "GET", "/v1/status", nil, nil)
+	var v admin.Overview
+	if err := json.Unmarshal([]byte(r.body), &v); err != nil {
+		t.Fatalf("GET /v1/status = %d %s: %v", r.code, r.body, err)
+	}
+	if v.WindowSeconds != 50 {
+		t.Fatalf("window_seconds = %v, want 50", v.WindowSeconds)
+	}
+	for _, pl := range v.Plugins {
+		if pl.Name != "hello" {
+			continue
+		}
+		if pl.RequestRate == nil || !near(*pl.RequestRate, 150/50.0) {
+			t.Errorf("hello's request_rate = %v, want %v: 150 requests since the reset in 50s", deref(pl.RequestRate), 150/50.0)
+		}
+		// 150 requests in the 2.5–5ms bucket: the 148.5th of them.
+		if want := 0.0025 + 0.0025*148.5/150; pl.P99Seconds == nil || !near(*pl.P99Seconds, want) {
+			t.Errorf("hello's p99_seconds = %v, want %v", deref(pl.P99Seconds), want)
+		}
+		return
+	}
+	t.Fatalf("no hello in %s", r.body)
+}
+
+func deref(f *float64) any {
+	if f == nil {
+		return nil
+	}
+	return *f
+}
+
+// TestNoStoreNoSniff: no answer of the admin listener may be cached,
+// the 303 that sets a session's cookie least of all, and none may be
+// sniffed as another type.
+func TestNoStoreNoSniff(t *testing.T) {
+	p := newPage(t, pageToken, statuses)
+	auth := http.Header{"Authorization": {"Bearer " + pageToken}}
+	for _, tt := range []struct {
+		method, path string
+		hdr          http.Header
+		want         int
+	}{
+		{"GET", "/v1/plugins", auth, http.StatusOK},
+		{"GET", "/v1/status", auth, http.StatusOK},
+		{"GET", "/v1/plugins", nil, http.StatusUnauthorized},
+		{"GET", "/v1/nothing", auth, http.StatusNotFound},
+		{"GET", "/nothing", nil, http.StatusNotFound},
+		{"POST", "/v1/plugins/hello/restart", auth, http.StatusAccepted},
+		{"GET", "/?token=" + pageToken, nil, http.StatusSeeOther},
+		{"GET", "/", nil, http.StatusUnauthorized},
+		{"GET", "/metrics", nil, http.StatusOK},
+	} {
+		r := p.send(t, tt.method, tt.path, nil, tt.hdr)
+		if r.code != tt.want {
+			t.Errorf("%s %s = %d, want %d", tt.method, tt.path, r.code, tt.want)
+		}
+		if got := r.header.Get("Cache-Control"); got != "no-store" {
+			t.Errorf("%s %s: Cache-Control %q, want no-store", tt.method, tt.path, got)
+		}
+		if got := r.header.Get("X-Content-Type-Options"); got != "nosniff" {
+			t.Errorf("%s %s: X-Content-Type-Options %q, want nosniff", tt.method, tt.path, got)
+		}
+	}
+}

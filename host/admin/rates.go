@@ -103,32 +103,64 @@ type rates struct {
 	p99      *float64 // seconds; nil when no request ended in between
 }
 
-// between returns the plugin's rates from old to cur. A counter that went
-// down was reset (the plugin's series were removed and made anew by a
-// reload), and counts from zero, as Prometheus's rate() does.
-func between(old, cur *reading, span time.Duration) rates {
-	if old == nil || cur.count < old.count || cur.requests < old.requests {
-		old = &reading{}
+// between returns the plugin's rates over its readings, oldest first,
+// which span span; a nil reading is a sample without the plugin. A
+// counter that went down from one reading to the next was reset (a
+// reload removed the plugin's series and made them anew) and counts
+// from zero there, as Prometheus's rate() does: the increase is the sum
+// of each step's rise, so a counter that restarted and climbed past its
+// old value between two samples in the window is still seen to reset.
+// Each series is taken alone: requests, 5xx answers, the histogram's
+// count and each of its buckets.
+func between(readings []*reading, span time.Duration) rates {
+	orZero := func(r *reading) *reading {
+		if r == nil {
+			return &reading{}
+		}
+		return r
 	}
-	secs := span.Seconds()
-	out := rates{
-		requests: (cur.requests - old.requests) / secs,
-		errors:   max(cur.errors-old.errors, 0) / secs,
-	}
-	n := cur.count - old.count
-	if n == 0 {
-		return out
-	}
+	cur := orZero(readings[len(readings)-1])
 	delta := make([]bucket, len(cur.buckets))
 	for i, b := range cur.buckets {
-		delta[i] = b
-		if i < len(old.buckets) && old.buckets[i].upper == b.upper {
-			delta[i].count -= min(old.buckets[i].count, b.count)
+		delta[i].upper = b.upper
+	}
+	var requests, errors float64
+	var n uint64
+	prev := orZero(readings[0])
+	for _, r := range readings[1:] {
+		r = orZero(r)
+		requests += rise(prev.requests, r.requests)
+		errors += rise(prev.errors, r.errors)
+		n += rise(prev.count, r.count)
+		for i := range delta {
+			if i >= len(r.buckets) || r.buckets[i].upper != delta[i].upper {
+				continue
+			}
+			var was uint64 // a bucket the previous reading lacks is new
+			if i < len(prev.buckets) && prev.buckets[i].upper == delta[i].upper {
+				was = prev.buckets[i].count
+			}
+			delta[i].count += rise(was, r.buckets[i].count)
 		}
+		prev = r
+	}
+	secs := span.Seconds()
+	out := rates{requests: requests / secs, errors: errors / secs}
+	if n == 0 {
+		return out
 	}
 	q := quantile(0.99, delta, n)
 	out.p99 = &q
 	return out
+}
+
+// rise is how much a counter rose from was to now: all of now when it
+// went down, as it was reset to zero in between.
+func rise[T float64 | uint64](was, now T) T {
+	if now < was {
+		return now
+	}
+	return now - was
 }
 
 // quantile estimates the q-quantile of n observations from cumulative
@@ -205,19 +237,19 @@ func (s *sampler) take() {
 	s.ring = append(s.ring, smp)
 }
 
-// since returns a sample taken now and the oldest kept sample at most a
-// window older, for rates over the last window; ok is false when there
-// is none older than now.
-func (s *sampler) since() (cur, old sample, ok bool) {
+// since returns a sample taken now and the kept samples at most a
+// window older, oldest first, for rates over the last window; ok is
+// false when there is none older than now.
+func (s *sampler) since() (cur sample, window []sample, ok bool) {
 	cur = read(s.g, s.now())
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, smp := range s.ring {
 		if age := cur.at.Sub(smp.at); age > 0 && age <= s.window {
-			return cur, smp, true
+			window = append(window, smp)
 		}
 	}
-	return cur, sample{}, false
+	return cur, window, len(window) > 0
 }
 
 // Close stops the sampling goroutine and waits for it.

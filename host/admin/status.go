@@ -42,10 +42,11 @@ type PluginOverview struct {
 // overview reads the plugins' statuses and the host's metrics now.
 func (s *Server) overview() Overview {
 	statuses := s.plugins.Statuses()
-	cur, old, ok := s.rates.since()
+	cur, window, ok := s.rates.since()
 	o := Overview{Time: cur.at, Plugins: make([]PluginOverview, 0, len(statuses))}
-	span := cur.at.Sub(old.at)
+	var span time.Duration
 	if ok {
+		span = cur.at.Sub(window[0].at)
 		o.WindowSeconds = span.Seconds()
 	}
 	for _, st := range statuses {
@@ -59,7 +60,11 @@ func (s *Server) overview() Overview {
 		}
 		p.Inflight, p.Queued = r.inflight, r.held
 		if ok {
-			rt := between(old.plugins[st.Name], r, span)
+			readings := make([]*reading, 0, len(window)+1)
+			for _, smp := range window {
+				readings = append(readings, smp.plugins[st.Name])
+			}
+			rt := between(append(readings, r), span)
 			p.RequestRate, p.ErrorRate, p.P99Seconds = &rt.requests, &rt.errors, rt.p99
 		}
 		o.Plugins = append(o.Plugins, p)

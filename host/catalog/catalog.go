@@ -195,7 +195,7 @@ func Launch(ctx context.Context, path, sha string, opts Options) (*Instance, err
 			fmt.Sprintf("%s=%d", wire.LogRateEnv, opts.LogLimit.Rate),
 			fmt.Sprintf("%s=%d", wire.LogBurstEnv, max(opts.LogLimit.Burst, 1)))
 	}
-	words := &lastWords{}
+	words, tail := &lastWords{}, &stderrTail{}
 	limit := newLogLimiter(opts.LogLimit, opts.Logger, time.Now)
 	stdout := newLineLogger(opts.Logger, "stdout", limit)
 	stderr := newLineLogger(opts.Logger, "stderr", limit)
@@ -214,7 +214,7 @@ func Launch(ctx context.Context, path, sha string, opts Options) (*Instance, err
 		Logger:              goPluginLogger{Logger: opts.Logger, words: words, limit: limit, check: opts.Check},
 		SyncStdout:          stdout,
 		SyncStderr:          stderr,
-		Stderr:              io.Discard,
+		Stderr:              tail,
 		GRPCDialOptions: []grpc.DialOption{grpc.WithDefaultCallOptions(
 			grpc.MaxCallRecvMsgSize(wire.MaxMessageBytes),
 			grpc.MaxCallSendMsgSize(wire.MaxMessageBytes))},
@@ -243,8 +243,16 @@ func Launch(ctx context.Context, path, sha string, opts Options) (*Instance, err
 		return nil, fmt.Errorf("plugin start cancelled: %w", ctx.Err())
 	}
 	if err != nil {
-		return nil, handshakeError(err)
+		// Once the process is gone, go-plugin has read all its stderr.
+		inst.Kill()
+		ok = true
+		err = handshakeError(err)
+		if out := tail.String(); out != "" {
+			err = fmt.Errorf("%w; it printed to stderr: %q", err, out)
+		}
+		return nil, err
 	}
+	tail.stop()
 	raw, err := proto.Dispense(wire.PluginKey)
 	if err != nil {
 		return nil, fmt.Errorf("dispense plugin: %w", err)

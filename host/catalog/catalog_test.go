@@ -365,6 +365,9 @@ func TestLaunchFailures(t *testing.T) {
 	// hang never completes the handshake, as a binary that is not a plugin
 	// (or a wedged one) would.
 	hang := writeFile(t, "hang", []byte("#!/bin/sh\nexec sleep 60\n"), 0o755)
+	// chatty prints 330 lines of 32 bytes to stderr, then exits: the
+	// error keeps the last 2 KiB of them, from a line's start.
+	chatty := writeFile(t, "chatty", []byte("#!/bin/sh\nfor i in $(seq 1 330); do printf 'line %03d: cannot open the ledger\\n' $i >&2; done\nexit 1\n"), 0o755)
 
 	tests := []struct {
 		name    string
@@ -376,13 +379,19 @@ func TestLaunchFailures(t *testing.T) {
 			name:    "exits at once",
 			path:    filepath.Join(bin, "crasher"),
 			timeout: 30 * time.Second,
-			want:    []string{"exited", "handshake", "sdk.Serve"},
+			want:    []string{"exited", "handshake", "sdk.Serve", `it printed to stderr: "crasher: exiting at once"`},
 		},
 		{
 			name:    "built for protocol 1",
 			path:    filepath.Join(bin, "badproto"),
 			timeout: 30 * time.Second,
 			want:    []string{"protocol mismatch", "the plugin speaks plughost plugin protocol 1", "this host speaks protocol 2", "rebuild the plugin"},
+		},
+		{
+			name:    "says why at length before it exits",
+			path:    chatty,
+			timeout: 30 * time.Second,
+			want:    []string{"not a plughost plugin", `it printed to stderr: "…`, `line 300: cannot open the ledger\n`, `line 330: cannot open the ledger"`},
 		},
 		{
 			name:    "never completes the handshake",
@@ -404,6 +413,9 @@ func TestLaunchFailures(t *testing.T) {
 				if !strings.Contains(err.Error(), w) {
 					t.Errorf("Launch(%s) = %q, want it to contain %q", tt.name, err, w)
 				}
+			}
+			if n := len(err.Error()); n > 3<<10 {
+				t.Errorf("Launch(%s) error is %d bytes, want at most 3 KiB", tt.name, n)
 			}
 			noNewChildren(t, before)
 		})

@@ -280,3 +280,57 @@ func (l recordingLogger) Named(name string) hclog.Logger {
 func (l recordingLogger) ResetNamed(name string) hclog.Logger {
 	return recordingLogger{l.Logger.ResetNamed(name), l.words, l.limit}
 }
+
+// maxStderrTail bounds what stderrTail keeps of a plugin's output before
+// the handshake.
+const maxStderrTail = 2 << 10
+
+// stderrTail keeps the end of what a plugin process wrote to stderr until
+// its handshake is done, which go-plugin hands to ClientConfig.Stderr
+// line by line: a plugin that fails before sdk.Serve, or a binary that is
+// not a plugin, says why only there, in lines go-plugin logs at debug.
+// Once the handshake is done (stop), the plugin's records are logged, and
+// kept in lastWords, instead. It is safe for concurrent use.
+type stderrTail struct {
+	mu      sync.Mutex
+	b       []byte
+	stopped bool
+}
+
+// Write keeps the end of p, up to maxStderrTail bytes with what came
+// before.
+func (t *stderrTail) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.stopped {
+		return len(p), nil
+	}
+	t.b = append(t.b, p...)
+	if len(t.b) > 2*maxStderrTail {
+		t.b = append(t.b[:0], t.b[len(t.b)-maxStderrTail:]...)
+	}
+	return len(p), nil
+}
+
+// stop ends the keeping, and frees what was kept.
+func (t *stderrTail) stop() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.stopped, t.b = true, nil
+}
+
+// String returns the last maxStderrTail bytes kept, from a line's start
+// where one begins within them, without surrounding space.
+func (t *stderrTail) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	b := t.b
+	if len(b) > maxStderrTail {
+		b = b[len(b)-maxStderrTail:]
+		if i := strings.IndexByte(string(b), '\n'); i >= 0 && i < len(b)-1 {
+			b = b[i+1:]
+		}
+		return "…" + strings.TrimSpace(string(b))
+	}
+	return strings.TrimSpace(string(b))
+}

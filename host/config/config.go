@@ -62,6 +62,11 @@ type Admin struct {
 	// TokenFileRange is the range of the token_file attribute's value,
 	// for diagnostics about the file; zero when TokenFile is "".
 	TokenFileRange hcl.Range
+	// Hosts are the host names, besides IP addresses, localhost and
+	// Listen's host, that the admin listener answers in a request's
+	// Host header; others get 421, against DNS rebinding. Default none.
+	// Name here the names operators and scrapers reach it by.
+	Hosts []string
 }
 
 // Limits bounds ingress requests and plugin start-up.

@@ -79,6 +79,7 @@ type debugBody struct {
 type adminBody struct {
 	Listen    *hcl.Attribute `hcl:"listen,optional"`
 	TokenFile *hcl.Attribute `hcl:"token_file,optional"`
+	Hosts     *hcl.Attribute `hcl:"hosts,optional"`
 }
 
 type limitsBody struct {
@@ -303,6 +304,7 @@ func (d *decoder) decode(c *Config, fb *fileBody, base string) {
 		c.Admin.TokenFile = resolve(base, token)
 		c.Admin.TokenFileRange = fb.Admin.TokenFile.Expr.Range()
 	}
+	d.adminHosts(fb.Admin.Hosts, &c.Admin.Hosts)
 
 	l := fb.Limits
 	d.maxBody(l.MaxBodyBytes, &c.Limits.MaxBodyBytes)
@@ -594,6 +596,43 @@ func (d *decoder) listen(a *hcl.Attribute, dst *string) bool {
 		return false
 	}
 	*dst = s
+	return true
+}
+
+// adminHosts decodes admin.hosts: host names, without a port, that the
+// admin listener answers besides IP addresses and localhost.
+func (d *decoder) adminHosts(a *hcl.Attribute, dst *[]string) bool {
+	var hosts []string
+	if !decodeAttr(d, a, &hosts) {
+		return false
+	}
+	for _, h := range hosts {
+		if !isHostName(h) {
+			d.errorf(a.Expr.Range(), "Invalid admin host",
+				"hosts must list host names without a port, such as \"admin.example.internal\", got %q.", h)
+			return false
+		}
+	}
+	*dst = hosts
+	return true
+}
+
+// isHostName reports whether s is a DNS name: dot-separated labels of
+// letters, digits, hyphens and underscores, at most 253 bytes.
+func isHostName(s string) bool {
+	if s == "" || len(s) > 253 {
+		return false
+	}
+	for label := range strings.SplitSeq(s, ".") {
+		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
+			return false
+		}
+		for _, c := range label {
+			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+				return false
+			}
+		}
+	}
 	return true
 }
 

@@ -18,6 +18,7 @@
 //	admin {
 //	  listen     = "127.0.0.1:9090"     # /metrics and the admin API
 //	  token_file = ""                   # when set, the admin API requires "Authorization: Bearer <token>"
+//	  hosts      = []                   # names the admin listener answers besides IP addresses and localhost
 //	}
 //	limits {
 //	  max_body_bytes  = 1048576

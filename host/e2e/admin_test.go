@@ -3,8 +3,6 @@ package e2e
 import (
 	"encoding/json"
 	"net/http"
-	"os"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
@@ -36,12 +34,8 @@ func adminPlugins(t *testing.T, h *hostProc, hdr http.Header) map[string]pluginS
 }
 
 func TestAdminAPI(t *testing.T) {
-	tokenFile := filepath.Join(t.TempDir(), "admin.token")
 	const token = "s3cret-admin-token"
-	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cfg := strings.Replace(baseConfig("2s"), "admin {\n", "admin {\n  token_file = \""+tokenFile+"\"\n", 1)
+	cfg, _ := tokenConfig(t, "2s", token)
 	h := startHost(t, cfg+pluginBlock("hello", "hello", "")+pluginBlock("faulty", "faulty", ""))
 	auth := http.Header{"Authorization": {"Bearer " + token}}
 

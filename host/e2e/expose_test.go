@@ -18,16 +18,12 @@ import (
 // set it still says only whether each plugin serves; pids, versions,
 // binary paths, checksums and errors are for the admin API.
 func TestReadyzShowsNoDetails(t *testing.T) {
-	tokenFile := filepath.Join(t.TempDir(), "admin.token")
 	const token = "s3cret-admin-token"
-	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	cfg, _ := tokenConfig(t, "2s", token)
 	sum, err := catalog.FileSHA256(filepath.Join(bins.plugins, "hello"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := strings.Replace(baseConfig("2s"), "admin {\n", "admin {\n  token_file = \""+tokenFile+"\"\n", 1)
 	h := startHost(t, cfg+
 		pluginBlock("hello", "hello", "  sha256 = \""+sum+"\"")+
 		pluginBlock("broken", "crasher", "  required = false"))

@@ -135,6 +135,18 @@ health {
 
 var listenRE = regexp.MustCompile(`plughost running: .*listen=(\S+) admin=(\S+)`)
 
+// tokenConfig writes token to a file only its owner can read and
+// returns baseConfig(drain) with admin.token_file set to it, and the
+// file's path.
+func tokenConfig(t *testing.T, drain, token string) (cfg, path string) {
+	t.Helper()
+	path = filepath.Join(t.TempDir(), "admin.token")
+	if err := os.WriteFile(path, []byte(token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return strings.Replace(baseConfig(drain), "admin {\n", "admin {\n  token_file = \""+path+"\"\n", 1), path
+}
+
 // startHost writes cfg to a file and runs `plughost run` on it until the
 // host reports that it is serving. The host is killed on cleanup.
 func startHost(t *testing.T, cfg string) *hostProc {

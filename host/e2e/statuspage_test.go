@@ -143,12 +143,8 @@ func waitRows(t *testing.T, ctx context.Context, d time.Duration, what string, c
 // restart button works from the browser. The admin token is in no log.
 func TestStatusPageInBrowser(t *testing.T) {
 	ctx := browser(t)
-	tokenFile := filepath.Join(t.TempDir(), "admin.token")
 	const token = "status-page-t0ken-9d1c"
-	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cfg := strings.Replace(baseConfig("2s"), "admin {\n", "admin {\n  token_file = \""+tokenFile+"\"\n", 1)
+	cfg, _ := tokenConfig(t, "2s", token)
 	h := startHost(t, cfg+pluginBlock("hello", "hello", "")+pluginBlock("faulty", "faulty", ""))
 	auth := http.Header{"Authorization": {"Bearer " + token}}
 	waitFor(t, 30*time.Second, "hello and faulty to be ready", func() bool {

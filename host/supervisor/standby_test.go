@@ -52,6 +52,10 @@ func TestStartStandby(t *testing.T) {
 	if got := p.Status().LastError; got != "replacement failed: test" {
 		t.Errorf("Status().LastError = %q after SetLastError, want it", got)
 	}
+	p.SetLastError(errors.New(strings.Repeat("refused ", 25_000)))
+	if got := p.Status().LastError; len(got) > 4<<10+64 || !strings.HasSuffix(got, "more bytes cut)") {
+		t.Errorf("Status().LastError after a 200 KB error is %d bytes ending %q, want it cut to 4 KiB with a marker", len(got), got[max(len(got)-40, 0):])
+	}
 	p.Stop(time.Now().Add(10 * time.Second))
 	if got := gauge(t, running.metrics, supervisor.StateStopped, "hello"); got != 1 {
 		t.Errorf("plughost_plugin_state{state=stopped} = %v after the activated one stopped, want 1", got)

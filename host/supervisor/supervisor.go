@@ -14,6 +14,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -336,7 +337,7 @@ func (p *Process) Retire() { p.active.Store(false) }
 // such as a replacement that failed while this process kept serving.
 func (p *Process) SetLastError(err error) {
 	p.mu.Lock()
-	p.lastErr, p.lastErrSet = err.Error(), true
+	p.lastErr, p.lastErrSet = capText(err.Error()), true
 	p.mu.Unlock()
 	p.publish()
 }
@@ -502,11 +503,29 @@ func (p *Process) Stop(deadline time.Time) {
 	<-p.done
 }
 
+// maxStatusText bounds Status.LastError and Status.HealthReason: they
+// come from the plugin (a refusal, a health reason, its last words), and
+// every status read (GET /v1/plugins, the status page) carries them.
+const maxStatusText = 4 << 10
+
+// capText returns s cut to maxStatusText bytes, at a character's start,
+// with a marker saying how much was cut.
+func capText(s string) string {
+	if len(s) <= maxStatusText {
+		return s
+	}
+	cut := maxStatusText
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s… (%d more bytes cut)", s[:cut], len(s)-cut)
+}
+
 func (p *Process) setState(s State, lastErr error) {
 	p.mu.Lock()
 	p.state = s
 	if lastErr != nil {
-		p.lastErr, p.lastErrSet = lastErr.Error(), false
+		p.lastErr, p.lastErrSet = capText(lastErr.Error()), false
 	}
 	if s != StateReady {
 		p.health, p.reason = "", ""
@@ -905,6 +924,7 @@ func (p *Process) watch(ctx context.Context, inst *catalog.Instance, ep *Endpoin
 				continue
 			}
 			fails = 0
+			reason = capText(reason)
 			p.mu.Lock()
 			changed := p.health != h || p.reason != reason
 			p.health, p.reason = h, reason
