@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"golang.org/x/time/rate"
+
+	"github.com/plughost/plughost/host/internal/clientkey"
 )
 
 // Wrong admin tokens are limited per client (clientOf), as Grafana and
@@ -46,9 +48,8 @@ func newGuard(now func() time.Time) *guard {
 func newAllowance() *rate.Limiter { return rate.NewLimiter(rate.Every(guessEvery), guessBurst) }
 
 // clientOf returns the client r came from, as its allowance is kept:
-// an IPv4 address, or an IPv6 address's /64, as max_conns_per_ip counts
-// clients. One subscriber usually gets a whole /64 (RFC 6177), and
-// could otherwise have an allowance per address in it.
+// clientkey.Of its address (an IPv6 address's /64), as max_conns_per_ip
+// counts clients, or the whole RemoteAddr when it holds no IP address.
 func clientOf(r *http.Request) string {
 	host, _, err := net.SplitHostPort(r.RemoteAddr)
 	if err != nil {
@@ -58,11 +59,7 @@ func clientOf(r *http.Request) string {
 	if err != nil {
 		return host
 	}
-	if ip = ip.Unmap(); ip.Is4() {
-		return ip.String()
-	}
-	p, _ := ip.WithZone("").Prefix(64)
-	return p.String()
+	return clientkey.Of(ip).String()
 }
 
 // allowance returns the limiter of r's address. g.mu is held.

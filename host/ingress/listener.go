@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/plughost/plughost/host/internal/clientkey"
 	"github.com/plughost/plughost/host/metrics"
 	"github.com/plughost/plughost/sdk"
 )
@@ -188,22 +189,9 @@ func (l *listener) Close() error {
 func clientIP(a net.Addr) netip.Addr {
 	if ta, ok := a.(*net.TCPAddr); ok {
 		ip, _ := netip.AddrFromSlice(ta.IP)
-		return keyOf(ip)
+		return clientkey.Of(ip)
 	}
 	return netip.Addr{}
-}
-
-// keyOf returns the key under which the per-client caps count an
-// address: an IPv4 address as it is, and an IPv6 address's /64. One
-// subscriber usually gets a whole /64 (RFC 6177), and could otherwise
-// take each cap once per address in it.
-func keyOf(ip netip.Addr) netip.Addr {
-	ip = ip.Unmap()
-	if ip.Is6() {
-		p, _ := ip.WithZone("").Prefix(64)
-		return p.Addr()
-	}
-	return ip
 }
 
 // clientKey returns the key of a request's client, from its RemoteAddr,
@@ -214,7 +202,7 @@ func clientKey(remoteAddr string) (netip.Addr, bool) {
 	if err != nil {
 		return netip.Addr{}, false
 	}
-	return keyOf(ap.Addr()), true
+	return clientkey.Of(ap.Addr()), true
 }
 
 // conn is an admitted connection; closing it frees its slot once.
