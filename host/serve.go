@@ -555,7 +555,7 @@ func (h *host) reload(path string) {
 	}
 	if h.cfg != nil {
 		h.warnStatic(h.cfg, cfg)
-		h.warnTokenFile(cfg)
+		h.reloadToken(h.cfg, cfg)
 		if cfg.Debug.Faults != h.cfg.Debug.Faults {
 			h.reloadFaults(cfg.Debug.Faults)
 		}
@@ -607,24 +607,35 @@ func (h *host) warnStatic(old, cfg *config.Config) {
 	}
 }
 
-// warnTokenFile warns, with the diagnostics run would print, when a
-// reload finds the admin token file unusable: the running host keeps the
-// token it read when it started, but a restart would fail.
-func (h *host) warnTokenFile(cfg *config.Config) {
-	diags := checkTokenFile(cfg)
-	if !diags.HasErrors() {
-		_, diags = readToken(cfg)
-	}
-	if !diags.HasErrors() {
+// reloadToken applies a reload's admin token file. When it is the file
+// the host runs with and now holds another token, that token applies at
+// once and every status page session ends (admin.Server.SetToken), so
+// that an operator rotates the token with a reload. A file that is
+// unusable is warned of, with the diagnostics run would print, and the
+// running token stays; a restart would fail. Setting, removing or
+// renaming token_file takes a restart (warnStatic says so).
+func (h *host) reloadToken(old, cfg *config.Config) {
+	if cfg.Admin.TokenFile == "" {
 		return
 	}
-	for _, d := range diags {
-		d.Severity = hcl.DiagWarning
+	diags := checkTokenFile(cfg)
+	var token string
+	if !diags.HasErrors() {
+		token, diags = readToken(cfg)
 	}
-	var b strings.Builder
-	printDiags(&b, cfg, diags)
-	h.logger.Warn("admin token file unusable; the host keeps the token it read at start, but would not start with this file",
-		"diagnostics", b.String())
+	if diags.HasErrors() {
+		for _, d := range diags {
+			d.Severity = hcl.DiagWarning
+		}
+		var b strings.Builder
+		printDiags(&b, cfg, diags)
+		h.logger.Warn("admin token file unusable; the host keeps the token it runs with, but would not start with this file",
+			"diagnostics", b.String())
+		return
+	}
+	if cfg.Admin.TokenFile == old.Admin.TokenFile && h.admin.SetToken(token) {
+		h.logger.Info("admin token changed: the new token applies now, and status page sessions have ended")
+	}
 }
 
 // reloadFaults applies a reload's debug.faults: the admin API's fault

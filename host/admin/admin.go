@@ -114,7 +114,8 @@ type Options struct {
 type Server struct {
 	mux      *http.ServeMux
 	plugins  Plugins
-	token    string
+	// token is the admin token, "" for none; SetToken replaces it.
+	token    atomic.Pointer[string]
 	logger   hclog.Logger
 	now      func() time.Time
 	rates    *sampler
@@ -145,7 +146,6 @@ func New(g prometheus.Gatherer, plugins Plugins, opts Options) *Server {
 	}
 	s := &Server{
 		plugins:  plugins,
-		token:    token,
 		logger:   opts.Logger,
 		now:      opts.Now,
 		rates:    newSampler(opts.Stats, opts.Now, opts.SampleEvery, rateWindow),
@@ -154,6 +154,7 @@ func New(g prometheus.Gatherer, plugins Plugins, opts Options) *Server {
 		page:     pageTemplate,
 		hosts:    map[string]bool{"localhost": true},
 	}
+	s.token.Store(&token)
 	for _, h := range opts.Hosts {
 		s.hosts[strings.ToLower(h)] = true
 	}
@@ -393,15 +394,15 @@ func upgrade(plugins Plugins, name string) *apiError {
 // auth requires the admin token on next's requests, within the wrong
 // tokens' allowance of their address (guard).
 func (s *Server) auth(next http.Handler) http.Handler {
-	if s.token == "" {
+	if s.tokenNow() == "" {
+		// A token is never turned on without a restart (SetToken).
 		return notFoundJSON(next)
 	}
-	want := []byte(s.token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got, bearer := bearerToken(r.Header.Get("Authorization"))
 		ok, wait := false, time.Duration(0)
 		if bearer {
-			ok, wait = s.guard.check(r, []byte(got), want)
+			ok, wait = s.guard.check(r, []byte(got), []byte(s.tokenNow()))
 		}
 		if wait > 0 {
 			sdk.WriteError(w, http.StatusTooManyRequests, "too_many_attempts", tooManyGuesses(retryAfter(w, wait)))
@@ -447,6 +448,24 @@ func notFoundJSON(mux http.Handler) http.Handler {
 		}
 		m.ServeHTTP(w, r)
 	})
+}
+
+// tokenNow returns the admin token in force, "" for none.
+func (s *Server) tokenNow() string { return *s.token.Load() }
+
+// SetToken replaces the admin token with t, as a reload that finds another
+// token in the same file does, and ends every status page session, as a
+// changed password does. It reports whether it did: a token cannot be
+// turned on or off here (that takes a restart), and the same token
+// changes nothing.
+func (s *Server) SetToken(t string) bool {
+	old := s.tokenNow()
+	if t == "" || old == "" || t == old {
+		return false
+	}
+	s.token.Store(&t)
+	s.sessions.endAll()
+	return true
 }
 
 // SetFaultsEnabled turns POST and DELETE /v1/plugins/NAME/faults on or

@@ -487,3 +487,37 @@ func TestNonCanonicalPaths(t *testing.T) {
 		t.Errorf("restarts = %q, want none", got)
 	}
 }
+
+// TestSetToken: another token replaces the one in force; turning the
+// token on or off, or setting the same one, does nothing.
+func TestSetToken(t *testing.T) {
+	open := admin.New(prometheus.NewRegistry(), &fakePlugins{statuses: statuses}, admin.Options{})
+	t.Cleanup(open.Close)
+	if open.SetToken("x") {
+		t.Errorf("SetToken on a server without a token = true, want false: turning it on takes a restart")
+	}
+	s := admin.New(prometheus.NewRegistry(), &fakePlugins{statuses: statuses}, admin.Options{Token: "a"})
+	t.Cleanup(s.Close)
+	for _, tt := range []struct {
+		token string
+		want  bool
+	}{{"", false}, {"a", false}, {"b", true}, {"b", false}} {
+		if got := s.SetToken(tt.token); got != tt.want {
+			t.Errorf("SetToken(%q) = %t, want %t", tt.token, got, tt.want)
+		}
+	}
+	srv := httptest.NewServer(s)
+	t.Cleanup(srv.Close)
+	for token, want := range map[string]int{"a": http.StatusUnauthorized, "b": http.StatusOK} {
+		req, _ := http.NewRequest("GET", srv.URL+"/v1/plugins", nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("GET /v1/plugins with token %q = %d, want %d", token, resp.StatusCode, want)
+		}
+	}
+}

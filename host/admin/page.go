@@ -124,6 +124,13 @@ func (ss *sessions) setFlash(r *http.Request, msg string) {
 	}
 }
 
+// endAll ends every session.
+func (ss *sessions) endAll() {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	clear(ss.m)
+}
+
 // end ends r's session, if any.
 func (ss *sessions) end(r *http.Request) {
 	if c, err := r.Cookie(cookieName); err == nil {
@@ -164,7 +171,7 @@ func (s *Server) pageRoutes(mux *http.ServeMux, cop *http.CrossOriginProtection)
 // admin token. If not, it has answered with the login form: 401, or 429
 // once r's address has spent its wrong tokens (guard).
 func (s *Server) checkToken(w http.ResponseWriter, r *http.Request, got string) bool {
-	ok, wait := s.guard.check(r, []byte(got), []byte(s.token))
+	ok, wait := s.guard.check(r, []byte(got), []byte(s.tokenNow()))
 	if wait > 0 {
 		s.logger.Warn("status page login refused: too many wrong tokens", "remote", r.RemoteAddr)
 		w.Header().Set("WWW-Authenticate", `Bearer realm="plughost admin"`)
@@ -197,7 +204,7 @@ func fromOtherSite(r *http.Request) bool {
 func (s *Server) servePage(w http.ResponseWriter, r *http.Request) {
 	var flash string
 	switch {
-	case s.token == "":
+	case s.tokenNow() == "":
 		s.sessions.valid(r, &flash) // a session without a token only carries the flash
 	case r.URL.Query().Has("token"):
 		if fromOtherSite(r) {
@@ -220,14 +227,14 @@ func (s *Server) servePage(w http.ResponseWriter, r *http.Request) {
 	}
 	o := s.overview()
 	s.render(w, http.StatusOK, pageData{
-		Authed: true, Logout: s.token != "", Flash: flash, Refresh: refreshSeconds,
+		Authed: true, Logout: s.tokenNow() != "", Flash: flash, Refresh: refreshSeconds,
 		Time: o.Time.UTC().Format(time.RFC3339), Window: windowText(o.WindowSeconds), Rows: rows(o),
 	})
 }
 
 // login checks the token posted by the login form.
 func (s *Server) login(w http.ResponseWriter, r *http.Request) {
-	if s.token == "" {
+	if s.tokenNow() == "" {
 		http.Redirect(w, r, "/", http.StatusSeeOther)
 		return
 	}
@@ -269,7 +276,7 @@ func setSession(w http.ResponseWriter, id string) {
 // can set this origin's cookies) can make the page say what it likes.
 func (s *Server) action(what string, do func(Plugins, string) *apiError) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if s.token != "" && !s.sessions.valid(r, nil) {
+		if s.tokenNow() != "" && !s.sessions.valid(r, nil) {
 			s.renderLogin(w, "")
 			return
 		}
@@ -279,7 +286,7 @@ func (s *Server) action(what string, do func(Plugins, string) *apiError) http.Ha
 			msg = fmt.Sprintf("%s: %s refused: %s", name, what, e.message)
 		}
 		s.logger.Info("operator action from the status page", "action", what, "plugin", name, "remote", r.RemoteAddr)
-		if s.token == "" && !s.sessions.valid(r, nil) {
+		if s.tokenNow() == "" && !s.sessions.valid(r, nil) {
 			setSession(w, s.sessions.start(msg))
 		} else {
 			s.sessions.setFlash(r, msg)

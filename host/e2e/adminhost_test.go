@@ -129,3 +129,65 @@ func TestReloadWarnsOfUnusableTokenFile(t *testing.T) {
 		t.Errorf("GET /v1/plugins with the token after the reload = %d %s, want 200", code, body)
 	}
 }
+
+// TestReloadRotatesToken: a reload that finds another token in the admin
+// token file applies it at once: the old token gets 401, the new one is
+// served, and the status page's sessions have ended.
+func TestReloadRotatesToken(t *testing.T) {
+	const oldToken, newToken = "old-t0ken", "new-t0ken"
+	cfg, tokenFile := tokenConfig(t, "2s", oldToken)
+	h := startHost(t, cfg)
+	noRedirect := &http.Client{Timeout: 10 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := noRedirect.Get(h.admin + "/?token=" + oldToken)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	cookies := resp.Cookies()
+	if resp.StatusCode != http.StatusSeeOther || len(cookies) == 0 {
+		t.Fatalf("GET /?token= = %d with cookies %v, want 303 and a session", resp.StatusCode, cookies)
+	}
+	page := func() int {
+		t.Helper()
+		req, _ := http.NewRequest("GET", h.admin+"/", nil)
+		for _, c := range cookies {
+			req.AddCookie(c)
+		}
+		resp, err := noRedirect.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := page(); code != http.StatusOK {
+		t.Fatalf("GET / with the session = %d, want 200", code)
+	}
+	api := func(token string) int {
+		t.Helper()
+		code, _ := do(t, "GET", h.admin+"/v1/plugins", nil, http.Header{"Authorization": {"Bearer " + token}})
+		return code
+	}
+
+	if err := os.WriteFile(tokenFile, []byte(newToken+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	h.reload(cfg, "config reloaded")
+	if !strings.Contains(h.log.String(), "admin token changed") {
+		t.Errorf("the log after the reload does not say the token changed:\n%s", h.log.String())
+	}
+	if code := api(oldToken); code != http.StatusUnauthorized {
+		t.Errorf("GET /v1/plugins with the old token after the reload = %d, want 401", code)
+	}
+	if code := api(newToken); code != http.StatusOK {
+		t.Errorf("GET /v1/plugins with the new token after the reload = %d, want 200", code)
+	}
+	if code := page(); code != http.StatusUnauthorized {
+		t.Errorf("GET / with the session started under the old token = %d, want 401: the sessions end", code)
+	}
+	// The same token again changes nothing.
+	h.reload(cfg, "config reloaded")
+	if n := strings.Count(h.log.String(), "admin token changed"); n != 1 {
+		t.Errorf("the log says %d times that the token changed, want once", n)
+	}
+}
