@@ -674,3 +674,57 @@ func TestAdminCookieHiddenFromPlugins(t *testing.T) {
 		})
 	}
 }
+
+// TestPluginStatuses: a plugin's interim 103 is dropped and its final
+// status sent; a 101, or a 1xx as its only status, which would tell the
+// client the connection switched protocols or sent nothing final, is 502
+// bad_status, and the connection goes on as HTTP/1.1: the next pipelined
+// request is answered. On the front door's path and on net/http's.
+func TestPluginStatuses(t *testing.T) {
+	h := startHost(t, baseConfig("2s")+pluginBlock("faulty", "faulty", ""))
+	for _, path := range []struct{ name, extra string }{
+		{"front door", ""},
+		{"net/http", "Content-Length: 0\r\n"},
+	} {
+		t.Run(path.name, func(t *testing.T) {
+			for _, tt := range []struct {
+				query      string
+				wantStatus int
+				wantBody   string
+			}{
+				{"c=404&early=1", 404, "coded"},
+				{"c=500&early=1", 500, "coded"},
+				{"c=101", 502, `"bad_status"`},
+			} {
+				raw := "GET /faulty/code?" + tt.query + " HTTP/1.1\r\nHost: x\r\n" + path.extra + "\r\n" +
+					"GET /faulty/ok HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+				u, _ := url.Parse(h.ingress)
+				conn, err := net.DialTimeout("tcp", u.Host, 5*time.Second)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := conn.SetDeadline(time.Now().Add(20 * time.Second)); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := conn.Write([]byte(raw)); err != nil {
+					t.Fatal(err)
+				}
+				br := bufio.NewReader(conn)
+				var got []string
+				for range 2 {
+					resp, err := http.ReadResponse(br, nil)
+					if err != nil {
+						break
+					}
+					b, _ := io.ReadAll(resp.Body)
+					resp.Body.Close()
+					got = append(got, fmt.Sprintf("%d %s", resp.StatusCode, b))
+				}
+				conn.Close()
+				if len(got) != 2 || !strings.HasPrefix(got[0], fmt.Sprint(tt.wantStatus)) || !strings.Contains(got[0], tt.wantBody) || got[1] != "200 ok\n" {
+					t.Errorf("code?%s then /ok: answers %q, want %d with %s, then 200 ok", tt.query, got, tt.wantStatus, tt.wantBody)
+				}
+			}
+		})
+	}
+}

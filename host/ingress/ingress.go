@@ -590,6 +590,9 @@ func noBodyMessage(method, pattern string, route bool) string {
 // be, as net/http sends it.
 func (g *Ingress) answer(w http.ResponseWriter, r *http.Request, e *entry, ep *supervisor.Endpoint, resp *dataplane.Response) (int, bool) {
 	defer resp.Close()
+	if !finalStatus(resp.Status) {
+		return badStatus(w, r, e, resp.Status), false
+	}
 	dropHopHeaders(w.Header())
 	ownHopHeaders(w.Header(), r)
 	headLength := r.Method == http.MethodHead && resp.Size == 0 && w.Header().Get("Content-Length") != ""
@@ -597,9 +600,6 @@ func (g *Ingress) answer(w http.ResponseWriter, r *http.Request, e *entry, ep *s
 		w.Header().Set("Content-Length", strconv.FormatInt(resp.Size, 10))
 	}
 	code := resp.Status
-	if code < 100 || code > 999 {
-		code = http.StatusBadGateway
-	}
 	w.WriteHeader(code)
 	for {
 		piece, err := resp.Next()
@@ -616,6 +616,23 @@ func (g *Ingress) answer(w http.ResponseWriter, r *http.Request, e *entry, ep *s
 			return code, false // the client went away
 		}
 	}
+}
+
+// finalStatus reports whether code is one a plugin may answer with: a
+// final HTTP status, 200 to 999 (net/http's writer takes 3 digits). A
+// 1xx is interim, and the host, which relays whole answers, never sends
+// one of a plugin's; a 101 would tell the client, or a proxy before the
+// host, that the connection now speaks another protocol, while the host
+// goes on reading HTTP/1.1 on it.
+func finalStatus(code int) bool { return code >= 200 && code <= 999 }
+
+// badStatus answers a plugin's answer whose status finalStatus refuses:
+// 502 bad_status, in place of the plugin's headers and body.
+func badStatus(w http.ResponseWriter, r *http.Request, e *entry, code int) int {
+	clear(w.Header()) // the plugin's
+	ownHopHeaders(w.Header(), r)
+	return writeError(w, http.StatusBadGateway, "bad_status",
+		fmt.Sprintf("plugin %q answered status %d, which is not a final HTTP status", e.target.Name(), code))
 }
 
 // unavailable says why the plugin of e has no process to send a request

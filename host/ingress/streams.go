@@ -171,12 +171,12 @@ func jittered(d time.Duration, u float64) time.Duration {
 // its maximum lifetime ends cleanly, so a client can reconnect.
 func (g *Ingress) answerStream(ctx context.Context, w http.ResponseWriter, r *http.Request, e *entry, ep *supervisor.Endpoint, resp *dataplane.Response, s *stream) (int, bool) {
 	defer resp.Close()
+	if !finalStatus(resp.Status) {
+		return badStatus(w, r, e, resp.Status), false
+	}
 	dropHopHeaders(w.Header())
 	ownHopHeaders(w.Header(), r)
 	code := resp.Status
-	if code < 100 || code > 999 {
-		code = http.StatusBadGateway
-	}
 	rc := http.NewResponseController(w)
 	if c, ok := r.Context().Value(connKey{}).(net.Conn); ok {
 		// The kernel's send buffer is the part of a stream's buffer the

@@ -66,8 +66,13 @@ func (w *writer) Refuse() { w.refused = true }
 
 func (w *writer) Header() http.Header { return w.header }
 
+// WriteHeader sets the answer's status once. An interim status (1xx but
+// 101) is dropped, and the next call sets the final one, as net/http's
+// writer sends it ahead of the final answer: the host relays whole
+// answers and sends no interim ones. A 101 is kept, and the host answers
+// it 502, since it switches no protocols.
 func (w *writer) WriteHeader(code int) {
-	if w.wroteHeader {
+	if w.wroteHeader || code >= 100 && code < 200 && code != http.StatusSwitchingProtocols {
 		return
 	}
 	w.wroteHeader = true

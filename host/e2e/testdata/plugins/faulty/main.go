@@ -57,6 +57,20 @@ func main() {
 	mux.HandleFunc("HEAD /sized", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Length", "42")
 	})
+	// code answers status c (default 200) and the body "coded", after an
+	// interim 103 when early is set.
+	mux.HandleFunc("GET /code", func(w http.ResponseWriter, r *http.Request) {
+		c, err := strconv.Atoi(r.URL.Query().Get("c"))
+		if err != nil {
+			c = http.StatusOK
+		}
+		if r.URL.Query().Has("early") {
+			w.Header().Set("Link", "</x>; rel=preload")
+			w.WriteHeader(http.StatusEarlyHints)
+		}
+		w.WriteHeader(c)
+		fmt.Fprint(w, "coded")
+	})
 	mux.HandleFunc("GET /print", func(w http.ResponseWriter, r *http.Request) {
 		msg := r.URL.Query().Get("msg")
 		fmt.Println("stdout:", msg)
