@@ -728,3 +728,39 @@ func TestPluginStatuses(t *testing.T) {
 		})
 	}
 }
+
+// TestBodyCutShort: a body that ends before its Content-Length, or before
+// its last chunk, because the client closed its side, is answered 400
+// bad_body (the client may still read), and never reaches the plugin.
+func TestBodyCutShort(t *testing.T) {
+	h := startHost(t, baseConfig("2s")+pluginBlock("faulty", "faulty", ""))
+	u, _ := url.Parse(h.ingress)
+	for _, tt := range []struct{ name, raw string }{
+		{"Content-Length", "POST /faulty/echo HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n" + strings.Repeat("a", 300)},
+		{"chunked", "POST /faulty/echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3e8\r\n" + strings.Repeat("a", 300)},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			conn, err := net.DialTimeout("tcp", u.Host, 5*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			if err := conn.SetDeadline(time.Now().Add(20 * time.Second)); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := conn.Write([]byte(tt.raw)); err != nil {
+				t.Fatal(err)
+			}
+			if err := conn.(*net.TCPConn).CloseWrite(); err != nil {
+				t.Fatal(err)
+			}
+			resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+			if err != nil {
+				t.Fatalf("no answer to a body cut short: %v", err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			checkJSONError(t, tt.name, resp, body, http.StatusBadRequest, "bad_body")
+		})
+	}
+}

@@ -224,7 +224,7 @@ func receiveBody(w http.ResponseWriter, r *http.Request, limit int64, charge *bo
 	if want < 0 || want > limit {
 		want = limit
 	}
-	src := http.MaxBytesReader(w, r.Body, limit)
+	src := http.MaxBytesReader(w, cutBody{r.Body}, limit)
 	var (
 		pieces [][]byte // nil for a body that turns out empty
 		got    int64
@@ -267,6 +267,23 @@ func receiveBody(w http.ResponseWriter, r *http.Request, limit int64, charge *bo
 			return nil, err
 		}
 	}
+}
+
+// errBodyCut is a request body that ended before its Content-Length, or
+// before its last chunk: the client closed its side mid-body.
+var errBodyCut = errors.New("the body ended before its declared length or its last chunk")
+
+// cutBody is a request body whose own io.ErrUnexpectedEOF (net/http's, for
+// a body cut short) reads as errBodyCut, apart from io.ReadFull's, which
+// only says the body is shorter than the piece receiveBody asked for.
+type cutBody struct{ io.ReadCloser }
+
+func (b cutBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == io.ErrUnexpectedEOF {
+		err = errBodyCut
+	}
+	return n, err
 }
 
 // trackedBody is a request body that records how its reads ended, so that
