@@ -764,3 +764,31 @@ func TestBodyCutShort(t *testing.T) {
 		})
 	}
 }
+
+// TestRequestLineWithoutVersion: a request line without its version
+// (HTTP/0.9's "GET /path") is answered 400 as soon as it arrives, not
+// after the head's timeout, with the connection left open by the client.
+func TestRequestLineWithoutVersion(t *testing.T) {
+	h := startHost(t, strings.Replace(baseConfig("2s"), "limits {\n", "limits {\n  read_timeout = \"10m\"\n", 1)+pluginBlock("hello", "hello", ""))
+	u, _ := url.Parse(h.ingress)
+	conn, err := net.DialTimeout("tcp", u.Host, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	// Far inside the 10-minute head timeout: an answer at all shows it
+	// did not wait for it.
+	if err := conn.SetDeadline(time.Now().Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.WriteString(conn, "GET /hello/\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("no answer to a request line without its version: %v", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	checkJSONError(t, "GET /hello/ without a version", resp, body, http.StatusBadRequest, "bad_request")
+}

@@ -420,12 +420,18 @@ func (c *frontConn) readHead(first bool) (r directRequest, n int, ok bool, err e
 
 // plainStart reports whether b, which holds no whole head, may still
 // become one the front serves: it starts as a GET or HEAD request line
-// does, with no bare CR or LF.
+// does, with no bare CR or LF, and a request line already whole ends in
+// HTTP/1.1. Anything else goes to net/http at once, which answers a
+// malformed line, or an HTTP/0.9 one ("GET /x"), as soon as it has it,
+// rather than after the head's timeout.
 func plainStart(b []byte) bool {
 	for i, ch := range b {
 		if ch == '\n' && (i == 0 || b[i-1] != '\r') || ch == '\r' && i+1 < len(b) && b[i+1] != '\n' {
 			return false
 		}
+	}
+	if line, _, whole := bytes.Cut(b, []byte("\r\n")); whole && !bytes.HasSuffix(line, []byte(" HTTP/1.1")) {
+		return false
 	}
 	for _, m := range []string{"GET ", "HEAD "} {
 		k := min(len(b), len(m))

@@ -154,3 +154,28 @@ func FuzzParseHead(f *testing.F) {
 		}
 	})
 }
+
+// TestPlainStart: a partial head stays with the front only while it can
+// still become one the front serves; a whole request line not of
+// HTTP/1.1 goes to net/http at once.
+func TestPlainStart(t *testing.T) {
+	for _, tt := range []struct {
+		b    string
+		want bool
+	}{
+		{"GE", true},
+		{"GET /x HTT", true},
+		{"GET /x HTTP/1.1\r", true},
+		{"GET /x HTTP/1.1\r\nHost: a\r\n", true},
+		{"HEAD /x HTTP/1.1\r\n", true},
+		{"GET /x\r\n", false},
+		{"GET /x HTTP/1.0\r\n", false},
+		{"GET /x HTTP/2.0\r\nHost: a", false},
+		{"POST /x HTTP/1.1\r\n", false},
+		{"GET /x HTTP/1.1\n", false},
+	} {
+		if got := plainStart([]byte(tt.b)); got != tt.want {
+			t.Errorf("plainStart(%q) = %t, want %t", tt.b, got, tt.want)
+		}
+	}
+}
