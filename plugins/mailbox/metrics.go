@@ -81,6 +81,12 @@ func newMetrics(shards int) metrics {
 	for i := range shards {
 		m.reorderMax.WithLabelValues(strconv.Itoa(i))
 	}
+	// Every label value from 0, so that rate() and increase() see the
+	// first event.
+	for _, endpoint := range []string{"send", "recv", "redrive"} {
+		m.busy.WithLabelValues(endpoint)
+	}
+	m.integrity.WithLabelValues("hash")
 	return m
 }
 

@@ -54,8 +54,12 @@ func TestReorderDepth(t *testing.T) {
 	clock := newFakeClock()
 	h := serve(t, newDefinition(&mailbox{clock: clock}), plugintest.Options{Config: `ready_shards = 1`})
 	const series = `reorder_depth_max{shard="0"}`
-	if got := mustMetric(t, h, series); got != 0 {
-		t.Fatalf("%s at start = %v, want 0", series, got)
+	// Every series a rule may read is there from the start, at 0.
+	for _, s := range []string{series, `busy_rejections_total{endpoint="send"}`, `busy_rejections_total{endpoint="recv"}`,
+		`busy_rejections_total{endpoint="redrive"}`, `integrity_fail_total{reason="hash"}`} {
+		if got := mustMetric(t, h, s); got != 0 {
+			t.Fatalf("%s at start = %v, want 0", s, got)
+		}
 	}
 	call(t, h, "POST", "/v1/send", `{"topic":"t","payload":"YQ==","delay_ms":1000}`)
 	for range 3 {

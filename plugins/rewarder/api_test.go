@@ -240,6 +240,12 @@ func TestWalletUnavailable(t *testing.T) {
 		return 0
 	}
 	h := start(t, "", "", w)
+	// Every reason is there from the start, at 0.
+	for _, reason := range quarantineReasons {
+		if got := metric(t, h, `quarantine_total{reason="`+reason+`"}`); got != "0" {
+			t.Errorf("quarantine_total{reason=%q} at start = %q, want 0", reason, got)
+		}
+	}
 	call(t, h, "POST", "/v1/epochs/u1/compute", inputs(pool, n))
 	e := waitState(t, h, "u1", stateQuarantined)
 	if e.Reason != reasonUnavailable || e.Settlement.SettledParts != 1 {

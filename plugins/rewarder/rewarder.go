@@ -492,6 +492,10 @@ func newMetrics(reg prometheus.Registerer, r *running) (metrics, error) {
 		computeTime: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "rewarder_compute_seconds", Help: "Time from the start of an epoch's reward computation to its artifacts written, the wait in the results queue included.", Buckets: prometheus.ExponentialBuckets(0.001, 4, 8)}),
 	}
 	m.busy.WithLabelValues("compute")
+	// Every reason from 0, so that rate() and increase() see the first.
+	for _, reason := range quarantineReasons {
+		m.quarantine.WithLabelValues(reason)
+	}
 	m.walletTimeouts.WithLabelValues(walletOpAccount)
 	m.walletTimeouts.WithLabelValues(walletOpBatch)
 	cols := []prometheus.Collector{m.busy, m.restarts, m.retries, m.walletTimeouts, m.aborted, m.degraded, m.quarantine, m.epochs, m.computeTime, m.pruned, m.droppedResults,

@@ -26,6 +26,11 @@ const (
 	deadlineSlack = 10 * time.Millisecond
 )
 
+// quarantineReasons are every reason an epoch is quarantined with:
+// quarantine_total's label values.
+var quarantineReasons = []string{reasonZeroWeight, reasonOverflow, reasonDuplicate, reasonConservation,
+	reasonUnavailable, reasonFunds, reasonRejected, reasonArtifact}
+
 // settleLoop is one settlement emitter: it takes epochs from the intents
 // queue until the drain begins.
 func (r *running) settleLoop(ctx context.Context) {
