@@ -70,6 +70,14 @@ func HookServer(srv *http.Server) {
 		if closeAfter(r) {
 			w.Header().Set("Connection", "close")
 		}
+		if r.Method == "PRI" && r.ProtoMajor == 2 {
+			// HTTP/2's connection preface, which net/http passes on for
+			// servers that take h2c; neither listener does.
+			w.Header().Set("Connection", "close")
+			sdk.WriteError(w, http.StatusHTTPVersionNotSupported, "unsupported_version",
+				"HTTP/2 without TLS (h2c) is not served; use HTTP/1.1")
+			return
+		}
 		h.ServeHTTP(w, r)
 	})
 	srv.ConnContext = func(ctx context.Context, c net.Conn) context.Context {
