@@ -232,6 +232,12 @@ func serve(ctx context.Context, logger hclog.Logger, path string, stderr io.Writ
 	go func() { errc <- front.Serve() }()
 	go func() { errc <- srv.Serve(front.Listener()) }()
 	go func() { errc <- adminSrv.Serve(adminLn) }()
+	// Before the host says it runs: from then on an operator, systemd's
+	// ExecReload or a test may send SIGHUP, whose default is to end the
+	// process. Signals that arrive before the loop below wait for it.
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	defer signal.Stop(sigs)
 	logger.Info("plughost running", "version", version, "listen", ln.Addr().String(),
 		"admin", adminLn.Addr().String(), "plugins", len(cfg.Plugins), "pid", os.Getpid())
 	sd := startNotifier(logger, h.ingress.Ready)
@@ -253,9 +259,6 @@ func serve(ctx context.Context, logger hclog.Logger, path string, stderr io.Writ
 			}
 		}
 	})
-	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
-	defer signal.Stop(sigs)
 	for {
 		select {
 		case err := <-errc:
