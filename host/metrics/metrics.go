@@ -26,8 +26,10 @@ const ReservedPrefix = "plughost_"
 type Host struct {
 	Registry *prometheus.Registry
 
-	PluginUp       *prometheus.GaugeVec
-	PluginState    *prometheus.GaugeVec
+	PluginUp    *prometheus.GaugeVec
+	PluginState *prometheus.GaugeVec
+	// PluginRestarts counts a plugin's restarts by reason, one of
+	// RestartReasons; call InitPlugin to export every reason at 0.
 	PluginRestarts *prometheus.CounterVec
 	// PluginHungKills counts the plugin processes killed at once, with
 	// no graceful exit, after they failed their health checks.
@@ -61,6 +63,32 @@ type Host struct {
 // applied, but a changed or new plugin refused its new config.
 var ReloadResults = []string{"applied", "rejected", "plugins_refused"}
 
+// Values of plughost_plugin_restarts_total's reason label.
+const (
+	// RestartFailure: the plugin went down (its process exited, its start
+	// or Configure failed, or it failed its health checks) and the
+	// supervisor started it again.
+	RestartFailure = "failure"
+	// RestartOperator: an operator restarted it (POST
+	// /v1/plugins/{name}/restart).
+	RestartOperator = "operator"
+	// RestartUpgrade: an operator upgraded it to the binary now on disk
+	// (POST /v1/plugins/{name}/upgrade).
+	RestartUpgrade = "upgrade"
+)
+
+// RestartReasons are the values of plughost_plugin_restarts_total's
+// reason label. Only RestartFailure is a fault: alerts count it alone.
+var RestartReasons = []string{RestartFailure, RestartOperator, RestartUpgrade}
+
+// InitPlugin exports a plugin's restart counters, one for each of
+// RestartReasons, at 0, so that increase() sees the first restart of each.
+func (h *Host) InitPlugin(plugin string) {
+	for _, r := range RestartReasons {
+		h.PluginRestarts.WithLabelValues(plugin, r)
+	}
+}
+
 // New registers the host's metrics, with Go runtime and process collectors,
 // on a new registry.
 func New() *Host {
@@ -77,8 +105,8 @@ func New() *Host {
 		}, []string{"plugin", "state"}),
 		PluginRestarts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "plughost_plugin_restarts_total",
-			Help: "Restarts of a plugin after it exited, failed to start, failed health checks or was restarted by an operator.",
-		}, []string{"plugin"}),
+			Help: "Restarts of a plugin, by reason: failure (it exited, failed to start or configure, or failed health checks), operator (an operator's restart) or upgrade (an operator's upgrade).",
+		}, []string{"plugin", "reason"}),
 		PluginHungKills: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "plughost_plugin_hung_kills_total",
 			Help: "Plugin processes SIGKILLed without a graceful exit because they failed health.failures health checks in a row.",
