@@ -222,9 +222,11 @@ func TestDashboardAndAlertsNameExportedMetrics(t *testing.T) {
 		}
 	}
 	var exported map[string]bool
+	var body string
 	deadline := time.Now().Add(15 * time.Second)
 	for {
-		code, body := h.get(h.admin + "/metrics")
+		var code int
+		code, body = h.get(h.admin + "/metrics")
 		if code != http.StatusOK {
 			t.Fatalf("GET /metrics = %d", code)
 		}
@@ -268,6 +270,25 @@ func TestDashboardAndAlertsNameExportedMetrics(t *testing.T) {
 	}
 	check(dashboardPath, exprs)
 	check(alertsPath, alerts)
+
+	// Every plugin with an sdk/durable committer (a store breaker)
+	// exports its store's corruption count under the one name the
+	// corruption alert selects, and every plugin has its health.
+	breaker := regexp.MustCompile(`(?m)^[a-z_]+_breaker_state\{plugin="([^"]+)"\}`)
+	stateful := breaker.FindAllStringSubmatch(body, -1)
+	if len(stateful) < 4 {
+		t.Errorf("/metrics has %d store breakers, want one for each of wallet, mailbox, rewarder and registry", len(stateful))
+	}
+	for _, m := range stateful {
+		if _, ok := parseMetric(body, `store_corruption_total{plugin="`+m[1]+`"}`); !ok {
+			t.Errorf("%s has a store breaker but no store_corruption_total: corruption it meets is invisible", m[1])
+		}
+	}
+	for name := range h.plugins() {
+		if v, ok := parseMetric(body, `plughost_plugin_health{plugin="`+name+`",status="ready"}`); !ok || v != 1 {
+			t.Errorf(`plughost_plugin_health{plugin=%q,status="ready"} = %v (found %v), want 1`, name, v, ok)
+		}
+	}
 }
 
 // readDashboard returns the shipped Grafana dashboard, decoded.

@@ -298,6 +298,7 @@ func TestForget(t *testing.T) {
 		h.PluginUp.WithLabelValues(p).Set(1)
 		h.PluginState.WithLabelValues(p, "ready").Set(1)
 		h.InitPlugin(p)
+		h.PluginHealth.WithLabelValues(p, "ready").Set(1)
 		h.PluginRestarts.WithLabelValues(p, metrics.RestartFailure).Inc()
 		h.PluginHungKills.WithLabelValues(p).Inc()
 		h.Requests.WithLabelValues(p, "200").Inc()
@@ -330,7 +331,7 @@ func TestForget(t *testing.T) {
 			}
 		}
 	}
-	if want := 9 + len(metrics.RestartReasons); kept != want {
+	if want := 10 + len(metrics.RestartReasons); kept != want {
 		t.Errorf("%d series left for plugin b, want %d (one per host metric, and one per restart reason)", kept, want)
 	}
 }

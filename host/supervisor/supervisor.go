@@ -550,6 +550,17 @@ func (p *Process) publish() {
 			up = 1
 		}
 		m.PluginUp.WithLabelValues(p.spec.Name).Set(up)
+		health := st.Health
+		if health == "" {
+			health = "ready"
+		}
+		for _, h := range metrics.HealthStatuses {
+			v := 0.0
+			if st.State == StateReady && h == health {
+				v = 1
+			}
+			m.PluginHealth.WithLabelValues(p.spec.Name, h).Set(v)
+		}
 	}
 	if p.opts.OnChange != nil {
 		p.opts.OnChange()
