@@ -493,7 +493,7 @@ func TestOldRestartsLeaveWindow(t *testing.T) {
 		old = st
 	}
 	if got := testutil.ToFloat64(f.metrics.PluginRestarts.WithLabelValues("hello", metrics.RestartFailure)); got != 3 {
-		t.Errorf("plughost_plugin_restarts_total{plugin=hello} = %v after three restarts, want 3", got)
+		t.Errorf("plughost_plugin_restarts_total{plugin=hello, reason=failure} = %v after three restarts, want 3", got)
 	}
 }
 
