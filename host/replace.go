@@ -12,6 +12,7 @@ import (
 
 	"github.com/plughost/plughost/host/admin"
 	"github.com/plughost/plughost/host/catalog"
+	"github.com/plughost/plughost/host/metrics"
 	"github.com/plughost/plughost/host/supervisor"
 	"github.com/plughost/plughost/sdk"
 )
@@ -250,7 +251,11 @@ func (h *host) operatorReplace(name string, upgrade bool) {
 	opts.Restarts = st.Restarts
 	if st.State != supervisor.StateFailed {
 		opts.Restarts++
-		h.metrics.PluginRestarts.WithLabelValues(name).Inc()
+		reason := metrics.RestartOperator
+		if upgrade {
+			reason = metrics.RestartUpgrade
+		}
+		h.metrics.PluginRestarts.WithLabelValues(name, reason).Inc()
 	}
 	what := "restart"
 	if upgrade {

@@ -112,8 +112,8 @@ type Options struct {
 
 // Server is the admin listener's handler. Call Close when done with it.
 type Server struct {
-	mux      *http.ServeMux
-	plugins  Plugins
+	mux     *http.ServeMux
+	plugins Plugins
 	// token is the admin token, "" for none; SetToken replaces it.
 	token    atomic.Pointer[string]
 	logger   hclog.Logger
@@ -121,6 +121,7 @@ type Server struct {
 	rates    *sampler
 	sessions *sessions
 	guard    *guard
+	refused  *refusalLog
 	page     *template.Template
 	// faults is Options.Faults, as SetFaultsEnabled last set it.
 	faults atomic.Bool
@@ -151,6 +152,7 @@ func New(g prometheus.Gatherer, plugins Plugins, opts Options) *Server {
 		rates:    newSampler(opts.Stats, opts.Now, opts.SampleEvery, rateWindow),
 		sessions: newSessions(opts.Now),
 		guard:    newGuard(opts.Now),
+		refused:  newRefusalLog(opts.Logger, opts.Now),
 		page:     pageTemplate,
 		hosts:    map[string]bool{"localhost": true},
 	}
@@ -405,10 +407,16 @@ func (s *Server) auth(next http.Handler) http.Handler {
 			ok, wait = s.guard.check(r, []byte(got), []byte(s.tokenNow()))
 		}
 		if wait > 0 {
-			sdk.WriteError(w, http.StatusTooManyRequests, "too_many_attempts", tooManyGuesses(retryAfter(w, wait)))
+			secs := retryAfter(w, wait)
+			s.refused.warn("admin api token refused: too many wrong tokens", r, "method", r.Method, "path", r.URL.Path, "retry_after", secs)
+			sdk.WriteError(w, http.StatusTooManyRequests, "too_many_attempts", tooManyGuesses(secs))
 			return
 		}
 		if !ok {
+			if bearer {
+				// A request without a token is no guess: not logged.
+				s.refused.warn("admin api token refused", r, "method", r.Method, "path", r.URL.Path)
+			}
 			w.Header().Set("WWW-Authenticate", `Bearer realm="plughost admin"`)
 			sdk.WriteError(w, http.StatusUnauthorized, "unauthorized", "admin API requests need Authorization: Bearer <token>")
 			return

@@ -9,8 +9,10 @@ import (
 	"net/netip"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"golang.org/x/time/rate"
 
 	"github.com/plughost/plughost/host/internal/clientkey"
@@ -104,6 +106,42 @@ func (g *guard) check(r *http.Request, got, want []byte) (ok bool, wait time.Dur
 		return true, 0
 	}
 	return false, 0
+}
+
+// Refused tokens are logged with the client's address, at most
+// refusalLogBurst lines at once and one per refusalLogEvery after that,
+// for every client together: a flood of guesses from many addresses, or
+// a client retrying while locked out, cannot flood the log. The next line
+// logged says how many were left out ("suppressed").
+const (
+	refusalLogBurst = 20
+	refusalLogEvery = time.Second
+)
+
+// refusalLog logs refused tokens, rate-limited.
+type refusalLog struct {
+	logger     hclog.Logger
+	now        func() time.Time
+	limit      *rate.Limiter
+	suppressed atomic.Uint64
+}
+
+func newRefusalLog(logger hclog.Logger, now func() time.Time) *refusalLog {
+	return &refusalLog{logger: logger, now: now, limit: rate.NewLimiter(rate.Every(refusalLogEvery), refusalLogBurst)}
+}
+
+// warn logs msg with r's address and args, unless the limit is spent.
+// It never logs the token: callers pass none.
+func (l *refusalLog) warn(msg string, r *http.Request, args ...any) {
+	if !l.limit.AllowN(l.now(), 1) {
+		l.suppressed.Add(1)
+		return
+	}
+	args = append([]any{"remote", r.RemoteAddr}, args...)
+	if n := l.suppressed.Swap(0); n > 0 {
+		args = append(args, "suppressed", n)
+	}
+	l.logger.Warn(msg, args...)
 }
 
 // retryAfter sets Retry-After to wait in whole seconds, rounded up, and

@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -190,5 +191,63 @@ func TestLoginUnreadableForm(t *testing.T) {
 	}
 	if r := post("application/x-www-form-urlencoded", url.Values{"token": {pageToken}}.Encode()); r.code != http.StatusSeeOther {
 		t.Errorf("the right token after unreadable forms = %d, want 303", r.code)
+	}
+}
+
+// TestRefusedAPITokensLogged checks that the admin API logs each wrong
+// Bearer token and each request refused while its address is locked
+// out, with the address and never the token; that a request without a
+// token is no guess and is not logged; and that the lines are limited,
+// the next one after a pause saying how many were left out.
+func TestRefusedAPITokensLogged(t *testing.T) {
+	p := newPage(t, pageToken, nil)
+	c := p.fromAddr("127.0.0.1")
+	lines := func(msg string) []string {
+		var out []string
+		for l := range strings.Lines(p.log.String()) {
+			if strings.Contains(l, msg+": remote=") {
+				out = append(out, l)
+			}
+		}
+		return out
+	}
+	if r := p.api(t, c, ""); r.code != http.StatusUnauthorized {
+		t.Fatalf("a request without a token = %d, want 401", r.code)
+	}
+	if got := lines("admin api token refused"); len(got) != 0 {
+		t.Errorf("a request without a token logged %q, want nothing", got)
+	}
+	for i := range 10 {
+		if r := p.api(t, c, "Bearer guess-"+strconv.Itoa(i)); r.code != http.StatusUnauthorized {
+			t.Fatalf("wrong token %d = %d, want 401", i+1, r.code)
+		}
+	}
+	const lockedOut = 50
+	for i := range lockedOut {
+		if r := p.api(t, c, "Bearer "+pageToken); r.code != http.StatusTooManyRequests {
+			t.Fatalf("request %d while locked out = %d, want 429", i+1, r.code)
+		}
+	}
+	wrong := lines("admin api token refused")
+	locked := lines("admin api token refused: too many wrong tokens")
+	if len(wrong) != 10 || len(locked) != 10 {
+		t.Errorf("logged %d wrong tokens and %d lockouts, want 10 and 10 (the first 20 refusals; the rest left out)", len(wrong), len(locked))
+	}
+	for _, l := range append(wrong, locked...) {
+		if !strings.Contains(l, "remote=127.0.0.1:") || !strings.Contains(l, "path=/v1/plugins") {
+			t.Errorf("log line %q, want the client's address and the path", l)
+		}
+	}
+	if strings.Contains(p.log.String(), "guess-") || strings.Contains(p.log.String(), pageToken) {
+		t.Errorf("the log holds a token:\n%s", p.log)
+	}
+
+	p.clock.add(time.Second)
+	if r := p.api(t, c, "Bearer "+pageToken); r.code != http.StatusTooManyRequests {
+		t.Fatalf("a request a second later = %d, want 429", r.code)
+	}
+	locked = lines("admin api token refused: too many wrong tokens")
+	if want := "suppressed=" + strconv.Itoa(lockedOut-10); len(locked) != 11 || !strings.Contains(locked[10], want) {
+		t.Errorf("lockout lines after a second's pause = %q, want an 11th with %s", locked, want)
 	}
 }

@@ -173,14 +173,14 @@ func (s *Server) pageRoutes(mux *http.ServeMux, cop *http.CrossOriginProtection)
 func (s *Server) checkToken(w http.ResponseWriter, r *http.Request, got string) bool {
 	ok, wait := s.guard.check(r, []byte(got), []byte(s.tokenNow()))
 	if wait > 0 {
-		s.logger.Warn("status page login refused: too many wrong tokens", "remote", r.RemoteAddr)
+		s.refused.warn("status page login refused: too many wrong tokens", r)
 		w.Header().Set("WWW-Authenticate", `Bearer realm="plughost admin"`)
 		msg := tooManyGuesses(retryAfter(w, wait))
 		s.render(w, http.StatusTooManyRequests, pageData{Message: strings.ToUpper(msg[:1]) + msg[1:] + "."})
 		return false
 	}
 	if !ok {
-		s.logger.Warn("status page login refused", "remote", r.RemoteAddr)
+		s.refused.warn("status page login refused", r)
 		s.renderLogin(w, "That is not the admin token.")
 		return false
 	}

@@ -228,7 +228,9 @@ func TestMetricsExposition(t *testing.T) {
 		{"plughost_plugin_up", dto.MetricType_GAUGE, map[string]string{"plugin": "hello"}},
 		{"plughost_plugin_up", dto.MetricType_GAUGE, map[string]string{"plugin": "faulty"}},
 		{"plughost_plugin_state", dto.MetricType_GAUGE, map[string]string{"plugin": "hello", "state": "ready"}},
-		{"plughost_plugin_restarts_total", dto.MetricType_COUNTER, map[string]string{"plugin": "hello"}},
+		{"plughost_plugin_restarts_total", dto.MetricType_COUNTER, map[string]string{"plugin": "hello", "reason": "failure"}},
+		{"plughost_plugin_restarts_total", dto.MetricType_COUNTER, map[string]string{"plugin": "hello", "reason": "operator"}},
+		{"plughost_plugin_restarts_total", dto.MetricType_COUNTER, map[string]string{"plugin": "hello", "reason": "upgrade"}},
 		{"plughost_http_requests_total", dto.MetricType_COUNTER, map[string]string{"plugin": "hello", "code": "200"}},
 		{"plughost_http_requests_total", dto.MetricType_COUNTER, map[string]string{"plugin": "hello", "code": "404"}},
 		{"plughost_http_requests_total", dto.MetricType_COUNTER, map[string]string{"plugin": "hello", "code": "429"}},
@@ -273,7 +275,9 @@ func TestMetricsExposition(t *testing.T) {
 		want   float64
 	}{
 		{"plughost_plugin_up", hello, 1},
-		{"plughost_plugin_restarts_total", hello, 1},
+		// An operator's restart, which alerts on failures do not count.
+		{"plughost_plugin_restarts_total", map[string]string{"plugin": "hello", "reason": "operator"}, 1},
+		{"plughost_plugin_restarts_total", map[string]string{"plugin": "hello", "reason": "failure"}, 0},
 		{"plughost_busy_rejections_total", hello, 1},
 		{"plughost_drain_aborted_total", hello, 1},
 		{"plughost_inflight_requests", hello, 0},

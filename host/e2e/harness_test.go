@@ -363,7 +363,7 @@ func send(t *testing.T, req *http.Request) (int, http.Header, string) {
 }
 
 // metric returns the value of the first exposition line that starts with
-// series, e.g. `plughost_plugin_restarts_total{plugin="hello"}`.
+// series, e.g. `plughost_plugin_restarts_total{plugin="hello",reason="failure"}`.
 func (h *hostProc) metric(series string) (float64, bool) {
 	h.t.Helper()
 	_, body := h.get(h.admin + "/metrics")

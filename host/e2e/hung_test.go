@@ -160,8 +160,8 @@ func testHungPluginReplaced(t *testing.T, cfg string) {
 			t.Errorf("hello last_error = %q, want it to contain %q", st.LastError, want)
 		}
 	}
-	if v, ok := h.metric(`plughost_plugin_restarts_total{plugin="hello"}`); !ok || v != 1 {
-		t.Errorf("plughost_plugin_restarts_total{plugin=\"hello\"} = %v (found %v), want 1", v, ok)
+	if v, ok := h.metric(`plughost_plugin_restarts_total{plugin="hello",reason="failure"}`); !ok || v != 1 {
+		t.Errorf("plughost_plugin_restarts_total{plugin=\"hello\",reason=\"failure\"} = %v (found %v), want 1", v, ok)
 	}
 	if v, ok := h.metric(`plughost_plugin_hung_kills_total{plugin="hello"}`); !ok || v != 1 {
 		t.Errorf("plughost_plugin_hung_kills_total{plugin=\"hello\"} = %v (found %v), want 1", v, ok)

@@ -58,8 +58,32 @@ func TestReadyzPerPlugin(t *testing.T) {
 	}
 	base := withDataDir(t, baseConfig("5s"), data) + helloWith("hi")
 	h := startHost(t, base+pluginBlock("frail", "frail", ""))
+	// waitHealthMetric waits until plughost_plugin_health{plugin="frail"}
+	// is 1 for want alone, as alerts and the dashboard read the health.
+	waitHealthMetric := func(want string) {
+		t.Helper()
+		var got map[string]float64
+		waitFor(t, 30*time.Second, "plughost_plugin_health of frail to be "+want, func() bool {
+			_, body := h.get(h.admin + "/metrics")
+			got = map[string]float64{}
+			for _, s := range []string{"ready", "degraded", "not_ready"} {
+				v, ok := parseMetric(body, `plughost_plugin_health{plugin="frail",status="`+s+`"}`)
+				if !ok {
+					return false
+				}
+				got[s] = v
+			}
+			for s, v := range got {
+				if v != 0 && s != want || v != 1 && s == want {
+					return false
+				}
+			}
+			return true
+		})
+	}
 
 	h.waitReadiness("frail", http.StatusOK, "ready")
+	waitHealthMetric("ready")
 	if code, state := h.readiness("hello"); code != http.StatusOK || state != "ready" {
 		t.Errorf("GET /readyz/hello = %d %s, want 200 ready", code, state)
 	}
@@ -71,6 +95,7 @@ func TestReadyzPerPlugin(t *testing.T) {
 	// 200, and the plugin still serves.
 	setHealth("degraded")
 	h.waitReadiness("frail", http.StatusServiceUnavailable, "degraded")
+	waitHealthMetric("degraded")
 	if code, body := h.get(h.ingress + "/readyz"); code != http.StatusOK {
 		t.Errorf("GET /readyz with frail degraded = %d %s, want 200 without unready_when_degraded", code, body)
 	}
@@ -81,6 +106,7 @@ func TestReadyzPerPlugin(t *testing.T) {
 	// Not ready: 503, and so is the aggregate (frail is required).
 	setHealth("not_ready")
 	h.waitReadiness("frail", http.StatusServiceUnavailable, "not_ready")
+	waitHealthMetric("not_ready")
 	if code, body := h.get(h.ingress + "/readyz"); code != http.StatusServiceUnavailable {
 		t.Errorf("GET /readyz with frail not ready = %d %s, want 503", code, body)
 	}
@@ -95,6 +121,7 @@ func TestReadyzPerPlugin(t *testing.T) {
 	})
 	setHealth("")
 	h.waitReadiness("frail", http.StatusOK, "ready")
+	waitHealthMetric("ready")
 	if code, body := h.get(h.ingress + "/readyz"); code != http.StatusOK {
 		t.Errorf("GET /readyz with frail ready again = %d %s, want 200", code, body)
 	}

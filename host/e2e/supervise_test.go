@@ -243,8 +243,8 @@ func TestKill9PluginUnderLoad(t *testing.T) {
 	if st.Restarts < 1 {
 		t.Errorf("/v1/plugins hello restarts = %d, want >= 1", st.Restarts)
 	}
-	if v, ok := h.metric(`plughost_plugin_restarts_total{plugin="hello"}`); !ok || v < 1 {
-		t.Errorf("plughost_plugin_restarts_total{plugin=\"hello\"} = %v (found %v), want >= 1", v, ok)
+	if v, ok := h.metric(`plughost_plugin_restarts_total{plugin="hello",reason="failure"}`); !ok || v < 1 {
+		t.Errorf("plughost_plugin_restarts_total{plugin=\"hello\",reason=\"failure\"} = %v (found %v), want >= 1", v, ok)
 	}
 	if code, body := h.get(h.ingress + "/healthz"); code != http.StatusOK {
 		t.Errorf("GET /healthz after the test = %d %s, want 200", code, body)
@@ -329,8 +329,8 @@ func TestNotAPluginFails(t *testing.T) {
 			if broken.LastError == "" {
 				t.Errorf("broken last_error is empty, want why it failed")
 			}
-			if v, ok := h.metric(`plughost_plugin_restarts_total{plugin="broken"}`); !ok || v < maxRestarts {
-				t.Errorf("plughost_plugin_restarts_total{plugin=\"broken\"} = %v (found %v), want >= %d", v, ok, maxRestarts)
+			if v, ok := h.metric(`plughost_plugin_restarts_total{plugin="broken",reason="failure"}`); !ok || v < maxRestarts {
+				t.Errorf("plughost_plugin_restarts_total{plugin=\"broken\",reason=\"failure\"} = %v (found %v), want >= %d", v, ok, maxRestarts)
 			}
 			if v, ok := h.metric(`plughost_plugin_state{plugin="broken",state="failed"}`); !ok || v != 1 {
 				t.Errorf("plughost_plugin_state{plugin=\"broken\",state=\"failed\"} = %v (found %v), want 1", v, ok)

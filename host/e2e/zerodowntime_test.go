@@ -274,6 +274,12 @@ func TestReloadZeroDowntime(t *testing.T) {
 	for _, name := range []string{"hello", "wallet"} {
 		installBinary(t, filepath.Join(bins.plugins, name), filepath.Join(dir, name), []byte("\x00rebuilt"))
 		h.upgrade(name, "")
+		for reason, want := range map[string]float64{"upgrade": 1, "failure": 0} {
+			series := fmt.Sprintf(`plughost_plugin_restarts_total{plugin=%q,reason=%q}`, name, reason)
+			if v, ok := h.metric(series); !ok || v != want {
+				t.Errorf("%s after an upgrade = %v (found %v), want %v: an upgrade is no failure to alert on", series, v, ok, want)
+			}
+		}
 	}
 	upgraded := h.plugins()
 	h.reload(zeroDowntimeConfig(dir, "two", "12h"), "config reloaded")

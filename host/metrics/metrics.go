@@ -26,9 +26,15 @@ const ReservedPrefix = "plughost_"
 type Host struct {
 	Registry *prometheus.Registry
 
-	PluginUp       *prometheus.GaugeVec
-	PluginState    *prometheus.GaugeVec
+	PluginUp    *prometheus.GaugeVec
+	PluginState *prometheus.GaugeVec
+	// PluginRestarts counts a plugin's restarts by reason, one of
+	// RestartReasons; call InitPlugin to export every reason at 0.
 	PluginRestarts *prometheus.CounterVec
+	// PluginHealth is 1 for the health a ready plugin last reported, one
+	// of HealthStatuses, and 0 for the others; all 0 while the plugin is
+	// not ready (plughost_plugin_state says why).
+	PluginHealth *prometheus.GaugeVec
 	// PluginHungKills counts the plugin processes killed at once, with
 	// no graceful exit, after they failed their health checks.
 	PluginHungKills *prometheus.CounterVec
@@ -61,6 +67,36 @@ type Host struct {
 // applied, but a changed or new plugin refused its new config.
 var ReloadResults = []string{"applied", "rejected", "plugins_refused"}
 
+// Values of plughost_plugin_restarts_total's reason label.
+const (
+	// RestartFailure: the plugin went down (its process exited, its start
+	// or Configure failed, or it failed its health checks) and the
+	// supervisor started it again.
+	RestartFailure = "failure"
+	// RestartOperator: an operator restarted it (POST
+	// /v1/plugins/{name}/restart).
+	RestartOperator = "operator"
+	// RestartUpgrade: an operator upgraded it to the binary now on disk
+	// (POST /v1/plugins/{name}/upgrade).
+	RestartUpgrade = "upgrade"
+)
+
+// HealthStatuses are the values of plughost_plugin_health's status
+// label: the answers of a plugin's Health hook.
+var HealthStatuses = []string{"ready", "degraded", "not_ready"}
+
+// RestartReasons are the values of plughost_plugin_restarts_total's
+// reason label. Only RestartFailure is a fault: alerts count it alone.
+var RestartReasons = []string{RestartFailure, RestartOperator, RestartUpgrade}
+
+// InitPlugin exports a plugin's restart counters, one for each of
+// RestartReasons, at 0, so that increase() sees the first restart of each.
+func (h *Host) InitPlugin(plugin string) {
+	for _, r := range RestartReasons {
+		h.PluginRestarts.WithLabelValues(plugin, r)
+	}
+}
+
 // New registers the host's metrics, with Go runtime and process collectors,
 // on a new registry.
 func New() *Host {
@@ -77,8 +113,12 @@ func New() *Host {
 		}, []string{"plugin", "state"}),
 		PluginRestarts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "plughost_plugin_restarts_total",
-			Help: "Restarts of a plugin after it exited, failed to start, failed health checks or was restarted by an operator.",
-		}, []string{"plugin"}),
+			Help: "Restarts of a plugin, by reason: failure (it exited, failed to start or configure, or failed health checks), operator (an operator's restart) or upgrade (an operator's upgrade).",
+		}, []string{"plugin", "reason"}),
+		PluginHealth: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "plughost_plugin_health",
+			Help: "1 for the health a ready plugin last reported (ready, degraded or not_ready) to the host's health checks, 0 for the others; all 0 while it is not ready.",
+		}, []string{"plugin", "status"}),
 		PluginHungKills: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "plughost_plugin_hung_kills_total",
 			Help: "Plugin processes SIGKILLed without a graceful exit because they failed health.failures health checks in a row.",
@@ -134,7 +174,7 @@ func New() *Host {
 	for _, res := range ReloadResults {
 		h.Reloads.WithLabelValues(res)
 	}
-	r.MustRegister(h.PluginUp, h.PluginState, h.PluginRestarts, h.PluginHungKills, h.Requests, h.RequestDuration,
+	r.MustRegister(h.PluginUp, h.PluginState, h.PluginRestarts, h.PluginHealth, h.PluginHungKills, h.Requests, h.RequestDuration,
 		h.Inflight, h.BusyRejections, h.BodyBytes, h.DrainAborted, h.PluginScrapeErrs, h.HeldRequests, h.HoldRejections,
 		h.PluginLogDropped, h.Reloads, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	h.Conns = newConns(r)
@@ -158,7 +198,7 @@ func (h *Host) ReportReadiness(ready func() bool) {
 // Forget removes a plugin's labelled series, for plugins removed on reload.
 func (h *Host) Forget(plugin string) {
 	l := prometheus.Labels{"plugin": plugin}
-	for _, v := range []*prometheus.MetricVec{h.PluginUp.MetricVec, h.PluginState.MetricVec,
+	for _, v := range []*prometheus.MetricVec{h.PluginUp.MetricVec, h.PluginState.MetricVec, h.PluginHealth.MetricVec,
 		h.Requests.MetricVec, h.Inflight.MetricVec, h.BusyRejections.MetricVec, h.BodyBytes.MetricVec,
 		h.DrainAborted.MetricVec, h.PluginScrapeErrs.MetricVec, h.PluginRestarts.MetricVec, h.PluginHungKills.MetricVec,
 		h.RequestDuration.MetricVec, h.HeldRequests.MetricVec, h.HoldRejections.MetricVec,

@@ -297,7 +297,9 @@ func TestForget(t *testing.T) {
 	for _, p := range []string{"a", "b"} {
 		h.PluginUp.WithLabelValues(p).Set(1)
 		h.PluginState.WithLabelValues(p, "ready").Set(1)
-		h.PluginRestarts.WithLabelValues(p).Inc()
+		h.InitPlugin(p)
+		h.PluginHealth.WithLabelValues(p, "ready").Set(1)
+		h.PluginRestarts.WithLabelValues(p, metrics.RestartFailure).Inc()
 		h.PluginHungKills.WithLabelValues(p).Inc()
 		h.Requests.WithLabelValues(p, "200").Inc()
 		h.RequestDuration.WithLabelValues(p).Observe(0.1)
@@ -329,8 +331,8 @@ func TestForget(t *testing.T) {
 			}
 		}
 	}
-	if kept != 10 {
-		t.Errorf("%d series left for plugin b, want 10 (one per host metric)", kept)
+	if want := 10 + len(metrics.RestartReasons); kept != want {
+		t.Errorf("%d series left for plugin b, want %d (one per host metric, and one per restart reason)", kept, want)
 	}
 }
 

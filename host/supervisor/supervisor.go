@@ -376,7 +376,7 @@ func start(ctx context.Context, spec Spec, opts Options, standby bool) (*Process
 	}
 	p.active.Store(!standby)
 	if opts.Metrics != nil {
-		opts.Metrics.PluginRestarts.WithLabelValues(spec.Name)
+		opts.Metrics.InitPlugin(spec.Name)
 		opts.Metrics.PluginHungKills.WithLabelValues(spec.Name)
 		opts.Metrics.PluginLogDropped.WithLabelValues(spec.Name)
 		opts.Metrics.PluginScrapeErrs.WithLabelValues(spec.Name)
@@ -550,6 +550,17 @@ func (p *Process) publish() {
 			up = 1
 		}
 		m.PluginUp.WithLabelValues(p.spec.Name).Set(up)
+		health := st.Health
+		if health == "" {
+			health = "ready"
+		}
+		for _, h := range metrics.HealthStatuses {
+			v := 0.0
+			if st.State == StateReady && h == health {
+				v = 1
+			}
+			m.PluginHealth.WithLabelValues(p.spec.Name, h).Set(v)
+		}
 	}
 	if p.opts.OnChange != nil {
 		p.opts.OnChange()
@@ -647,7 +658,7 @@ func (p *Process) run(ctx context.Context) {
 					// An operator's restart is counted, but not against
 					// max_restarts: that budget is for crashes.
 					p.drainAndKill(inst, ep, cmd.deadline)
-					p.countRestart(false)
+					p.countRestart(metrics.RestartOperator, false)
 					bo.Reset()
 					continue
 				}
@@ -676,7 +687,7 @@ func (p *Process) run(ctx context.Context) {
 		// It is retried at the backoff's pace for as long as it refuses,
 		// without spending max_restarts, so that it comes up by itself
 		// once the cause is gone, however long that takes.
-		if p.countRestart(err == nil || !p.retries(err)) {
+		if p.countRestart(metrics.RestartFailure, err == nil || !p.retries(err)) {
 			p.logger.Error("plugin failed: too many restarts", "max_restarts", pol.MaxRestarts, "window", pol.Window, "error", reason)
 			if !p.waitFailed(ctx, reason) {
 				return
@@ -697,11 +708,11 @@ func (p *Process) run(ctx context.Context) {
 	}
 }
 
-// countRestart records a restart about to happen. For a crash it first
-// checks the budget: when the plugin has already restarted MaxRestarts
-// times within Window it reports true, and no restart is counted because
-// none will happen.
-func (p *Process) countRestart(crash bool) (failed bool) {
+// countRestart records a restart about to happen, for reason (one of
+// metrics.RestartReasons). For a crash it first checks the budget: when
+// the plugin has already restarted MaxRestarts times within Window it
+// reports true, and no restart is counted because none will happen.
+func (p *Process) countRestart(reason string, crash bool) (failed bool) {
 	now := time.Now()
 	p.mu.Lock()
 	if crash {
@@ -721,7 +732,7 @@ func (p *Process) countRestart(crash bool) (failed bool) {
 	p.restarts++
 	p.mu.Unlock()
 	if m := p.opts.Metrics; m != nil {
-		m.PluginRestarts.WithLabelValues(p.spec.Name).Inc()
+		m.PluginRestarts.WithLabelValues(p.spec.Name, reason).Inc()
 	}
 	return false
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -234,6 +235,37 @@ func gauge(t *testing.T, m *metrics.Host, state supervisor.State, plugin string)
 	return testutil.ToFloat64(m.PluginState.WithLabelValues(plugin, string(state)))
 }
 
+// restarts returns plughost_plugin_restarts_total for plugin by reason,
+// and fails the test when a reason in metrics.RestartReasons has no series.
+func restarts(t *testing.T, m *metrics.Host, plugin string) map[string]float64 {
+	t.Helper()
+	mfs, err := m.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() != "plughost_plugin_restarts_total" {
+			continue
+		}
+		for _, s := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, lp := range s.GetLabel() {
+				labels[lp.GetName()] = lp.GetValue()
+			}
+			if labels["plugin"] == plugin {
+				out[labels["reason"]] = s.GetCounter().GetValue()
+			}
+		}
+	}
+	for _, r := range metrics.RestartReasons {
+		if _, ok := out[r]; !ok {
+			t.Errorf("plughost_plugin_restarts_total{plugin=%q, reason=%q} is not exported", plugin, r)
+		}
+	}
+	return out
+}
+
 // sleepsServed reads hello's own hello_sleeps_total through Families.
 func sleepsServed(t *testing.T, p *supervisor.Process) float64 {
 	t.Helper()
@@ -340,8 +372,8 @@ func TestRestartAfterKill(t *testing.T) {
 	if i < 0 || !slices.Contains(states[i:], supervisor.StateStarting) || states[len(states)-1] != supervisor.StateReady {
 		t.Errorf("states after the crash = %v, want backoff, then starting, ending ready", states)
 	}
-	if got := testutil.ToFloat64(f.metrics.PluginRestarts.WithLabelValues("hello")); got != 1 {
-		t.Errorf("plughost_plugin_restarts_total{plugin=hello} = %v, want 1", got)
+	if got, want := restarts(t, f.metrics, "hello"), (map[string]float64{"failure": 1, "operator": 0, "upgrade": 0}); !maps.Equal(got, want) {
+		t.Errorf("plughost_plugin_restarts_total{plugin=hello} by reason = %v after a crash, want %v", got, want)
 	}
 	if got := testutil.ToFloat64(f.metrics.PluginHungKills.WithLabelValues("hello")); got != 0 {
 		t.Errorf("plughost_plugin_hung_kills_total{plugin=hello} = %v after a crash, want 0: only failed health checks kill a process as hung", got)
@@ -365,6 +397,9 @@ func TestOperatorRestart(t *testing.T) {
 	})
 	if st.Restarts != 1 || st.RestartsInWindow != 0 || st.LastError != "" {
 		t.Errorf("Status() after Restart = %+v, want restarts 1, none in the window (an operator's restart spends no budget) and no error", st)
+	}
+	if got, want := restarts(t, f.metrics, "hello"), (map[string]float64{"failure": 0, "operator": 1, "upgrade": 0}); !maps.Equal(got, want) {
+		t.Errorf("plughost_plugin_restarts_total{plugin=hello} by reason = %v after an operator's restart, want %v: alerts count failures only", got, want)
 	}
 	if oldConn.Aborted() {
 		t.Error("old Conn().Aborted() = true after a drain with nothing in flight")
@@ -457,8 +492,8 @@ func TestOldRestartsLeaveWindow(t *testing.T) {
 		}
 		old = st
 	}
-	if got := testutil.ToFloat64(f.metrics.PluginRestarts.WithLabelValues("hello")); got != 3 {
-		t.Errorf("plughost_plugin_restarts_total{plugin=hello} = %v after three restarts, want 3", got)
+	if got := testutil.ToFloat64(f.metrics.PluginRestarts.WithLabelValues("hello", metrics.RestartFailure)); got != 3 {
+		t.Errorf("plughost_plugin_restarts_total{plugin=hello, reason=failure} = %v after three restarts, want 3", got)
 	}
 }
 

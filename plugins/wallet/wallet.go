@@ -294,15 +294,11 @@ func (w *wallet) configure(_ context.Context, rt *sdk.Runtime) (err error) {
 		Help:        durable.TasksSpawnedHelp,
 		ConstLabels: prometheus.Labels{"kind": "sweeper"},
 	})
-	corruption := prometheus.NewCounterFunc(prometheus.CounterOpts{
-		Name: "store_corruption_total",
-		Help: "Damaged values or pages the ledger's store met while running (reads and the scrubber).",
-	}, func() float64 { return float64(l.Store().Corruptions()) })
 	checkpointLag := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "wallet_checkpoint_lag_seconds",
 		Help: "How long the oldest group not yet checkpointed into the ledger's bbolt file has waited in the write-ahead log; 0 exactly when none waits and no checkpoint is writing the file.",
 	}, func() float64 { return l.Store().CheckpointLag().Seconds() })
-	for _, col := range []prometheus.Collector{lagged, eventsDropped, sweepers, corruption, checkpointLag, eventsDepth} {
+	for _, col := range []prometheus.Collector{lagged, eventsDropped, sweepers, checkpointLag, eventsDepth} {
 		if err := rt.Registerer.Register(col); err != nil {
 			return fmt.Errorf("register metrics: %w", err)
 		}

@@ -85,6 +85,16 @@ type Store interface {
 	Checkpoint() error
 }
 
+// CorruptionCounter is the optional part of a Store that counts the
+// damaged data it met while running; *store.DB is one. The committer of
+// a Store that has it, with a Registerer, exports the count as
+// store_corruption_total (StoreCorruptionName).
+type CorruptionCounter interface {
+	// Corruptions returns how many times the store met corrupt data
+	// while running: reads and scrubs that found a damaged value or page.
+	Corruptions() uint64
+}
+
 // Injector is a set of fault points; *sdk.Faults is one. An Injector
 // with a method Declare(...string), as *sdk.Faults has, is told the
 // commit's fault point when the Committer is built.

@@ -590,6 +590,20 @@ func TestScrubber(t *testing.T) {
 	}
 }
 
+// TestStoreCorruptionExported: the committer of a Store that counts its
+// corruptions exports the count as store_corruption_total, from 0, for
+// every plugin's store under the one name the alerts select.
+func TestStoreCorruptionExported(t *testing.T) {
+	f := newFixture(t, durable.Options[int, uint64]{})
+	if got := f.metric(t, durable.StoreCorruptionName); got != 0 {
+		t.Errorf("%s = %v before any damage, want 0", durable.StoreCorruptionName, got)
+	}
+	f.store.corruptions.Add(2)
+	if got := f.metric(t, durable.StoreCorruptionName); got != 2 {
+		t.Errorf("%s = %v after the store met damage twice, want 2", durable.StoreCorruptionName, got)
+	}
+}
+
 func TestNewRefuses(t *testing.T) {
 	tests := []struct {
 		name string

@@ -25,7 +25,11 @@ type fakeStore struct {
 	checkpoints int
 	hold        chan struct{} // a checkpoint waits for it to close
 	held        chan struct{} // closed by the next checkpoint as it starts
+	corruptions atomic.Uint64
 }
+
+// Corruptions makes fakeStore a durable.CorruptionCounter.
+func (s *fakeStore) Corruptions() uint64 { return s.corruptions.Load() }
 
 func (s *fakeStore) Err() error {
 	s.mu.Lock()

@@ -35,6 +35,12 @@ const (
 	IOTimeoutsHelp    = "I/O operations that outlasted their deadline, by operation."
 )
 
+// StoreCorruptionName is the counter the committer exports for a Store
+// that is a CorruptionCounter, with no label of its own (the host adds
+// plugin): one name for every plugin's store, which alerts and the
+// dashboard select without knowing the plugin's prefix.
+const StoreCorruptionName = "store_corruption_total"
+
 // metrics are the committer's series. The families the design names
 // keep their names, with the committer's label values: op
 // <service>_commit, svc <service>, kind "commit" for operations and group
@@ -145,6 +151,12 @@ func newMetrics[Op, Res any](opts Options[Op, Res], c *Committer[Op, Res]) (*met
 	cols := []prometheus.Collector{m.inflight, m.timeouts, m.retries, m.aborted, m.canceled, m.upstreamFail, m.spawned, m.commits, m.batchSize, m.seconds, m.checkpoints, m.checkpointSeconds, state}
 	if opts.Scrub != nil {
 		cols = append(cols, m.scrubPasses)
+	}
+	if cc, ok := opts.Store.(CorruptionCounter); ok {
+		cols = append(cols, prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: StoreCorruptionName,
+			Help: "Damaged values or pages the store met while running (reads and the scrubber); the first makes it refuse writes.",
+		}, func() float64 { return float64(cc.Corruptions()) }))
 	}
 	for _, col := range cols {
 		if err := m.reg.Register(col); err != nil {

@@ -218,8 +218,13 @@ func (l *Ledger) Closed() bool { return l.db.Closed() }
 func (l *Ledger) Hooks() *store.Hooks { return l.hooks }
 
 // Store returns the ledger's store, for its operators' calls: Scrub,
-// Reopen, Recovery and Corruptions.
+// Reopen and Recovery.
 func (l *Ledger) Store() *store.DB { return l.db }
+
+// Corruptions returns how many times the ledger's store met corrupt data
+// while running (store.DB.Corruptions); it makes the ledger a
+// durable.CorruptionCounter, whose count the committer exports.
+func (l *Ledger) Corruptions() uint64 { return l.db.Corruptions() }
 
 // Converted reports whether Open converted the ledger from the files of
 // the wallet's release before the store (its formats 1 to 4).
