@@ -546,6 +546,10 @@ func (g *Ingress) forwardTo(w http.ResponseWriter, r *http.Request, e *entry, re
 		err = context.DeadlineExceeded
 	}
 	if err != nil {
+		// Whatever of the plugin's headers RoundTrip left, the host's own
+		// Connection: close stands (it was cleared with them above).
+		dropHopHeaders(w.Header())
+		ownHopHeaders(w.Header(), r)
 		return g.failed(ctx, w, e, ep, err)
 	}
 	if st != nil {

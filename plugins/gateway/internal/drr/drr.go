@@ -217,11 +217,11 @@ func (s *Scheduler) Submit(tenant string, cost int, job Job) error {
 		s.mu.Unlock()
 		s.reserved.Add(1)
 		return nil
-	case s.queued+s.ring.len() >= s.intake:
+	case s.queued+s.aheadLocked() >= s.intake:
 		s.mu.Unlock()
 		s.busyIntake.Add(1)
 		return ErrBusy
-	case f.q.len()+f.inRing >= f.MaxQueue:
+	case s.waitingLocked(f) >= f.MaxQueue:
 		s.mu.Unlock()
 		s.busyTenant.Add(1)
 		return ErrTenantBusy
@@ -253,6 +253,16 @@ func (s *Scheduler) Submit(tenant string, cost int, job Job) error {
 	}
 	return nil
 }
+
+// aheadLocked is how many jobs of the scheduler queue wait for a busy
+// worker: those beyond the ones the idle workers are about to take, which
+// do not wait and count against no bound.
+func (s *Scheduler) aheadLocked() int { return max(0, s.ring.len()-s.idle) }
+
+// waitingLocked is how many of f's jobs wait: those in its queue, and
+// those of the scheduler queue that wait for a busy worker, of which at
+// most aheadLocked are f's.
+func (s *Scheduler) waitingLocked(f *flow) int { return f.q.len() + min(f.inRing, s.aheadLocked()) }
 
 // moveLocked moves it, just taken from f's queue, to the scheduler queue.
 func (s *Scheduler) moveLocked(f *flow, it item) {
@@ -306,7 +316,7 @@ func (s *Scheduler) pumpLocked() {
 func (s *Scheduler) publishLocked() {
 	s.intakeDepth.Store(int64(s.queued))
 	s.schedDepth.Store(int64(s.ring.len()))
-	s.waiting.Store(int64(s.queued + s.ring.len()))
+	s.waiting.Store(int64(s.queued + s.aheadLocked()))
 }
 
 // take is a regular worker's: it accounts for prev, the job it ran
@@ -431,7 +441,7 @@ func (s *Scheduler) Queued(tenant string) (queued, share int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if f := s.flows[tenant]; f != nil {
-		queued = f.q.len() + f.inRing
+		queued = s.waitingLocked(f)
 	}
 	return queued, max(s.intake/max(len(s.flows), 1), 1)
 }

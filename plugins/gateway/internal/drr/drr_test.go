@@ -258,6 +258,58 @@ func TestMaxQueueCountsEveryWaitingJob(t *testing.T) {
 	}
 }
 
+// TestIdleWorkersTakeABurst: jobs dispatched to idle workers wait for no
+// one, so a burst as large as the idle workers is taken whatever the
+// tenant's MaxQueue and the intake, and counts as no load, before the
+// workers have woken to take it.
+func TestIdleWorkersTakeABurst(t *testing.T) {
+	s, err := New(Options{Tenants: []Tenant{{"a", 1, 1}, {"b", 1, 1}}, Workers: 4, IntakeCap: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var log []string
+	var jobs []*recJob
+	t.Cleanup(func() {
+		for _, j := range jobs {
+			close(j.hold)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		s.Close(ctx)
+	})
+	// Under the lock, so that no worker takes a job between the Submits.
+	s.mu.Lock()
+	for i := range 4 {
+		j := newJob(fmt.Sprint("a", i), &log, &mu)
+		j.hold = make(chan struct{})
+		jobs = append(jobs, j)
+		if got := s.waitingLocked(s.flows["a"]); got != 0 {
+			t.Errorf("before job %d, tenant a has %d waiting, want 0: its jobs went to idle workers", i, got)
+		}
+		if s.queued+s.aheadLocked() != 0 {
+			t.Errorf("before job %d, %d jobs wait for a busy worker, want 0", i, s.queued+s.aheadLocked())
+		}
+		s.mu.Unlock()
+		if err := s.Submit("a", 1, j); err != nil {
+			t.Fatalf("Submit #%d with %d idle workers = %v, want nil", i+1, 4-i, err)
+		}
+		s.mu.Lock()
+	}
+	s.mu.Unlock()
+	for _, j := range jobs {
+		if !startedWithin(j, 10*time.Second) {
+			t.Fatalf("%s did not start on an idle worker", j.name)
+		}
+	}
+	if err := s.Submit("a", 1, newJob("a4", &log, &mu)); err != nil {
+		t.Fatalf("Submit with every worker busy, nothing waiting = %v, want nil: it waits", err)
+	}
+	if err := s.Submit("a", 1, newJob("a5", &log, &mu)); !errors.Is(err, ErrBusy) && !errors.Is(err, ErrTenantBusy) {
+		t.Fatalf("Submit with one job waiting, MaxQueue 1 = %v, want a refusal", err)
+	}
+}
+
 // TestRoundRobinOrdersBacklog holds every worker at the gateway's default
 // SchedCap, 0: the heavy tenant's backlog and the light tenant's jobs wait
 // in their queues, and as one worker frees up the round-robin alternates
