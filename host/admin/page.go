@@ -54,6 +54,8 @@ type session struct {
 	expires time.Time
 	// flash is the outcome of the last button pressed, shown once.
 	flash string
+	// gen is the sessions' generation its login was checked in.
+	gen uint64
 }
 
 // sessions holds the status page's sessions, by cookie value.
@@ -61,15 +63,27 @@ type sessions struct {
 	now func() time.Time
 	mu  sync.Mutex
 	m   map[string]*session
+	// gen counts endAll: a session started from a login checked before
+	// the last one is not valid (generation, start).
+	gen uint64
 }
 
 func newSessions(now func() time.Time) *sessions {
 	return &sessions{now: now, m: map[string]*session{}}
 }
 
-// start makes a session showing flash next and returns its cookie
-// value.
-func (ss *sessions) start(flash string) string {
+// generation returns the sessions' generation, which a login takes before
+// it checks the token, and gives start.
+func (ss *sessions) generation() uint64 {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	return ss.gen
+}
+
+// start makes a session of generation gen showing flash next and returns
+// its cookie value. A gen older than the sessions' makes a session that
+// is never valid: its login was checked against a token replaced since.
+func (ss *sessions) start(flash string, gen uint64) string {
 	b := make([]byte, 32)
 	_, _ = rand.Read(b) // never fails (crypto/rand)
 	id := base64.RawURLEncoding.EncodeToString(b)
@@ -87,7 +101,7 @@ func (ss *sessions) start(flash string) string {
 	if len(ss.m) >= maxSessions {
 		delete(ss.m, first)
 	}
-	ss.m[id] = &session{expires: now.Add(sessionTTL), flash: flash}
+	ss.m[id] = &session{expires: now.Add(sessionTTL), flash: flash, gen: gen}
 	return id
 }
 
@@ -101,7 +115,7 @@ func (ss *sessions) valid(r *http.Request, flash *string) bool {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	s, ok := ss.m[c.Value]
-	if !ok || !ss.now().Before(s.expires) {
+	if !ok || !ss.now().Before(s.expires) || s.gen != ss.gen {
 		delete(ss.m, c.Value)
 		return false
 	}
@@ -129,6 +143,7 @@ func (ss *sessions) endAll() {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	clear(ss.m)
+	ss.gen++
 }
 
 // end ends r's session, if any.
@@ -215,10 +230,11 @@ func (s *Server) servePage(w http.ResponseWriter, r *http.Request) {
 			s.renderLogin(w, "A token in a link from another site is not checked: log in here.")
 			return
 		}
+		gen := s.sessions.generation()
 		if !s.checkToken(w, r, r.URL.Query().Get("token")) {
 			return
 		}
-		s.newSession(w, r)
+		s.newSession(w, r, gen)
 		http.Redirect(w, r, "/", http.StatusSeeOther)
 		return
 	case !s.sessions.valid(r, &flash):
@@ -247,16 +263,18 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 		s.render(w, http.StatusBadRequest, pageData{Message: "The login form could not be read."})
 		return
 	}
+	gen := s.sessions.generation()
 	if !s.checkToken(w, r, r.PostForm.Get("token")) {
 		return
 	}
-	s.newSession(w, r)
+	s.newSession(w, r, gen)
 	http.Redirect(w, r, "/", http.StatusSeeOther)
 }
 
-// newSession starts a session and sets its cookie on w.
-func (s *Server) newSession(w http.ResponseWriter, r *http.Request) {
-	setSession(w, s.sessions.start(""))
+// newSession starts a session of generation gen, taken before the
+// token was checked, and sets its cookie on w.
+func (s *Server) newSession(w http.ResponseWriter, r *http.Request, gen uint64) {
+	setSession(w, s.sessions.start("", gen))
 	s.logger.Info("status page login", "remote", r.RemoteAddr)
 }
 
@@ -287,7 +305,7 @@ func (s *Server) action(what string, do func(Plugins, string) *apiError) http.Ha
 		}
 		s.logger.Info("operator action from the status page", "action", what, "plugin", name, "remote", r.RemoteAddr)
 		if s.tokenNow() == "" && !s.sessions.valid(r, nil) {
-			setSession(w, s.sessions.start(msg))
+			setSession(w, s.sessions.start(msg, s.sessions.generation()))
 		} else {
 			s.sessions.setFlash(r, msg)
 		}
