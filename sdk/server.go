@@ -225,14 +225,28 @@ func (s *server) Drain(ctx context.Context, req *pluginv1.DrainRequest) (*plugin
 	return &pluginv1.DrainResponse{Completed: max(started-left, 0), Abandoned: left}, nil
 }
 
+// Refuse answers the host, in place of any answer, that the request was
+// not handled, so that it sends the request to the process that replaces
+// this one: for a handler that finds, before it has changed anything,
+// that the plugin has begun to drain (a durable committer's ErrDraining
+// from Submit). Nothing may have been written to w. It reports false when
+// w cannot refuse (a Host.Call's or a test's writer); the handler then
+// answers itself.
+func Refuse(w http.ResponseWriter) bool {
+	if rf, ok := w.(dataplane.Refuser); ok {
+		rf.Refuse()
+		return true
+	}
+	return false
+}
+
 // ServeHTTP runs the plugin's handler for one request from the data plane,
 // counted in flight. Once a drain has begun it refuses the request
 // (dataplane.Refuser), so that the host can send it to the instance that
 // replaces this one, or answers 503 where it cannot refuse.
 func (s *server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !s.inflight.acquire() {
-		if rf, ok := w.(dataplane.Refuser); ok {
-			rf.Refuse()
+		if Refuse(w) {
 			return
 		}
 		WriteError(w, http.StatusServiceUnavailable, "draining", "plugin is draining; retry on another instance or later")

@@ -8,9 +8,11 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -608,4 +610,27 @@ func echoHandler() http.Handler {
 		w.WriteHeader(http.StatusCreated)
 		json.NewEncoder(w).Encode(e)
 	})
+}
+
+// TestHandlerRefuses: a handler that calls Refuse before writing anything
+// answers the host that the request was not handled (ErrRefused), which
+// the host may send to another process; Refuse on a writer that cannot
+// refuse reports false.
+func TestHandlerRefuses(t *testing.T) {
+	var refused atomic.Bool
+	p := pluginWith(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		refused.Store(Refuse(w))
+	}))
+	tp := startPlugin(t, p)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if _, err := tp.client.Configure(ctx, &pluginv1.ConfigureRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tp.handle(ctx, &dataplane.Request{Method: "POST", Path: "/"}); !errors.Is(err, dataplane.ErrRefused) || !refused.Load() {
+		t.Errorf("a handler's Refuse: RoundTrip = %v, Refuse = %t; want ErrRefused and true", err, refused.Load())
+	}
+	if Refuse(httptest.NewRecorder()) {
+		t.Errorf("Refuse(an httptest.ResponseRecorder) = true, want false")
+	}
 }

@@ -233,6 +233,13 @@ func (a *API) submit(w http.ResponseWriter, r *http.Request, kind ledger.Kind, k
 		if errors.Is(err, durable.ErrBusy) {
 			a.busy.WithLabelValues(kind.String()).Inc()
 		}
+		// Admitted just before the drain, which closed the committer
+		// before this handler submitted: nothing was applied, so the
+		// host may send the request to the process that replaces this
+		// one.
+		if errors.Is(err, durable.ErrDraining) && sdk.Refuse(w) {
+			return
+		}
 		a.writeError(w, err)
 		return
 	}
