@@ -49,6 +49,28 @@ func rawExchange(t *testing.T, base string, raw []byte) (*http.Response, []byte,
 	return resp, b, err
 }
 
+// sendRaw dials base's host, writes raw on the connection, and returns it
+// with its deadline set d ahead; it is closed when the test ends.
+func sendRaw(t *testing.T, base, raw string, d time.Duration) net.Conn {
+	t.Helper()
+	u, err := url.Parse(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := net.DialTimeout("tcp", u.Host, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	if err := conn.SetDeadline(time.Now().Add(d)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.WriteString(conn, raw); err != nil {
+		t.Fatal(err)
+	}
+	return conn
+}
+
 // aboveDebug matches a host log line at info level or above.
 var aboveDebug = regexp.MustCompile(`(?m)^.*\[(INFO|WARN|ERROR)\].*$`)
 
@@ -612,22 +634,7 @@ func TestNoRequestSmuggling(t *testing.T) {
 				"POST /faulty/echo HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: 8\r\n\r\npipeline", 2},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			u, err := url.Parse(tt.base)
-			if err != nil {
-				t.Fatal(err)
-			}
-			conn, err := net.DialTimeout("tcp", u.Host, 5*time.Second)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer conn.Close()
-			if err := conn.SetDeadline(time.Now().Add(20 * time.Second)); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := conn.Write([]byte(tt.raw)); err != nil {
-				t.Fatal(err)
-			}
-			br := bufio.NewReader(conn)
+			br := bufio.NewReader(sendRaw(t, tt.base, tt.raw, 20*time.Second))
 			var answers []string
 			for {
 				resp, err := http.ReadResponse(br, nil)
@@ -698,17 +705,7 @@ func TestPluginStatuses(t *testing.T) {
 			} {
 				raw := "GET /faulty/code?" + tt.query + " HTTP/1.1\r\nHost: x\r\n" + path.extra + "\r\n" +
 					"GET /faulty/ok HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-				u, _ := url.Parse(h.ingress)
-				conn, err := net.DialTimeout("tcp", u.Host, 5*time.Second)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := conn.SetDeadline(time.Now().Add(20 * time.Second)); err != nil {
-					t.Fatal(err)
-				}
-				if _, err := conn.Write([]byte(raw)); err != nil {
-					t.Fatal(err)
-				}
+				conn := sendRaw(t, h.ingress, raw, 20*time.Second)
 				br := bufio.NewReader(conn)
 				var got []string
 				for range 2 {
@@ -734,23 +731,12 @@ func TestPluginStatuses(t *testing.T) {
 // bad_body (the client may still read), and never reaches the plugin.
 func TestBodyCutShort(t *testing.T) {
 	h := startHost(t, baseConfig("2s")+pluginBlock("faulty", "faulty", ""))
-	u, _ := url.Parse(h.ingress)
 	for _, tt := range []struct{ name, raw string }{
 		{"Content-Length", "POST /faulty/echo HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n" + strings.Repeat("a", 300)},
 		{"chunked", "POST /faulty/echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3e8\r\n" + strings.Repeat("a", 300)},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			conn, err := net.DialTimeout("tcp", u.Host, 5*time.Second)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer conn.Close()
-			if err := conn.SetDeadline(time.Now().Add(20 * time.Second)); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := conn.Write([]byte(tt.raw)); err != nil {
-				t.Fatal(err)
-			}
+			conn := sendRaw(t, h.ingress, tt.raw, 20*time.Second)
 			if err := conn.(*net.TCPConn).CloseWrite(); err != nil {
 				t.Fatal(err)
 			}
@@ -770,20 +756,9 @@ func TestBodyCutShort(t *testing.T) {
 // after the head's timeout, with the connection left open by the client.
 func TestRequestLineWithoutVersion(t *testing.T) {
 	h := startHost(t, strings.Replace(baseConfig("2s"), "limits {\n", "limits {\n  read_timeout = \"10m\"\n", 1)+pluginBlock("hello", "hello", ""))
-	u, _ := url.Parse(h.ingress)
-	conn, err := net.DialTimeout("tcp", u.Host, 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
 	// Far inside the 10-minute head timeout: an answer at all shows it
 	// did not wait for it.
-	if err := conn.SetDeadline(time.Now().Add(time.Minute)); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := io.WriteString(conn, "GET /hello/\r\n"); err != nil {
-		t.Fatal(err)
-	}
+	conn := sendRaw(t, h.ingress, "GET /hello/\r\n", time.Minute)
 	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
 	if err != nil {
 		t.Fatalf("no answer to a request line without its version: %v", err)
